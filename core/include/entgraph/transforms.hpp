@@ -1,0 +1,210 @@
+// entgraph: attention transforms, applied row by row, with their backward.
+//
+// Every function here maps each row z of a rows x n score matrix to a row p of
+// attention weights (p >= 0, sum p = 1), or back-propagates an upstream
+// gradient dL/dp to dL/dz (the vector-Jacobian product).
+//
+// Common contract
+// - T is float (SIMD kernels, chosen at run time; see runtime.hpp) or double
+//   (the scalar float64 reference, the oracle of the tests).
+// - Input and output views must have the same rows and cols; strides may
+//   differ. Output may alias input exactly (in place); partial overlap is not
+//   allowed.
+// - mask (optional) has the same shape: a zero entry is masked and gets exactly
+//   p = 0, whatever its score (even NaN). A row with every entry masked, or
+//   every unmasked score equal to -inf, gives all zeros: there is nothing to
+//   attend to, and that is reported as zero weight, not as an error.
+// - -inf scores are allowed and get p = 0. NaN or +inf in an unmasked score, a
+//   matrix with no columns, or mismatched shapes throw entgraph::Error before
+//   anything is written.
+// - Rows are independent; large inputs run on the library's thread pool, and
+//   the result is bit-identical for any thread count.
+// - Backward functions need only the forward output p (and the transform's
+//   parameters): masked entries have p = 0 and so get a zero gradient.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "entgraph/matrix_view.hpp"
+
+namespace entgraph {
+
+// ---------------------------------------------------------------------------
+// Softmax: p = exp(z - max z) / sum exp(z - max z).
+template <class T>
+void softmax(ConstMatrix<T> scores, MatrixView<T> probs, MaskView mask = {});
+// dz = p * (dp - <p, dp>).
+template <class T>
+void softmax_backward(ConstMatrix<T> probs, ConstMatrix<T> grad_probs, MatrixView<T> grad_scores);
+
+// ---------------------------------------------------------------------------
+// Sparsemax (Martins & Astudillo 2016): the Euclidean projection of z onto the
+// simplex, p = max(0, z - tau). Exact: the float kernel finds the support with
+// a few vectorised passes and solves tau in closed form on it.
+template <class T>
+void sparsemax(ConstMatrix<T> scores, MatrixView<T> probs, MaskView mask = {});
+// dz = s * (dp - mean_{p>0} dp), s = [p > 0].
+template <class T>
+void sparsemax_backward(ConstMatrix<T> probs, ConstMatrix<T> grad_probs, MatrixView<T> grad_scores);
+
+// ---------------------------------------------------------------------------
+// alpha-entmax (Peters, Niculae & Martins 2019):
+//   p = [(alpha - 1) z - tau]_+ ^ (1 / (alpha - 1)),  tau such that sum p = 1.
+// alpha = 1 is softmax, alpha = 2 is sparsemax; larger alpha is sparser.
+//
+// entmax15: exact for alpha = 1.5 (support by vectorised Newton passes, tau in
+// closed form on the support; sorts only the candidate keys, and only when the
+// support is still ambiguous after a few passes).
+template <class T>
+void entmax15(ConstMatrix<T> scores, MatrixView<T> probs, MaskView mask = {});
+// dz = s * (dp - <s, dp> / sum s), s = sqrt(p).
+template <class T>
+void entmax15_backward(ConstMatrix<T> probs, ConstMatrix<T> grad_probs, MatrixView<T> grad_scores);
+
+// entmax: any alpha in [1, kMaxEntmaxAlpha]. alpha = 1 exactly is softmax (the
+// limit, so that alpha = 1 + softplus(a) may round to 1). Solved by a
+// safeguarded Newton iteration on tau (bracketed, falling back to bisection),
+// in a log1p parametrisation that stays accurate as alpha -> 1; the result is
+// renormalised so that rows sum to 1 within float rounding.
+// Throws if alpha is NaN, < 1 or > kMaxEntmaxAlpha.
+inline constexpr double kMaxEntmaxAlpha = 1000.0;
+template <class T>
+void entmax(ConstMatrix<T> scores, MatrixView<T> probs, double alpha, MaskView mask = {});
+// dz = s * (dp - <s, dp> / sum s), s = p^(2 - alpha) on the support.
+// If grad_alpha is not null it receives, per row, dL/dalpha (Correia et al.
+// 2019): with S = sum s, H = sum p log p and beta = 1 / (alpha - 1),
+//   dp_i/dalpha = beta^2 (p_i - s_i / S) - beta (p_i log p_i - s_i H / S).
+// At alpha = 1 the gradient with respect to alpha is reported as 0 (the
+// expression is 0/0 there); use alpha slightly above 1 when learning it.
+template <class T>
+void entmax_backward(ConstMatrix<T> probs, ConstMatrix<T> grad_probs, MatrixView<T> grad_scores, double alpha,
+                     T* grad_alpha = nullptr);
+
+// Learnable alpha that can never drift below 1: alpha = 1 + softplus(a).
+double entmax_alpha_from_param(double a);
+// d alpha / d a = sigmoid(a), for chaining grad_alpha to the parameter a.
+double entmax_alpha_param_grad(double a);
+
+// ---------------------------------------------------------------------------
+// Top-k softmax (Zhao et al. 2019, Explicit Sparse Transformer): keep the k
+// largest scores of each row (every score equal to the k-th largest is kept
+// too, so ties never make the result depend on order), softmax over them, 0
+// elsewhere. k >= number of unmasked entries is softmax. Throws if k = 0.
+template <class T>
+void topk_softmax(ConstMatrix<T> scores, MatrixView<T> probs, std::size_t k, MaskView mask = {});
+// The selection is treated as constant (as in the paper): dz = p * (dp - <p, dp>).
+template <class T>
+void topk_softmax_backward(ConstMatrix<T> probs, ConstMatrix<T> grad_probs, MatrixView<T> grad_scores);
+
+// ---------------------------------------------------------------------------
+// Adaptive attention span (Sukhbaatar et al. 2019). Row i is the query at
+// position i + query_offset, column j the key at position j, distance
+// x = i + query_offset - j. With span z_i of row i and ramp width R,
+//   m(x) = clamp((R + z_i - x) / R, 0, 1),   p_j = m(x_j) exp(s_j) / sum_k m(x_k) exp(s_k).
+// Keys with m = 0 get exactly 0. Future keys (x < 0) have m = 1: combine with a
+// causal mask to exclude them. A row whose every key has m = 0 gives zeros.
+struct AdaptiveSpan {
+  double ramp = 32.0;               // R > 0
+  std::ptrdiff_t query_offset = 0;  // position of row 0's query
+};
+// The soft span mask m_z(x).
+template <class T>
+T span_mask(T distance, T span, T ramp);
+// span has one entry per row: the same z for every row of a head (learned per
+// head), or z_t from dynamic_span (one per query). Throws on non-finite span,
+// ramp <= 0, or NaN/+inf scores.
+template <class T>
+void adaptive_span(ConstMatrix<T> scores, const T* span, const AdaptiveSpan& shape, MatrixView<T> probs,
+                   MaskView mask = {});
+// grad_scores = p * (dp - <p, dp>); grad_span (optional, one per row) = dL/dz_i,
+// counting only keys strictly inside the ramp (0 < m < 1), where m depends on z.
+template <class T>
+void adaptive_span_backward(ConstMatrix<T> probs, ConstMatrix<T> grad_probs, const T* span,
+                            const AdaptiveSpan& shape, MatrixView<T> grad_scores, T* grad_span = nullptr);
+
+// Dynamic span: z_t = max_span * sigmoid(v . x_t + b) for each row x_t of
+// hidden (n x d_model); v has d_model entries; span receives n values.
+template <class T>
+void dynamic_span(ConstMatrix<T> hidden, const T* v, T b, double max_span, T* span);
+// Given dL/dz_t, accumulates nothing: writes dL/dv (d_model), dL/db (one
+// value) and, if grad_hidden is not empty, dL/dx_t (n x d_model).
+template <class T>
+void dynamic_span_backward(ConstMatrix<T> hidden, const T* v, T b, double max_span, const T* grad_span, T* grad_v,
+                           T* grad_b, MatrixView<T> grad_hidden = {});
+
+// ---------------------------------------------------------------------------
+// Constrained softmax (Martins & Kreutzer 2017) and constrained sparsemax
+// (Malaviya et al. 2018): the same problems with per-entry upper bounds
+// 0 <= p <= u (upper has the scores' shape).
+//   csoftmax:   p = min(u, c exp(z)), c such that sum p = 1.
+//   csparsemax: p = clamp(z - tau, 0, u), tau such that sum p = 1.
+// Throws if an unmasked bound is negative or not finite, or if the unmasked
+// bounds of a row sum to less than 1 (then no distribution satisfies them).
+// These are solved by an exact active-set iteration (sort-free, a few passes);
+// they have no SIMD kernel of their own, their float path accumulates in double.
+template <class T>
+void constrained_softmax(ConstMatrix<T> scores, ConstMatrix<T> upper, MatrixView<T> probs, MaskView mask = {});
+template <class T>
+void constrained_sparsemax(ConstMatrix<T> scores, ConstMatrix<T> upper, MatrixView<T> probs, MaskView mask = {});
+// Saturated entries (p == u > 0) pass gradient to u, free entries to z:
+//   csoftmax:   F = {p < u}, m = sum_F p; dz_j = [j in F] p_j (dp_j - sum_F p dp / m)
+//               du_i = [i saturated] (dp_i - sum_F p dp / m)
+//   csparsemax: F = {0 < p < u};        dz_j = [j in F] (dp_j - mean_F dp)
+//               du_i = [i saturated] (dp_i - mean_F dp)
+// grad_upper is optional.
+template <class T>
+void constrained_softmax_backward(ConstMatrix<T> probs, ConstMatrix<T> upper, ConstMatrix<T> grad_probs,
+                                  MatrixView<T> grad_scores, MatrixView<T> grad_upper = {});
+template <class T>
+void constrained_sparsemax_backward(ConstMatrix<T> probs, ConstMatrix<T> upper, ConstMatrix<T> grad_probs,
+                                    MatrixView<T> grad_scores, MatrixView<T> grad_upper = {});
+
+// ---------------------------------------------------------------------------
+// A transform named by value, for code that is generic over transforms
+// (attention, the CLI, losses). Kinds that need extra inputs (adaptive span,
+// constrained) take them from the caller of that code, not from here.
+enum class TransformKind {
+  softmax,
+  sparsemax,
+  entmax15,
+  entmax,  // general alpha
+  topk_softmax,
+  adaptive_span,
+  constrained_softmax,
+  constrained_sparsemax,
+};
+
+struct Transform {
+  TransformKind kind = TransformKind::softmax;
+  double alpha = 1.5;  // entmax only
+  std::size_t k = 0;   // topk_softmax only
+
+  static Transform softmax() { return {TransformKind::softmax, 1.0, 0}; }
+  static Transform sparsemax() { return {TransformKind::sparsemax, 2.0, 0}; }
+  static Transform entmax15() { return {TransformKind::entmax15, 1.5, 0}; }
+  static Transform entmax(double alpha) { return {TransformKind::entmax, alpha, 0}; }
+  static Transform topk_softmax(std::size_t k) { return {TransformKind::topk_softmax, 1.0, k}; }
+
+  // "softmax", "sparsemax", "entmax15", "entmax(alpha=1.25)", "topk_softmax(k=8)", ...
+  std::string name() const;
+  // The alpha of the Tsallis entropy this transform maximises (1 for softmax
+  // and top-k, 2 for sparsemax); throws for kinds that have none.
+  double tsallis_alpha() const;
+};
+
+// Parses a kind name as the CLI spells it: softmax, sparsemax, entmax15,
+// entmax, topk (or topk_softmax), adaptive_span, constrained_softmax,
+// constrained_sparsemax. Throws entgraph::Error naming the accepted names.
+TransformKind parse_transform_kind(const std::string& name);
+
+// Forward/backward of the kinds that need no extra inputs (softmax, sparsemax,
+// entmax15, entmax, topk_softmax); throws for the others.
+template <class T>
+void transform_forward(const Transform& t, ConstMatrix<T> scores, MatrixView<T> probs, MaskView mask = {});
+template <class T>
+void transform_backward(const Transform& t, ConstMatrix<T> probs, ConstMatrix<T> grad_probs,
+                        MatrixView<T> grad_scores, T* grad_alpha = nullptr);
+
+}  // namespace entgraph

@@ -1,0 +1,226 @@
+#include "kernels/reference/transforms_reference.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <vector>
+
+namespace entgraph::detail {
+namespace {
+
+constexpr double kNegInf = -std::numeric_limits<double>::infinity();
+
+double row_max(const double* z, std::size_t n) {
+  double m = kNegInf;
+  for (std::size_t i = 0; i < n; ++i) m = std::max(m, z[i]);
+  return m;
+}
+
+void zero(double* p, std::size_t n) { std::fill(p, p + n, 0.0); }
+
+void softmax(const double* z, double* p, std::size_t n, const RowParams&, double*) {
+  const double m = row_max(z, n);
+  if (m == kNegInf) return zero(p, n);
+  double sum = 0;
+  for (std::size_t i = 0; i < n; ++i) sum += (p[i] = std::exp(z[i] - m));
+  for (std::size_t i = 0; i < n; ++i) p[i] /= sum;
+}
+
+// The finite entries of z, sorted in decreasing order.
+std::vector<double> sorted_desc(const double* z, std::size_t n) {
+  std::vector<double> s;
+  s.reserve(n);
+  for (std::size_t i = 0; i < n; ++i)
+    if (z[i] != kNegInf) s.push_back(z[i]);
+  std::sort(s.begin(), s.end(), std::greater<double>());
+  return s;
+}
+
+// Sparsemax by sorting (Martins & Astudillo 2016, Alg. 1): the support is the
+// largest k with 1 + k z_(k) > sum_{j<=k} z_(j).
+void sparsemax(const double* z, double* p, std::size_t n, const RowParams&, double*) {
+  const std::vector<double> s = sorted_desc(z, n);
+  if (s.empty()) return zero(p, n);
+  double cum = 0, tau = 0;
+  for (std::size_t k = 1; k <= s.size(); ++k) {
+    cum += s[k - 1];
+    if (1.0 + k * s[k - 1] > cum) tau = (cum - 1.0) / k;
+  }
+  for (std::size_t i = 0; i < n; ++i) p[i] = std::max(z[i] - tau, 0.0);
+}
+
+// 1.5-entmax by sorting (Peters et al. 2019, Alg. 2) on x = z / 2: for each k
+// the candidate tau_k solves sum_{j<=k} (x_(j) - tau)^2 = 1; the support is the
+// largest k with tau_k < x_(k).
+void entmax15(const double* z, double* p, std::size_t n, const RowParams&, double*) {
+  std::vector<double> s = sorted_desc(z, n);
+  if (s.empty()) return zero(p, n);
+  const double top = s[0] / 2;
+  double sum = 0, sumsq = 0, tau = top - 1;
+  for (std::size_t k = 1; k <= s.size(); ++k) {
+    const double x = s[k - 1] / 2 - top;  // centred for accuracy
+    sum += x;
+    sumsq += x * x;
+    const double mean = sum / k;
+    const double delta = (1.0 - (sumsq - k * mean * mean)) / k;
+    if (delta < 0) break;
+    const double t = mean - std::sqrt(delta);
+    if (t < x) tau = t + top;  // x_(k) is in the support
+    else break;
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    const double d = std::max(z[i] / 2 - tau, 0.0);
+    p[i] = d * d;
+  }
+}
+
+// alpha-entmax by bisection on tau in p = [(alpha-1) z - tau]_+^(1/(alpha-1)),
+// bracketed by max - 1 <= tau <= max - n^(1-alpha), run until the bracket stops
+// shrinking in double, then renormalised.
+void entmax(const double* z, double* p, std::size_t n, const RowParams& params, double* scratch) {
+  const double alpha = params.alpha;
+  if (alpha == 1.0) return softmax(z, p, n, params, scratch);
+  const double am1 = alpha - 1, inv = 1 / am1;
+  std::size_t finite = 0;
+  for (std::size_t i = 0; i < n; ++i) finite += z[i] != kNegInf;
+  if (finite == 0) return zero(p, n);
+  const double m = row_max(z, n) * am1;
+  double lo = m - 1, hi = m - std::pow(static_cast<double>(finite), -am1);
+  auto mass = [&](double tau) {
+    double s = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      const double w = z[i] * am1 - tau;
+      if (w > 0) s += std::pow(w, inv);
+    }
+    return s;
+  };
+  for (int it = 0; it < 200; ++it) {
+    const double mid = 0.5 * (lo + hi);
+    if (mid <= lo || mid >= hi) break;
+    (mass(mid) >= 1 ? lo : hi) = mid;
+  }
+  const double tau = lo;  // mass(lo) >= 1: never an empty support
+  double sum = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const double w = z[i] * am1 - tau;
+    sum += (p[i] = w > 0 ? std::pow(w, inv) : 0.0);
+  }
+  for (std::size_t i = 0; i < n; ++i) p[i] /= sum;
+}
+
+void topk_softmax(const double* z, double* p, std::size_t n, const RowParams& params, double* scratch) {
+  const std::vector<double> s = sorted_desc(z, n);
+  if (s.empty()) return zero(p, n);
+  if (params.k >= s.size()) return softmax(z, p, n, params, scratch);
+  const double kth = s[params.k - 1];
+  double sum = 0;
+  for (std::size_t i = 0; i < n; ++i) sum += (p[i] = z[i] >= kth ? std::exp(z[i] - s[0]) : 0.0);
+  for (std::size_t i = 0; i < n; ++i) p[i] /= sum;
+}
+
+double span_mask(double x, double z, double ramp) { return std::clamp((ramp + z - x) / ramp, 0.0, 1.0); }
+
+void adaptive_span(const double* s, double* p, std::size_t n, const RowParams& params, double*) {
+  double m = kNegInf;
+  for (std::size_t j = 0; j < n; ++j) {
+    const double x = static_cast<double>(params.query_pos) - static_cast<double>(j);
+    if (span_mask(x, params.span, params.ramp) > 0) m = std::max(m, s[j]);
+  }
+  if (m == kNegInf) return zero(p, n);
+  double sum = 0;
+  for (std::size_t j = 0; j < n; ++j) {
+    const double x = static_cast<double>(params.query_pos) - static_cast<double>(j);
+    const double mask = span_mask(x, params.span, params.ramp);
+    sum += (p[j] = mask > 0 ? mask * std::exp(s[j] - m) : 0.0);
+  }
+  for (std::size_t j = 0; j < n; ++j) p[j] /= sum;
+}
+
+// dz = s (dp - <s, dp> / sum s) with the given s(p).
+template <class Weight>
+void entmax_family_backward(const double* p, const double* dp, double* dz, std::size_t n, Weight weight) {
+  double ss = 0, sdp = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const double s = weight(p[i]);
+    ss += s;
+    sdp += s * dp[i];
+  }
+  const double q = ss > 0 ? sdp / ss : 0.0;
+  for (std::size_t i = 0; i < n; ++i) dz[i] = weight(p[i]) * (dp[i] - q);
+}
+
+void softmax_backward(const double* p, const double* dp, double* dz, std::size_t n, const RowParams&) {
+  entmax_family_backward(p, dp, dz, n, [](double x) { return x; });
+}
+void sparsemax_backward(const double* p, const double* dp, double* dz, std::size_t n, const RowParams&) {
+  entmax_family_backward(p, dp, dz, n, [](double x) { return x > 0 ? 1.0 : 0.0; });
+}
+void entmax15_backward(const double* p, const double* dp, double* dz, std::size_t n, const RowParams&) {
+  entmax_family_backward(p, dp, dz, n, [](double x) { return std::sqrt(x); });
+}
+void entmax_backward(const double* p, const double* dp, double* dz, std::size_t n, const RowParams& params) {
+  const double e = 2 - params.alpha;
+  entmax_family_backward(p, dp, dz, n, [e](double x) { return x > 0 ? std::pow(x, e) : 0.0; });
+}
+
+}  // namespace
+
+const ReferenceKernels64 kReference64 = {
+    softmax,          sparsemax,          entmax15,          entmax,          topk_softmax, adaptive_span,
+    softmax_backward, sparsemax_backward, entmax15_backward, entmax_backward,
+};
+
+namespace {
+
+// The float table of the reference ISA: widen, run the float64 kernel, round.
+template <ForwardRow64 (ReferenceKernels64::*F)>
+void widened_forward(const float* z, float* p, std::size_t n, const RowParams& params, float*) {
+  thread_local std::vector<double> buf;
+  buf.resize(3 * n + 64);
+  double* z64 = buf.data();
+  double* p64 = z64 + n;
+  for (std::size_t i = 0; i < n; ++i) z64[i] = z[i];
+  (kReference64.*F)(z64, p64, n, params, p64 + n);
+  for (std::size_t i = 0; i < n; ++i) p[i] = static_cast<float>(p64[i]);
+}
+
+template <BackwardRow64 (ReferenceKernels64::*F)>
+void widened_backward(const float* p, const float* dp, float* dz, std::size_t n, const RowParams& params) {
+  thread_local std::vector<double> buf;
+  buf.resize(3 * n);
+  double* p64 = buf.data();
+  double* dp64 = p64 + n;
+  double* dz64 = dp64 + n;
+  for (std::size_t i = 0; i < n; ++i) {
+    p64[i] = p[i];
+    dp64[i] = dp[i];
+  }
+  (kReference64.*F)(p64, dp64, dz64, n, params);
+  for (std::size_t i = 0; i < n; ++i) dz[i] = static_cast<float>(dz64[i]);
+}
+
+bool valid(const float* z, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i)
+    if (!(z[i] < std::numeric_limits<float>::infinity())) return false;
+  return true;
+}
+
+}  // namespace
+
+const TransformKernels kReferenceKernels = {
+    CpuIsa::reference,
+    valid,
+    widened_forward<&ReferenceKernels64::softmax>,
+    widened_forward<&ReferenceKernels64::sparsemax>,
+    widened_forward<&ReferenceKernels64::entmax15>,
+    widened_forward<&ReferenceKernels64::entmax>,
+    widened_forward<&ReferenceKernels64::topk_softmax>,
+    widened_forward<&ReferenceKernels64::adaptive_span>,
+    widened_backward<&ReferenceKernels64::softmax_backward>,
+    widened_backward<&ReferenceKernels64::sparsemax_backward>,
+    widened_backward<&ReferenceKernels64::entmax15_backward>,
+    widened_backward<&ReferenceKernels64::entmax_backward>,
+};
+
+}  // namespace entgraph::detail

@@ -1,0 +1,46 @@
+// entgraph internal: the scalar float64 reference of every row transform.
+//
+// These are the oracles of the test suite and the double-precision public API.
+// They use the textbook algorithms (sorting, bisection), deliberately not the
+// ones of the SIMD kernels, so that the two check each other. Same contract as
+// the kernel table: one row, -inf allowed, no NaN/+inf.
+#pragma once
+
+#include <cstddef>
+
+#include "kernels/transform_kernels.hpp"
+
+namespace entgraph::detail {
+
+using ForwardRow64 = void (*)(const double* z, double* p, std::size_t n, const RowParams& params, double* scratch);
+using BackwardRow64 = void (*)(const double* p, const double* dp, double* dz, std::size_t n,
+                               const RowParams& params);
+
+struct ReferenceKernels64 {
+  ForwardRow64 softmax;
+  ForwardRow64 sparsemax;
+  ForwardRow64 entmax15;
+  ForwardRow64 entmax;
+  ForwardRow64 topk_softmax;
+  ForwardRow64 adaptive_span;
+  BackwardRow64 softmax_backward;
+  BackwardRow64 sparsemax_backward;
+  BackwardRow64 entmax15_backward;
+  BackwardRow64 entmax_backward;
+};
+
+extern const ReferenceKernels64 kReference64;
+
+// Which table serves element type T: float -> the active ISA's, double -> the reference.
+template <class T>
+const auto& kernels_for();
+template <>
+inline const auto& kernels_for<float>() {
+  return transform_kernels();
+}
+template <>
+inline const auto& kernels_for<double>() {
+  return kReference64;
+}
+
+}  // namespace entgraph::detail

@@ -1,0 +1,449 @@
+// entgraph internal: xsimd kernels of the row transforms, templated on the
+// instruction set. Included ONLY by kernels/simd/arch_<isa>.cpp, each compiled
+// with that ISA's flags (a body visible elsewhere would be instantiated with
+// the wrong flags).
+//
+// Tails are processed as one more full batch through a small buffer padded
+// with -inf (inputs) so that every element goes through the same SIMD code.
+// Sums are accumulated per lane in float and reduced in double.
+//
+// No standard algorithm is called here with argument types that other
+// translation units also use (std::fill on float*, std::max on double...):
+// such an instantiation is shared at link time, and the linker could keep the
+// copy compiled with AVX-512 flags for every caller. Plain loops instead; the
+// std::sort/nth_element calls take a lambda, whose type is unique to the ISA.
+#pragma once
+
+#include <xsimd/xsimd.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+
+#include "kernels/transform_kernels.hpp"
+
+namespace entgraph::detail::simd {
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+template <class A>
+struct Kernels {
+  using B = xsimd::batch<float, A>;
+  using BB = xsimd::batch_bool<float, A>;
+  static constexpr std::size_t W = B::size;
+
+  // Loads z[i, i+W) or, past the end, the rest padded with `fill`.
+  static B load(const float* z, std::size_t i, std::size_t n, float fill) {
+    if (i + W <= n) return B::load_unaligned(z + i);
+    alignas(64) float buf[W];
+    for (std::size_t l = 0; l < W; ++l) buf[l] = i + l < n ? z[i + l] : fill;
+    return B::load_aligned(buf);
+  }
+  static void store(float* p, std::size_t i, std::size_t n, const B& v) {
+    if (i + W <= n) return v.store_unaligned(p + i);
+    alignas(64) float buf[W];
+    v.store_aligned(buf);
+    for (std::size_t l = 0; i + l < n; ++l) p[i + l] = buf[l];
+  }
+  static double sum(const B& v) {
+    alignas(64) float buf[W];
+    v.store_aligned(buf);
+    double s = 0;
+    for (std::size_t l = 0; l < W; ++l) s += buf[l];
+    return s;
+  }
+  static float max(const B& v) {
+    alignas(64) float buf[W];
+    v.store_aligned(buf);
+    float m = buf[0];
+    for (std::size_t l = 1; l < W; ++l) m = buf[l] > m ? buf[l] : m;
+    return m;
+  }
+  static float min(const B& v) {
+    alignas(64) float buf[W];
+    v.store_aligned(buf);
+    float m = buf[0];
+    for (std::size_t l = 1; l < W; ++l) m = buf[l] < m ? buf[l] : m;
+    return m;
+  }
+  static B select0(const BB& c, const B& v) { return xsimd::select(c, v, B(0.0f)); }
+
+  static bool valid(const float* z, std::size_t n) {
+    BB ok(true);
+    for (std::size_t i = 0; i < n; i += W) ok = ok & (load(z, i, n, 0.0f) < B(kInf));  // NaN compares false
+    return xsimd::all(ok);
+  }
+
+  static float row_max(const float* z, std::size_t n) {
+    B m(-kInf);
+    for (std::size_t i = 0; i < n; i += W) m = xsimd::max(m, load(z, i, n, -kInf));
+    return max(m);
+  }
+
+  static void fill(float* p, std::size_t n, float v) {
+    for (std::size_t i = 0; i < n; ++i) p[i] = v;
+  }
+
+  // p *= c.
+  static void scale(float* p, std::size_t n, float c) {
+    const B cb(c);
+    for (std::size_t i = 0; i < n; i += W) store(p, i, n, load(p, i, n, 0.0f) * cb);
+  }
+
+  // Appends (value - shift) * mul of the entries with value > threshold to
+  // vals, and their indices to idx; returns the count. Whole batches below the
+  // threshold cost one compare, which makes this cheap for peaked rows.
+  static std::size_t gather_candidates(const float* z, std::size_t n, float threshold, float shift, float mul,
+                                       float* vals, std::uint32_t* idx) {
+    std::size_t c = 0;
+    const B t(threshold);
+    for (std::size_t i = 0; i < n; i += W) {
+      const B v = load(z, i, n, -kInf);
+      if (!xsimd::any(v > t)) continue;
+      alignas(64) float buf[W];
+      v.store_aligned(buf);
+      for (std::size_t l = 0; l < W; ++l) {
+        vals[c] = (buf[l] - shift) * mul;
+        idx[c] = static_cast<std::uint32_t>(i + l);
+        c += buf[l] > threshold;
+      }
+    }
+    return c;
+  }
+
+  // -------------------------------------------------------------------------
+  static void softmax(const float* z, float* p, std::size_t n, const RowParams&, float*) {
+    const float m = row_max(z, n);
+    if (m == -kInf) return fill(p, n, 0.0f);
+    const B mb(m);
+    B acc(0.0f);
+    for (std::size_t i = 0; i < n; i += W) {
+      const B e = xsimd::exp(load(z, i, n, -kInf) - mb);
+      acc += e;
+      store(p, i, n, e);
+    }
+    scale(p, n, static_cast<float>(1.0 / sum(acc)));
+  }
+
+  // -------------------------------------------------------------------------
+  // Sparsemax: p = max(z - tau, 0). The support lies in {z > max - 1}; those
+  // candidates (centred on the max, so in (-1, 0]) are gathered in one pass.
+  // On them the iteration tau <- (sum_{c > tau} c - 1) / #{c > tau}, started at
+  // tau = -1 <= tau*, increases monotonically to tau* and stops exactly when the
+  // support stops changing (Michelot 1986); each step is one vectorised pass
+  // over the candidates. If it has not settled after kMaxPasses passes, the
+  // candidates are sorted and solved exactly.
+  static constexpr int kMaxPasses = 12;
+
+  static double sparsemax_tau(float* c, std::size_t nc) {
+    double tau = -1.0;
+    std::size_t count = 0;
+    for (int pass = 0; pass < kMaxPasses; ++pass) {
+      const B t(static_cast<float>(tau));
+      B s(0.0f), k(0.0f);
+      for (std::size_t i = 0; i < nc; i += W) {
+        const B v = load(c, i, nc, -kInf);
+        const BB in = v > t;
+        s += select0(in, v);
+        k += select0(in, B(1.0f));
+      }
+      const std::size_t kn = static_cast<std::size_t>(sum(k));
+      if (kn == count) return tau;
+      count = kn;
+      tau = (sum(s) - 1.0) / static_cast<double>(kn);
+    }
+    std::sort(c, c + nc, [](float a, float b) { return a > b; });
+    double cum = 0;
+    for (std::size_t j = 1; j <= nc; ++j) {
+      cum += c[j - 1];
+      if (1.0 + static_cast<double>(j) * c[j - 1] > cum) tau = (cum - 1.0) / static_cast<double>(j);
+    }
+    return tau;
+  }
+
+  static void sparsemax(const float* z, float* p, std::size_t n, const RowParams&, float* scratch) {
+    const float m = row_max(z, n);
+    if (m == -kInf) return fill(p, n, 0.0f);
+    float* c = scratch;
+    auto* idx = reinterpret_cast<std::uint32_t*>(scratch + n + 16);
+    const std::size_t nc = gather_candidates(z, n, m - 1.0f, m, 1.0f, c, idx);
+    const B shift(m + static_cast<float>(sparsemax_tau(c, nc)));
+    for (std::size_t i = 0; i < n; i += W) store(p, i, n, xsimd::max(load(z, i, n, -kInf) - shift, B(0.0f)));
+  }
+
+  // -------------------------------------------------------------------------
+  // 1.5-entmax: p = [(z - max)/2 - tau]_+^2 with tau in [-1, 0]. Candidates
+  // c = (z - max)/2 > -1 are gathered. Then each pass computes, over the
+  // current support {c > t}, count k, S1 = sum (c - t), S2 = sum (c - t)^2 and
+  // min c, and the closed-form root t + s of sum (c - t - s)^2 = 1 on that
+  // support. If every support element stays above it, it is the exact tau.
+  // Otherwise take a Newton step on f(t) = sum (c - t)_+^2 - 1: f is convex, so
+  // Newton from the left never overshoots and the support only shrinks towards
+  // the true one. Ties at the threshold can stall that, hence the sort fallback.
+  static double entmax15_tau(float* c, std::size_t nc) {
+    double t = -1.0;
+    for (int pass = 0; pass < kMaxPasses; ++pass) {
+      const B tb(static_cast<float>(t));
+      B s1(0.0f), s2(0.0f), k(0.0f), lo(kInf);
+      for (std::size_t i = 0; i < nc; i += W) {
+        const B v = load(c, i, nc, -kInf);
+        const BB in = v > tb;
+        const B d = select0(in, v - tb);
+        s1 += d;
+        s2 += d * d;
+        k += select0(in, B(1.0f));
+        lo = xsimd::min(lo, xsimd::select(in, v, B(kInf)));
+      }
+      const double S1 = sum(s1), S2 = sum(s2), K = sum(k);
+      const double disc = S1 * S1 - K * (S2 - 1.0);
+      if (disc >= 0) {
+        const double root = t + (S1 - std::sqrt(disc)) / K;
+        // Accept within float rounding: an element this close to tau gets ~0.
+        if (static_cast<double>(min(lo)) >= root - 1e-7) return root;
+      }
+      const double step = (S2 - 1.0) / (2.0 * S1);
+      if (!(step > 1e-9)) return t;  // f(t) ~ 0 already
+      t += step;
+    }
+    std::sort(c, c + nc, [](float a, float b) { return a > b; });
+    double s = 0, ss = 0;
+    t = -1.0;
+    for (std::size_t j = 1; j <= nc; ++j) {
+      const double x = c[j - 1], kk = static_cast<double>(j);
+      s += x;
+      ss += x * x;
+      const double mean = s / kk, delta = (1.0 - (ss - kk * mean * mean)) / kk;
+      if (delta < 0) break;
+      const double tj = mean - std::sqrt(delta);
+      if (tj < x) t = tj;
+      else break;
+    }
+    return t;
+  }
+
+  static void entmax15(const float* z, float* p, std::size_t n, const RowParams&, float* scratch) {
+    const float m = row_max(z, n);
+    if (m == -kInf) return fill(p, n, 0.0f);
+    float* c = scratch;
+    auto* idx = reinterpret_cast<std::uint32_t*>(scratch + n + 16);
+    const std::size_t nc = gather_candidates(z, n, m - 2.0f, m, 0.5f, c, idx);
+    const float tau = static_cast<float>(entmax15_tau(c, nc));
+    const B mb(m), half(0.5f), tb(tau);
+    for (std::size_t i = 0; i < n; i += W) {
+      const B d = xsimd::max((load(z, i, n, -kInf) - mb) * half - tb, B(0.0f));
+      store(p, i, n, d * d);
+    }
+  }
+
+  // -------------------------------------------------------------------------
+  // General alpha-entmax, alpha in (1, kMaxEntmaxAlpha]. With a = alpha - 1,
+  // u = z - max <= 0 and the unknown lambda >= 0,
+  //   p = (1 + a (u - lambda))_+^(1/a) = exp(log1p(a (u - lambda)) / a),
+  // which tends to exp(u - lambda) (softmax) as a -> 1 without cancellation.
+  // f(lambda) = sum p - 1 is decreasing, f(0) >= 0 (the max has p = 1) and
+  // f(lambda_hi) <= 0 for lambda_hi = (1 - nc^-a) / a, nc the number of
+  // candidates u > -1/a (the only entries that can have p > 0 for lambda >= 0).
+  // The weights are scattered to the candidates' positions and renormalised.
+  //
+  // For alpha <= 2 the iteration runs in float SIMD. For alpha > 2, p = w^(1/a)
+  // magnifies the relative error of a small w = 1 + a (u - lambda): a float w
+  // cannot resolve an entry just above the threshold (at alpha = 10, p = 0.12
+  // needs w = 5e-9). There the candidates (few: they lie within 1/a < 1 of the
+  // max) are solved in double, with w = a (u - t) for the threshold t.
+  static void entmax(const float* z, float* p, std::size_t n, const RowParams& params, float* scratch) {
+    const float m = row_max(z, n);
+    if (m == -kInf) return fill(p, n, 0.0f);
+    const double a = params.alpha - 1.0;
+    float* c = scratch;
+    auto* idx = reinterpret_cast<std::uint32_t*>(scratch + n + 16);
+    const float reach = static_cast<float>(1.0 / a);
+    const std::size_t nc = gather_candidates(z, n, std::isfinite(reach) ? m - reach : -kInf, m, 1.0f, c, idx);
+    if (params.alpha > 2.0) {
+      entmax_candidates_double(c, nc, a);
+    } else {
+      entmax_candidates_float(c, nc, a);
+    }
+    fill(p, n, 0.0f);
+    for (std::size_t j = 0; j < nc; ++j) p[idx[j]] = c[j];
+  }
+
+  // Safeguarded Newton on a decreasing f over [lo, hi] with f(lo) >= 0 >=
+  // f(hi): evaluate(x, f, slope) gives f(x) and -f'(x). Newton steps that leave
+  // the bracket become bisections. Returns when a step drops below `tol`
+  // relative to x, or the bracket does.
+  template <class Evaluate>
+  static double solve_decreasing(double lo, double hi, double x, double tol, Evaluate evaluate) {
+    for (int it = 0; it < 100; ++it) {
+      double f, slope;
+      evaluate(x, f, slope);
+      if (f > 0) lo = x > lo ? x : lo;
+      else hi = x < hi ? x : hi;
+      double next = slope > 0 ? x + f / slope : 0.5 * (lo + hi);
+      if (!(next > lo && next < hi)) next = 0.5 * (lo + hi);
+      const double step = std::fabs(next - x), limit = tol * (1.0 + std::fabs(next));
+      x = next;
+      if (step <= limit || hi - lo <= limit) break;
+    }
+    return x;
+  }
+
+  // Overwrites the candidates c (u values) with their normalised weights.
+  static void entmax_candidates_float(float* c, std::size_t nc, double a) {
+    const double hi = -std::expm1(-a * std::log(static_cast<double>(nc))) / a;
+    const B ab(static_cast<float>(a)), inv(static_cast<float>(1.0 / a)), one(1.0f);
+    // (1 + x)^(1/a) through log1p: no cancellation when a x is tiny (alpha -> 1).
+    const B floor(-1.0f + 1e-7f);
+    auto power = [&](const B& x) { return xsimd::exp(xsimd::log1p(xsimd::max(x, floor)) * inv); };
+    double mass = 1.0;
+    // f = sum p - 1 and -f' = sum p / w over the candidates.
+    auto evaluate = [&](double lambda, double& f, double& slope) {
+      const B lb(static_cast<float>(lambda));
+      B sm(0.0f), sd(0.0f);
+      for (std::size_t i = 0; i < nc; i += W) {
+        const B x = ab * (load(c, i, nc, -kInf) - lb);  // w = 1 + x
+        const BB in = x > B(-1.0f);
+        const B pw = select0(in, power(x));
+        sm += pw;
+        sd += select0(in, pw / (one + x));
+      }
+      mass = sum(sm);
+      f = mass - 1.0;
+      slope = sum(sd);
+    };
+    // f is convex for alpha <= 2: Newton from the left is monotone.
+    const double lambda = solve_decreasing(0.0, hi, 0.0, 1e-7, evaluate);
+    double f, slope;
+    evaluate(lambda, f, slope);
+    const B lb(static_cast<float>(lambda)), norm(static_cast<float>(1.0 / mass));
+    for (std::size_t i = 0; i < nc; i += W) {
+      const B x = ab * (load(c, i, nc, -kInf) - lb);
+      store(c, i, nc, select0(x > B(-1.0f), power(x)) * norm);
+    }
+  }
+
+  static void entmax_candidates_double(float* c, std::size_t nc, double a) {
+    const double inv = 1.0 / a;
+    const double t_hi = -std::exp(-a * std::log(static_cast<double>(nc))) * inv;  // lambda_hi - 1/a
+    double mass = 1.0;
+    // In t = lambda - 1/a: p = (a (u - t))^(1/a) for u > t.
+    auto evaluate = [&](double t, double& f, double& slope) {
+      double sm = 0, sd = 0;
+      for (std::size_t i = 0; i < nc; ++i) {
+        const double d = static_cast<double>(c[i]) - t;
+        if (d <= 0) continue;
+        const double pw = std::exp(std::log(a * d) * inv);
+        sm += pw;
+        sd += pw / d * inv;  // dp/dt = -p / (a d)
+      }
+      mass = sm;
+      f = sm - 1.0;
+      slope = sd;
+    };
+    // f is concave for alpha > 2: Newton from the right is monotone.
+    const double t = solve_decreasing(-inv, t_hi, t_hi, 1e-15, evaluate);
+    double f, slope;
+    evaluate(t, f, slope);
+    for (std::size_t i = 0; i < nc; ++i) {
+      const double d = static_cast<double>(c[i]) - t;
+      c[i] = d > 0 ? static_cast<float>(std::exp(std::log(a * d) * inv) / mass) : 0.0f;
+    }
+  }
+
+  // -------------------------------------------------------------------------
+  // Top-k softmax: the k-th largest score by selection (std::nth_element on a
+  // copy), then a softmax over the scores >= it (ties at the k-th all kept).
+  static void topk_softmax(const float* z, float* p, std::size_t n, const RowParams& params, float* scratch) {
+    const float m = row_max(z, n);
+    if (m == -kInf) return fill(p, n, 0.0f);
+    float kth = -kInf;
+    if (params.k < n) {
+      for (std::size_t i = 0; i < n; ++i) scratch[i] = z[i];
+      std::nth_element(scratch, scratch + (params.k - 1), scratch + n, [](float a, float b) { return a > b; });
+      kth = scratch[params.k - 1];
+    }
+    const B mb(m), kb(kth);
+    B acc(0.0f);
+    for (std::size_t i = 0; i < n; i += W) {
+      const B v = load(z, i, n, -kInf);
+      const B e = select0(v >= kb, xsimd::exp(v - mb));
+      acc += e;
+      store(p, i, n, e);
+    }
+    scale(p, n, static_cast<float>(1.0 / sum(acc)));
+  }
+
+  // -------------------------------------------------------------------------
+  // Adaptive span: p ∝ m(x) exp(s), m(x) = clamp((R + z - x)/R, 0, 1) with
+  // x = query_pos - j, i.e. m = clamp(base + j/R, 0, 1). The max is taken over
+  // keys with m > 0 only, so keys outside the span cannot underflow the rest.
+  static void adaptive_span(const float* s, float* p, std::size_t n, const RowParams& params, float*) {
+    const double base = (params.ramp + params.span - static_cast<double>(params.query_pos)) / params.ramp;
+    const B b0(static_cast<float>(base)), step(static_cast<float>(1.0 / params.ramp));
+    alignas(64) float lane[W];
+    for (std::size_t l = 0; l < W; ++l) lane[l] = static_cast<float>(l);
+    const B iota = B::load_aligned(lane);
+    auto mask_at = [&](std::size_t i) {
+      return xsimd::min(xsimd::max(b0 + (iota + B(static_cast<float>(i))) * step, B(0.0f)), B(1.0f));
+    };
+    B mx(-kInf);
+    for (std::size_t i = 0; i < n; i += W)
+      mx = xsimd::max(mx, xsimd::select(mask_at(i) > B(0.0f), load(s, i, n, -kInf), B(-kInf)));
+    const float m = max(mx);
+    if (m == -kInf) return fill(p, n, 0.0f);
+    const B mb(m);
+    B acc(0.0f);
+    for (std::size_t i = 0; i < n; i += W) {
+      const B mk = mask_at(i);
+      const B w = select0(mk > B(0.0f), mk * xsimd::exp(load(s, i, n, -kInf) - mb));
+      acc += w;
+      store(p, i, n, w);
+    }
+    scale(p, n, static_cast<float>(1.0 / sum(acc)));
+  }
+
+  // -------------------------------------------------------------------------
+  // Backward of the entmax family: dz = s (dp - <s, dp> / sum s) with s(p).
+  template <class Weight>
+  static void family_backward(const float* p, const float* dp, float* dz, std::size_t n, Weight weight) {
+    B ss(0.0f), sdp(0.0f);
+    for (std::size_t i = 0; i < n; i += W) {
+      const B s = weight(load(p, i, n, 0.0f));
+      ss += s;
+      sdp += s * load(dp, i, n, 0.0f);
+    }
+    const double total = sum(ss);
+    const B q(total > 0 ? static_cast<float>(sum(sdp) / total) : 0.0f);
+    for (std::size_t i = 0; i < n; i += W) {
+      const B s = weight(load(p, i, n, 0.0f));
+      store(dz, i, n, s * (load(dp, i, n, 0.0f) - q));
+    }
+  }
+
+  static void softmax_backward(const float* p, const float* dp, float* dz, std::size_t n, const RowParams&) {
+    family_backward(p, dp, dz, n, [](const B& x) { return x; });
+  }
+  static void sparsemax_backward(const float* p, const float* dp, float* dz, std::size_t n, const RowParams&) {
+    family_backward(p, dp, dz, n, [](const B& x) { return select0(x > B(0.0f), B(1.0f)); });
+  }
+  static void entmax15_backward(const float* p, const float* dp, float* dz, std::size_t n, const RowParams&) {
+    family_backward(p, dp, dz, n, [](const B& x) { return xsimd::sqrt(x); });
+  }
+  // s = p^(2 - alpha) on the support; batches with no support skip the pow.
+  static void entmax_backward(const float* p, const float* dp, float* dz, std::size_t n, const RowParams& params) {
+    const B e(static_cast<float>(2.0 - params.alpha));
+    family_backward(p, dp, dz, n, [&](const B& x) {
+      const BB in = x > B(0.0f);
+      if (!xsimd::any(in)) return B(0.0f);
+      return select0(in, xsimd::exp(e * xsimd::log(xsimd::max(x, B(1e-38f)))));
+    });
+  }
+
+  static TransformKernels table(CpuIsa isa) {
+    return {isa,          valid,           softmax,  sparsemax,          entmax15,          entmax,
+            topk_softmax, adaptive_span,   softmax_backward, sparsemax_backward, entmax15_backward, entmax_backward};
+  }
+};
+
+}  // namespace entgraph::detail::simd

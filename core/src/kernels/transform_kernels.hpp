@@ -1,0 +1,58 @@
+// entgraph internal: the kernel table of the row-wise transforms.
+//
+// One table per backend (the float64 reference, and one per SIMD instruction
+// set), filled once; ops pick a table by cpu_isa() and call through it. A
+// kernel transforms one row, never throws and never allocates: the op has
+// validated its input (no NaN, no +inf; -inf marks masked entries) and hands
+// it scratch space of scratch_floats(n) floats.
+#pragma once
+
+#include <cstddef>
+
+#include "entgraph/runtime.hpp"
+
+namespace entgraph::detail {
+
+struct RowParams {
+  double alpha = 1.5;           // entmax
+  std::size_t k = 0;            // topk_softmax
+  double span = 0.0;            // adaptive span: z of this row
+  double ramp = 1.0;            // adaptive span: R
+  std::ptrdiff_t query_pos = 0; // adaptive span: position of this row's query
+};
+
+inline constexpr std::size_t scratch_floats(std::size_t n) { return 2 * n + 64; }
+
+using ValidRow = bool (*)(const float* z, std::size_t n);  // no NaN and no +inf
+using ForwardRow = void (*)(const float* z, float* p, std::size_t n, const RowParams& params, float* scratch);
+using BackwardRow = void (*)(const float* p, const float* dp, float* dz, std::size_t n, const RowParams& params);
+
+struct TransformKernels {
+  CpuIsa isa;
+  ValidRow valid;
+  ForwardRow softmax;
+  ForwardRow sparsemax;
+  ForwardRow entmax15;
+  ForwardRow entmax;  // general alpha in (1, kMaxEntmaxAlpha]
+  ForwardRow topk_softmax;
+  ForwardRow adaptive_span;
+  BackwardRow softmax_backward;  // p (dp - <p, dp>): softmax, top-k, adaptive span
+  BackwardRow sparsemax_backward;
+  BackwardRow entmax15_backward;
+  BackwardRow entmax_backward;   // general alpha
+};
+
+// The table of an available instruction set (throws if it is not).
+const TransformKernels& transform_kernels(CpuIsa isa);
+// The table of cpu_isa().
+inline const TransformKernels& transform_kernels() { return transform_kernels(cpu_isa()); }
+
+// Per-ISA tables, defined in kernels/simd/arch_<isa>.cpp and
+// kernels/reference/transforms_reference.cpp.
+extern const TransformKernels kReferenceKernels;
+extern const TransformKernels kSse2Kernels;
+extern const TransformKernels kAvx2Kernels;
+extern const TransformKernels kAvx512Kernels;
+extern const TransformKernels kSimd128Kernels;
+
+}  // namespace entgraph::detail

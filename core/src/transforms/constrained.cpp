@@ -1,0 +1,201 @@
+// Constrained softmax (Martins & Kreutzer 2017) and constrained sparsemax
+// (Malaviya et al. 2018): p <= u elementwise on the simplex.
+//
+// Both are solved exactly by sorting breakpoints (O(n log n) per row). They are
+// not hot paths of attention, so there is one templated implementation for
+// float and double, accumulating in double.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "entgraph/transforms.hpp"
+#include "transforms/row_driver.hpp"
+
+namespace entgraph {
+namespace {
+
+// Scores may hold -inf for masked entries (they get p = 0).
+template <class T>
+void csoftmax_row(const T* z, const T* u, T* p, std::size_t n) {
+  double m = -std::numeric_limits<double>::infinity();
+  for (std::size_t i = 0; i < n; ++i) m = std::max<double>(m, z[i]);
+  std::fill(p, p + n, T(0));
+  if (m == -std::numeric_limits<double>::infinity()) return;
+  // Entry i saturates (p_i = u_i) iff c >= u_i / e_i: sort by that ratio and
+  // take the smallest saturated prefix whose c leaves the next entry free.
+  std::vector<std::pair<double, std::size_t>> order;  // (ratio, index)
+  std::vector<double> e(n, 0.0);
+  double free_mass = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (z[i] == -std::numeric_limits<T>::infinity()) continue;
+    e[i] = std::exp(static_cast<double>(z[i]) - m);
+    free_mass += e[i];
+    order.emplace_back(e[i] > 0 ? u[i] / e[i] : std::numeric_limits<double>::infinity(), i);
+  }
+  std::sort(order.begin(), order.end());
+  double saturated = 0;
+  std::size_t k = 0;
+  for (; k < order.size(); ++k) {
+    const double c = (1.0 - saturated) / free_mass;
+    if (c < order[k].first) break;
+    saturated += u[order[k].second];
+    free_mass -= e[order[k].second];
+  }
+  const double c = k < order.size() && free_mass > 0 ? (1.0 - saturated) / free_mass : 0.0;
+  for (std::size_t j = 0; j < order.size(); ++j) {
+    const std::size_t i = order[j].second;
+    p[i] = j < k ? u[i] : static_cast<T>(c * e[i]);
+  }
+}
+
+// g(tau) = sum clamp(z_i - tau, 0, u_i) is piecewise linear and decreasing:
+// sweep its breakpoints (z_i where i turns free, z_i - u_i where it saturates)
+// from the top until g reaches 1, then solve the linear piece.
+template <class T>
+void csparsemax_row(const T* z, const T* u, T* p, std::size_t n) {
+  std::vector<std::pair<double, int>> events;  // (tau, slope change as tau decreases)
+  for (std::size_t i = 0; i < n; ++i) {
+    if (z[i] == -std::numeric_limits<T>::infinity()) continue;
+    events.emplace_back(static_cast<double>(z[i]), +1);
+    events.emplace_back(static_cast<double>(z[i]) - static_cast<double>(u[i]), -1);
+  }
+  std::fill(p, p + n, T(0));
+  if (events.empty()) return;
+  std::sort(events.begin(), events.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  double g = 0, tau = events[0].first;
+  long slope = 0;
+  for (std::size_t e = 0; e < events.size(); ++e) {
+    const double next = events[e].first;
+    const double g_next = g + static_cast<double>(slope) * (tau - next);
+    if (slope > 0 && g_next >= 1.0) {
+      tau -= (1.0 - g) / static_cast<double>(slope);
+      g = 1.0;
+      break;
+    }
+    g = g_next;
+    tau = next;
+    slope += events[e].second;
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    if (z[i] == -std::numeric_limits<T>::infinity()) continue;
+    p[i] = static_cast<T>(std::clamp(static_cast<double>(z[i]) - tau, 0.0, static_cast<double>(u[i])));
+  }
+}
+
+// Bounds must be finite and >= 0 where unmasked, and sum to >= 1 over the
+// entries that can take mass (unmasked, score > -inf), unless there are none.
+template <class T>
+void check_upper(const char* op, ConstMatrix<T> scores, ConstMatrix<T> upper, MaskView mask) {
+  detail::check_shape(op, "upper", upper, scores.rows, scores.cols);
+  for (std::size_t r = 0; r < scores.rows; ++r) {
+    double total = 0;
+    bool any = false;
+    for (std::size_t j = 0; j < scores.cols; ++j) {
+      if (!mask.empty() && !mask(r, j)) continue;
+      const T b = upper(r, j);
+      if (!(std::isfinite(b) && b >= 0))
+        throw Error(std::string(op) + ": upper must be finite and >= 0 (got " + std::to_string(double(b)) +
+                    " at row " + std::to_string(r) + ", column " + std::to_string(j) + ")");
+      if (scores(r, j) == -std::numeric_limits<T>::infinity()) continue;
+      total += b;
+      any = true;
+    }
+    if (any && total < 1.0 - 1e-6)
+      throw Error(std::string(op) + ": upper bounds of row " + std::to_string(r) + " sum to " +
+                  std::to_string(total) + " (expected >= 1: no distribution satisfies them)");
+  }
+}
+
+template <class T, class Row>
+void constrained_forward(const char* op, ConstMatrix<T> scores, ConstMatrix<T> upper, MatrixView<T> probs,
+                         MaskView mask, Row row_fn) {
+  if (!mask.empty()) detail::check_shape(op, "mask", mask, scores.rows, scores.cols);
+  check_upper<T>(op, scores, upper, mask);
+  // The row kernel needs its row's bounds: the row index travels in query_pos.
+  detail::forward_rows<T>(op, scores, probs, mask,
+                          [&](const T* z, T* p, std::size_t n, const detail::RowParams& params, T*) {
+                            row_fn(z, upper.row(static_cast<std::size_t>(params.query_pos)), p, n);
+                          },
+                          [](std::size_t r) {
+                            detail::RowParams params;
+                            params.query_pos = static_cast<std::ptrdiff_t>(r);
+                            return params;
+                          });
+}
+
+// Shared backward: free entries pass gradient to z through `weight`, saturated
+// ones to u. q is the mean of dp over free entries weighted by `weight`.
+template <class T, class Free, class Weight>
+void constrained_backward(const char* op, ConstMatrix<T> probs, ConstMatrix<T> upper, ConstMatrix<T> grad_probs,
+                          MatrixView<T> grad_scores, MatrixView<T> grad_upper, Free is_free, Weight weight) {
+  detail::check_shape(op, "upper", upper, probs.rows, probs.cols);
+  detail::check_shape(op, "grad_probs", grad_probs, probs.rows, probs.cols);
+  detail::check_shape(op, "grad_scores", grad_scores, probs.rows, probs.cols);
+  if (!grad_upper.empty()) detail::check_shape(op, "grad_upper", grad_upper, probs.rows, probs.cols);
+  detail::check_nonempty(op, "probs", probs);
+  detail::check_finite<T>(op, "grad_probs", grad_probs);
+  const std::size_t n = probs.cols;
+  detail::parallel_for(probs.rows, detail::grain_for(n), [&](std::size_t begin, std::size_t end) {
+    for (std::size_t r = begin; r < end; ++r) {
+      const T *p = probs.row(r), *u = upper.row(r), *g = grad_probs.row(r);
+      double wsum = 0, wg = 0;
+      for (std::size_t j = 0; j < n; ++j) {
+        if (!is_free(p[j], u[j])) continue;
+        const double w = weight(p[j]);
+        wsum += w;
+        wg += w * g[j];
+      }
+      const double q = wsum > 0 ? wg / wsum : 0.0;
+      for (std::size_t j = 0; j < n; ++j) {
+        const bool free = is_free(p[j], u[j]);
+        grad_scores(r, j) = free ? static_cast<T>(weight(p[j]) * (g[j] - q)) : T(0);
+        if (!grad_upper.empty()) grad_upper(r, j) = !free && p[j] > 0 ? static_cast<T>(g[j] - q) : T(0);
+      }
+    }
+  });
+}
+
+}  // namespace
+
+template <class T>
+void constrained_softmax(ConstMatrix<T> scores, ConstMatrix<T> upper, MatrixView<T> probs, MaskView mask) {
+  constrained_forward<T>("constrained_softmax", scores, upper, probs, mask, csoftmax_row<T>);
+}
+
+template <class T>
+void constrained_sparsemax(ConstMatrix<T> scores, ConstMatrix<T> upper, MatrixView<T> probs, MaskView mask) {
+  constrained_forward<T>("constrained_sparsemax", scores, upper, probs, mask, csparsemax_row<T>);
+}
+
+template <class T>
+void constrained_softmax_backward(ConstMatrix<T> probs, ConstMatrix<T> upper, ConstMatrix<T> grad_probs,
+                                  MatrixView<T> grad_scores, MatrixView<T> grad_upper) {
+  constrained_backward<T>(
+      "constrained_softmax_backward", probs, upper, grad_probs, grad_scores, grad_upper,
+      [](T p, T u) { return p < u || p == 0; }, [](T p) { return static_cast<double>(p); });
+}
+
+template <class T>
+void constrained_sparsemax_backward(ConstMatrix<T> probs, ConstMatrix<T> upper, ConstMatrix<T> grad_probs,
+                                    MatrixView<T> grad_scores, MatrixView<T> grad_upper) {
+  constrained_backward<T>(
+      "constrained_sparsemax_backward", probs, upper, grad_probs, grad_scores, grad_upper,
+      [](T p, T u) { return p > 0 && p < u; }, [](T) { return 1.0; });
+}
+
+#define ENTGRAPH_INSTANTIATE(T)                                                                                  \
+  template void constrained_softmax<T>(ConstMatrix<T>, ConstMatrix<T>, MatrixView<T>, MaskView);                 \
+  template void constrained_sparsemax<T>(ConstMatrix<T>, ConstMatrix<T>, MatrixView<T>, MaskView);               \
+  template void constrained_softmax_backward<T>(ConstMatrix<T>, ConstMatrix<T>, ConstMatrix<T>, MatrixView<T>,   \
+                                                MatrixView<T>);                                                  \
+  template void constrained_sparsemax_backward<T>(ConstMatrix<T>, ConstMatrix<T>, ConstMatrix<T>, MatrixView<T>, \
+                                                  MatrixView<T>);
+ENTGRAPH_INSTANTIATE(float)
+ENTGRAPH_INSTANTIATE(double)
+#undef ENTGRAPH_INSTANTIATE
+
+}  // namespace entgraph

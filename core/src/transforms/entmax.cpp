@@ -1,0 +1,101 @@
+// alpha-entmax ops (exact 1.5 and general alpha): validation, dispatch, and
+// the gradient with respect to alpha.
+#include <cmath>
+#include <string>
+
+#include "entgraph/transforms.hpp"
+#include "transforms/row_driver.hpp"
+
+namespace entgraph {
+namespace {
+
+void check_alpha(const char* op, double alpha) {
+  if (!(alpha >= 1.0 && alpha <= kMaxEntmaxAlpha))
+    throw Error(std::string(op) + ": alpha out of range (got " + std::to_string(alpha) + ", expected 1 <= alpha <= " +
+                std::to_string(kMaxEntmaxAlpha) + "; alpha = 1 is softmax)");
+}
+
+// dL/dalpha of one row, in double:
+//   sum_i g_i [beta^2 (p_i - s_i/S) - beta (p_i log p_i - s_i H/S)],
+// s = p^(2-alpha), S = sum s, H = sum p log p, beta = 1/(alpha-1).
+template <class T>
+double row_grad_alpha(const T* p, const T* g, std::size_t n, double alpha) {
+  const double e = 2.0 - alpha, beta = 1.0 / (alpha - 1.0);
+  double S = 0, H = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (p[i] <= 0) continue;
+    const double pi = p[i];
+    S += std::pow(pi, e);
+    H += pi * std::log(pi);
+  }
+  double out = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (p[i] <= 0) continue;
+    const double pi = p[i], si = std::pow(pi, e) / S;
+    out += static_cast<double>(g[i]) * (beta * beta * (pi - si) - beta * (pi * std::log(pi) - si * H));
+  }
+  return out;
+}
+
+}  // namespace
+
+template <class T>
+void entmax15(ConstMatrix<T> scores, MatrixView<T> probs, MaskView mask) {
+  detail::forward_rows<T>("entmax15", scores, probs, mask, detail::kernels_for<T>().entmax15,
+                          [](std::size_t) { return detail::RowParams{}; });
+}
+
+template <class T>
+void entmax15_backward(ConstMatrix<T> probs, ConstMatrix<T> grad_probs, MatrixView<T> grad_scores) {
+  detail::backward_rows<T>("entmax15_backward", probs, grad_probs, grad_scores,
+                           detail::kernels_for<T>().entmax15_backward, {});
+}
+
+template <class T>
+void entmax(ConstMatrix<T> scores, MatrixView<T> probs, double alpha, MaskView mask) {
+  check_alpha("entmax", alpha);
+  detail::RowParams params;
+  params.alpha = alpha;
+  const auto& kernels = detail::kernels_for<T>();
+  detail::forward_rows<T>("entmax", scores, probs, mask, alpha == 1.0 ? kernels.softmax : kernels.entmax,
+                          [&](std::size_t) { return params; });
+}
+
+template <class T>
+void entmax_backward(ConstMatrix<T> probs, ConstMatrix<T> grad_probs, MatrixView<T> grad_scores, double alpha,
+                     T* grad_alpha) {
+  check_alpha("entmax_backward", alpha);
+  detail::RowParams params;
+  params.alpha = alpha;
+  const auto& kernels = detail::kernels_for<T>();
+  // Validates shapes before grad_alpha is touched.
+  detail::backward_rows<T>("entmax_backward", probs, grad_probs, grad_scores,
+                           alpha == 1.0 ? kernels.softmax_backward : kernels.entmax_backward, params);
+  if (grad_alpha == nullptr) return;
+  detail::parallel_for(probs.rows, detail::grain_for(probs.cols), [&](std::size_t begin, std::size_t end) {
+    for (std::size_t r = begin; r < end; ++r)
+      grad_alpha[r] =
+          alpha == 1.0 ? T(0) : static_cast<T>(row_grad_alpha(probs.row(r), grad_probs.row(r), probs.cols, alpha));
+  });
+}
+
+double entmax_alpha_from_param(double a) {
+  // softplus(a) = log1p(exp(a)), written to neither overflow nor lose small values.
+  const double softplus = a > 0 ? a + std::log1p(std::exp(-a)) : std::log1p(std::exp(a));
+  return 1.0 + softplus;
+}
+
+double entmax_alpha_param_grad(double a) {
+  return a >= 0 ? 1.0 / (1.0 + std::exp(-a)) : std::exp(a) / (1.0 + std::exp(a));
+}
+
+#define ENTGRAPH_INSTANTIATE(T)                                                                           \
+  template void entmax15<T>(ConstMatrix<T>, MatrixView<T>, MaskView);                                     \
+  template void entmax15_backward<T>(ConstMatrix<T>, ConstMatrix<T>, MatrixView<T>);                      \
+  template void entmax<T>(ConstMatrix<T>, MatrixView<T>, double, MaskView);                               \
+  template void entmax_backward<T>(ConstMatrix<T>, ConstMatrix<T>, MatrixView<T>, double, T*);
+ENTGRAPH_INSTANTIATE(float)
+ENTGRAPH_INSTANTIATE(double)
+#undef ENTGRAPH_INSTANTIATE
+
+}  // namespace entgraph

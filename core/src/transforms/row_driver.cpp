@@ -1,0 +1,70 @@
+#include "transforms/row_driver.hpp"
+
+#include <vector>
+
+namespace entgraph::detail {
+
+std::string shape_text(std::size_t rows, std::size_t cols) { return std::to_string(rows) + "x" + std::to_string(cols); }
+
+namespace {
+
+// Rows validated in parallel; the first bad entry in row order is reported.
+template <class T>
+void check_rows(const char* op, const char* arg, ConstMatrix<T> m, MaskView mask, bool allow_neg_inf) {
+  const std::size_t none = static_cast<std::size_t>(-1);
+  std::vector<std::size_t> bad_col(m.rows, none);
+  const auto& kernels = transform_kernels();
+  parallel_for(m.rows, grain_for(m.cols), [&](std::size_t begin, std::size_t end) {
+    for (std::size_t r = begin; r < end; ++r) {
+      const T* row = m.row(r);
+      const std::uint8_t* keep = mask.empty() ? nullptr : mask.row(r);
+      if constexpr (std::is_same_v<T, float>) {
+        if (!keep && allow_neg_inf && kernels.valid(row, m.cols)) continue;  // fast path: SIMD check
+      }
+      for (std::size_t j = 0; j < m.cols; ++j) {
+        if (keep && !keep[j]) continue;
+        const T x = row[j];
+        const bool ok = allow_neg_inf ? x < std::numeric_limits<T>::infinity() : std::isfinite(x);
+        if (!ok) {
+          bad_col[r] = j;
+          break;
+        }
+      }
+    }
+  });
+  for (std::size_t r = 0; r < m.rows; ++r) {
+    if (bad_col[r] == none) continue;
+    const T x = m(r, bad_col[r]);
+    throw Error(std::string(op) + ": " + arg + " contains " + (std::isnan(x) ? "NaN" : (x > 0 ? "+inf" : "-inf")) +
+                " at row " + std::to_string(r) + ", column " + std::to_string(bad_col[r]) +
+                (allow_neg_inf ? " (expected finite values or -inf)" : " (expected finite values)"));
+  }
+}
+
+}  // namespace
+
+template <class T>
+void check_scores(const char* op, const char* arg, ConstMatrix<T> scores, MaskView mask) {
+  check_rows<T>(op, arg, scores, mask, true);
+}
+
+template <class T>
+void check_finite(const char* op, const char* arg, ConstMatrix<T> values) {
+  check_rows<T>(op, arg, values, {}, false);
+}
+
+template <class T>
+T* thread_scratch(std::size_t n) {
+  thread_local std::vector<T> buffer;
+  if (buffer.size() < n) buffer.resize(n);
+  return buffer.data();
+}
+
+template void check_scores<float>(const char*, const char*, ConstMatrix<float>, MaskView);
+template void check_scores<double>(const char*, const char*, ConstMatrix<double>, MaskView);
+template void check_finite<float>(const char*, const char*, ConstMatrix<float>);
+template void check_finite<double>(const char*, const char*, ConstMatrix<double>);
+template float* thread_scratch<float>(std::size_t);
+template double* thread_scratch<double>(std::size_t);
+
+}  // namespace entgraph::detail

@@ -1,0 +1,92 @@
+// entgraph internal: validation and the parallel row loop shared by every
+// row-wise transform op. An op checks its arguments here, once, before any
+// output is written; then rows run on the thread pool, each through a kernel
+// that never throws.
+#pragma once
+
+#include <cmath>
+#include <cstddef>
+#include <limits>
+#include <string>
+
+#include "entgraph/error.hpp"
+#include "entgraph/matrix_view.hpp"
+#include "kernels/reference/transforms_reference.hpp"
+#include "runtime/parallel.hpp"
+
+namespace entgraph::detail {
+
+// "(got 3x4, expected 3x5)" style shape text.
+std::string shape_text(std::size_t rows, std::size_t cols);
+
+// Throws unless `view` is rows x cols with stride >= cols and data set.
+template <class V>
+void check_shape(const char* op, const char* arg, const V& view, std::size_t rows, std::size_t cols) {
+  if (view.rows != rows || view.cols != cols)
+    throw Error(std::string(op) + ": " + arg + " has the wrong shape (got " + shape_text(view.rows, view.cols) +
+                ", expected " + shape_text(rows, cols) + ")");
+  if (view.stride < view.cols)
+    throw Error(std::string(op) + ": " + arg + " has a row stride shorter than its rows (got " +
+                std::to_string(view.stride) + ", expected >= " + std::to_string(view.cols) + ")");
+  if (view.data == nullptr && rows * cols > 0) throw Error(std::string(op) + ": " + arg + " has no data");
+}
+
+// Throws unless `input` has at least one column.
+template <class V>
+void check_nonempty(const char* op, const char* arg, const V& input) {
+  if (input.cols == 0) throw Error(std::string(op) + ": " + arg + " rows are empty (got n = 0, expected n >= 1)");
+}
+
+// Throws if an unmasked entry of `scores` is NaN or +inf. -inf is allowed.
+template <class T>
+void check_scores(const char* op, const char* arg, ConstMatrix<T> scores, MaskView mask);
+
+// Throws if any entry (masked or not) is NaN or +/-inf.
+template <class T>
+void check_finite(const char* op, const char* arg, ConstMatrix<T> values);
+
+// Per-thread scratch of at least n elements, reused across calls.
+template <class T>
+T* thread_scratch(std::size_t n);
+
+// The row loop of a forward transform: validates shapes and scores, then for
+// each row calls kernel(z_row, p_row, n, params_of(row), scratch), with masked
+// entries replaced by -inf in a copy of the row first. params_of(row) builds
+// the row's RowParams (most ops return one constant value).
+template <class T, class Kernel, class Params>
+void forward_rows(const char* op, ConstMatrix<T> scores, MatrixView<T> probs, MaskView mask, Kernel kernel,
+                  Params params_of) {
+  check_shape(op, "probs", probs, scores.rows, scores.cols);
+  check_nonempty(op, "scores", scores);
+  if (!mask.empty()) check_shape(op, "mask", mask, scores.rows, scores.cols);
+  check_scores<T>(op, "scores", scores, mask);
+  const std::size_t n = scores.cols;
+  parallel_for(scores.rows, grain_for(n), [&](std::size_t begin, std::size_t end) {
+    T* scratch = thread_scratch<T>(n + scratch_floats(n));
+    for (std::size_t r = begin; r < end; ++r) {
+      const T* z = scores.row(r);
+      if (!mask.empty()) {
+        const std::uint8_t* keep = mask.row(r);
+        for (std::size_t j = 0; j < n; ++j) scratch[j] = keep[j] ? z[j] : -std::numeric_limits<T>::infinity();
+        z = scratch;
+      }
+      kernel(z, probs.row(r), n, params_of(r), scratch + n);
+    }
+  });
+}
+
+// The row loop of a backward transform: grad_scores[r] = kernel(probs[r], grad_probs[r]).
+template <class T, class Kernel>
+void backward_rows(const char* op, ConstMatrix<T> probs, ConstMatrix<T> grad_probs, MatrixView<T> grad_scores,
+                   Kernel kernel, const RowParams& params) {
+  check_shape(op, "grad_probs", grad_probs, probs.rows, probs.cols);
+  check_shape(op, "grad_scores", grad_scores, probs.rows, probs.cols);
+  check_nonempty(op, "probs", probs);
+  check_finite<T>(op, "grad_probs", grad_probs);
+  const std::size_t n = probs.cols;
+  parallel_for(probs.rows, grain_for(n), [&](std::size_t begin, std::size_t end) {
+    for (std::size_t r = begin; r < end; ++r) kernel(probs.row(r), grad_probs.row(r), grad_scores.row(r), n, params);
+  });
+}
+
+}  // namespace entgraph::detail

@@ -1,0 +1,97 @@
+// The Transform descriptor: names, parsing, and generic dispatch.
+#include <sstream>
+#include <string>
+
+#include "entgraph/error.hpp"
+#include "entgraph/transforms.hpp"
+
+namespace entgraph {
+
+std::string Transform::name() const {
+  std::ostringstream out;
+  switch (kind) {
+    case TransformKind::softmax: return "softmax";
+    case TransformKind::sparsemax: return "sparsemax";
+    case TransformKind::entmax15: return "entmax15";
+    case TransformKind::entmax: out << "entmax(alpha=" << alpha << ")"; return out.str();
+    case TransformKind::topk_softmax: out << "topk_softmax(k=" << k << ")"; return out.str();
+    case TransformKind::adaptive_span: return "adaptive_span";
+    case TransformKind::constrained_softmax: return "constrained_softmax";
+    case TransformKind::constrained_sparsemax: return "constrained_sparsemax";
+  }
+  return "unknown";
+}
+
+double Transform::tsallis_alpha() const {
+  switch (kind) {
+    case TransformKind::softmax: return 1.0;
+    case TransformKind::sparsemax: return 2.0;
+    case TransformKind::entmax15: return 1.5;
+    case TransformKind::entmax: return alpha;
+    default: throw Error("Transform::tsallis_alpha: " + name() + " is not an entmax transform");
+  }
+}
+
+TransformKind parse_transform_kind(const std::string& name) {
+  static const std::pair<const char*, TransformKind> kNames[] = {
+      {"softmax", TransformKind::softmax},
+      {"sparsemax", TransformKind::sparsemax},
+      {"entmax15", TransformKind::entmax15},
+      {"entmax", TransformKind::entmax},
+      {"topk", TransformKind::topk_softmax},
+      {"topk_softmax", TransformKind::topk_softmax},
+      {"adaptive_span", TransformKind::adaptive_span},
+      {"constrained_softmax", TransformKind::constrained_softmax},
+      {"constrained_sparsemax", TransformKind::constrained_sparsemax},
+  };
+  for (const auto& [text, kind] : kNames)
+    if (name == text) return kind;
+  throw Error("parse_transform_kind: unknown transform (got '" + name +
+              "', expected softmax, sparsemax, entmax15, entmax, topk, adaptive_span, constrained_softmax or "
+              "constrained_sparsemax)");
+}
+
+template <class T>
+void transform_forward(const Transform& t, ConstMatrix<T> scores, MatrixView<T> probs, MaskView mask) {
+  switch (t.kind) {
+    case TransformKind::softmax: return softmax<T>(scores, probs, mask);
+    case TransformKind::sparsemax: return sparsemax<T>(scores, probs, mask);
+    case TransformKind::entmax15: return entmax15<T>(scores, probs, mask);
+    case TransformKind::entmax: return entmax<T>(scores, probs, t.alpha, mask);
+    case TransformKind::topk_softmax: return topk_softmax<T>(scores, probs, t.k, mask);
+    default:
+      throw Error("transform_forward: " + t.name() + " needs extra inputs; call it directly");
+  }
+}
+
+template <class T>
+void transform_backward(const Transform& t, ConstMatrix<T> probs, ConstMatrix<T> grad_probs,
+                        MatrixView<T> grad_scores, T* grad_alpha) {
+  switch (t.kind) {
+    // With grad_alpha, softmax and sparsemax are entmax at alpha = 1 and 2.
+    case TransformKind::softmax:
+      if (grad_alpha) return entmax_backward<T>(probs, grad_probs, grad_scores, 1.0, grad_alpha);
+      return softmax_backward<T>(probs, grad_probs, grad_scores);
+    case TransformKind::sparsemax:
+      if (grad_alpha) return entmax_backward<T>(probs, grad_probs, grad_scores, 2.0, grad_alpha);
+      return sparsemax_backward<T>(probs, grad_probs, grad_scores);
+    case TransformKind::entmax15:
+      if (grad_alpha) return entmax_backward<T>(probs, grad_probs, grad_scores, 1.5, grad_alpha);
+      return entmax15_backward<T>(probs, grad_probs, grad_scores);
+    case TransformKind::entmax: return entmax_backward<T>(probs, grad_probs, grad_scores, t.alpha, grad_alpha);
+    case TransformKind::topk_softmax:
+      if (t.k == 0) throw Error("transform_backward: k must be at least 1 (got k = 0)");
+      return topk_softmax_backward<T>(probs, grad_probs, grad_scores);
+    default:
+      throw Error("transform_backward: " + t.name() + " needs extra inputs; call it directly");
+  }
+}
+
+template void transform_forward<float>(const Transform&, ConstMatrix<float>, MatrixView<float>, MaskView);
+template void transform_forward<double>(const Transform&, ConstMatrix<double>, MatrixView<double>, MaskView);
+template void transform_backward<float>(const Transform&, ConstMatrix<float>, ConstMatrix<float>, MatrixView<float>,
+                                        float*);
+template void transform_backward<double>(const Transform&, ConstMatrix<double>, ConstMatrix<double>,
+                                         MatrixView<double>, double*);
+
+}  // namespace entgraph
