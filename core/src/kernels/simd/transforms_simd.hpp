@@ -269,18 +269,20 @@ struct Kernels {
     for (std::size_t j = 0; j < nc; ++j) p[idx[j]] = c[j];
   }
 
-  // Safeguarded Newton on a decreasing f over [lo, hi] with f(lo) >= 0 >=
-  // f(hi): evaluate(x, f, slope) gives f(x) and -f'(x). Newton steps that leave
-  // the bracket become bisections. Returns when a step drops below `tol`
-  // relative to x, or the bracket does.
+  // Safeguarded Halley on a decreasing f over [lo, hi] with f(lo) >= 0 >=
+  // f(hi): evaluate(x, f, slope, curv) gives f(x), -f'(x) and f''(x). Halley
+  // converges cubically, which halves the passes of Newton here; steps that
+  // leave the bracket become bisections. Returns when a step drops below
+  // `tol` relative to x, or the bracket does.
   template <class Evaluate>
   static double solve_decreasing(double lo, double hi, double x, double tol, Evaluate evaluate) {
     for (int it = 0; it < 100; ++it) {
-      double f, slope;
-      evaluate(x, f, slope);
+      double f, slope, curv;
+      evaluate(x, f, slope, curv);
       if (f > 0) lo = x > lo ? x : lo;
       else hi = x < hi ? x : hi;
-      double next = slope > 0 ? x + f / slope : 0.5 * (lo + hi);
+      const double denom = 2 * slope * slope - f * curv;
+      double next = denom > 0 ? x + 2 * f * slope / denom : (slope > 0 ? x + f / slope : 0.5 * (lo + hi));
       if (!(next > lo && next < hi)) next = 0.5 * (lo + hi);
       const double step = std::fabs(next - x), limit = tol * (1.0 + std::fabs(next));
       x = next;
@@ -297,25 +299,29 @@ struct Kernels {
     const B floor(-1.0f + 1e-7f);
     auto power = [&](const B& x) { return xsimd::exp(xsimd::log1p(xsimd::max(x, floor)) * inv); };
     double mass = 1.0;
-    // f = sum p - 1 and -f' = sum p / w over the candidates.
-    auto evaluate = [&](double lambda, double& f, double& slope) {
+    // f = sum p - 1, -f' = sum p / w and f'' = (1 - a) sum p / w^2 over the
+    // candidates (dp/dlambda = -p / w since w' = -a and a / a = 1).
+    auto evaluate = [&](double lambda, double& f, double& slope, double& curv) {
       const B lb(static_cast<float>(lambda));
-      B sm(0.0f), sd(0.0f);
+      B sm(0.0f), sd(0.0f), sc(0.0f);
       for (std::size_t i = 0; i < nc; i += W) {
         const B x = ab * (load(c, i, nc, -kInf) - lb);  // w = 1 + x
         const BB in = x > B(-1.0f);
         const B pw = select0(in, power(x));
+        const B q = pw / xsimd::max(one + x, B(1e-30f));
         sm += pw;
-        sd += select0(in, pw / (one + x));
+        sd += q;
+        sc += q / xsimd::max(one + x, B(1e-30f));
       }
       mass = sum(sm);
       f = mass - 1.0;
       slope = sum(sd);
+      curv = (1.0 - a) * sum(sc);
     };
     // f is convex for alpha <= 2: Newton from the left is monotone.
     const double lambda = solve_decreasing(0.0, hi, 0.0, 1e-7, evaluate);
-    double f, slope;
-    evaluate(lambda, f, slope);
+    double f, slope, curv;
+    evaluate(lambda, f, slope, curv);
     const B lb(static_cast<float>(lambda)), norm(static_cast<float>(1.0 / mass));
     for (std::size_t i = 0; i < nc; i += W) {
       const B x = ab * (load(c, i, nc, -kInf) - lb);
@@ -328,23 +334,26 @@ struct Kernels {
     const double t_hi = -std::exp(-a * std::log(static_cast<double>(nc))) * inv;  // lambda_hi - 1/a
     double mass = 1.0;
     // In t = lambda - 1/a: p = (a (u - t))^(1/a) for u > t.
-    auto evaluate = [&](double t, double& f, double& slope) {
-      double sm = 0, sd = 0;
+    // dp/dt = -p / (a d), d2p/dt2 = (1 - a) p / (a d)^2.
+    auto evaluate = [&](double t, double& f, double& slope, double& curv) {
+      double sm = 0, sd = 0, sc = 0;
       for (std::size_t i = 0; i < nc; ++i) {
         const double d = static_cast<double>(c[i]) - t;
         if (d <= 0) continue;
-        const double pw = std::exp(std::log(a * d) * inv);
+        const double pw = std::exp(std::log(a * d) * inv), q = pw / (a * d);
         sm += pw;
-        sd += pw / d * inv;  // dp/dt = -p / (a d)
+        sd += q;
+        sc += q / (a * d);
       }
       mass = sm;
       f = sm - 1.0;
       slope = sd;
+      curv = (1.0 - a) * sc;
     };
     // f is concave for alpha > 2: Newton from the right is monotone.
     const double t = solve_decreasing(-inv, t_hi, t_hi, 1e-15, evaluate);
-    double f, slope;
-    evaluate(t, f, slope);
+    double f, slope, curv;
+    evaluate(t, f, slope, curv);
     for (std::size_t i = 0; i < nc; ++i) {
       const double d = static_cast<double>(c[i]) - t;
       c[i] = d > 0 ? static_cast<float>(std::exp(std::log(a * d) * inv) / mass) : 0.0f;
@@ -405,38 +414,44 @@ struct Kernels {
 
   // -------------------------------------------------------------------------
   // Backward of the entmax family: dz = s (dp - <s, dp> / sum s) with s(p).
-  template <class Weight>
+  // For the sparse members (Sparse = true) a batch with no support needs
+  // neither dp nor the weight: it is skipped, then written as zeros.
+  template <bool Sparse, class Weight>
   static void family_backward(const float* p, const float* dp, float* dz, std::size_t n, Weight weight) {
     B ss(0.0f), sdp(0.0f);
     for (std::size_t i = 0; i < n; i += W) {
-      const B s = weight(load(p, i, n, 0.0f));
+      const B pb = load(p, i, n, 0.0f);
+      if (Sparse && !xsimd::any(pb > B(0.0f))) continue;
+      const B s = weight(pb);
       ss += s;
       sdp += s * load(dp, i, n, 0.0f);
     }
     const double total = sum(ss);
     const B q(total > 0 ? static_cast<float>(sum(sdp) / total) : 0.0f);
     for (std::size_t i = 0; i < n; i += W) {
-      const B s = weight(load(p, i, n, 0.0f));
-      store(dz, i, n, s * (load(dp, i, n, 0.0f) - q));
+      const B pb = load(p, i, n, 0.0f);
+      if (Sparse && !xsimd::any(pb > B(0.0f))) {
+        store(dz, i, n, B(0.0f));
+        continue;
+      }
+      store(dz, i, n, weight(pb) * (load(dp, i, n, 0.0f) - q));
     }
   }
 
   static void softmax_backward(const float* p, const float* dp, float* dz, std::size_t n, const RowParams&) {
-    family_backward(p, dp, dz, n, [](const B& x) { return x; });
+    family_backward<false>(p, dp, dz, n, [](const B& x) { return x; });
   }
   static void sparsemax_backward(const float* p, const float* dp, float* dz, std::size_t n, const RowParams&) {
-    family_backward(p, dp, dz, n, [](const B& x) { return select0(x > B(0.0f), B(1.0f)); });
+    family_backward<true>(p, dp, dz, n, [](const B& x) { return select0(x > B(0.0f), B(1.0f)); });
   }
   static void entmax15_backward(const float* p, const float* dp, float* dz, std::size_t n, const RowParams&) {
-    family_backward(p, dp, dz, n, [](const B& x) { return xsimd::sqrt(x); });
+    family_backward<true>(p, dp, dz, n, [](const B& x) { return xsimd::sqrt(x); });
   }
-  // s = p^(2 - alpha) on the support; batches with no support skip the pow.
+  // s = p^(2 - alpha) on the support.
   static void entmax_backward(const float* p, const float* dp, float* dz, std::size_t n, const RowParams& params) {
     const B e(static_cast<float>(2.0 - params.alpha));
-    family_backward(p, dp, dz, n, [&](const B& x) {
-      const BB in = x > B(0.0f);
-      if (!xsimd::any(in)) return B(0.0f);
-      return select0(in, xsimd::exp(e * xsimd::log(xsimd::max(x, B(1e-38f)))));
+    family_backward<true>(p, dp, dz, n, [&](const B& x) {
+      return select0(x > B(0.0f), xsimd::exp(e * xsimd::log(xsimd::max(x, B(1e-38f)))));
     });
   }
 

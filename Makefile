@@ -1,0 +1,33 @@
+# Thin driver over CMake presets. `make demo` and `make test` install what is
+# missing (Debian packages), build, and run; see README.md.
+.PHONY: all deps build demo test test-release test-debug bench clean
+
+all: build
+
+deps:
+	@tools/install_deps.sh
+
+build: deps
+	cmake --preset release
+	cmake --build --preset release
+
+demo: build
+	./build/release/native/cli/entgraph demo
+
+test-release: build
+	ctest --preset release
+
+test-debug: deps
+	cmake --preset debug
+	cmake --build --preset debug
+	ctest --preset debug
+
+# Release suite (with CLI and install tests), then the sanitizer build of the
+# core tests; ctest's summary of each is printed, the sanitizer one last.
+test: test-release test-debug
+
+bench: build
+	./build/release/native/bench/entgraph_bench --benchmark_format=console
+
+clean:
+	rm -rf build
