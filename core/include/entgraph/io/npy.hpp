@@ -68,9 +68,9 @@ struct NpyMatrix {
 
 // An n-dimensional array as read from, or to be written to, a .npy file.
 struct NpyArray {
-  std::vector<std::size_t> shape;        // empty for a 0-D array (one element)
+  std::vector<std::size_t> shape;  // empty for a 0-D array (one element)
   NpyDtype dtype = NpyDtype::float32;
-  std::vector<unsigned char> bytes;      // size() * npy_dtype_size(dtype) bytes, little-endian, C order
+  std::vector<unsigned char> bytes;  // size() * npy_dtype_size(dtype) bytes, little-endian, C order
 
   std::size_t ndim() const { return shape.size(); }
   // Number of elements: the product of shape (1 for 0-D). Throws

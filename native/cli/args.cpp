@@ -1,0 +1,129 @@
+#include "args.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+
+#include "entgraph/error.hpp"
+#include "entgraph/runtime.hpp"
+
+namespace entgraph::cli {
+
+Args::Args(const std::string& command, const std::vector<std::string>& argv, const std::vector<OptionSpec>& options)
+    : command_(command) {
+  bool options_done = false;
+  for (std::size_t i = 0; i < argv.size(); ++i) {
+    const std::string& arg = argv[i];
+    const bool looks_like_option = !options_done && arg.size() >= 2 && arg[0] == '-';
+    if (!looks_like_option) {
+      positional_.push_back(arg);
+      continue;
+    }
+    if (arg == "--") {
+      options_done = true;
+      continue;
+    }
+    if (arg == "-h" || arg == "--help") {
+      help_ = true;
+      continue;
+    }
+    if (arg[1] != '-') {
+      // "-3" or "-.5" is a (positional) number, "-x" a mistake.
+      if ((arg[1] >= '0' && arg[1] <= '9') || arg[1] == '.') {
+        positional_.push_back(arg);
+        continue;
+      }
+      throw UsageError(command_ + ": unknown option '" + arg + "'");
+    }
+    std::string name = arg.substr(2);
+    std::optional<std::string> inline_value;
+    if (const auto eq = name.find('='); eq != std::string::npos) {
+      inline_value = name.substr(eq + 1);
+      name.resize(eq);
+    }
+    const OptionSpec* spec = nullptr;
+    for (const OptionSpec& o : options)
+      if (name == o.name) spec = &o;
+    if (spec == nullptr) throw UsageError(command_ + ": unknown option '--" + name + "'");
+    if (has(name)) throw UsageError(command_ + ": option '--" + name + "' given more than once");
+    std::string value;
+    if (spec->takes_value) {
+      if (inline_value) {
+        value = *inline_value;
+      } else {
+        if (i + 1 >= argv.size()) throw UsageError(command_ + ": option '--" + name + "' needs a value");
+        value = argv[++i];
+      }
+    } else if (inline_value) {
+      throw UsageError(command_ + ": option '--" + name + "' takes no value");
+    }
+    values_.emplace_back(name, value);
+  }
+}
+
+bool Args::has(const std::string& name) const {
+  for (const auto& [n, v] : values_)
+    if (n == name) return true;
+  return false;
+}
+
+std::optional<std::string> Args::get(const std::string& name) const {
+  for (const auto& [n, v] : values_)
+    if (n == name) return v;
+  return std::nullopt;
+}
+
+void Args::expect_positional(std::size_t count, const char* names) const {
+  if (positional_.size() != count)
+    throw UsageError(command_ + ": expected " + names + " (got " + std::to_string(positional_.size()) +
+                     " file argument" + (positional_.size() == 1 ? "" : "s") + ")");
+}
+
+std::optional<double> Args::number(const std::string& name) const {
+  const auto text = get(name);
+  if (!text) return std::nullopt;
+  const char* begin = text->c_str();
+  char* end = nullptr;
+  errno = 0;
+  const double v = std::strtod(begin, &end);
+  if (text->empty() || end != begin + text->size() || errno == ERANGE || !std::isfinite(v))
+    throw error("--" + name + ": not a finite number (got '" + *text + "')");
+  return v;
+}
+
+std::optional<std::uint64_t> Args::integer(const std::string& name) const {
+  const auto text = get(name);
+  if (!text) return std::nullopt;
+  const bool digits_only = !text->empty() && text->find_first_not_of("0123456789") == std::string::npos;
+  errno = 0;
+  const unsigned long long v = digits_only ? std::strtoull(text->c_str(), nullptr, 10) : 0;
+  if (!digits_only || errno == ERANGE || v > std::numeric_limits<std::uint64_t>::max())
+    throw error("--" + name + ": not a non-negative integer (got '" + *text + "')");
+  return static_cast<std::uint64_t>(v);
+}
+
+void apply_runtime_options(const Args& args) {
+  if (auto isa = args.get("isa")) {
+    const std::vector<CpuIsa> isas = available_cpu_isas();
+    std::string available;
+    for (CpuIsa a : isas) available += std::string(available.empty() ? "" : ", ") + cpu_isa_name(a);
+    CpuIsa parsed;
+    try {
+      parsed = parse_cpu_isa(*isa);
+    } catch (const Error&) {
+      throw args.error("--isa: unknown instruction set '" + *isa + "' (available here: " + available + ")");
+    }
+    if (std::find(isas.begin(), isas.end(), parsed) == isas.end())
+      throw Error(args.command() + ": --isa: " + *isa +
+                  " is not available on this machine or build (available: " + available + ")");
+    set_cpu_isa(parsed);
+  }
+  if (auto threads = args.integer("threads")) {
+    if (*threads > 4096) throw args.error("--threads: at most 4096 (got " + std::to_string(*threads) + ")");
+    set_num_threads(static_cast<std::size_t>(*threads));
+  }
+}
+
+}  // namespace entgraph::cli

@@ -1,0 +1,73 @@
+// entgraph CLI: argument parsing shared by every subcommand.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace entgraph::cli {
+
+// A mistake on the command line (unknown option, missing or bad value, wrong
+// number of files). main() prints "entgraph: <message>" and exits with 2;
+// every other error exits with 1.
+class UsageError : public std::runtime_error {
+ public:
+  explicit UsageError(const std::string& message) : std::runtime_error(message) {}
+};
+
+// One option a subcommand accepts: "--name VALUE" (takes_value) or "--name".
+struct OptionSpec {
+  const char* name;  // without the leading "--"
+  bool takes_value;
+};
+
+// The parsed arguments of one subcommand. Options are "--name VALUE" or
+// "--name=VALUE"; "-h" and "--help" are always accepted; "--" ends the
+// options; anything else is positional. Throws UsageError for an unknown
+// option, a missing value, a value given to a flag, or an option repeated.
+class Args {
+ public:
+  Args(const std::string& command, const std::vector<std::string>& argv, const std::vector<OptionSpec>& options);
+
+  const std::string& command() const { return command_; }
+  bool help() const { return help_; }
+  bool has(const std::string& name) const;
+  std::optional<std::string> get(const std::string& name) const;
+  const std::vector<std::string>& positional() const { return positional_; }
+
+  // Throws UsageError unless there are exactly `count` positional arguments,
+  // naming them (e.g. "IN.npy OUT.npy").
+  void expect_positional(std::size_t count, const char* names) const;
+
+  // The value of --name as a number, if given. The whole value must be the
+  // number: "<command>: --name: not a finite number (got 'x')" otherwise.
+  std::optional<double> number(const std::string& name) const;
+  // The value of --name as a non-negative integer, if given.
+  std::optional<std::uint64_t> integer(const std::string& name) const;
+
+  // A UsageError "<command>: <what>", to throw.
+  UsageError error(const std::string& what) const { return UsageError(command_ + ": " + what); }
+
+ private:
+  std::string command_;
+  bool help_ = false;
+  std::vector<std::pair<std::string, std::string>> values_;  // name, value ("" for flags)
+  std::vector<std::string> positional_;
+};
+
+// Options every compute subcommand accepts.
+inline const OptionSpec kIsaOption{"isa", true};
+inline const OptionSpec kThreadsOption{"threads", true};
+// Help text lines for them.
+inline constexpr const char* kRuntimeOptionsHelp =
+    "  --isa NAME         CPU kernels: reference, sse2, avx2, avx512 (default: the best\n"
+    "                     available, or $ENTGRAPH_CPU_ISA)\n"
+    "  --threads N        worker threads; 0 = default ($ENTGRAPH_NUM_THREADS or all cores)\n";
+// Applies --isa and --threads if given. An unknown ISA name is a UsageError;
+// one this machine lacks is an entgraph::Error.
+void apply_runtime_options(const Args& args);
+
+}  // namespace entgraph::cli

@@ -1,0 +1,145 @@
+// entgraph transform: one transform, forward and optionally backward, over a
+// .npy file of scores.
+#include <cstdint>
+#include <cstdio>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "args.hpp"
+#include "commands.hpp"
+#include "entgraph/error.hpp"
+#include "entgraph/io/npy.hpp"
+#include "entgraph/transforms.hpp"
+#include "npy_input.hpp"
+
+namespace entgraph::cli {
+namespace {
+
+constexpr const char* kUsage =
+    "Usage: entgraph transform --fn NAME [--alpha A] [--k K] [--grad G.npy --grad-out GI.npy]\n"
+    "                          [--isa NAME] [--threads N] IN.npy OUT.npy\n"
+    "\n"
+    "Applies an attention transform to each row of IN.npy, a 2-D float32 or float64\n"
+    "array of scores, and writes the weights to OUT.npy with the same shape and dtype.\n"
+    "float32 runs the kernels of the active ISA; float64 runs the scalar float64\n"
+    "reference.\n"
+    "\n"
+    "Options:\n"
+    "  --fn NAME          softmax, sparsemax, entmax15, entmax or topk (required)\n"
+    "  --alpha A          entmax only, required there: alpha in [1, 1000]\n"
+    "                     (1 is softmax, 1.5 entmax15, 2 sparsemax; larger is sparser)\n"
+    "  --k K              topk only, required there: scores kept per row, K >= 1\n"
+    "                     (ties with the K-th largest are kept too)\n"
+    "  --grad G.npy       upstream gradient dL/dp, same shape as IN (float32 or\n"
+    "                     float64, converted to IN's dtype); needs --grad-out\n"
+    "  --grad-out GI.npy  where the backward writes dL/dz (IN's dtype)\n"
+    "%s"
+    "  -h, --help         show this help\n"
+    "\n"
+    "Example:\n"
+    "  entgraph transform --fn entmax --alpha 1.25 data/sample_scores.npy p.npy\n";
+
+constexpr const char* kFnNames = "softmax, sparsemax, entmax15, entmax, topk";
+
+Transform parse_fn(const Args& args) {
+  const auto fn = args.get("fn");
+  if (!fn) throw args.error("--fn is required (one of " + std::string(kFnNames) + ")");
+  Transform t;
+  if (*fn == "softmax") {
+    t = Transform::softmax();
+  } else if (*fn == "sparsemax") {
+    t = Transform::sparsemax();
+  } else if (*fn == "entmax15") {
+    t = Transform::entmax15();
+  } else if (*fn == "entmax") {
+    const auto alpha = args.number("alpha");
+    if (!alpha) throw args.error("--fn entmax needs --alpha A (A in [1, 1000])");
+    if (!(*alpha >= 1.0 && *alpha <= kMaxEntmaxAlpha))
+      throw args.error("--alpha: must be in [1, 1000] (got " + *args.get("alpha") + ")");
+    t = Transform::entmax(*alpha);
+  } else if (*fn == "topk" || *fn == "topk_softmax") {
+    const auto k = args.integer("k");
+    if (!k) throw args.error("--fn topk needs --k K (K >= 1)");
+    if (*k == 0) throw args.error("--k: must be at least 1 (got 0)");
+    if (*k > std::numeric_limits<std::size_t>::max()) throw args.error("--k: too large (got " + *args.get("k") + ")");
+    t = Transform::topk_softmax(static_cast<std::size_t>(*k));
+  } else if (*fn == "adaptive_span" || *fn == "constrained_softmax" || *fn == "constrained_sparsemax") {
+    throw args.error("--fn: " + *fn + " needs extra inputs and is not available in 'transform' (expected one of " +
+                     kFnNames + "; 'entgraph demo' shows it)");
+  } else {
+    throw args.error("--fn: unknown transform '" + *fn + "' (expected one of " + kFnNames + ")");
+  }
+  if (args.has("alpha") && t.kind != TransformKind::entmax) throw args.error("--alpha applies only to --fn entmax");
+  if (args.has("k") && t.kind != TransformKind::topk_softmax) throw args.error("--k applies only to --fn topk");
+  return t;
+}
+
+// Library errors (NaN in the scores, ...) get the file they came from.
+template <class F>
+void with_context(const std::string& path, F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    throw Error("transform: " + path + ": " + e.what());
+  }
+}
+
+template <class T>
+void run(const Transform& t, const NpyArray& in, const std::string& in_path, const NpyArray* grad,
+         const std::string& grad_path, const std::string& out_path, const std::string& grad_out_path) {
+  const NpyMatrix<T> scores = in.to_matrix<T>();
+  NpyMatrix<T> probs{scores.rows, scores.cols, std::vector<T>(scores.data.size())};
+  with_context(in_path, [&] { transform_forward<T>(t, scores.view(), probs.view()); });
+  if (grad == nullptr) {
+    write_npy(out_path, probs.view());
+    return;
+  }
+  // Compute everything before writing anything, so a failure leaves no
+  // half-finished set of outputs.
+  const NpyMatrix<T> grad_probs = grad->to_matrix<T>();
+  NpyMatrix<T> grad_scores{scores.rows, scores.cols, std::vector<T>(scores.data.size())};
+  with_context(grad_path, [&] { transform_backward<T>(t, probs.view(), grad_probs.view(), grad_scores.view()); });
+  write_npy(out_path, probs.view());
+  write_npy(grad_out_path, grad_scores.view());
+}
+
+}  // namespace
+
+int run_transform(const std::vector<std::string>& argv) {
+  const Args args(
+      "transform", argv,
+      {{"fn", true}, {"alpha", true}, {"k", true}, {"grad", true}, {"grad-out", true}, kIsaOption, kThreadsOption});
+  if (args.help()) {
+    std::printf(kUsage, kRuntimeOptionsHelp);
+    return 0;
+  }
+  const Transform t = parse_fn(args);
+  const auto grad_path = args.get("grad");
+  const auto grad_out_path = args.get("grad-out");
+  if (grad_path.has_value() != grad_out_path.has_value())
+    throw args.error(grad_path ? "--grad needs --grad-out GI.npy" : "--grad-out needs --grad G.npy");
+  args.expect_positional(2, "IN.npy OUT.npy");
+  apply_runtime_options(args);
+
+  const std::string& in_path = args.positional()[0];
+  const std::string& out_path = args.positional()[1];
+  const NpyArray in = read_score_matrix("transform", in_path);
+  NpyArray grad;
+  if (grad_path) {
+    grad = read_score_matrix("transform", *grad_path);
+    if (grad.shape != in.shape)
+      throw Error("transform: " + *grad_path + ": the gradient's shape " + npy_shape_string(grad.shape) +
+                  " does not match the input's " + npy_shape_string(in.shape));
+  }
+  const NpyArray* g = grad_path ? &grad : nullptr;
+  const std::string gp = grad_path.value_or(""), gi = grad_out_path.value_or("");
+  if (in.dtype == NpyDtype::float64) {
+    run<double>(t, in, in_path, g, gp, out_path, gi);
+  } else {
+    run<float>(t, in, in_path, g, gp, out_path, gi);
+  }
+  return 0;
+}
+
+}  // namespace entgraph::cli

@@ -1,0 +1,247 @@
+#!/usr/bin/env bash
+# CTest driver of the entgraph command-line tool.
+#   cli_test.sh ENTGRAPH SOURCE_DIR WORK_DIR CASE
+# Runs one named case (see the `case` below and CMakeLists.txt) in an empty
+# WORK_DIR, and exits non-zero with a message on the first failed check.
+# Needs only bash and coreutils: .npy fixtures are written with printf, and
+# outputs are checked with `entgraph info` (dtype, shape, row sums).
+set -u
+ENTGRAPH=$1
+SRC=$2
+WORK=$3
+CASE=$4
+SAMPLE=$SRC/data/sample_scores.npy
+
+rm -rf "$WORK" && mkdir -p "$WORK" && cd "$WORK" || exit 1
+
+fail() {
+  echo "FAIL [$CASE]: $*" >&2
+  exit 1
+}
+
+# Runs entgraph; sets OUT, ERR and CODE.
+run() {
+  echo "+ entgraph $*" >&2
+  "$ENTGRAPH" "$@" >stdout.txt 2>stderr.txt
+  CODE=$?
+  OUT=$(cat stdout.txt)
+  ERR=$(cat stderr.txt)
+}
+
+expect_ok() {
+  run "$@"
+  [ "$CODE" -eq 0 ] || fail "exit code $CODE (expected 0); stderr: $ERR"
+}
+
+# expect_fail CODE TEXT ARGS...: exits with CODE, prints "entgraph: ...TEXT..."
+# on stderr, and does not crash.
+expect_fail() {
+  local want=$1 text=$2
+  shift 2
+  run "$@"
+  [ "$CODE" -eq "$want" ] || fail "exit code $CODE (expected $want); stderr: $ERR"
+  case "$ERR" in
+    "entgraph: "*) ;;
+    *) fail "stderr does not start with 'entgraph: ': $ERR" ;;
+  esac
+  case "$ERR" in
+    *"$text"*) ;;
+    *) fail "stderr does not mention '$text': $ERR" ;;
+  esac
+  echo "  ok: $ERR" >&2
+}
+
+contains() {
+  case "$1" in
+    *"$2"*) ;;
+    *) fail "output does not contain '$2':"$'\n'"$1" ;;
+  esac
+}
+
+# npy FILE DESCR SHAPE: writes a version 1.0 header (data appended by the caller).
+npy_header() {
+  local file=$1 descr=$2 shape=$3
+  local header="{'descr': '$descr', 'fortran_order': False, 'shape': $shape, }"
+  local pad=$(((64 - (10 + ${#header} + 1) % 64) % 64))
+  local len=$((${#header} + pad + 1))
+  {
+    printf '\x93NUMPY\x01\x00'
+    printf "\\x$(printf %02x $((len & 255)))\\x$(printf %02x $((len >> 8)))"
+    printf '%s%*s\n' "$header" "$pad" ""
+  } >"$file"
+}
+
+# check_info FILE DTYPE_AND_SHAPE ROWSUM: FILE has that dtype and shape and
+# every row sums to ROWSUM within 1e-4.
+check_info() {
+  expect_ok info "$1"
+  contains "$OUT" "$1: $2"
+  echo "$OUT" | awk -v want="$3" '
+    /row sums:/ { found = 1
+      d1 = $4 - want; d2 = $6 - want
+      if (d1 < 0) d1 = -d1; if (d2 < 0) d2 = -d2
+      if (d1 > 1e-4 || d2 > 1e-4) { print "row sums " $4 " .. " $6 " are not " want; exit 1 } }
+    END { if (!found) { print "no row sums"; exit 1 } }' >&2 || fail "bad row sums in $1"
+}
+
+# zeros FILE: the number of exact zeros that `entgraph info` reports.
+zeros() {
+  "$ENTGRAPH" info "$1" | sed -n 's/.* zeros \([0-9]*\)\/.*/\1/p'
+}
+
+transform_args() {
+  case "$1" in
+    entmax) echo "--fn entmax --alpha 1.25" ;;
+    topk) echo "--fn topk --k 3" ;;
+    *) echo "--fn $1" ;;
+  esac
+}
+
+# Fixtures.
+npy_header cube.npy '<f4' '(2, 2, 2)' && head -c 32 /dev/zero >>cube.npy
+npy_header int64.npy '<i8' '(2, 3)' && head -c 48 /dev/zero >>int64.npy
+npy_header empty_cols.npy '<f4' '(2, 0)'
+npy_header small_grad.npy '<f4' '(2, 3)' && head -c 24 /dev/zero >>small_grad.npy
+npy_header f64.npy '<f8' '(2, 3)'
+# 1, 2, 3 / 0.5, -1, 0 as little-endian doubles.
+printf '\0\0\0\0\0\0\xf0\x3f\0\0\0\0\0\0\x00\x40\0\0\0\0\0\0\x08\x40' >>f64.npy
+printf '\0\0\0\0\0\0\xe0\x3f\0\0\0\0\0\0\xf0\xbf\0\0\0\0\0\0\0\0' >>f64.npy
+printf 'not a numpy file\n' >garbage.npy
+head -c 200 "$SAMPLE" >truncated.npy
+
+case "$CASE" in
+  help)
+    expect_ok --help
+    contains "$OUT" "transform"
+    contains "$OUT" "demo"
+    expect_ok --version
+    contains "$OUT" "entgraph "
+    expect_ok transform --help
+    contains "$OUT" "--fn NAME"
+    contains "$OUT" "--grad-out"
+    expect_ok demo --help
+    contains "$OUT" "--in FILE.npy"
+    expect_ok help transform
+    contains "$OUT" "--alpha"
+    expect_ok info --help
+    run
+    [ "$CODE" -eq 2 ] || fail "no arguments: exit code $CODE (expected 2)"
+    contains "$ERR" "Usage: entgraph"
+    ;;
+
+  transform-softmax | transform-sparsemax | transform-entmax15 | transform-entmax | transform-topk)
+    fn=${CASE#transform-}
+    # shellcheck disable=SC2046
+    expect_ok transform $(transform_args "$fn") "$SAMPLE" out.npy
+    check_info out.npy "float32 (6, 12)" 1
+    expect_ok info out.npy
+    contains "$OUT" "min 0"  # weights are >= 0 (sparse ones hit 0 exactly)
+    z=$(zeros out.npy)
+    case "$fn" in
+      softmax) [ "$z" -eq 0 ] || fail "softmax gave $z exact zeros" ;;
+      # 3 per row, but row 0 ties at its 3rd largest (0.34 twice) and keeps both.
+      topk) [ "$z" -eq 53 ] || fail "top-3 kept $((72 - z)) entries of 72 (expected 19)" ;;
+      entmax) ;;  # alpha 1.25 may or may not reach 0 on these scores
+      *) [ "$z" -gt 0 ] || fail "$fn gave no exact zeros" ;;
+    esac
+    # The same transform, again, with every ISA option and threads: same file.
+    # shellcheck disable=SC2046
+    expect_ok transform $(transform_args "$fn") --isa reference --threads 1 "$SAMPLE" ref.npy
+    check_info ref.npy "float32 (6, 12)" 1
+    ;;
+
+  transform-float64)
+    expect_ok transform --fn sparsemax f64.npy out.npy
+    check_info out.npy "float64 (2, 3)" 1
+    # sparsemax of (1, 2, 3) is (0, 0, 1): 1 - 2 >= 1 cuts the rest; of (0.5, -1, 0) is (0.75, 0, 0.25).
+    expect_ok info out.npy
+    contains "$OUT" "zeros 3/6"
+    contains "$OUT" "max 1"
+    expect_ok transform --fn softmax --grad f64.npy --grad-out gi.npy f64.npy p.npy
+    check_info gi.npy "float64 (2, 3)" 0
+    ;;
+
+  backward-softmax | backward-sparsemax | backward-entmax15 | backward-entmax | backward-topk)
+    fn=${CASE#backward-}
+    # The upstream gradient is any array of IN's shape; dL/dz sums to 0 per
+    # row for every one of these transforms.
+    # shellcheck disable=SC2046
+    expect_ok transform $(transform_args "$fn") --grad "$SAMPLE" --grad-out gi.npy "$SAMPLE" out.npy
+    check_info out.npy "float32 (6, 12)" 1
+    check_info gi.npy "float32 (6, 12)" 0
+    ;;
+
+  errors-usage)
+    expect_fail 2 "--fn: unknown transform 'bogus'" transform --fn bogus "$SAMPLE" out.npy
+    expect_fail 2 "--fn is required" transform "$SAMPLE" out.npy
+    expect_fail 2 "--k: must be at least 1" transform --fn topk --k 0 "$SAMPLE" out.npy
+    expect_fail 2 "--k: not a non-negative integer (got '-2')" transform --fn topk --k -2 "$SAMPLE" out.npy
+    expect_fail 2 "--fn topk needs --k" transform --fn topk "$SAMPLE" out.npy
+    expect_fail 2 "--alpha: must be in [1, 1000] (got 0.5)" transform --fn entmax --alpha 0.5 "$SAMPLE" out.npy
+    expect_fail 2 "--alpha: not a finite number (got 'abc')" transform --fn entmax --alpha abc "$SAMPLE" out.npy
+    expect_fail 2 "--fn entmax needs --alpha" transform --fn entmax "$SAMPLE" out.npy
+    expect_fail 2 "--alpha applies only to --fn entmax" transform --fn softmax --alpha 1.5 "$SAMPLE" out.npy
+    expect_fail 2 "--k applies only to --fn topk" transform --fn sparsemax --k 2 "$SAMPLE" out.npy
+    expect_fail 2 "unknown option '--bogus'" transform --fn softmax --bogus "$SAMPLE" out.npy
+    expect_fail 2 "option '--fn' needs a value" transform "$SAMPLE" out.npy --fn
+    expect_fail 2 "option '--fn' given more than once" transform --fn softmax --fn sparsemax "$SAMPLE" out.npy
+    expect_fail 2 "expected IN.npy OUT.npy (got 1 file argument)" transform --fn softmax "$SAMPLE"
+    expect_fail 2 "--grad needs --grad-out" transform --fn softmax --grad "$SAMPLE" "$SAMPLE" out.npy
+    expect_fail 2 "--threads: not a non-negative integer" transform --fn softmax --threads x "$SAMPLE" out.npy
+    expect_fail 2 "--isa: " transform --fn softmax --isa pentium "$SAMPLE" out.npy
+    expect_fail 2 "adaptive_span needs extra inputs" transform --fn adaptive_span "$SAMPLE" out.npy
+    expect_fail 2 "unknown command 'frobnicate'" frobnicate
+    expect_fail 2 "unknown option '--bogus'" --bogus
+    expect_fail 2 "--n: must be in [1, 100000]" demo --n 0
+    expect_fail 2 "--in cannot be combined with --n" demo --in "$SAMPLE" --n 3
+    [ ! -e out.npy ] || fail "a failed command wrote out.npy"
+    ;;
+
+  errors-files)
+    expect_fail 1 "missing.npy: cannot open file" transform --fn softmax missing.npy out.npy
+    expect_fail 1 "int64.npy: unsupported dtype int64 (expected float32 or float64)" \
+      transform --fn softmax int64.npy out.npy
+    expect_fail 1 "cube.npy: expected a 2-D array (got shape (2, 2, 2))" transform --fn softmax cube.npy out.npy
+    expect_fail 1 "empty_cols.npy: the array has no columns" transform --fn softmax empty_cols.npy out.npy
+    expect_fail 1 "garbage.npy: not a .npy file" transform --fn softmax garbage.npy out.npy
+    expect_fail 1 "truncated.npy: truncated data (got 72 bytes, expected 288)" \
+      transform --fn softmax truncated.npy out.npy
+    expect_fail 1 "is a directory" transform --fn softmax . out.npy
+    expect_fail 1 "small_grad.npy: the gradient's shape (2, 3) does not match the input's (6, 12)" \
+      transform --fn softmax --grad small_grad.npy --grad-out gi.npy "$SAMPLE" out.npy
+    [ ! -e out.npy ] || fail "a failed command wrote out.npy"
+    expect_fail 1 "no/such/dir/out.npy: cannot open file for writing" \
+      transform --fn softmax "$SAMPLE" no/such/dir/out.npy
+    expect_fail 1 "missing.npy: cannot open file" demo --in missing.npy
+    expect_fail 1 "--row 6 is out of range (the array has 6 rows)" demo --in "$SAMPLE" --row 6
+    expect_fail 1 "missing.npy: cannot open file" info missing.npy
+    expect_fail 2 "info: expected at least one FILE.npy" info
+    ;;
+
+  demo)
+    expect_ok demo
+    echo "$OUT" >&2
+    contains "$OUT" "isa: "
+    contains "$OUT" "threads: "
+    for name in softmax sparsemax entmax15 "entmax(alpha=1.25" "entmax(alpha=3" "topk_softmax(k=3" \
+      adaptive_span constrained_softmax constrained_sparsemax; do
+      contains "$OUT" "$name"
+    done
+    contains "$OUT" "10/10"  # softmax keeps everything
+    contains "$OUT" "3/10"   # top-3 keeps three
+    contains "$OUT" "    ."  # an exact zero is shown as '.'
+    [ "$(echo "$OUT" | grep -c '|')" -ge 11 ] || fail "expected a header, a scores line and 9 transform lines"
+    expect_ok demo --in "$SAMPLE" --row 2 --isa reference --threads 2
+    contains "$OUT" "12 scores from row 2 of"
+    contains "$OUT" "isa: reference"
+    contains "$OUT" "threads: 2"
+    expect_ok demo --n 40 --seed 3
+    contains "$OUT" "40 scores from random scores, seed 3"
+    contains "$OUT" "The first 16 of 40 weights are shown."
+    ;;
+
+  *)
+    fail "unknown case"
+    ;;
+esac
+echo "PASS [$CASE]" >&2
