@@ -37,6 +37,11 @@ double sigmoid(double a) { return a >= 0 ? 1.0 / (1.0 + std::exp(-a)) : std::exp
 
 }  // namespace
 
+// dL/dz per row (defined below adaptive_span_backward).
+template <class T>
+void span_gradient(ConstMatrix<T> probs, ConstMatrix<T> grad_probs, const T* span, const AdaptiveSpan& shape,
+                   T* grad_span);
+
 template <class T>
 T span_mask(T distance, T span, T ramp) {
   return std::clamp((ramp + span - distance) / ramp, T(0), T(1));
@@ -58,9 +63,16 @@ void adaptive_span_backward(ConstMatrix<T> probs, ConstMatrix<T> grad_probs, con
                             const AdaptiveSpan& shape, MatrixView<T> grad_scores, T* grad_span) {
   check_ramp("adaptive_span_backward", shape.ramp);
   check_span("adaptive_span_backward", span, probs.rows);
+  // grad_span first: grad_scores may overwrite probs or grad_probs.
+  detail::check_backward_args<T>("adaptive_span_backward", probs, grad_probs, grad_scores);
+  if (grad_span != nullptr) span_gradient<T>(probs, grad_probs, span, shape, grad_span);
   detail::backward_rows<T>("adaptive_span_backward", probs, grad_probs, grad_scores,
                            detail::kernels_for<T>().softmax_backward, {});
-  if (grad_span == nullptr) return;
+}
+
+template <class T>
+void span_gradient(ConstMatrix<T> probs, ConstMatrix<T> grad_probs, const T* span, const AdaptiveSpan& shape,
+                   T* grad_span) {
   const std::size_t n = probs.cols;
   detail::parallel_for(probs.rows, detail::grain_for(n), [&](std::size_t begin, std::size_t end) {
     for (std::size_t r = begin; r < end; ++r) {

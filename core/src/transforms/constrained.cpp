@@ -151,9 +151,11 @@ void constrained_backward(const char* op, ConstMatrix<T> probs, ConstMatrix<T> u
       }
       const double q = wsum > 0 ? wg / wsum : 0.0;
       for (std::size_t j = 0; j < n; ++j) {
-        const bool free = is_free(p[j], u[j]);
-        grad_scores(r, j) = free ? static_cast<T>(weight(p[j]) * (g[j] - q)) : T(0);
-        if (!grad_upper.empty()) grad_upper(r, j) = !free && p[j] > 0 ? static_cast<T>(g[j] - q) : T(0);
+        // Read everything first: the outputs may alias probs or grad_probs.
+        const T pj = p[j], gj = g[j];
+        const bool free = is_free(pj, u[j]);
+        grad_scores(r, j) = free ? static_cast<T>(weight(pj) * (gj - q)) : T(0);
+        if (!grad_upper.empty()) grad_upper(r, j) = !free && pj > 0 ? static_cast<T>(gj - q) : T(0);
       }
     }
   });

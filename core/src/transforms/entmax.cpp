@@ -68,15 +68,17 @@ void entmax_backward(ConstMatrix<T> probs, ConstMatrix<T> grad_probs, MatrixView
   detail::RowParams params;
   params.alpha = alpha;
   const auto& kernels = detail::kernels_for<T>();
-  // Validates shapes before grad_alpha is touched.
+  // grad_alpha first: grad_scores may overwrite probs or grad_probs.
+  detail::check_backward_args<T>("entmax_backward", probs, grad_probs, grad_scores);
+  if (grad_alpha != nullptr) {
+    detail::parallel_for(probs.rows, detail::grain_for(probs.cols), [&](std::size_t begin, std::size_t end) {
+      for (std::size_t r = begin; r < end; ++r)
+        grad_alpha[r] =
+            alpha == 1.0 ? T(0) : static_cast<T>(row_grad_alpha(probs.row(r), grad_probs.row(r), probs.cols, alpha));
+    });
+  }
   detail::backward_rows<T>("entmax_backward", probs, grad_probs, grad_scores,
                            alpha == 1.0 ? kernels.softmax_backward : kernels.entmax_backward, params);
-  if (grad_alpha == nullptr) return;
-  detail::parallel_for(probs.rows, detail::grain_for(probs.cols), [&](std::size_t begin, std::size_t end) {
-    for (std::size_t r = begin; r < end; ++r)
-      grad_alpha[r] =
-          alpha == 1.0 ? T(0) : static_cast<T>(row_grad_alpha(probs.row(r), grad_probs.row(r), probs.cols, alpha));
-  });
 }
 
 double entmax_alpha_from_param(double a) {

@@ -76,13 +76,21 @@ void forward_rows(const char* op, ConstMatrix<T> scores, MatrixView<T> probs, Ma
 }
 
 // The row loop of a backward transform: grad_scores[r] = kernel(probs[r], grad_probs[r]).
-template <class T, class Kernel>
-void backward_rows(const char* op, ConstMatrix<T> probs, ConstMatrix<T> grad_probs, MatrixView<T> grad_scores,
-                   Kernel kernel, const RowParams& params) {
+// grad_scores may alias probs or grad_probs, so anything else computed from
+// them (a parameter's gradient) must be computed before backward_rows runs,
+// after check_backward_args.
+template <class T>
+void check_backward_args(const char* op, ConstMatrix<T> probs, ConstMatrix<T> grad_probs, MatrixView<T> grad_scores) {
   check_shape(op, "grad_probs", grad_probs, probs.rows, probs.cols);
   check_shape(op, "grad_scores", grad_scores, probs.rows, probs.cols);
   check_nonempty(op, "probs", probs);
   check_finite<T>(op, "grad_probs", grad_probs);
+}
+
+template <class T, class Kernel>
+void backward_rows(const char* op, ConstMatrix<T> probs, ConstMatrix<T> grad_probs, MatrixView<T> grad_scores,
+                   Kernel kernel, const RowParams& params) {
+  check_backward_args<T>(op, probs, grad_probs, grad_scores);
   const std::size_t n = probs.cols;
   parallel_for(probs.rows, grain_for(n), [&](std::size_t begin, std::size_t end) {
     for (std::size_t r = begin; r < end; ++r) kernel(probs.row(r), grad_probs.row(r), grad_scores.row(r), n, params);

@@ -38,16 +38,18 @@ std::vector<double> sorted_desc(const double* z, std::size_t n) {
 }
 
 // Sparsemax by sorting (Martins & Astudillo 2016, Alg. 1): the support is the
-// largest k with 1 + k z_(k) > sum_{j<=k} z_(j).
+// largest k with 1 + k z_(k) > sum_{j<=k} z_(j). Scores are centred on the max
+// first: tau is O(1) away from it, and max + tau would round away for |z| >> 1.
 void sparsemax(const double* z, double* p, std::size_t n, const RowParams&, double*) {
   const std::vector<double> s = sorted_desc(z, n);
   if (s.empty()) return zero(p, n);
-  double cum = 0, tau = 0;
+  double cum = 0, tau = -1;
   for (std::size_t k = 1; k <= s.size(); ++k) {
-    cum += s[k - 1];
-    if (1.0 + k * s[k - 1] > cum) tau = (cum - 1.0) / k;
+    const double x = s[k - 1] - s[0];
+    cum += x;
+    if (1.0 + k * x > cum) tau = (cum - 1.0) / k;
   }
-  for (std::size_t i = 0; i < n; ++i) p[i] = std::max(z[i] - tau, 0.0);
+  for (std::size_t i = 0; i < n; ++i) p[i] = std::max((z[i] - s[0]) - tau, 0.0);
 }
 
 // 1.5-entmax by sorting (Peters et al. 2019, Alg. 2) on x = z / 2: for each k
@@ -57,7 +59,7 @@ void entmax15(const double* z, double* p, std::size_t n, const RowParams&, doubl
   std::vector<double> s = sorted_desc(z, n);
   if (s.empty()) return zero(p, n);
   const double top = s[0] / 2;
-  double sum = 0, sumsq = 0, tau = top - 1;
+  double sum = 0, sumsq = 0, tau = -1;  // relative to top
   for (std::size_t k = 1; k <= s.size(); ++k) {
     const double x = s[k - 1] / 2 - top;  // centred for accuracy
     sum += x;
@@ -66,18 +68,18 @@ void entmax15(const double* z, double* p, std::size_t n, const RowParams&, doubl
     const double delta = (1.0 - (sumsq - k * mean * mean)) / k;
     if (delta < 0) break;
     const double t = mean - std::sqrt(delta);
-    if (t < x) tau = t + top;  // x_(k) is in the support
+    if (t < x) tau = t;  // x_(k) is in the support
     else break;
   }
   for (std::size_t i = 0; i < n; ++i) {
-    const double d = std::max(z[i] / 2 - tau, 0.0);
+    const double d = std::max((z[i] / 2 - top) - tau, 0.0);
     p[i] = d * d;
   }
 }
 
-// alpha-entmax by bisection on tau in p = [(alpha-1) z - tau]_+^(1/(alpha-1)),
-// bracketed by max - 1 <= tau <= max - n^(1-alpha), run until the bracket stops
-// shrinking in double, then renormalised.
+// alpha-entmax by bisection on tau in p = [(alpha-1) (z - max) - tau]_+^(1/(alpha-1))
+// (tau relative to the max), bracketed by -1 <= tau <= -n^(1-alpha), run until
+// the bracket stops shrinking in double, then renormalised.
 void entmax(const double* z, double* p, std::size_t n, const RowParams& params, double* scratch) {
   const double alpha = params.alpha;
   if (alpha == 1.0) return softmax(z, p, n, params, scratch);
@@ -85,12 +87,12 @@ void entmax(const double* z, double* p, std::size_t n, const RowParams& params, 
   std::size_t finite = 0;
   for (std::size_t i = 0; i < n; ++i) finite += z[i] != kNegInf;
   if (finite == 0) return zero(p, n);
-  const double m = row_max(z, n) * am1;
-  double lo = m - 1, hi = m - std::pow(static_cast<double>(finite), -am1);
+  const double m = row_max(z, n);
+  double lo = -1, hi = -std::pow(static_cast<double>(finite), -am1);
   auto mass = [&](double tau) {
     double s = 0;
     for (std::size_t i = 0; i < n; ++i) {
-      const double w = z[i] * am1 - tau;
+      const double w = (z[i] - m) * am1 - tau;
       if (w > 0) s += std::pow(w, inv);
     }
     return s;
@@ -103,7 +105,7 @@ void entmax(const double* z, double* p, std::size_t n, const RowParams& params, 
   const double tau = lo;  // mass(lo) >= 1: never an empty support
   double sum = 0;
   for (std::size_t i = 0; i < n; ++i) {
-    const double w = z[i] * am1 - tau;
+    const double w = (z[i] - m) * am1 - tau;
     sum += (p[i] = w > 0 ? std::pow(w, inv) : 0.0);
   }
   for (std::size_t i = 0; i < n; ++i) p[i] /= sum;

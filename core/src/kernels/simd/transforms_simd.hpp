@@ -92,20 +92,21 @@ struct Kernels {
     for (std::size_t i = 0; i < n; i += W) store(p, i, n, load(p, i, n, 0.0f) * cb);
   }
 
-  // Appends (value - shift) * mul of the entries with value > threshold to
-  // vals, and their indices to idx; returns the count. Whole batches below the
-  // threshold cost one compare, which makes this cheap for peaked rows.
+  // Appends c = (z - shift) * mul of the entries with c > threshold to vals,
+  // and their indices to idx; returns the count. The test is on the centred
+  // value: shift + threshold / mul would round away when |shift| >> 1. Whole
+  // batches below the threshold cost one compare, cheap for peaked rows.
   static std::size_t gather_candidates(const float* z, std::size_t n, float threshold, float shift, float mul,
                                        float* vals, std::uint32_t* idx) {
     std::size_t c = 0;
-    const B t(threshold);
+    const B t(threshold), sb(shift), mb(mul);
     for (std::size_t i = 0; i < n; i += W) {
-      const B v = load(z, i, n, -kInf);
+      const B v = (load(z, i, n, -kInf) - sb) * mb;
       if (!xsimd::any(v > t)) continue;
       alignas(64) float buf[W];
       v.store_aligned(buf);
       for (std::size_t l = 0; l < W; ++l) {
-        vals[c] = (buf[l] - shift) * mul;
+        vals[c] = buf[l];
         idx[c] = static_cast<std::uint32_t>(i + l);
         c += buf[l] > threshold;
       }
@@ -168,9 +169,10 @@ struct Kernels {
     if (m == -kInf) return fill(p, n, 0.0f);
     float* c = scratch;
     auto* idx = reinterpret_cast<std::uint32_t*>(scratch + n + 16);
-    const std::size_t nc = gather_candidates(z, n, m - 1.0f, m, 1.0f, c, idx);
-    const B shift(m + static_cast<float>(sparsemax_tau(c, nc)));
-    for (std::size_t i = 0; i < n; i += W) store(p, i, n, xsimd::max(load(z, i, n, -kInf) - shift, B(0.0f)));
+    const std::size_t nc = gather_candidates(z, n, -1.0f, m, 1.0f, c, idx);
+    // (z - max) - tau, not z - (max + tau): the latter rounds tau away when |max| >> 1.
+    const B mb(m), tb(static_cast<float>(sparsemax_tau(c, nc)));
+    for (std::size_t i = 0; i < n; i += W) store(p, i, n, xsimd::max((load(z, i, n, -kInf) - mb) - tb, B(0.0f)));
   }
 
   // -------------------------------------------------------------------------
@@ -196,10 +198,22 @@ struct Kernels {
         k += select0(in, B(1.0f));
         lo = xsimd::min(lo, xsimd::select(in, v, B(kInf)));
       }
-      const double S1 = sum(s1), S2 = sum(s2), K = sum(k);
-      const double disc = S1 * S1 - K * (S2 - 1.0);
-      if (disc >= 0) {
-        const double root = t + (S1 - std::sqrt(disc)) / K;
+      const double S1 = sum(s1), S2 = sum(s2), K = sum(k), mean = S1 / K;
+      // Closed form on this support: tau = t + mean - sqrt((1 - V) / K) with
+      // V = sum (d - mean)^2. S2 - S1^2 / K cancels badly for nearly uniform
+      // rows, so it only proposes; an accepted root is recomputed with V
+      // summed directly (one more pass).
+      const double v_rough = S2 - S1 * S1 / K;
+      if (v_rough <= 1.0 && static_cast<double>(min(lo)) >= t + mean - std::sqrt((1.0 - v_rough) / K) - 1e-6) {
+        const B cb(static_cast<float>(t + mean));
+        B sv(0.0f);
+        for (std::size_t i = 0; i < nc; i += W) {
+          const B v = load(c, i, nc, -kInf);
+          const B e = v - cb;
+          sv += select0(v > tb, e * e);
+        }
+        const double V = sum(sv);
+        const double root = t + mean - std::sqrt((V < 1.0 ? 1.0 - V : 0.0) / K);
         // Accept within float rounding: an element this close to tau gets ~0.
         if (static_cast<double>(min(lo)) >= root - 1e-7) return root;
       }
@@ -228,7 +242,7 @@ struct Kernels {
     if (m == -kInf) return fill(p, n, 0.0f);
     float* c = scratch;
     auto* idx = reinterpret_cast<std::uint32_t*>(scratch + n + 16);
-    const std::size_t nc = gather_candidates(z, n, m - 2.0f, m, 0.5f, c, idx);
+    const std::size_t nc = gather_candidates(z, n, -1.0f, m, 0.5f, c, idx);
     const float tau = static_cast<float>(entmax15_tau(c, nc));
     const B mb(m), half(0.5f), tb(tau);
     for (std::size_t i = 0; i < n; i += W) {
@@ -259,7 +273,7 @@ struct Kernels {
     float* c = scratch;
     auto* idx = reinterpret_cast<std::uint32_t*>(scratch + n + 16);
     const float reach = static_cast<float>(1.0 / a);
-    const std::size_t nc = gather_candidates(z, n, std::isfinite(reach) ? m - reach : -kInf, m, 1.0f, c, idx);
+    const std::size_t nc = gather_candidates(z, n, std::isfinite(reach) ? -reach : -kInf, m, 1.0f, c, idx);
     if (params.alpha > 2.0) {
       entmax_candidates_double(c, nc, a);
     } else {

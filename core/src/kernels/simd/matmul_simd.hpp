@@ -1,0 +1,378 @@
+// entgraph internal: xsimd matrix-product kernels, templated on the
+// instruction set. Included ONLY by kernels/simd/matmul_arch_<isa>.cpp, each
+// compiled with that ISA's flags: every function here is a member of
+// Matmul<Arch>, so no body compiled with one ISA's flags can be picked by the
+// linker for another.
+//
+// Micro-tiles are kMr rows x kNb batches of C held in registers; each step
+// broadcasts kMr entries of A and multiplies them by kNb batches of one row of
+// B (B row-major). Columns past the last full batch are done in scalar code.
+//
+// Dense A: depth chunks sized for L1, and for each group of columns every row
+// panel in turn, so that the chunk of B (a caller keeps a transposed B at a
+// stride that is not a multiple of 4 KiB) stays in L1 across the panels.
+// Sparse A (skip_zero_a): for each row panel the columns where any of its kMr
+// rows is nonzero are packed with their values, and only those rows of B are
+// visited.
+#pragma once
+
+#include <xsimd/xsimd.hpp>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/matmul_kernels.hpp"
+
+namespace entgraph::detail::simd {
+
+template <class A>
+struct Matmul {
+  using B = xsimd::batch<float, A>;
+  static constexpr std::size_t W = B::size;
+  // kMr x kNb accumulators plus kNb rows of B and one broadcast must fit the
+  // register file: 8x2 of 32 zmm, 6x2 of 16 ymm, 4x2 of 16 xmm (SSE2 has no
+  // FMA and needs a temporary).
+  static constexpr std::size_t kMr = W >= 16 ? 8 : (W == 8 ? 6 : 4);
+  static constexpr std::size_t kNb = 2;
+  // Bytes of B that one depth chunk of the dense path keeps in L1.
+  static constexpr std::size_t kL1Bytes = 24 * 1024;
+  static constexpr std::size_t kKcSparse = 512;
+
+  static std::size_t lesser(std::size_t a, std::size_t b) { return a < b ? a : b; }
+
+  template <std::size_t NB>
+  static void zero(B (&acc)[kMr][NB]) {
+#pragma GCC unroll 8
+    for (std::size_t r = 0; r < kMr; ++r)
+#pragma GCC unroll 4
+      for (std::size_t t = 0; t < NB; ++t) acc[r][t] = B(0.0f);
+  }
+
+  // C[r] = alpha * acc[r] (+ C[r]) for the first `rows` rows.
+  template <std::size_t NB>
+  static void store(const B (&acc)[kMr][NB], std::size_t rows, float alpha, float* c, std::size_t ldc,
+                    bool accumulate) {
+    const B av(alpha);
+    for (std::size_t r = 0; r < rows; ++r) {
+      float* cr = c + r * ldc;
+#pragma GCC unroll 4
+      for (std::size_t t = 0; t < NB; ++t) {
+        const B v = accumulate ? xsimd::fma(acc[r][t], av, B::load_unaligned(cr + t * W)) : acc[r][t] * av;
+        v.store_unaligned(cr + t * W);
+      }
+    }
+  }
+
+  // acc += A[panel rows, 0:kc] B[0:kc, 0:NB*W], A read in place through its
+  // row pointers (rows past the end point at a valid row and are not stored).
+  template <std::size_t NB>
+  static void tile_dense(const float* const (&arow)[kMr], std::size_t a_col, std::size_t kc, const float* b,
+                         std::size_t ldb, B (&acc)[kMr][NB]) {
+    std::size_t off = 0;
+    for (std::size_t p = 0; p < kc; ++p, off += a_col, b += ldb) {
+      B bv[NB];
+#pragma GCC unroll 4
+      for (std::size_t t = 0; t < NB; ++t) bv[t] = B::load_unaligned(b + t * W);
+#pragma GCC unroll 8
+      for (std::size_t r = 0; r < kMr; ++r) {
+        const B x(arow[r][off]);
+#pragma GCC unroll 4
+        for (std::size_t t = 0; t < NB; ++t) acc[r][t] = xsimd::fma(x, bv[t], acc[r][t]);
+      }
+    }
+  }
+
+  // acc += sum over packed entries q of pa[q][r] * B[idx[q], 0:NB*W].
+  template <std::size_t NB>
+  static void tile_packed(const float* pa, const std::uint32_t* idx, std::size_t count, const float* b,
+                          std::size_t ldb, B (&acc)[kMr][NB]) {
+    for (std::size_t q = 0; q < count; ++q, pa += kMr) {
+      const float* bq = b + static_cast<std::size_t>(idx[q]) * ldb;
+      B bv[NB];
+#pragma GCC unroll 4
+      for (std::size_t t = 0; t < NB; ++t) bv[t] = B::load_unaligned(bq + t * W);
+#pragma GCC unroll 8
+      for (std::size_t r = 0; r < kMr; ++r) {
+        const B x(pa[r]);
+#pragma GCC unroll 4
+        for (std::size_t t = 0; t < NB; ++t) acc[r][t] = xsimd::fma(x, bv[t], acc[r][t]);
+      }
+    }
+  }
+
+  template <std::size_t NB>
+  static void panels_dense(std::size_t m, std::size_t kc, float alpha, const float* a, std::size_t a_row,
+                           std::size_t a_col, const float* b, std::size_t ldb, float* c, std::size_t ldc,
+                           bool accumulate) {
+    for (std::size_t i0 = 0; i0 < m; i0 += kMr) {
+      const std::size_t rows = lesser(kMr, m - i0);
+      const float* arow[kMr];
+      for (std::size_t r = 0; r < kMr; ++r) arow[r] = a + (i0 + (r < rows ? r : 0)) * a_row;
+      B acc[kMr][NB];
+      zero(acc);
+      tile_dense<NB>(arow, a_col, kc, b, ldb, acc);
+      store<NB>(acc, rows, alpha, c + i0 * ldc, ldc, accumulate);
+    }
+  }
+
+  static void gemm_dense(std::size_t m, std::size_t n, std::size_t k, float alpha, const float* a, std::size_t a_row,
+                         std::size_t a_col, const float* b, std::size_t ldb, float* c, std::size_t ldc,
+                         bool accumulate) {
+    // Depth chunks sized so that a kc x (kNb W) tile of B stays in L1 while
+    // every row panel passes over it.
+    const std::size_t kc_max = kL1Bytes / (kNb * W * sizeof(float));
+    for (std::size_t k0 = 0; k0 < k; k0 += kc_max) {
+      const std::size_t kc = lesser(kc_max, k - k0);
+      const bool acc_c = accumulate || k0 > 0;
+      const float* ak = a + k0 * a_col;
+      const float* bk = b + k0 * ldb;
+      std::size_t j = 0;
+      for (; j + kNb * W <= n; j += kNb * W) panels_dense<kNb>(m, kc, alpha, ak, a_row, a_col, bk + j, ldb, c + j, ldc, acc_c);
+      for (; j + W <= n; j += W) panels_dense<1>(m, kc, alpha, ak, a_row, a_col, bk + j, ldb, c + j, ldc, acc_c);
+      for (; j < n; ++j) {
+        for (std::size_t i = 0; i < m; ++i) {
+          float s = 0.0f;
+          for (std::size_t p = 0; p < kc; ++p) s += ak[i * a_row + p * a_col] * bk[p * ldb + j];
+          float& out = c[i * ldc + j];
+          out = acc_c ? out + alpha * s : alpha * s;
+        }
+      }
+    }
+  }
+
+  // Packs the entries of A's rows [0, rows) x [k0, k0 + kc) at which some row
+  // is nonzero (kMr values each, zero past `rows`); returns how many.
+  static std::size_t pack_nonzero(const float* a, std::size_t a_row, std::size_t a_col, std::size_t rows,
+                                  std::size_t k0, std::size_t kc, float* pa, std::uint32_t* idx) {
+    std::size_t count = 0;
+    std::size_t p = 0;
+    if (a_col == 1 && rows == kMr) {
+      // A batch of W columns that is zero in every row is skipped with a few
+      // vector compares; otherwise one flag per column says which to pack.
+      const B zero(0.0f), one(1.0f);
+      alignas(64) float flag[W];
+      for (; p + W <= kc; p += W) {
+        const float* ap = a + k0 + p;
+        auto nz = B::load_unaligned(ap) != zero;
+#pragma GCC unroll 8
+        for (std::size_t r = 1; r < kMr; ++r) nz = nz | (B::load_unaligned(ap + r * a_row) != zero);
+        if (!xsimd::any(nz)) continue;
+        xsimd::select(nz, one, zero).store_aligned(flag);
+        for (std::size_t l = 0; l < W; ++l) {
+          if (flag[l] == 0.0f) continue;
+          float* dst = pa + count * kMr;
+#pragma GCC unroll 8
+          for (std::size_t r = 0; r < kMr; ++r) dst[r] = ap[r * a_row + l];
+          idx[count++] = static_cast<std::uint32_t>(k0 + p + l);
+        }
+      }
+    }
+    for (; p < kc; ++p) {
+      const float* ap = a + (k0 + p) * a_col;
+      float v[kMr];
+      bool any = false;
+      for (std::size_t r = 0; r < kMr; ++r) {
+        v[r] = r < rows ? ap[r * a_row] : 0.0f;
+        any = any || v[r] != 0.0f;
+      }
+      if (!any) continue;
+      float* dst = pa + count * kMr;
+      for (std::size_t r = 0; r < kMr; ++r) dst[r] = v[r];
+      idx[count++] = static_cast<std::uint32_t>(k0 + p);
+    }
+    return count;
+  }
+
+  static void gemm_sparse(std::size_t m, std::size_t n, std::size_t k, float alpha, const float* a, std::size_t a_row,
+                          std::size_t a_col, const float* b, std::size_t ldb, float* c, std::size_t ldc,
+                          bool accumulate) {
+    alignas(64) float pa[kKcSparse * kMr];
+    std::uint32_t idx[kKcSparse];
+    for (std::size_t i0 = 0; i0 < m; i0 += kMr) {
+      const std::size_t rows = lesser(kMr, m - i0);
+      const float* ai = a + i0 * a_row;
+      float* ci = c + i0 * ldc;
+      for (std::size_t k0 = 0; k0 < k; k0 += kKcSparse) {
+        const std::size_t kc = lesser(kKcSparse, k - k0);
+        const std::size_t count = pack_nonzero(ai, a_row, a_col, rows, k0, kc, pa, idx);
+        const bool acc_c = accumulate || k0 > 0;
+        if (count == 0 && acc_c) continue;
+        std::size_t j = 0;
+        for (; j + kNb * W <= n; j += kNb * W) {
+          B acc[kMr][kNb];
+          zero(acc);
+          tile_packed<kNb>(pa, idx, count, b + j, ldb, acc);
+          store<kNb>(acc, rows, alpha, ci + j, ldc, acc_c);
+        }
+        for (; j + W <= n; j += W) {
+          B acc[kMr][1];
+          zero(acc);
+          tile_packed<1>(pa, idx, count, b + j, ldb, acc);
+          store<1>(acc, rows, alpha, ci + j, ldc, acc_c);
+        }
+        for (; j < n; ++j) {
+          float s[kMr] = {};
+          for (std::size_t q = 0; q < count; ++q) {
+            const float bv = b[static_cast<std::size_t>(idx[q]) * ldb + j];
+            for (std::size_t r = 0; r < kMr; ++r) s[r] += pa[q * kMr + r] * bv;
+          }
+          for (std::size_t r = 0; r < rows; ++r) {
+            float& out = ci[r * ldc + j];
+            out = acc_c ? out + alpha * s[r] : alpha * s[r];
+          }
+        }
+      }
+    }
+  }
+
+  static void gemm(std::size_t m, std::size_t n, std::size_t k, float alpha, const float* a, std::size_t a_row,
+                   std::size_t a_col, const float* b, std::size_t ldb, float* c, std::size_t ldc, bool accumulate,
+                   bool skip_zero_a) {
+    if (m == 0 || n == 0) return;
+    if (k == 0) {
+      if (!accumulate)
+        for (std::size_t i = 0; i < m; ++i)
+          for (std::size_t j = 0; j < n; ++j) c[i * ldc + j] = 0.0f;
+      return;
+    }
+    if (skip_zero_a)
+      gemm_sparse(m, n, k, alpha, a, a_row, a_col, b, ldb, c, ldc, accumulate);
+    else
+      gemm_dense(m, n, k, alpha, a, a_row, a_col, b, ldb, c, ldc, accumulate);
+  }
+
+  static void gemm_nn(std::size_t m, std::size_t n, std::size_t k, float alpha, const float* a, std::size_t lda,
+                      const float* b, std::size_t ldb, float* c, std::size_t ldc, bool accumulate, bool skip_zero_a) {
+    gemm(m, n, k, alpha, a, lda, 1, b, ldb, c, ldc, accumulate, skip_zero_a);
+  }
+
+  static void gemm_tn(std::size_t m, std::size_t n, std::size_t k, float alpha, const float* a, std::size_t lda,
+                      const float* b, std::size_t ldb, float* c, std::size_t ldc, bool accumulate, bool skip_zero_a) {
+    if (skip_zero_a && m > 0 && n > 0)
+      gemm_tn_scatter(m, n, k, alpha, a, lda, b, ldb, c, ldc, accumulate);
+    else
+      gemm(m, n, k, alpha, a, 1, lda, b, ldb, c, ldc, accumulate, skip_zero_a);
+  }
+
+  // The nonzeros of x[0, len), times alpha, with their positions; returns how many.
+  static std::size_t gather_nonzero(const float* x, std::size_t len, float alpha, float* vals, std::uint32_t* idx) {
+    std::size_t count = 0, l = 0;
+    const B zero(0.0f);
+    alignas(64) float buf[W];
+    for (; l + W <= len; l += W) {
+      const B v = B::load_unaligned(x + l);
+      if (!xsimd::any(v != zero)) continue;
+      v.store_aligned(buf);
+      for (std::size_t t = 0; t < W; ++t) {
+        if (buf[t] == 0.0f) continue;
+        vals[count] = alpha * buf[t];
+        idx[count++] = static_cast<std::uint32_t>(l + t);
+      }
+    }
+    for (; l < len; ++l) {
+      if (x[l] == 0.0f) continue;
+      vals[count] = alpha * x[l];
+      idx[count++] = static_cast<std::uint32_t>(l);
+    }
+    return count;
+  }
+
+  // C = alpha A^T B (+ C) for sparse A (k x m stored): for each row p of A,
+  // every nonzero A(p, i) adds A(p, i) B(p, :) to row i of C, with B(p, :)
+  // held in registers. The cost follows nnz(A), and each entry of C receives
+  // its terms in the order of p.
+  static void gemm_tn_scatter(std::size_t m, std::size_t n, std::size_t k, float alpha, const float* a,
+                              std::size_t lda, const float* b, std::size_t ldb, float* c, std::size_t ldc,
+                              bool accumulate) {
+    if (!accumulate)
+      for (std::size_t i = 0; i < m; ++i)
+        for (std::size_t j = 0; j < n; ++j) c[i * ldc + j] = 0.0f;
+    constexpr std::size_t kNr = 4;  // batches of a row of B held at once
+    alignas(64) float vals[kKcSparse];
+    std::uint32_t idx[kKcSparse];
+    for (std::size_t p = 0; p < k; ++p) {
+      const float* ap = a + p * lda;
+      const float* bp = b + p * ldb;
+      for (std::size_t i0 = 0; i0 < m; i0 += kKcSparse) {
+        const std::size_t count = gather_nonzero(ap + i0, lesser(kKcSparse, m - i0), alpha, vals, idx);
+        if (count == 0) continue;
+        float* ci = c + i0 * ldc;
+        std::size_t j = 0;
+        for (; j + kNr * W <= n; j += kNr * W) {
+          B bv[kNr];
+#pragma GCC unroll 4
+          for (std::size_t t = 0; t < kNr; ++t) bv[t] = B::load_unaligned(bp + j + t * W);
+          for (std::size_t q = 0; q < count; ++q) {
+            const B x(vals[q]);
+            float* cr = ci + static_cast<std::size_t>(idx[q]) * ldc + j;
+#pragma GCC unroll 4
+            for (std::size_t t = 0; t < kNr; ++t)
+              xsimd::fma(x, bv[t], B::load_unaligned(cr + t * W)).store_unaligned(cr + t * W);
+          }
+        }
+        for (; j + W <= n; j += W) {
+          const B bv = B::load_unaligned(bp + j);
+          for (std::size_t q = 0; q < count; ++q) {
+            float* cr = ci + static_cast<std::size_t>(idx[q]) * ldc + j;
+            xsimd::fma(B(vals[q]), bv, B::load_unaligned(cr)).store_unaligned(cr);
+          }
+        }
+        for (; j < n; ++j)
+          for (std::size_t q = 0; q < count; ++q) ci[static_cast<std::size_t>(idx[q]) * ldc + j] += vals[q] * bp[j];
+      }
+    }
+  }
+
+  // Two dot products of x with y0 and y1 at once (x is loaded once).
+  static void dot2(const float* x, const float* y0, const float* y1, std::size_t k, float& s0, float& s1) {
+    B acc0(0.0f), acc1(0.0f);
+    std::size_t p = 0;
+    for (; p + W <= k; p += W) {
+      const B xv = B::load_unaligned(x + p);
+      acc0 = xsimd::fma(xv, B::load_unaligned(y0 + p), acc0);
+      acc1 = xsimd::fma(xv, B::load_unaligned(y1 + p), acc1);
+    }
+    s0 = xsimd::hadd(acc0);
+    s1 = xsimd::hadd(acc1);
+    for (; p < k; ++p) {
+      s0 += x[p] * y0[p];
+      s1 += x[p] * y1[p];
+    }
+  }
+
+  static void gemm_nt_sampled(std::size_t m, std::size_t n, std::size_t k, float alpha, const float* a,
+                              std::size_t lda, const float* b, std::size_t ldb, const float* sample, std::size_t lds,
+                              float* c, std::size_t ldc) {
+    for (std::size_t i = 0; i < m; ++i) {
+      const float* ai = a + i * lda;
+      const float* si = sample + i * lds;
+      float* ci = c + i * ldc;
+      // Pairs of sampled columns share the loads of A's row.
+      std::size_t pending = n;
+      for (std::size_t j = 0; j < n; ++j) {
+        if (si[j] == 0.0f) {
+          ci[j] = 0.0f;
+          continue;
+        }
+        if (pending == n) {
+          pending = j;
+          continue;
+        }
+        float s0, s1;
+        dot2(ai, b + pending * ldb, b + j * ldb, k, s0, s1);
+        ci[pending] = alpha * s0;
+        ci[j] = alpha * s1;
+        pending = n;
+      }
+      if (pending != n) {
+        float s0, s1;
+        dot2(ai, b + pending * ldb, b + pending * ldb, k, s0, s1);
+        ci[pending] = alpha * s0;
+      }
+    }
+  }
+
+  static MatmulKernels<float> table(CpuIsa isa) { return {isa, &gemm_nn, &gemm_tn, &gemm_nt_sampled}; }
+};
+
+}  // namespace entgraph::detail::simd
