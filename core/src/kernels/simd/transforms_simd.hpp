@@ -286,21 +286,23 @@ struct Kernels {
   // Safeguarded Halley on a decreasing f over [lo, hi] with f(lo) >= 0 >=
   // f(hi): evaluate(x, f, slope, curv) gives f(x), -f'(x) and f''(x). Halley
   // converges cubically, which halves the passes of Newton here; steps that
-  // leave the bracket become bisections. Returns when a step drops below
-  // `tol` relative to x, or the bracket does.
+  // leave the bracket become bisections. A Halley step of relative size
+  // `halley_tol` leaves an error of about its cube, so the loop returns after
+  // it without another evaluation; `tol` bounds the bracket.
   template <class Evaluate>
-  static double solve_decreasing(double lo, double hi, double x, double tol, Evaluate evaluate) {
+  static double solve_decreasing(double lo, double hi, double x, double halley_tol, double tol, Evaluate evaluate) {
     for (int it = 0; it < 100; ++it) {
       double f, slope, curv;
       evaluate(x, f, slope, curv);
       if (f > 0) lo = x > lo ? x : lo;
       else hi = x < hi ? x : hi;
       const double denom = 2 * slope * slope - f * curv;
-      double next = denom > 0 ? x + 2 * f * slope / denom : (slope > 0 ? x + f / slope : 0.5 * (lo + hi));
-      if (!(next > lo && next < hi)) next = 0.5 * (lo + hi);
-      const double step = std::fabs(next - x), limit = tol * (1.0 + std::fabs(next));
+      double next = denom > 0 ? x + 2 * f * slope / denom : 0.5 * (lo + hi);
+      const bool halley = next > lo && next < hi;
+      if (!halley) next = 0.5 * (lo + hi);
+      const double step = std::fabs(next - x), scale = 1.0 + std::fabs(next);
       x = next;
-      if (step <= limit || hi - lo <= limit) break;
+      if ((halley && step <= halley_tol * scale) || step <= tol * scale || hi - lo <= tol * scale) break;
     }
     return x;
   }
@@ -312,7 +314,6 @@ struct Kernels {
     // (1 + x)^(1/a) through log1p: no cancellation when a x is tiny (alpha -> 1).
     const B floor(-1.0f + 1e-7f);
     auto power = [&](const B& x) { return xsimd::exp(xsimd::log1p(xsimd::max(x, floor)) * inv); };
-    double mass = 1.0;
     // f = sum p - 1, -f' = sum p / w and f'' = (1 - a) sum p / w^2 over the
     // candidates (dp/dlambda = -p / w since w' = -a and a / a = 1).
     auto evaluate = [&](double lambda, double& f, double& slope, double& curv) {
@@ -322,25 +323,30 @@ struct Kernels {
         const B x = ab * (load(c, i, nc, -kInf) - lb);  // w = 1 + x
         const BB in = x > B(-1.0f);
         const B pw = select0(in, power(x));
-        const B q = pw / xsimd::max(one + x, B(1e-30f));
+        const B r = one / xsimd::max(one + x, B(1e-30f));  // one division, not two: divisions dominate here
+        const B q = pw * r;
         sm += pw;
         sd += q;
-        sc += q / xsimd::max(one + x, B(1e-30f));
+        sc += q * r;
       }
-      mass = sum(sm);
-      f = mass - 1.0;
+      f = sum(sm) - 1.0;
       slope = sum(sd);
       curv = (1.0 - a) * sum(sc);
     };
-    // f is convex for alpha <= 2: Newton from the left is monotone.
-    const double lambda = solve_decreasing(0.0, hi, 0.0, 1e-7, evaluate);
-    double f, slope, curv;
-    evaluate(lambda, f, slope, curv);
-    const B lb(static_cast<float>(lambda)), norm(static_cast<float>(1.0 / mass));
+    // f is convex for alpha <= 2: Halley from the left. No early stop on the
+    // step size: at alpha = 2, f is piecewise linear and the cubic rate does
+    // not hold across its kinks.
+    const double lambda = solve_decreasing(0.0, hi, 0.0, 1e-7, 1e-7, evaluate);
+    // Weights at lambda, then normalised (one transcendental pass, not two).
+    const B lb(static_cast<float>(lambda));
+    B sm(0.0f);
     for (std::size_t i = 0; i < nc; i += W) {
       const B x = ab * (load(c, i, nc, -kInf) - lb);
-      store(c, i, nc, select0(x > B(-1.0f), power(x)) * norm);
+      const B pw = select0(x > B(-1.0f), power(x));
+      sm += pw;
+      store(c, i, nc, pw);
     }
+    scale(c, nc, static_cast<float>(1.0 / sum(sm)));
   }
 
   static void entmax_candidates_double(float* c, std::size_t nc, double a) {
@@ -365,7 +371,7 @@ struct Kernels {
       curv = (1.0 - a) * sc;
     };
     // f is concave for alpha > 2: Newton from the right is monotone.
-    const double t = solve_decreasing(-inv, t_hi, t_hi, 1e-15, evaluate);
+    const double t = solve_decreasing(-inv, t_hi, t_hi, 1e-15, 1e-15, evaluate);
     double f, slope, curv;
     evaluate(t, f, slope, curv);
     for (std::size_t i = 0; i < nc; ++i) {
