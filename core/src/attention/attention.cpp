@@ -95,8 +95,8 @@ void check_transform(const char* op, const Dims& dims, const AttentionOptions<T>
       return;
     case TransformKind::entmax:
       if (!(t.alpha >= 1.0 && t.alpha <= kMaxEntmaxAlpha))
-        fail(op, "options.transform.alpha is out of range (got " + num(t.alpha) + ", expected 1 <= alpha <= " +
-                     num(kMaxEntmaxAlpha) + ")");
+        fail(op, "options.transform.alpha is out of range (got " + num(t.alpha) +
+                     ", expected 1 <= alpha <= " + num(kMaxEntmaxAlpha) + ")");
       return;
     case TransformKind::topk_softmax:
       if (t.k == 0) fail(op, "options.transform.k is 0 for topk_softmax (got 0, expected k >= 1)");
@@ -132,7 +132,7 @@ void check_transform(const char* op, const Dims& dims, const AttentionOptions<T>
       for (std::size_t i = 0; i < dims.n; ++i) {
         const std::size_t lim = o.causal ? causal_limit(i, dims.n, dims.m) : dims.m;
         if (count[lim] == 0) continue;  // fully masked: a zero row, no constraint
-        if (prefix[lim] < 1.0 - 1e-6)  // the transforms' own tolerance
+        if (prefix[lim] < 1.0 - 1e-6)   // the transforms' own tolerance
           fail(op, "options.upper: the bounds of the keys visible to query " + num(i) + " sum to less than 1 (got " +
                        num(prefix[lim]) + ", expected >= 1)");
         if (!o.causal) break;  // every query sees the same keys
@@ -151,14 +151,17 @@ Dims validate(const char* op, ConstMatrix<T> q, ConstMatrix<T> k, ConstMatrix<T>
   if (q.rows == 0) fail(op, "q.rows is 0 (got 0 queries, expected n >= 1)");
   if (k.rows == 0) fail(op, "k.rows is 0 (got 0 keys, expected m >= 1)");
   if (q.cols == 0) fail(op, "q.cols is 0 (got d = 0, expected d >= 1)");
-  if (k.cols != q.cols) fail(op, "k.cols does not match q.cols (got " + num(k.cols) + ", expected " + num(q.cols) + ")");
-  if (v.rows != k.rows) fail(op, "v.rows does not match k.rows (got " + num(v.rows) + ", expected " + num(k.rows) + ")");
+  if (k.cols != q.cols)
+    fail(op, "k.cols does not match q.cols (got " + num(k.cols) + ", expected " + num(q.cols) + ")");
+  if (v.rows != k.rows)
+    fail(op, "v.rows does not match k.rows (got " + num(v.rows) + ", expected " + num(k.rows) + ")");
   if (v.cols == 0) fail(op, "v.cols is 0 (got dv = 0, expected dv >= 1)");
   check_view<T>(op, "q", q);
   check_view<T>(op, "k", k);
   check_view<T>(op, "v", v);
   if (o.block_rows == 0) fail(op, "options.block_rows is 0 (got 0, expected >= 1)");
-  if (!std::isfinite(o.scale)) fail(op, "options.scale is not finite (got " + num(o.scale) + ", expected a finite number)");
+  if (!std::isfinite(o.scale))
+    fail(op, "options.scale is not finite (got " + num(o.scale) + ", expected a finite number)");
   check_transform(op, dims, o);
   check_finite<T>(op, "q", q);
   check_finite<T>(op, "k", k);
@@ -225,7 +228,10 @@ struct Context {
   }
 
   std::size_t block_begin(std::size_t b) const { return b * o->block_rows; }
-  std::size_t block_end(std::size_t b) const { return std::min(dims.n - block_begin(b), o->block_rows) + block_begin(b); }
+  std::size_t block_end(std::size_t b) const {
+    const std::size_t r0 = block_begin(b);
+    return r0 + std::min(dims.n - r0, o->block_rows);
+  }
   // Keys visible to some query of [r0, r1): [0, visible_end(r1)).
   std::size_t visible_end(std::size_t r1) const { return o->causal ? causal_limit(r1 - 1, dims.n, dims.m) : dims.m; }
 
@@ -385,10 +391,10 @@ void run_backward(const Dims& dims, ConstMatrix<T> q, ConstMatrix<T> k, ConstMat
   const TransformKind kind = o.transform.kind;
   const bool want_alpha = params != nullptr && kind == TransformKind::entmax;
   T* const grad_span = params != nullptr && kind == TransformKind::adaptive_span ? params->span : nullptr;
-  T* const grad_upper = params != nullptr && (kind == TransformKind::constrained_softmax ||
-                                              kind == TransformKind::constrained_sparsemax)
-                            ? params->upper
-                            : nullptr;
+  T* const grad_upper =
+      params != nullptr && (kind == TransformKind::constrained_softmax || kind == TransformKind::constrained_sparsemax)
+          ? params->upper
+          : nullptr;
 
   const std::size_t ldvt = padded_stride(m);
   const std::vector<T> vt = transposed<T>(v, ldvt);
@@ -493,8 +499,8 @@ void run_backward(const Dims& dims, ConstMatrix<T> q, ConstMatrix<T> k, ConstMat
           }
         }
         // dQ_b = scale dS K; dK += scale dS^T Q_b; dV += P^T dO_b.
-        c.mk->gemm_nn(rows, d, cols, c.scale, s.ds.data(), ld, k.data, k.stride, grad_q.row(r0), grad_q.stride,
-                      false, sparse);
+        c.mk->gemm_nn(rows, d, cols, c.scale, s.ds.data(), ld, k.data, k.stride, grad_q.row(r0), grad_q.stride, false,
+                      sparse);
         c.mk->gemm_tn(cols, d, rows, c.scale, s.ds.data(), ld, q.row(r0), q.stride, dk, ldk, !fresh, sparse);
         c.mk->gemm_tn(cols, dv, rows, T(1), p, ld, grad_out.row(r0), grad_out.stride, dvp, ldv, !fresh, sparse);
         if (fresh) clear_rows(cols);
@@ -542,9 +548,8 @@ Dims validate_forward(const char* op, ConstMatrix<T> q, ConstMatrix<T> k, ConstM
 }
 
 template <class T>
-Dims validate_backward(const char* op, ConstMatrix<T> q, ConstMatrix<T> k, ConstMatrix<T> v,
-                       ConstMatrix<T> grad_out, MatrixView<T> grad_q, MatrixView<T> grad_k, MatrixView<T> grad_v,
-                       const AttentionOptions<T>& o) {
+Dims validate_backward(const char* op, ConstMatrix<T> q, ConstMatrix<T> k, ConstMatrix<T> v, ConstMatrix<T> grad_out,
+                       MatrixView<T> grad_q, MatrixView<T> grad_k, MatrixView<T> grad_v, const AttentionOptions<T>& o) {
   const Dims dims = validate<T>(op, q, k, v, o);
   check_shape<T>(op, "grad_out", grad_out, dims.n, dims.dv);
   check_shape<T>(op, "grad_q", grad_q, dims.n, dims.d);
@@ -564,8 +569,8 @@ AttentionOptions<T> head_options(const AttentionOptions<T>& o, std::size_t h, st
 
 void check_heads(const char* op, const char* name, std::size_t heads, std::size_t expected) {
   if (heads != expected)
-    fail(op, std::string(name) + ".heads does not match q.heads (got " + num(heads) + ", expected " + num(expected) +
-                 ")");
+    fail(op,
+         std::string(name) + ".heads does not match q.heads (got " + num(heads) + ", expected " + num(expected) + ")");
 }
 
 // Heads run one after the other, each on the whole pool, unless there are at
@@ -609,9 +614,9 @@ void multihead_attention_forward(ConstHeads<T> q, ConstHeads<T> k, ConstHeads<T>
   if (want_probs) check_heads(op, "probs", probs.heads, q.heads);
   std::vector<Dims> dims(q.heads);
   for (std::size_t h = 0; h < q.heads; ++h)
-    dims[h] = validate_forward<T>(op, q.head(h), k.head(h), v.head(h), out.head(h),
-                                  head_options(options, h, q.rows, k.rows),
-                                  want_probs ? probs.head(h) : MatrixView<T>{});
+    dims[h] =
+        validate_forward<T>(op, q.head(h), k.head(h), v.head(h), out.head(h), head_options(options, h, q.rows, k.rows),
+                            want_probs ? probs.head(h) : MatrixView<T>{});
   for_each_head(q.heads, [&](std::size_t h) {
     run_forward<T>(dims[h], q.head(h), k.head(h), v.head(h), out.head(h), head_options(options, h, q.rows, k.rows),
                    want_probs ? probs.head(h) : MatrixView<T>{});
@@ -642,17 +647,17 @@ void multihead_attention_backward(ConstHeads<T> q, ConstHeads<T> k, ConstHeads<T
   });
 }
 
-#define ENTGRAPH_INSTANTIATE_ATTENTION(T)                                                                         \
-  template void attention_forward<T>(ConstMatrix<T>, ConstMatrix<T>, ConstMatrix<T>, MatrixView<T>,            \
-                                     const AttentionOptions<T>&, MatrixView<T>);                                 \
-  template void attention_backward<T>(ConstMatrix<T>, ConstMatrix<T>, ConstMatrix<T>, ConstMatrix<T>,          \
-                                      MatrixView<T>, MatrixView<T>, MatrixView<T>, const AttentionOptions<T>&,   \
-                                      AttentionParamGrads<T>*);                                                  \
-  template void multihead_attention_forward<T>(ConstHeads<T>, ConstHeads<T>, ConstHeads<T>, HeadsView<T>,      \
-                                               const AttentionOptions<T>&, HeadsView<T>);                        \
-  template void multihead_attention_backward<T>(ConstHeads<T>, ConstHeads<T>, ConstHeads<T>, ConstHeads<T>,    \
-                                                HeadsView<T>, HeadsView<T>, HeadsView<T>,                        \
-                                                const AttentionOptions<T>&, double*);
+#define ENTGRAPH_INSTANTIATE_ATTENTION(T)                                                                             \
+  template void attention_forward<T>(ConstMatrix<T>, ConstMatrix<T>, ConstMatrix<T>, MatrixView<T>,                   \
+                                     const AttentionOptions<T>&, MatrixView<T>);                                      \
+  template void attention_backward<T>(ConstMatrix<T>, ConstMatrix<T>, ConstMatrix<T>, ConstMatrix<T>, MatrixView<T>,  \
+                                      MatrixView<T>, MatrixView<T>, const AttentionOptions<T>&,                       \
+                                      AttentionParamGrads<T>*);                                                       \
+  template void multihead_attention_forward<T>(ConstHeads<T>, ConstHeads<T>, ConstHeads<T>, HeadsView<T>,             \
+                                               const AttentionOptions<T>&, HeadsView<T>);                             \
+  template void multihead_attention_backward<T>(ConstHeads<T>, ConstHeads<T>, ConstHeads<T>, ConstHeads<T>,           \
+                                                HeadsView<T>, HeadsView<T>, HeadsView<T>, const AttentionOptions<T>&, \
+                                                double*);
 
 ENTGRAPH_INSTANTIATE_ATTENTION(float)
 ENTGRAPH_INSTANTIATE_ATTENTION(double)

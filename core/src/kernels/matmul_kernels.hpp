@@ -24,8 +24,8 @@ namespace entgraph::detail {
 
 // C (m x n) = alpha * A B [+ C], A m x k (lda), B k x n (ldb).
 template <class T>
-using GemmNN = void (*)(std::size_t m, std::size_t n, std::size_t k, T alpha, const T* a, std::size_t lda,
-                        const T* b, std::size_t ldb, T* c, std::size_t ldc, bool accumulate, bool skip_zero_a);
+using GemmNN = void (*)(std::size_t m, std::size_t n, std::size_t k, T alpha, const T* a, std::size_t lda, const T* b,
+                        std::size_t ldb, T* c, std::size_t ldc, bool accumulate, bool skip_zero_a);
 
 // C (m x n) = alpha * A^T B [+ C], A stored k x m (lda), B k x n (ldb).
 template <class T>
@@ -36,8 +36,7 @@ using GemmTN = GemmNN<T>;
 // The backward needs dP = dO V^T only where P > 0.
 template <class T>
 using GemmNTSampled = void (*)(std::size_t m, std::size_t n, std::size_t k, T alpha, const T* a, std::size_t lda,
-                               const T* b, std::size_t ldb, const T* sample, std::size_t lds, T* c,
-                               std::size_t ldc);
+                               const T* b, std::size_t ldb, const T* sample, std::size_t lds, T* c, std::size_t ldc);
 
 template <class T>
 struct MatmulKernels {

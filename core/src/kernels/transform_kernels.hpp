@@ -29,7 +29,8 @@ using BackwardRow = void (*)(const float* p, const float* dp, float* dz, std::si
 
 struct TransformKernels {
   CpuIsa isa;
-  ValidRow valid;
+  ValidRow valid;   // no NaN, no +inf (scores)
+  ValidRow finite;  // no NaN, no +-inf (gradients)
   ForwardRow softmax;
   ForwardRow sparsemax;
   ForwardRow entmax15;

@@ -18,23 +18,23 @@
 namespace entgraph {
 namespace {
 
-// Scores may hold -inf for masked entries (they get p = 0).
+// Scores may hold -inf for masked entries (they get p = 0). p may alias z or
+// u, so nothing is written before everything is read.
 template <class T>
 void csoftmax_row(const T* z, const T* u, T* p, std::size_t n) {
   double m = -std::numeric_limits<double>::infinity();
   for (std::size_t i = 0; i < n; ++i) m = std::max<double>(m, z[i]);
-  std::fill(p, p + n, T(0));
-  if (m == -std::numeric_limits<double>::infinity()) return;
+  if (m == -std::numeric_limits<double>::infinity()) return std::fill(p, p + n, T(0));
   // Entry i saturates (p_i = u_i) iff c >= u_i / e_i: sort by that ratio and
   // take the smallest saturated prefix whose c leaves the next entry free.
   std::vector<std::pair<double, std::size_t>> order;  // (ratio, index)
-  std::vector<double> e(n, 0.0);
+  std::vector<double> e(n, 0.0), bound(u, u + n);
   double free_mass = 0;
   for (std::size_t i = 0; i < n; ++i) {
     if (z[i] == -std::numeric_limits<T>::infinity()) continue;
     e[i] = std::exp(static_cast<double>(z[i]) - m);
     free_mass += e[i];
-    order.emplace_back(e[i] > 0 ? u[i] / e[i] : std::numeric_limits<double>::infinity(), i);
+    order.emplace_back(e[i] > 0 ? bound[i] / e[i] : std::numeric_limits<double>::infinity(), i);
   }
   std::sort(order.begin(), order.end());
   double saturated = 0;
@@ -42,19 +42,25 @@ void csoftmax_row(const T* z, const T* u, T* p, std::size_t n) {
   for (; k < order.size(); ++k) {
     const double c = (1.0 - saturated) / free_mass;
     if (c < order[k].first) break;
-    saturated += u[order[k].second];
+    saturated += bound[order[k].second];
     free_mass -= e[order[k].second];
   }
-  const double c = k < order.size() && free_mass > 0 ? (1.0 - saturated) / free_mass : 0.0;
+  // The running free_mass loses precision when a saturated entry dominated:
+  // sum the free entries afresh for the final c.
+  double free_total = 0;
+  for (std::size_t j = k; j < order.size(); ++j) free_total += e[order[j].second];
+  const double c = free_total > 0 ? (1.0 - saturated) / free_total : 0.0;
+  std::fill(p, p + n, T(0));
   for (std::size_t j = 0; j < order.size(); ++j) {
     const std::size_t i = order[j].second;
-    p[i] = j < k ? u[i] : static_cast<T>(c * e[i]);
+    p[i] = j < k ? static_cast<T>(bound[i]) : static_cast<T>(c * e[i]);
   }
 }
 
 // g(tau) = sum clamp(z_i - tau, 0, u_i) is piecewise linear and decreasing:
 // sweep its breakpoints (z_i where i turns free, z_i - u_i where it saturates)
-// from the top until g reaches 1, then solve the linear piece.
+// from the top until g reaches 1, then solve the linear piece. p may alias z
+// or u: the row is read whole before it is written.
 template <class T>
 void csparsemax_row(const T* z, const T* u, T* p, std::size_t n) {
   std::vector<std::pair<double, int>> events;  // (tau, slope change as tau decreases)
@@ -63,8 +69,7 @@ void csparsemax_row(const T* z, const T* u, T* p, std::size_t n) {
     events.emplace_back(static_cast<double>(z[i]), +1);
     events.emplace_back(static_cast<double>(z[i]) - static_cast<double>(u[i]), -1);
   }
-  std::fill(p, p + n, T(0));
-  if (events.empty()) return;
+  if (events.empty()) return std::fill(p, p + n, T(0));
   std::sort(events.begin(), events.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
   double g = 0, tau = events[0].first;
   long slope = 0;
@@ -81,8 +86,10 @@ void csparsemax_row(const T* z, const T* u, T* p, std::size_t n) {
     slope += events[e].second;
   }
   for (std::size_t i = 0; i < n; ++i) {
-    if (z[i] == -std::numeric_limits<T>::infinity()) continue;
-    p[i] = static_cast<T>(std::clamp(static_cast<double>(z[i]) - tau, 0.0, static_cast<double>(u[i])));
+    const T zi = z[i], ui = u[i];
+    p[i] = zi == -std::numeric_limits<T>::infinity()
+               ? T(0)
+               : static_cast<T>(std::clamp(static_cast<double>(zi) - tau, 0.0, static_cast<double>(ui)));
   }
 }
 

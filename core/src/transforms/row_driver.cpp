@@ -18,8 +18,8 @@ void check_rows(const char* op, const char* arg, ConstMatrix<T> m, MaskView mask
     for (std::size_t r = begin; r < end; ++r) {
       const T* row = m.row(r);
       const std::uint8_t* keep = mask.empty() ? nullptr : mask.row(r);
-      if constexpr (std::is_same_v<T, float>) {
-        if (!keep && allow_neg_inf && kernels.valid(row, m.cols)) continue;  // fast path: SIMD check
+      if constexpr (std::is_same_v<T, float>) {  // fast path: a SIMD check of the whole row
+        if (!keep && (allow_neg_inf ? kernels.valid : kernels.finite)(row, m.cols)) continue;
       }
       for (std::size_t j = 0; j < m.cols; ++j) {
         if (keep && !keep[j]) continue;

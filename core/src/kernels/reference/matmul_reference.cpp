@@ -61,7 +61,8 @@ void gemm_nt_sampled(std::size_t m, std::size_t n, std::size_t k, T alpha, const
         continue;
       }
       double s = 0.0;
-      for (std::size_t p = 0; p < k; ++p) s += static_cast<double>(a[i * lda + p]) * static_cast<double>(b[j * ldb + p]);
+      for (std::size_t p = 0; p < k; ++p)
+        s += static_cast<double>(a[i * lda + p]) * static_cast<double>(b[j * ldb + p]);
       c[i * ldc + j] = static_cast<T>(static_cast<double>(alpha) * s);
     }
   }

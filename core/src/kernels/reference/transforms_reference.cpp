@@ -208,11 +208,18 @@ bool valid(const float* z, std::size_t n) {
   return true;
 }
 
+bool finite(const float* z, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i)
+    if (!std::isfinite(z[i])) return false;
+  return true;
+}
+
 }  // namespace
 
 const TransformKernels kReferenceKernels = {
     CpuIsa::reference,
     valid,
+    finite,
     widened_forward<&ReferenceKernels64::softmax>,
     widened_forward<&ReferenceKernels64::sparsemax>,
     widened_forward<&ReferenceKernels64::entmax15>,

@@ -16,10 +16,9 @@
 // visited.
 #pragma once
 
-#include <xsimd/xsimd.hpp>
-
 #include <cstddef>
 #include <cstdint>
+#include <xsimd/xsimd.hpp>
 
 #include "kernels/matmul_kernels.hpp"
 
@@ -84,8 +83,8 @@ struct Matmul {
 
   // acc += sum over packed entries q of pa[q][r] * B[idx[q], 0:NB*W].
   template <std::size_t NB>
-  static void tile_packed(const float* pa, const std::uint32_t* idx, std::size_t count, const float* b,
-                          std::size_t ldb, B (&acc)[kMr][NB]) {
+  static void tile_packed(const float* pa, const std::uint32_t* idx, std::size_t count, const float* b, std::size_t ldb,
+                          B (&acc)[kMr][NB]) {
     for (std::size_t q = 0; q < count; ++q, pa += kMr) {
       const float* bq = b + static_cast<std::size_t>(idx[q]) * ldb;
       B bv[NB];
@@ -127,7 +126,8 @@ struct Matmul {
       const float* ak = a + k0 * a_col;
       const float* bk = b + k0 * ldb;
       std::size_t j = 0;
-      for (; j + kNb * W <= n; j += kNb * W) panels_dense<kNb>(m, kc, alpha, ak, a_row, a_col, bk + j, ldb, c + j, ldc, acc_c);
+      for (; j + kNb * W <= n; j += kNb * W)
+        panels_dense<kNb>(m, kc, alpha, ak, a_row, a_col, bk + j, ldb, c + j, ldc, acc_c);
       for (; j + W <= n; j += W) panels_dense<1>(m, kc, alpha, ak, a_row, a_col, bk + j, ldb, c + j, ldc, acc_c);
       for (; j < n; ++j) {
         for (std::size_t i = 0; i < m; ++i) {
@@ -281,9 +281,8 @@ struct Matmul {
   // every nonzero A(p, i) adds A(p, i) B(p, :) to row i of C, with B(p, :)
   // held in registers. The cost follows nnz(A), and each entry of C receives
   // its terms in the order of p.
-  static void gemm_tn_scatter(std::size_t m, std::size_t n, std::size_t k, float alpha, const float* a,
-                              std::size_t lda, const float* b, std::size_t ldb, float* c, std::size_t ldc,
-                              bool accumulate) {
+  static void gemm_tn_scatter(std::size_t m, std::size_t n, std::size_t k, float alpha, const float* a, std::size_t lda,
+                              const float* b, std::size_t ldb, float* c, std::size_t ldc, bool accumulate) {
     if (!accumulate)
       for (std::size_t i = 0; i < m; ++i)
         for (std::size_t j = 0; j < n; ++j) c[i * ldc + j] = 0.0f;
@@ -340,9 +339,9 @@ struct Matmul {
     }
   }
 
-  static void gemm_nt_sampled(std::size_t m, std::size_t n, std::size_t k, float alpha, const float* a,
-                              std::size_t lda, const float* b, std::size_t ldb, const float* sample, std::size_t lds,
-                              float* c, std::size_t ldc) {
+  static void gemm_nt_sampled(std::size_t m, std::size_t n, std::size_t k, float alpha, const float* a, std::size_t lda,
+                              const float* b, std::size_t ldb, const float* sample, std::size_t lds, float* c,
+                              std::size_t ldc) {
     for (std::size_t i = 0; i < m; ++i) {
       const float* ai = a + i * lda;
       const float* si = sample + i * lds;

@@ -76,6 +76,12 @@ struct Kernels {
     return xsimd::all(ok);
   }
 
+  static bool finite(const float* z, std::size_t n) {
+    BB ok(true);
+    for (std::size_t i = 0; i < n; i += W) ok = ok & (xsimd::abs(load(z, i, n, 0.0f)) < B(kInf));
+    return xsimd::all(ok);
+  }
+
   static float row_max(const float* z, std::size_t n) {
     B m(-kInf);
     for (std::size_t i = 0; i < n; i += W) m = xsimd::max(m, load(z, i, n, -kInf));
@@ -476,7 +482,7 @@ struct Kernels {
   }
 
   static TransformKernels table(CpuIsa isa) {
-    return {isa,          valid,           softmax,  sparsemax,          entmax15,          entmax,
+    return {isa,          valid,  finite,         softmax,  sparsemax,          entmax15,          entmax,
             topk_softmax, adaptive_span,   softmax_backward, sparsemax_backward, entmax15_backward, entmax_backward};
   }
 };

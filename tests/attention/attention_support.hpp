@@ -1,0 +1,214 @@
+// Helpers of the attention tests: a naive float64 attention over the full
+// score matrix (the oracle), problem setups with float-exact inputs, and
+// error-message capture.
+#pragma once
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "entgraph/attention.hpp"
+#include "entgraph/error.hpp"
+#include "entgraph/transforms.hpp"
+#include "support.hpp"
+
+namespace entgraph::test {
+
+// Every transform kind, with parameters that make the sparse ones sparse.
+inline std::vector<Transform> attention_transforms() {
+  return {Transform::softmax(),
+          Transform::sparsemax(),
+          Transform::entmax15(),
+          Transform::entmax(1.3),
+          Transform::entmax(2.5),
+          Transform::topk_softmax(5),
+          Transform{TransformKind::adaptive_span, 1.0, 0},
+          Transform{TransformKind::constrained_softmax, 1.0, 0},
+          Transform{TransformKind::constrained_sparsemax, 2.0, 0}};
+}
+
+inline std::string kind_label(const Transform& t) {
+  switch (t.kind) {
+    case TransformKind::softmax:
+      return "softmax";
+    case TransformKind::sparsemax:
+      return "sparsemax";
+    case TransformKind::entmax15:
+      return "entmax15";
+    case TransformKind::entmax:
+      return "entmax(" + std::to_string(t.alpha) + ")";
+    case TransformKind::topk_softmax:
+      return "topk(" + std::to_string(t.k) + ")";
+    case TransformKind::adaptive_span:
+      return "adaptive_span";
+    case TransformKind::constrained_softmax:
+      return "constrained_softmax";
+    case TransformKind::constrained_sparsemax:
+      return "constrained_sparsemax";
+  }
+  return "?";
+}
+
+// One attention problem in float64 with float-exact inputs, so that the float
+// API sees exactly the same numbers.
+struct Problem {
+  std::size_t n = 0, m = 0, d = 0, dv = 0;
+  Matrix<double> q, k, v;
+  std::vector<std::uint8_t> padding;  // empty: none
+  std::vector<double> span;           // n values
+  std::vector<double> upper;          // m values
+  AttentionOptions<double> options;
+
+  AttentionOptions<double> opts() const {
+    AttentionOptions<double> o = options;
+    o.key_padding = padding.empty() ? nullptr : padding.data();
+    o.span = span.data();
+    o.upper = upper.data();
+    return o;
+  }
+};
+
+inline Matrix<double> float_exact(std::size_t rows, std::size_t cols, double scale, std::uint64_t seed) {
+  return random_matrix<float>(rows, cols, scale, seed).cast<double>();
+}
+
+// Random Q, K, V; spans in [1, 12] with ramp 4; bounds in [0.15, 0.6] with
+// key 0 at 1 (so every query that sees key 0 can be satisfied); padding keeps
+// key 0 and about 80% of the others.
+inline Problem make_problem(std::size_t n, std::size_t m, std::size_t d, std::size_t dv, const Transform& t,
+                            bool causal, bool padded, std::uint64_t seed = 7) {
+  Problem p;
+  p.n = n;
+  p.m = m;
+  p.d = d;
+  p.dv = dv;
+  p.q = float_exact(n, d, 1.0, seed);
+  p.k = float_exact(m, d, 1.0, seed + 1);
+  p.v = float_exact(m, dv, 1.0, seed + 2);
+  std::mt19937_64 rng(seed + 3);
+  std::uniform_real_distribution<double> span_dist(1.0, 12.0), upper_dist(0.15, 0.6);
+  for (std::size_t i = 0; i < n; ++i) p.span.push_back(static_cast<float>(span_dist(rng)));
+  for (std::size_t j = 0; j < m; ++j) p.upper.push_back(j == 0 ? 1.0 : static_cast<float>(upper_dist(rng)));
+  if (padded) {
+    std::bernoulli_distribution keep(0.8);
+    for (std::size_t j = 0; j < m; ++j) p.padding.push_back(j == 0 || keep(rng) ? 1 : 0);
+  }
+  p.options.transform = t;
+  p.options.causal = causal;
+  p.options.span_ramp = 4.0;
+  // Larger scores than 1/sqrt(d) make the sparse transforms sparse and the
+  // constrained ones saturate.
+  p.options.scale = 2.0 / std::sqrt(static_cast<double>(d));
+  return p;
+}
+
+// The float options of a problem (span/upper copied into float storage).
+struct FloatOptions {
+  std::vector<float> span, upper;
+  AttentionOptions<float> options;
+  explicit FloatOptions(const Problem& p) {
+    for (double x : p.span) span.push_back(static_cast<float>(x));
+    for (double x : p.upper) upper.push_back(static_cast<float>(x));
+    const AttentionOptions<double> o = p.opts();
+    options.transform = o.transform;
+    options.scale = o.scale;
+    options.causal = o.causal;
+    options.key_padding = o.key_padding;
+    options.block_rows = o.block_rows;
+    options.span = span.data();
+    options.span_ramp = o.span_ramp;
+    options.upper = upper.data();
+  }
+};
+
+// The full keep-mask of a problem (n x m).
+inline Matrix<std::uint8_t> full_mask(const Problem& p) {
+  Matrix<std::uint8_t> mask(p.n, p.m, 1);
+  for (std::size_t i = 0; i < p.n; ++i)
+    for (std::size_t j = 0; j < p.m; ++j) {
+      const bool visible = !p.options.causal || static_cast<long long>(j) <= static_cast<long long>(i) +
+                                                                                 static_cast<long long>(p.m) -
+                                                                                 static_cast<long long>(p.n);
+      const bool kept = p.padding.empty() || p.padding[j] != 0;
+      mask(i, j) = visible && kept ? 1 : 0;
+    }
+  return mask;
+}
+
+struct NaiveResult {
+  Matrix<double> out, probs;
+};
+
+// S over all n x m pairs, the transform's float64 public function on the
+// whole matrix, then P V.
+inline NaiveResult naive_attention(const Problem& p) {
+  const AttentionOptions<double> o = p.opts();
+  const double scale = o.scale == 0.0 ? 1.0 / std::sqrt(static_cast<double>(p.d)) : o.scale;
+  Matrix<double> s(p.n, p.m);
+  for (std::size_t i = 0; i < p.n; ++i)
+    for (std::size_t j = 0; j < p.m; ++j) {
+      double acc = 0;
+      for (std::size_t x = 0; x < p.d; ++x) acc += p.q(i, x) * p.k(j, x);
+      s(i, j) = scale * acc;
+    }
+  const Matrix<std::uint8_t> mask = full_mask(p);
+  const MaskView mv = mask.view();
+  NaiveResult r{Matrix<double>(p.n, p.dv), Matrix<double>(p.n, p.m)};
+  switch (o.transform.kind) {
+    case TransformKind::adaptive_span:
+      adaptive_span<double>(
+          s.view(), o.span,
+          AdaptiveSpan{o.span_ramp, static_cast<std::ptrdiff_t>(p.m) - static_cast<std::ptrdiff_t>(p.n)},
+          r.probs.view(), mv);
+      break;
+    case TransformKind::constrained_softmax:
+    case TransformKind::constrained_sparsemax: {
+      Matrix<double> u(p.n, p.m);
+      for (std::size_t i = 0; i < p.n; ++i)
+        for (std::size_t j = 0; j < p.m; ++j) u(i, j) = p.upper[j];
+      if (o.transform.kind == TransformKind::constrained_softmax)
+        constrained_softmax<double>(s.view(), u.view(), r.probs.view(), mv);
+      else
+        constrained_sparsemax<double>(s.view(), u.view(), r.probs.view(), mv);
+      break;
+    }
+    default:
+      transform_forward<double>(o.transform, s.view(), r.probs.view(), mv);
+  }
+  for (std::size_t i = 0; i < p.n; ++i)
+    for (std::size_t x = 0; x < p.dv; ++x) {
+      double acc = 0;
+      for (std::size_t j = 0; j < p.m; ++j) acc += r.probs(i, j) * p.v(j, x);
+      r.out(i, x) = acc;
+    }
+  return r;
+}
+
+// The message of the entgraph::Error that f throws, or "" if it throws none.
+inline std::string error_message(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+template <class T>
+bool bit_identical(const Matrix<T>& a, const Matrix<T>& b) {
+  return a.data.size() == b.data.size() && std::memcmp(a.data.data(), b.data.data(), a.data.size() * sizeof(T)) == 0;
+}
+
+template <class T>
+double max_abs(const Matrix<T>& a) {
+  double m = 0;
+  for (T x : a.data) m = std::max(m, std::abs(static_cast<double>(x)));
+  return m;
+}
+
+}  // namespace entgraph::test
