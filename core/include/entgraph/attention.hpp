@@ -15,7 +15,7 @@
 // - key_padding: m flags, 0 marks a padding key that no query may see.
 //
 // Errors (entgraph::Error naming the argument): shapes that disagree, d = 0,
-// n = 0 or m = 0, non-finite scale, NaN/+inf in Q or K, a transform
+// n = 0 or m = 0, non-finite scale, NaN/inf in Q, K, V or grad_out, a transform
 // parameter out of range, a missing span/upper array for the transforms
 // that need one.
 #pragma once

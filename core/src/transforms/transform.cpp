@@ -25,6 +25,7 @@ std::string Transform::name() const {
 double Transform::tsallis_alpha() const {
   switch (kind) {
     case TransformKind::softmax: return 1.0;
+    case TransformKind::topk_softmax: return 1.0;  // softmax over the kept entries
     case TransformKind::sparsemax: return 2.0;
     case TransformKind::entmax15: return 1.5;
     case TransformKind::entmax: return alpha;

@@ -205,21 +205,24 @@ struct Kernels {
         lo = xsimd::min(lo, xsimd::select(in, v, B(kInf)));
       }
       const double S1 = sum(s1), S2 = sum(s2), K = sum(k), mean = S1 / K;
-      // Closed form on this support: tau = t + mean - sqrt((1 - V) / K) with
-      // V = sum (d - mean)^2. S2 - S1^2 / K cancels badly for nearly uniform
-      // rows, so it only proposes; an accepted root is recomputed with V
-      // summed directly (one more pass).
+      // Closed form on this support: tau = mean_c - sqrt((1 - V) / K) with
+      // V = sum (c - mean_c)^2. From S1, S2 (sums of d = c - t ~ 1) both the
+      // mean and V lose digits on nearly uniform rows, so they only propose; an
+      // accepted root is recomputed from sums of e = c - pivot around the
+      // proposed mean, which are small and centred (one more pass).
       const double v_rough = S2 - S1 * S1 / K;
       if (v_rough <= 1.0 && static_cast<double>(min(lo)) >= t + mean - std::sqrt((1.0 - v_rough) / K) - 1e-6) {
-        const B cb(static_cast<float>(t + mean));
-        B sv(0.0f);
+        const float pivot = static_cast<float>(t + mean);
+        const B pb(pivot);
+        B se(0.0f), se2(0.0f);
         for (std::size_t i = 0; i < nc; i += W) {
           const B v = load(c, i, nc, -kInf);
-          const B e = v - cb;
-          sv += select0(v > tb, e * e);
+          const B e = select0(v > tb, v - pb);
+          se += e;
+          se2 += e * e;
         }
-        const double V = sum(sv);
-        const double root = t + mean - std::sqrt((V < 1.0 ? 1.0 - V : 0.0) / K);
+        const double E1 = sum(se), V = sum(se2) - E1 * E1 / K;
+        const double root = pivot + E1 / K - std::sqrt((V < 1.0 ? 1.0 - V : 0.0) / K);
         // Accept within float rounding: an element this close to tau gets ~0.
         if (static_cast<double>(min(lo)) >= root - 1e-7) return root;
       }
@@ -314,22 +317,38 @@ struct Kernels {
   }
 
   // Overwrites the candidates c (u values) with their normalised weights.
+  // The unknown is kept where float resolves w = 1 + a (c - lambda) best:
+  // - alpha <= 1.5: lambda itself, with w^(1/a) = exp(log1p(a (c - lambda)) / a)
+  //   (no cancellation as a -> 0, where the weights tend to softmax's);
+  // - alpha > 1.5: the threshold t = lambda - 1/a, with w = a (c - t). There w
+  //   is small on flat rows (about n^-a) and 1 + x would cancel.
   static void entmax_candidates_float(float* c, std::size_t nc, double a) {
+    const bool threshold_form = a > 0.5;
     const double hi = -std::expm1(-a * std::log(static_cast<double>(nc))) / a;
+    const double offset = threshold_form ? -1.0 / a : 0.0;  // unknown = lambda + offset
     const B ab(static_cast<float>(a)), inv(static_cast<float>(1.0 / a)), one(1.0f);
-    // (1 + x)^(1/a) through log1p: no cancellation when a x is tiny (alpha -> 1).
-    const B floor(-1.0f + 1e-7f);
-    auto power = [&](const B& x) { return xsimd::exp(xsimd::log1p(xsimd::max(x, floor)) * inv); };
+    // w and log w of candidates v at the unknown x (x as a float batch).
+    auto weight = [&](const B& v, const B& x, B& w, B& log_w) {
+      if (threshold_form) {
+        w = ab * (v - x);
+        log_w = xsimd::log(xsimd::max(w, B(1e-30f)));
+      } else {
+        const B y = ab * (v - x);
+        w = one + y;
+        log_w = xsimd::log1p(xsimd::max(y, B(-1.0f + 1e-7f)));
+      }
+    };
     // f = sum p - 1, -f' = sum p / w and f'' = (1 - a) sum p / w^2 over the
     // candidates (dp/dlambda = -p / w since w' = -a and a / a = 1).
-    auto evaluate = [&](double lambda, double& f, double& slope, double& curv) {
-      const B lb(static_cast<float>(lambda));
+    auto evaluate = [&](double x, double& f, double& slope, double& curv) {
+      const B xb(static_cast<float>(x));
       B sm(0.0f), sd(0.0f), sc(0.0f);
       for (std::size_t i = 0; i < nc; i += W) {
-        const B x = ab * (load(c, i, nc, -kInf) - lb);  // w = 1 + x
-        const BB in = x > B(-1.0f);
-        const B pw = select0(in, power(x));
-        const B r = one / xsimd::max(one + x, B(1e-30f));  // one division, not two: divisions dominate here
+        B w, log_w;
+        weight(load(c, i, nc, -kInf), xb, w, log_w);
+        const BB in = w > B(0.0f);
+        const B pw = select0(in, xsimd::exp(log_w * inv));
+        const B r = one / xsimd::max(w, B(1e-30f));  // one division, not two: divisions dominate here
         const B q = pw * r;
         sm += pw;
         sd += q;
@@ -342,13 +361,14 @@ struct Kernels {
     // f is convex for alpha <= 2: Halley from the left. No early stop on the
     // step size: at alpha = 2, f is piecewise linear and the cubic rate does
     // not hold across its kinks.
-    const double lambda = solve_decreasing(0.0, hi, 0.0, 1e-7, 1e-7, evaluate);
-    // Weights at lambda, then normalised (one transcendental pass, not two).
-    const B lb(static_cast<float>(lambda));
+    const double x = solve_decreasing(offset, hi + offset, offset, 1e-7, 1e-7, evaluate);
+    // Weights at x, then normalised (one transcendental pass, not two).
+    const B xb(static_cast<float>(x));
     B sm(0.0f);
     for (std::size_t i = 0; i < nc; i += W) {
-      const B x = ab * (load(c, i, nc, -kInf) - lb);
-      const B pw = select0(x > B(-1.0f), power(x));
+      B w, log_w;
+      weight(load(c, i, nc, -kInf), xb, w, log_w);
+      const B pw = select0(w > B(0.0f), xsimd::exp(log_w * inv));
       sm += pw;
       store(c, i, nc, pw);
     }
@@ -360,21 +380,23 @@ struct Kernels {
     const double t_hi = -std::exp(-a * std::log(static_cast<double>(nc))) * inv;  // lambda_hi - 1/a
     double mass = 1.0;
     // In t = lambda - 1/a: p = (a (u - t))^(1/a) for u > t.
-    // dp/dt = -p / (a d), d2p/dt2 = (1 - a) p / (a d)^2.
+    // dp/dt = -p / (a d). curv = 0 makes solve_decreasing take Newton steps:
+    // from the right of the root of a concave f they never cross it, while
+    // Halley's can, and just left of an entry's threshold the slope of
+    // d^(1/a) is unbounded, so a tiny step there would not mean convergence.
     auto evaluate = [&](double t, double& f, double& slope, double& curv) {
-      double sm = 0, sd = 0, sc = 0;
+      double sm = 0, sd = 0;
       for (std::size_t i = 0; i < nc; ++i) {
         const double d = static_cast<double>(c[i]) - t;
         if (d <= 0) continue;
-        const double pw = std::exp(std::log(a * d) * inv), q = pw / (a * d);
+        const double pw = std::exp(std::log(a * d) * inv);
         sm += pw;
-        sd += q;
-        sc += q / (a * d);
+        sd += pw / (a * d);
       }
       mass = sm;
       f = sm - 1.0;
       slope = sd;
-      curv = (1.0 - a) * sc;
+      curv = 0.0;
     };
     // f is concave for alpha > 2: Newton from the right is monotone.
     const double t = solve_decreasing(-inv, t_hi, t_hi, 1e-15, 1e-15, evaluate);
