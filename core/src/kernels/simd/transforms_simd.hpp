@@ -120,6 +120,25 @@ struct Kernels {
     return c;
   }
 
+  // A row's max and its candidates c = (z - max) * mul > threshold, with
+  // their indices, laid out in scratch. False for a row of only -inf (nothing
+  // to attend to), which the caller turns into zeros.
+  struct Candidates {
+    float max;
+    float* c;
+    std::uint32_t* idx;
+    std::size_t count;
+  };
+  static bool candidates(const float* z, std::size_t n, float threshold, float mul, float* scratch,
+                         Candidates& out) {
+    out.max = row_max(z, n);
+    if (out.max == -kInf) return false;
+    out.c = scratch;
+    out.idx = reinterpret_cast<std::uint32_t*>(scratch + n + 16);
+    out.count = gather_candidates(z, n, threshold, out.max, mul, out.c, out.idx);
+    return true;
+  }
+
   // -------------------------------------------------------------------------
   static void softmax(const float* z, float* p, std::size_t n, const RowParams&, float*) {
     const float m = row_max(z, n);
@@ -171,13 +190,10 @@ struct Kernels {
   }
 
   static void sparsemax(const float* z, float* p, std::size_t n, const RowParams&, float* scratch) {
-    const float m = row_max(z, n);
-    if (m == -kInf) return fill(p, n, 0.0f);
-    float* c = scratch;
-    auto* idx = reinterpret_cast<std::uint32_t*>(scratch + n + 16);
-    const std::size_t nc = gather_candidates(z, n, -1.0f, m, 1.0f, c, idx);
+    Candidates cand;
+    if (!candidates(z, n, -1.0f, 1.0f, scratch, cand)) return fill(p, n, 0.0f);
     // (z - max) - tau, not z - (max + tau): the latter rounds tau away when |max| >> 1.
-    const B mb(m), tb(static_cast<float>(sparsemax_tau(c, nc)));
+    const B mb(cand.max), tb(static_cast<float>(sparsemax_tau(cand.c, cand.count)));
     for (std::size_t i = 0; i < n; i += W) store(p, i, n, xsimd::max((load(z, i, n, -kInf) - mb) - tb, B(0.0f)));
   }
 
@@ -247,13 +263,9 @@ struct Kernels {
   }
 
   static void entmax15(const float* z, float* p, std::size_t n, const RowParams&, float* scratch) {
-    const float m = row_max(z, n);
-    if (m == -kInf) return fill(p, n, 0.0f);
-    float* c = scratch;
-    auto* idx = reinterpret_cast<std::uint32_t*>(scratch + n + 16);
-    const std::size_t nc = gather_candidates(z, n, -1.0f, m, 0.5f, c, idx);
-    const float tau = static_cast<float>(entmax15_tau(c, nc));
-    const B mb(m), half(0.5f), tb(tau);
+    Candidates cand;
+    if (!candidates(z, n, -1.0f, 0.5f, scratch, cand)) return fill(p, n, 0.0f);
+    const B mb(cand.max), half(0.5f), tb(static_cast<float>(entmax15_tau(cand.c, cand.count)));
     for (std::size_t i = 0; i < n; i += W) {
       const B d = xsimd::max((load(z, i, n, -kInf) - mb) * half - tb, B(0.0f));
       store(p, i, n, d * d);
@@ -276,42 +288,38 @@ struct Kernels {
   // needs w = 5e-9). There the candidates (few: they lie within 1/a < 1 of the
   // max) are solved in double, with w = a (u - t) for the threshold t.
   static void entmax(const float* z, float* p, std::size_t n, const RowParams& params, float* scratch) {
-    const float m = row_max(z, n);
-    if (m == -kInf) return fill(p, n, 0.0f);
     const double a = params.alpha - 1.0;
-    float* c = scratch;
-    auto* idx = reinterpret_cast<std::uint32_t*>(scratch + n + 16);
     const float reach = static_cast<float>(1.0 / a);
-    const std::size_t nc = gather_candidates(z, n, std::isfinite(reach) ? -reach : -kInf, m, 1.0f, c, idx);
+    Candidates cand;
+    if (!candidates(z, n, std::isfinite(reach) ? -reach : -kInf, 1.0f, scratch, cand)) return fill(p, n, 0.0f);
     if (params.alpha > 2.0) {
-      entmax_candidates_double(c, nc, a);
+      entmax_candidates_double(cand.c, cand.count, a);
     } else {
-      entmax_candidates_float(c, nc, a);
+      entmax_candidates_float(cand.c, cand.count, a);
     }
     fill(p, n, 0.0f);
-    for (std::size_t j = 0; j < nc; ++j) p[idx[j]] = c[j];
+    for (std::size_t j = 0; j < cand.count; ++j) p[cand.idx[j]] = cand.c[j];
   }
 
   // Safeguarded Halley on a decreasing f over [lo, hi] with f(lo) >= 0 >=
   // f(hi): evaluate(x, f, slope, curv) gives f(x), -f'(x) and f''(x). Halley
   // converges cubically, which halves the passes of Newton here; steps that
-  // leave the bracket become bisections. A Halley step of relative size
-  // `halley_tol` leaves an error of about its cube, so the loop returns after
-  // it without another evaluation; `tol` bounds the bracket.
+  // leave the bracket become bisections. Stops when a step is below `tol`
+  // relative to x while |f| <= f_tol (a tiny step alone proves nothing where
+  // the slope is huge), or when the bracket is that small.
   template <class Evaluate>
-  static double solve_decreasing(double lo, double hi, double x, double halley_tol, double tol, Evaluate evaluate) {
-    for (int it = 0; it < 100; ++it) {
+  static double solve_decreasing(double lo, double hi, double x, double tol, double f_tol, Evaluate evaluate) {
+    for (int it = 0; it < 200; ++it) {
       double f, slope, curv;
       evaluate(x, f, slope, curv);
       if (f > 0) lo = x > lo ? x : lo;
       else hi = x < hi ? x : hi;
       const double denom = 2 * slope * slope - f * curv;
       double next = denom > 0 ? x + 2 * f * slope / denom : 0.5 * (lo + hi);
-      const bool halley = next > lo && next < hi;
-      if (!halley) next = 0.5 * (lo + hi);
-      const double step = std::fabs(next - x), scale = 1.0 + std::fabs(next);
+      if (!(next > lo && next < hi)) next = 0.5 * (lo + hi);
+      const double step = std::fabs(next - x), limit = tol * (1.0 + std::fabs(next));
       x = next;
-      if ((halley && step <= halley_tol * scale) || step <= tol * scale || hi - lo <= tol * scale) break;
+      if ((step <= limit && std::fabs(f) <= f_tol) || hi - lo <= limit) break;
     }
     return x;
   }
@@ -361,7 +369,7 @@ struct Kernels {
     // f is convex for alpha <= 2: Halley from the left. No early stop on the
     // step size: at alpha = 2, f is piecewise linear and the cubic rate does
     // not hold across its kinks.
-    const double x = solve_decreasing(offset, hi + offset, offset, 1e-7, 1e-7, evaluate);
+    const double x = solve_decreasing(offset, hi + offset, offset, 1e-7, 1e-4, evaluate);
     // Weights at x, then normalised (one transcendental pass, not two).
     const B xb(static_cast<float>(x));
     B sm(0.0f);
@@ -377,7 +385,7 @@ struct Kernels {
 
   static void entmax_candidates_double(float* c, std::size_t nc, double a) {
     const double inv = 1.0 / a;
-    const double t_hi = -std::exp(-a * std::log(static_cast<double>(nc))) * inv;  // lambda_hi - 1/a
+    const double t_hi = -std::exp(-a * std::log(static_cast<double>(nc))) * inv;  // lambda_hi - 1/a, relative to the max
     double mass = 1.0;
     // In t = lambda - 1/a: p = (a (u - t))^(1/a) for u > t.
     // dp/dt = -p / (a d). curv = 0 makes solve_decreasing take Newton steps:
@@ -398,8 +406,20 @@ struct Kernels {
       slope = sd;
       curv = 0.0;
     };
-    // f is concave for alpha > 2: Newton from the right is monotone.
-    const double t = solve_decreasing(-inv, t_hi, t_hi, 1e-15, 1e-15, evaluate);
+    // f is concave for alpha > 2: Newton from the right is monotone. But the
+    // right end t_hi can sit many decades closer to the max than the root
+    // (t_hi - max = -nc^-a / a, 1e-28 at alpha = 10), where Newton only grows
+    // the distance ninefold per step: bisect the distance geometrically to
+    // within a factor 2 first.
+    // (nc^-a underflows for alpha near kMaxEntmaxAlpha: keep d_lo > 0.)
+    double d_lo = -t_hi > 1e-300 ? -t_hi : 1e-300, d_hi = inv;  // f(max - d_lo) <= 0 <= f(max - d_hi)
+    for (int it = 0; it < 64 && d_hi > 2 * d_lo; ++it) {
+      const double d = std::sqrt(d_lo * d_hi);
+      double f, slope, curv;
+      evaluate(-d, f, slope, curv);
+      (f > 0 ? d_hi : d_lo) = d;
+    }
+    const double t = solve_decreasing(-d_hi, -d_lo, -d_lo, 1e-15, 1e-12, evaluate);
     double f, slope, curv;
     evaluate(t, f, slope, curv);
     for (std::size_t i = 0; i < nc; ++i) {
