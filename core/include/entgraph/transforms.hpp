@@ -65,9 +65,13 @@ void entmax15_backward(ConstMatrix<T> probs, ConstMatrix<T> grad_probs, MatrixVi
 
 // entmax: any alpha in [1, kMaxEntmaxAlpha]. alpha = 1 exactly is softmax (the
 // limit, so that alpha = 1 + softplus(a) may round to 1). Solved by a
-// safeguarded Newton iteration on tau (bracketed, falling back to bisection),
-// in a log1p parametrisation that stays accurate as alpha -> 1; the result is
-// renormalised so that rows sum to 1 within float rounding.
+// safeguarded Halley iteration on tau (bracketed, falling back to bisection),
+// started from a solve on a sample of the row when the row is long, in a
+// log1p parametrisation that stays accurate as alpha -> 1 (float, alpha <=
+// 1.5), on the threshold itself for 1.5 < alpha <= 2, and in double for
+// alpha > 2; the result is renormalised so that rows sum to 1 within float
+// rounding. When 1/(alpha-1) is an integer up to 8 (alpha = 1.5, 1.25, ...)
+// powers are products, several times faster than the general alpha.
 // Throws if alpha is NaN, < 1 or > kMaxEntmaxAlpha.
 inline constexpr double kMaxEntmaxAlpha = 1000.0;
 template <class T>

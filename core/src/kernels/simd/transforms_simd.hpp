@@ -306,7 +306,8 @@ struct Kernels {
   // converges cubically, which halves the passes of Newton here; steps that
   // leave the bracket become bisections. Stops when a step is below `tol`
   // relative to x while |f| <= f_tol (a tiny step alone proves nothing where
-  // the slope is huge), or when the bracket is that small.
+  // the slope is huge), or when the bracket is that small; after 30 passes a
+  // tiny step is enough (float sums can keep |f| above f_tol as noise).
   template <class Evaluate>
   static double solve_decreasing(double lo, double hi, double x, double tol, double f_tol, Evaluate evaluate) {
     for (int it = 0; it < 200; ++it) {
@@ -319,7 +320,7 @@ struct Kernels {
       if (!(next > lo && next < hi)) next = 0.5 * (lo + hi);
       const double step = std::fabs(next - x), limit = tol * (1.0 + std::fabs(next));
       x = next;
-      if ((step <= limit && std::fabs(f) <= f_tol) || hi - lo <= limit) break;
+      if ((step <= limit && (std::fabs(f) <= f_tol || it >= 30)) || hi - lo <= limit) break;
     }
     return x;
   }
@@ -335,48 +336,78 @@ struct Kernels {
     const double hi = -std::expm1(-a * std::log(static_cast<double>(nc))) / a;
     const double offset = threshold_form ? -1.0 / a : 0.0;  // unknown = lambda + offset
     const B ab(static_cast<float>(a)), inv(static_cast<float>(1.0 / a)), one(1.0f);
-    // w and log w of candidates v at the unknown x (x as a float batch).
-    auto weight = [&](const B& v, const B& x, B& w, B& log_w) {
+    // When 1/a is a small integer k (alpha = 1 + 1/k: 1.5, 1.333, 1.25, ...),
+    // w^k by multiplication replaces a log and an exp, the bulk of the cost.
+    const double beta = 1.0 / a;
+    const int int_power = beta == std::floor(beta) && beta <= 8.0 ? static_cast<int>(beta) : 0;
+    // w and p = w^(1/a) (w <= 0 gives garbage p; callers select on w > 0) of
+    // candidates v at the unknown x (x as a float batch).
+    auto weight = [&](const B& v, const B& x, B& w, B& pw) {
       if (threshold_form) {
         w = ab * (v - x);
-        log_w = xsimd::log(xsimd::max(w, B(1e-30f)));
       } else {
         const B y = ab * (v - x);
         w = one + y;
-        log_w = xsimd::log1p(xsimd::max(y, B(-1.0f + 1e-7f)));
+        if (!int_power) {
+          pw = xsimd::exp(xsimd::log1p(xsimd::max(y, B(-1.0f + 1e-7f))) * inv);
+          return;
+        }
+      }
+      if (int_power) {
+        pw = w;
+        for (int k = 1; k < int_power; ++k) pw *= w;
+      } else {
+        pw = xsimd::exp(xsimd::log(xsimd::max(w, B(1e-30f))) * inv);
       }
     };
     // f = sum p - 1, -f' = sum p / w and f'' = (1 - a) sum p / w^2 over the
-    // candidates (dp/dlambda = -p / w since w' = -a and a / a = 1).
-    auto evaluate = [&](double x, double& f, double& slope, double& curv) {
+    // candidates (dp/dlambda = -p / w since w' = -a and a / a = 1), or over
+    // every stride-th batch of them, scaled up to estimate the full sums.
+    auto evaluate_sampled = [&](std::size_t stride, double x, double& f, double& slope, double& curv) {
       const B xb(static_cast<float>(x));
       B sm(0.0f), sd(0.0f), sc(0.0f);
-      for (std::size_t i = 0; i < nc; i += W) {
-        B w, log_w;
-        weight(load(c, i, nc, -kInf), xb, w, log_w);
+      std::size_t seen = 0;
+      for (std::size_t i = 0; i < nc; i += stride * W) {
+        B w, pw;
+        weight(load(c, i, nc, -kInf), xb, w, pw);
         const BB in = w > B(0.0f);
-        const B pw = select0(in, xsimd::exp(log_w * inv));
+        pw = select0(in, pw);
         const B r = one / xsimd::max(w, B(1e-30f));  // one division, not two: divisions dominate here
         const B q = pw * r;
         sm += pw;
         sd += q;
         sc += q * r;
+        seen += i + W <= nc ? W : nc - i;
       }
-      f = sum(sm) - 1.0;
-      slope = sum(sd);
-      curv = (1.0 - a) * sum(sc);
+      const double up = static_cast<double>(nc) / static_cast<double>(seen);
+      f = up * sum(sm) - 1.0;
+      slope = up * sum(sd);
+      curv = (1.0 - a) * up * sum(sc);
     };
+    auto evaluate = [&](double x, double& f, double& slope, double& curv) { evaluate_sampled(1, x, f, slope, curv); };
+    // Many candidates: a coarse solve on one batch in 8 (or 4) first, so
+    // that the full passes start next to the root, where Halley needs about
+    // two. The full solve keeps the true bracket, so a poor sample costs
+    // passes, never accuracy.
+    double start = offset;
+    const std::size_t stride = nc >= 64 * W ? 8 : nc >= 16 * W ? 4 : 1;
+    if (stride > 1) {
+      start = solve_decreasing(offset, hi + offset, offset, 1e-3, 1e-2,
+                               [&](double x, double& f, double& slope, double& curv) {
+                                 evaluate_sampled(stride, x, f, slope, curv);
+                               });
+    }
     // f is convex for alpha <= 2: Halley from the left. No early stop on the
     // step size: at alpha = 2, f is piecewise linear and the cubic rate does
     // not hold across its kinks.
-    const double x = solve_decreasing(offset, hi + offset, offset, 1e-7, 1e-4, evaluate);
+    const double x = solve_decreasing(offset, hi + offset, start, 1e-7, 1e-6, evaluate);
     // Weights at x, then normalised (one transcendental pass, not two).
     const B xb(static_cast<float>(x));
     B sm(0.0f);
     for (std::size_t i = 0; i < nc; i += W) {
-      B w, log_w;
-      weight(load(c, i, nc, -kInf), xb, w, log_w);
-      const B pw = select0(w > B(0.0f), xsimd::exp(log_w * inv));
+      B w, pw;
+      weight(load(c, i, nc, -kInf), xb, w, pw);
+      pw = select0(w > B(0.0f), pw);
       sm += pw;
       store(c, i, nc, pw);
     }
@@ -515,8 +546,20 @@ struct Kernels {
   static void entmax15_backward(const float* p, const float* dp, float* dz, std::size_t n, const RowParams&) {
     family_backward<true>(p, dp, dz, n, [](const B& x) { return xsimd::sqrt(x); });
   }
-  // s = p^(2 - alpha) on the support.
+  // s = p^(2 - alpha) on the support. For alpha = 1 + 2^-j (1.5, 1.25,
+  // 1.125), s = p / p^(2^-j) takes j square roots instead of a log and an exp.
   static void entmax_backward(const float* p, const float* dp, float* dz, std::size_t n, const RowParams& params) {
+    int roots = 0;
+    for (int j = 1; j <= 3; ++j)
+      if (params.alpha == 1.0 + std::ldexp(1.0, -j)) roots = j;
+    if (roots > 0) {
+      family_backward<true>(p, dp, dz, n, [&](const B& x) {
+        B r = x;
+        for (int j = 0; j < roots; ++j) r = xsimd::sqrt(r);
+        return select0(x > B(0.0f), x / xsimd::max(r, B(1e-30f)));
+      });
+      return;
+    }
     const B e(static_cast<float>(2.0 - params.alpha));
     family_backward<true>(p, dp, dz, n, [&](const B& x) {
       return select0(x > B(0.0f), xsimd::exp(e * xsimd::log(xsimd::max(x, B(1e-38f)))));
