@@ -460,17 +460,58 @@ struct Kernels {
   }
 
   // -------------------------------------------------------------------------
-  // Top-k softmax: the k-th largest score by selection (std::nth_element on a
-  // copy), then a softmax over the scores >= it (ties at the k-th all kept).
+  // Top-k softmax: the k-th largest score, then a softmax over the scores >= it
+  // (ties at the k-th all kept).
+  //
+  // The k-th largest: a sample of one entry in 8 brackets it between two of
+  // its own order statistics (rank k/8 give or take three standard
+  // deviations); one SIMD pass counts the row above each, and if the bracket
+  // holds, only the entries inside it are gathered and selected among. Short
+  // rows, or a sample that missed, select on a copy of the whole row.
+  static std::size_t count_above(const float* z, std::size_t n, float t, bool or_equal) {
+    const B tb(t);
+    B cnt(0.0f);
+    for (std::size_t i = 0; i < n; i += W) {
+      const B v = load(z, i, n, -kInf);
+      cnt += select0(or_equal ? (v >= tb) : (v > tb), B(1.0f));
+    }
+    return static_cast<std::size_t>(sum(cnt));
+  }
+
+  static float kth_largest(const float* z, std::size_t n, std::size_t k, float* scratch) {
+    auto greater = [](float a, float b) { return a > b; };
+    if (n >= 512) {
+      const std::size_t ns = n / 8;
+      for (std::size_t i = 0; i < ns; ++i) scratch[i] = z[8 * i];
+      const double r = static_cast<double>(k) * static_cast<double>(ns) / static_cast<double>(n);
+      const double margin = 3.0 * std::sqrt(r + 1.0) + 2.0;
+      const std::size_t r_hi = r > margin ? static_cast<std::size_t>(r - margin) : 0;
+      const std::size_t r_lo = static_cast<std::size_t>(r + margin) < ns ? static_cast<std::size_t>(r + margin) : ns - 1;
+      std::nth_element(scratch, scratch + r_hi, scratch + ns, greater);
+      const float t_hi = scratch[r_hi];
+      std::nth_element(scratch + r_hi, scratch + r_lo, scratch + ns, greater);
+      const float t_lo = scratch[r_lo];
+      const std::size_t above = count_above(z, n, t_hi, false);
+      if (above < k && count_above(z, n, t_lo, true) >= k) {
+        std::size_t band = 0;
+        for (std::size_t i = 0; i < n; ++i) {
+          scratch[band] = z[i];
+          band += z[i] >= t_lo && z[i] <= t_hi;
+        }
+        const std::size_t rank = k - above - 1;
+        std::nth_element(scratch, scratch + rank, scratch + band, greater);
+        return scratch[rank];
+      }
+    }
+    for (std::size_t i = 0; i < n; ++i) scratch[i] = z[i];
+    std::nth_element(scratch, scratch + (k - 1), scratch + n, greater);
+    return scratch[k - 1];
+  }
+
   static void topk_softmax(const float* z, float* p, std::size_t n, const RowParams& params, float* scratch) {
     const float m = row_max(z, n);
     if (m == -kInf) return fill(p, n, 0.0f);
-    float kth = -kInf;
-    if (params.k < n) {
-      for (std::size_t i = 0; i < n; ++i) scratch[i] = z[i];
-      std::nth_element(scratch, scratch + (params.k - 1), scratch + n, [](float a, float b) { return a > b; });
-      kth = scratch[params.k - 1];
-    }
+    const float kth = params.k < n ? kth_largest(z, n, params.k, scratch) : -kInf;
     const B mb(m), kb(kth);
     B acc(0.0f);
     for (std::size_t i = 0; i < n; i += W) {
