@@ -4,10 +4,12 @@
 #include <cmath>
 #include <cstdint>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "entgraph/matrix_view.hpp"
 #include "entgraph/runtime.hpp"
+#include "entgraph/transforms.hpp"
 
 namespace entgraph::test {
 
@@ -77,6 +79,30 @@ double max_abs_diff(const Matrix<T>& a, const Matrix<T>& b) {
   for (std::size_t i = 0; i < a.data.size(); ++i)
     m = std::max(m, std::abs(static_cast<double>(a.data[i]) - static_cast<double>(b.data[i])));
   return m;
+}
+
+// A label for CAPTURE that does not depend on Transform::name() (which is
+// itself under test).
+inline std::string describe(const Transform& t) {
+  switch (t.kind) {
+    case TransformKind::softmax:
+      return "softmax";
+    case TransformKind::sparsemax:
+      return "sparsemax";
+    case TransformKind::entmax15:
+      return "entmax15";
+    case TransformKind::entmax:
+      return "entmax(" + std::to_string(t.alpha) + ")";
+    case TransformKind::topk_softmax:
+      return "topk(" + std::to_string(t.k) + ")";
+    case TransformKind::adaptive_span:
+      return "adaptive_span";
+    case TransformKind::constrained_softmax:
+      return "constrained_softmax";
+    case TransformKind::constrained_sparsemax:
+      return "constrained_sparsemax";
+  }
+  return "?";
 }
 
 }  // namespace entgraph::test

@@ -32,27 +32,6 @@ inline std::vector<Transform> attention_transforms() {
           Transform{TransformKind::constrained_sparsemax, 2.0, 0}};
 }
 
-inline std::string kind_label(const Transform& t) {
-  switch (t.kind) {
-    case TransformKind::softmax:
-      return "softmax";
-    case TransformKind::sparsemax:
-      return "sparsemax";
-    case TransformKind::entmax15:
-      return "entmax15";
-    case TransformKind::entmax:
-      return "entmax(" + std::to_string(t.alpha) + ")";
-    case TransformKind::topk_softmax:
-      return "topk(" + std::to_string(t.k) + ")";
-    case TransformKind::adaptive_span:
-      return "adaptive_span";
-    case TransformKind::constrained_softmax:
-      return "constrained_softmax";
-    case TransformKind::constrained_sparsemax:
-      return "constrained_sparsemax";
-  }
-  return "?";
-}
 
 // One attention problem in float64 with float-exact inputs, so that the float
 // API sees exactly the same numbers.

@@ -98,7 +98,7 @@ TEST_SUITE("attention") {
       for (const Transform& t : attention_transforms()) {
         for (int variant = 0; variant < 4; ++variant) {
           const bool causal = variant & 1, padded = variant & 2;
-          CAPTURE(kind_label(t));
+          CAPTURE(describe(t));
           CAPTURE(sh.n);
           CAPTURE(sh.m);
           CAPTURE(causal);
@@ -134,7 +134,7 @@ TEST_SUITE("attention") {
   TEST_CASE("attention: long rows and deep heads match the naive attention") {
     // m and d beyond the kernels' depth chunks (512 and 256).
     for (const Transform& t : {Transform::softmax(), Transform::entmax15(), Transform::sparsemax()}) {
-      CAPTURE(kind_label(t));
+      CAPTURE(describe(t));
       Problem p = make_problem(20, 700, 270, 20, t, true, true, 11);
       const NaiveResult naive = naive_attention(p);
       for (CpuIsa isa : available_cpu_isas()) {
@@ -150,7 +150,7 @@ TEST_SUITE("attention") {
   TEST_CASE("attention: strided views give the same bits as contiguous ones") {
     const std::size_t n = 29, m = 41, d = 20, dv = 18, pad = 3;
     for (const Transform& t : {Transform::softmax(), Transform::entmax15()}) {
-      CAPTURE(kind_label(t));
+      CAPTURE(describe(t));
       const Matrix<float> q = random_matrix<float>(n, d, 1.0, 1), k = random_matrix<float>(m, d, 1.0, 2),
                           v = random_matrix<float>(m, dv, 1.0, 3), go = random_matrix<float>(n, dv, 1.0, 4);
       // The same matrices inside wider buffers.
@@ -195,7 +195,7 @@ TEST_SUITE("attention") {
 
   TEST_CASE("attention: weights sum to 1, masked weights are 0, fully masked queries give 0") {
     for (const Transform& t : attention_transforms()) {
-      CAPTURE(kind_label(t));
+      CAPTURE(describe(t));
       // n > m with a causal mask: queries 0..15 see no key.
       Problem p = make_problem(53, 37, 16, 9, t, true, true);
       const Matrix<std::uint8_t> mask = full_mask(p);
@@ -255,7 +255,7 @@ TEST_SUITE("attention") {
       for (int variant = 0; variant < 3; ++variant) {
         const bool masked = variant >= 1;
         const std::size_t n = variant == 2 ? 7 : 5, m = variant == 2 ? 5 : 7;
-        CAPTURE(kind_label(t));
+        CAPTURE(describe(t));
         CAPTURE(masked);
         CAPTURE(n);
         Problem p = make_problem(n, m, 4, 3, t, masked, masked, 21);
@@ -323,7 +323,7 @@ TEST_SUITE("attention") {
       for (const Transform& t : attention_transforms()) {
         for (int variant = 0; variant < 2; ++variant) {
           const bool masked = variant == 1;
-          CAPTURE(kind_label(t));
+          CAPTURE(describe(t));
           CAPTURE(sh.n);
           CAPTURE(masked);
           Problem p = make_problem(sh.n, sh.m, sh.d, sh.dv, t, masked, masked, 31);
@@ -356,7 +356,7 @@ TEST_SUITE("attention") {
   TEST_CASE("attention: results are bit-identical for 1, 2 and 3 threads") {
     for (const Transform& t :
          {Transform::softmax(), Transform::entmax(1.3), Transform{TransformKind::constrained_sparsemax, 2.0, 0}}) {
-      CAPTURE(kind_label(t));
+      CAPTURE(describe(t));
       Problem p = make_problem(200, 150, 40, 24, t, true, true, 41);
       const Matrix<double> g = float_exact(p.n, p.dv, 1.0, 5);
       for (CpuIsa isa : available_cpu_isas()) {
@@ -392,7 +392,7 @@ TEST_SUITE("attention") {
   TEST_CASE("attention: multi-head equals a loop over heads") {
     const std::size_t heads = 3, n = 19, m = 23, d = 12, dv = 10;
     for (const Transform& t : attention_transforms()) {
-      CAPTURE(kind_label(t));
+      CAPTURE(describe(t));
       const Matrix<float> q = random_matrix<float>(heads * n, d, 1.0, 1),
                           k = random_matrix<float>(heads * m, d, 1.0, 2),
                           v = random_matrix<float>(heads * m, dv, 1.0, 3),

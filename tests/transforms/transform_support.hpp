@@ -30,23 +30,6 @@ inline constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 // ---------------------------------------------------------------------------
 // Transforms under test.
 
-// A short label for CAPTURE that does not depend on Transform::name().
-inline std::string describe(const Transform& t) {
-  switch (t.kind) {
-    case TransformKind::softmax:
-      return "softmax";
-    case TransformKind::sparsemax:
-      return "sparsemax";
-    case TransformKind::entmax15:
-      return "entmax15";
-    case TransformKind::entmax:
-      return "entmax(alpha=" + std::to_string(t.alpha) + ")";
-    case TransformKind::topk_softmax:
-      return "topk_softmax(k=" + std::to_string(t.k) + ")";
-    default:
-      return "other";
-  }
-}
 
 // The kinds that need no extra input, with the parameters the suite sweeps.
 inline std::vector<Transform> basic_transforms() {
