@@ -146,8 +146,10 @@ void dynamic_span_backward(ConstMatrix<T> hidden, const T* v, T b, double max_sp
 //   csparsemax: p = clamp(z - tau, 0, u), tau such that sum p = 1.
 // Throws if an unmasked bound is negative or not finite, or if the unmasked
 // bounds of a row sum to less than 1 (then no distribution satisfies them).
-// These are solved by an exact active-set iteration (sort-free, a few passes);
-// they have no SIMD kernel of their own, their float path accumulates in double.
+// Constrained softmax is solved exactly by an active-set iteration (a few
+// passes, no sort); constrained sparsemax by sorting the 2n breakpoints of its
+// piecewise-linear threshold equation. Neither has a SIMD kernel (they are not
+// on attention's hot path); their float path accumulates in double.
 template <class T>
 void constrained_softmax(ConstMatrix<T> scores, ConstMatrix<T> upper, MatrixView<T> probs, MaskView mask = {});
 template <class T>

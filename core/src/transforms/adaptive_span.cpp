@@ -81,9 +81,13 @@ void span_gradient(ConstMatrix<T> probs, ConstMatrix<T> grad_probs, const T* spa
       double gp = 0;
       for (std::size_t j = 0; j < n; ++j) gp += static_cast<double>(g[j]) * p[j];
       const double pos = static_cast<double>(static_cast<std::ptrdiff_t>(r) + shape.query_offset);
+      // Only keys on the ramp, 0 < m < 1, i.e. pos - z - R < j < pos - z, depend on z.
+      const double first = std::max(0.0, std::floor(pos - span[r] - shape.ramp));
+      const double last = std::min(static_cast<double>(n) - 1.0, std::ceil(pos - span[r]));
       double out = 0;
-      for (std::size_t j = 0; j < n; ++j) {
-        const double m = span_mask<double>(pos - static_cast<double>(j), span[r], shape.ramp);
+      for (double jd = first; jd <= last; ++jd) {
+        const std::size_t j = static_cast<std::size_t>(jd);
+        const double m = span_mask<double>(pos - jd, span[r], shape.ramp);
         if (m > 0 && m < 1) out += (g[j] - gp) * p[j] / (m * shape.ramp);
       }
       grad_span[r] = static_cast<T>(out);

@@ -20,41 +20,40 @@ namespace {
 
 // Scores may hold -inf for masked entries (they get p = 0). p may alias z or
 // u, so nothing is written before everything is read.
+//
+// p = min(u, c e) with e = exp(z - max): start with no entry saturated and
+// c = 1 / sum e; saturate every entry with c e_i >= u_i and recompute
+// c = (1 - sum_sat u) / sum_free e. Each round removes mass from the free set
+// more slowly than it removes bound, so c only grows and saturated entries
+// stay saturated: at most n rounds, usually two or three, each one pass.
 template <class T>
 void csoftmax_row(const T* z, const T* u, T* p, std::size_t n) {
   double m = -std::numeric_limits<double>::infinity();
   for (std::size_t i = 0; i < n; ++i) m = std::max<double>(m, z[i]);
   if (m == -std::numeric_limits<double>::infinity()) return std::fill(p, p + n, T(0));
-  // Entry i saturates (p_i = u_i) iff c >= u_i / e_i: sort by that ratio and
-  // take the smallest saturated prefix whose c leaves the next entry free.
-  std::vector<std::pair<double, std::size_t>> order;  // (ratio, index)
-  std::vector<double> e(n, 0.0), bound(u, u + n);
-  double free_mass = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    if (z[i] == -std::numeric_limits<T>::infinity()) continue;
-    e[i] = std::exp(static_cast<double>(z[i]) - m);
-    free_mass += e[i];
-    order.emplace_back(e[i] > 0 ? bound[i] / e[i] : std::numeric_limits<double>::infinity(), i);
+  thread_local std::vector<double> e, bound;
+  thread_local std::vector<unsigned char> saturated;
+  e.assign(n, 0.0);
+  bound.assign(u, u + n);
+  saturated.assign(n, 0);
+  for (std::size_t i = 0; i < n; ++i)
+    if (z[i] != -std::numeric_limits<T>::infinity()) e[i] = std::exp(static_cast<double>(z[i]) - m);
+  double c = 0;
+  for (bool changed = true; changed;) {
+    double bound_mass = 0, free_mass = 0;  // summed afresh: no drift from updates
+    for (std::size_t i = 0; i < n; ++i) {
+      if (saturated[i]) bound_mass += bound[i];
+      else free_mass += e[i];
+    }
+    c = free_mass > 0 ? (1.0 - bound_mass) / free_mass : 0.0;
+    changed = false;
+    for (std::size_t i = 0; i < n; ++i) {
+      if (saturated[i] || e[i] == 0 || c * e[i] < bound[i]) continue;
+      saturated[i] = 1;
+      changed = true;
+    }
   }
-  std::sort(order.begin(), order.end());
-  double saturated = 0;
-  std::size_t k = 0;
-  for (; k < order.size(); ++k) {
-    const double c = (1.0 - saturated) / free_mass;
-    if (c < order[k].first) break;
-    saturated += bound[order[k].second];
-    free_mass -= e[order[k].second];
-  }
-  // The running free_mass loses precision when a saturated entry dominated:
-  // sum the free entries afresh for the final c.
-  double free_total = 0;
-  for (std::size_t j = k; j < order.size(); ++j) free_total += e[order[j].second];
-  const double c = free_total > 0 ? (1.0 - saturated) / free_total : 0.0;
-  std::fill(p, p + n, T(0));
-  for (std::size_t j = 0; j < order.size(); ++j) {
-    const std::size_t i = order[j].second;
-    p[i] = j < k ? static_cast<T>(bound[i]) : static_cast<T>(c * e[i]);
-  }
+  for (std::size_t i = 0; i < n; ++i) p[i] = static_cast<T>(saturated[i] ? bound[i] : c * e[i]);
 }
 
 // g(tau) = sum clamp(z_i - tau, 0, u_i) is piecewise linear and decreasing:

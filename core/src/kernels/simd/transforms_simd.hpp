@@ -603,7 +603,8 @@ struct Kernels {
     }
     const B e(static_cast<float>(2.0 - params.alpha));
     family_backward<true>(p, dp, dz, n, [&](const B& x) {
-      return select0(x > B(0.0f), xsimd::exp(e * xsimd::log(xsimd::max(x, B(1e-38f)))));
+      // The clamp must stay a normal float: subnormal inputs to log are slow.
+      return select0(x > B(0.0f), xsimd::exp(e * xsimd::log(xsimd::max(x, B(1e-30f)))));
     });
   }
 
