@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 #include "kernels/transform_kernels.hpp"
 
@@ -106,6 +107,22 @@ struct Kernels {
                                        float* vals, std::uint32_t* idx) {
     std::size_t c = 0;
     const B t(threshold), sb(shift), mb(mul);
+#if defined(__AVX512F__)
+    // AVX-512 compresses the selected lanes in one instruction each for the
+    // values and the indices; the -inf padding of the tail is never selected.
+    if constexpr (std::is_same_v<A, xsimd::avx512bw>) {
+      const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+      for (std::size_t i = 0; i < n; i += W) {
+        const __m512 v = static_cast<__m512>((load(z, i, n, -kInf) - sb) * mb);
+        const __mmask16 keep = _mm512_cmp_ps_mask(v, static_cast<__m512>(t), _CMP_GT_OQ);
+        if (keep == 0) continue;
+        _mm512_mask_compressstoreu_ps(vals + c, keep, v);
+        _mm512_mask_compressstoreu_epi32(idx + c, keep, _mm512_add_epi32(iota, _mm512_set1_epi32(static_cast<int>(i))));
+        c += static_cast<std::size_t>(__builtin_popcount(keep));
+      }
+      return c;
+    }
+#endif
     for (std::size_t i = 0; i < n; i += W) {
       const B v = (load(z, i, n, -kInf) - sb) * mb;
       if (!xsimd::any(v > t)) continue;
