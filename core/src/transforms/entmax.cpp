@@ -2,6 +2,7 @@
 // the gradient with respect to alpha.
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include "entgraph/transforms.hpp"
 #include "transforms/row_driver.hpp"
@@ -18,21 +19,25 @@ void check_alpha(const char* op, double alpha) {
 // dL/dalpha of one row, in double:
 //   sum_i g_i [beta^2 (p_i - s_i/S) - beta (p_i log p_i - s_i H/S)],
 // s = p^(2-alpha), S = sum s, H = sum p log p, beta = 1/(alpha-1).
+// One log and one exp per support entry, kept for the second pass.
 template <class T>
 double row_grad_alpha(const T* p, const T* g, std::size_t n, double alpha) {
   const double e = 2.0 - alpha, beta = 1.0 / (alpha - 1.0);
+  thread_local std::vector<double> s, plogp;
+  s.resize(n);
+  plogp.resize(n);
   double S = 0, H = 0;
   for (std::size_t i = 0; i < n; ++i) {
     if (p[i] <= 0) continue;
-    const double pi = p[i];
-    S += std::pow(pi, e);
-    H += pi * std::log(pi);
+    const double lp = std::log(static_cast<double>(p[i]));
+    S += (s[i] = std::exp(e * lp));
+    H += (plogp[i] = p[i] * lp);
   }
   double out = 0;
   for (std::size_t i = 0; i < n; ++i) {
     if (p[i] <= 0) continue;
-    const double pi = p[i], si = std::pow(pi, e) / S;
-    out += static_cast<double>(g[i]) * (beta * beta * (pi - si) - beta * (pi * std::log(pi) - si * H));
+    const double si = s[i] / S;
+    out += static_cast<double>(g[i]) * (beta * beta * (p[i] - si) - beta * (plogp[i] - si * H));
   }
   return out;
 }
