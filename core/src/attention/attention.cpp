@@ -28,6 +28,7 @@
 #include "entgraph/transforms.hpp"
 #include "kernels/matmul_kernels.hpp"
 #include "runtime/parallel.hpp"
+#include "transforms/row_driver.hpp"
 
 namespace entgraph {
 namespace {
@@ -44,7 +45,6 @@ std::string num(double x) {
   return s.str();
 }
 std::string num(std::size_t x) { return std::to_string(x); }
-std::string shape(std::size_t r, std::size_t c) { return num(r) + "x" + num(c); }
 
 // ---------------------------------------------------------------------------
 // Validation.
@@ -52,32 +52,6 @@ std::string shape(std::size_t r, std::size_t c) { return num(r) + "x" + num(c); 
 struct Dims {
   std::size_t n = 0, m = 0, d = 0, dv = 0;
 };
-
-template <class T>
-void check_view(const char* op, const std::string& name, MatrixView<const T> x) {
-  if (x.rows > 0 && x.cols > 0 && x.data == nullptr)
-    fail(op, name + " has no data (got nullptr, expected " + shape(x.rows, x.cols) + " values)");
-  if (x.rows > 1 && x.stride < x.cols)
-    fail(op, name + ".stride is smaller than its cols (got " + num(x.stride) + ", expected >= " + num(x.cols) + ")");
-}
-
-template <class T>
-void check_shape(const char* op, const std::string& name, MatrixView<const T> x, std::size_t rows, std::size_t cols) {
-  if (x.rows != rows || x.cols != cols)
-    fail(op, name + " has the wrong shape (got " + shape(x.rows, x.cols) + ", expected " + shape(rows, cols) + ")");
-  check_view<T>(op, name, x);
-}
-
-template <class T>
-void check_finite(const char* op, const std::string& name, MatrixView<const T> x) {
-  for (std::size_t i = 0; i < x.rows; ++i) {
-    const T* row = x.row(i);
-    for (std::size_t j = 0; j < x.cols; ++j)
-      if (!std::isfinite(row[j]))
-        fail(op, name + " has a non-finite entry at (" + num(i) + ", " + num(j) + ") (got " +
-                     num(static_cast<double>(row[j])) + ", expected a finite number)");
-  }
-}
 
 // Number of keys visible to query i (a prefix [0, limit) under a causal mask).
 std::size_t causal_limit(std::size_t i, std::size_t n, std::size_t m) {
@@ -156,16 +130,16 @@ Dims validate(const char* op, ConstMatrix<T> q, ConstMatrix<T> k, ConstMatrix<T>
   if (v.rows != k.rows)
     fail(op, "v.rows does not match k.rows (got " + num(v.rows) + ", expected " + num(k.rows) + ")");
   if (v.cols == 0) fail(op, "v.cols is 0 (got dv = 0, expected dv >= 1)");
-  check_view<T>(op, "q", q);
-  check_view<T>(op, "k", k);
-  check_view<T>(op, "v", v);
+  detail::check_view(op, "q", q);
+  detail::check_view(op, "k", k);
+  detail::check_view(op, "v", v);
   if (o.block_rows == 0) fail(op, "options.block_rows is 0 (got 0, expected >= 1)");
   if (!std::isfinite(o.scale))
     fail(op, "options.scale is not finite (got " + num(o.scale) + ", expected a finite number)");
   check_transform(op, dims, o);
-  check_finite<T>(op, "q", q);
-  check_finite<T>(op, "k", k);
-  check_finite<T>(op, "v", v);
+  detail::check_finite<T>(op, "q", q);
+  detail::check_finite<T>(op, "k", k);
+  detail::check_finite<T>(op, "v", v);
   return dims;
 }
 
@@ -542,8 +516,8 @@ template <class T>
 Dims validate_forward(const char* op, ConstMatrix<T> q, ConstMatrix<T> k, ConstMatrix<T> v, MatrixView<T> out,
                       const AttentionOptions<T>& o, MatrixView<T> probs) {
   const Dims dims = validate<T>(op, q, k, v, o);
-  check_shape<T>(op, "out", out, dims.n, dims.dv);
-  if (!probs.empty()) check_shape<T>(op, "probs", probs, dims.n, dims.m);
+  detail::check_shape(op, "out", out, dims.n, dims.dv);
+  if (!probs.empty()) detail::check_shape(op, "probs", probs, dims.n, dims.m);
   return dims;
 }
 
@@ -551,11 +525,11 @@ template <class T>
 Dims validate_backward(const char* op, ConstMatrix<T> q, ConstMatrix<T> k, ConstMatrix<T> v, ConstMatrix<T> grad_out,
                        MatrixView<T> grad_q, MatrixView<T> grad_k, MatrixView<T> grad_v, const AttentionOptions<T>& o) {
   const Dims dims = validate<T>(op, q, k, v, o);
-  check_shape<T>(op, "grad_out", grad_out, dims.n, dims.dv);
-  check_shape<T>(op, "grad_q", grad_q, dims.n, dims.d);
-  check_shape<T>(op, "grad_k", grad_k, dims.m, dims.d);
-  check_shape<T>(op, "grad_v", grad_v, dims.m, dims.dv);
-  check_finite<T>(op, "grad_out", grad_out);
+  detail::check_shape(op, "grad_out", grad_out, dims.n, dims.dv);
+  detail::check_shape(op, "grad_q", grad_q, dims.n, dims.d);
+  detail::check_shape(op, "grad_k", grad_k, dims.m, dims.d);
+  detail::check_shape(op, "grad_v", grad_v, dims.m, dims.dv);
+  detail::check_finite<T>(op, "grad_out", grad_out);
   return dims;
 }
 

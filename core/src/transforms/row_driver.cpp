@@ -35,9 +35,9 @@ void check_rows(const char* op, const char* arg, ConstMatrix<T> m, MaskView mask
   for (std::size_t r = 0; r < m.rows; ++r) {
     if (bad_col[r] == none) continue;
     const T x = m(r, bad_col[r]);
-    throw Error(std::string(op) + ": " + arg + " contains " + (std::isnan(x) ? "NaN" : (x > 0 ? "+inf" : "-inf")) +
-                " at row " + std::to_string(r) + ", column " + std::to_string(bad_col[r]) +
-                (allow_neg_inf ? " (expected finite values or -inf)" : " (expected finite values)"));
+    throw Error(std::string(op) + ": " + arg + " has a non-finite entry at (" + std::to_string(r) + ", " +
+                std::to_string(bad_col[r]) + ") (got " + (std::isnan(x) ? "NaN" : (x > 0 ? "+inf" : "-inf")) +
+                (allow_neg_inf ? ", expected a finite number or -inf)" : ", expected a finite number)"));
   }
 }
 

@@ -19,16 +19,25 @@ namespace entgraph::detail {
 // "(got 3x4, expected 3x5)" style shape text.
 std::string shape_text(std::size_t rows, std::size_t cols);
 
-// Throws unless `view` is rows x cols with stride >= cols and data set.
+// Throws unless `view` has data (when not empty) and a row stride that fits
+// its rows (a single row may have any stride).
+template <class V>
+void check_view(const char* op, const char* arg, const V& view) {
+  if (view.data == nullptr && view.rows * view.cols > 0)
+    throw Error(std::string(op) + ": " + arg + " has no data (got nullptr, expected " +
+                shape_text(view.rows, view.cols) + " values)");
+  if (view.rows > 1 && view.stride < view.cols)
+    throw Error(std::string(op) + ": " + arg + ".stride is smaller than its cols (got " + std::to_string(view.stride) +
+                ", expected >= " + std::to_string(view.cols) + ")");
+}
+
+// Throws unless `view` is a valid rows x cols view.
 template <class V>
 void check_shape(const char* op, const char* arg, const V& view, std::size_t rows, std::size_t cols) {
   if (view.rows != rows || view.cols != cols)
     throw Error(std::string(op) + ": " + arg + " has the wrong shape (got " + shape_text(view.rows, view.cols) +
                 ", expected " + shape_text(rows, cols) + ")");
-  if (view.stride < view.cols)
-    throw Error(std::string(op) + ": " + arg + " has a row stride shorter than its rows (got " +
-                std::to_string(view.stride) + ", expected >= " + std::to_string(view.cols) + ")");
-  if (view.data == nullptr && rows * cols > 0) throw Error(std::string(op) + ": " + arg + " has no data");
+  check_view(op, arg, view);
 }
 
 // Throws unless `input` has at least one column.
