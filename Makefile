@@ -1,6 +1,6 @@
 # Thin driver over CMake presets. `make demo` and `make test` install what is
 # missing (Debian packages), build, and run; see README.md.
-.PHONY: all deps build demo test test-release test-debug bench clean
+.PHONY: all deps build demo test test-release test-debug test-tsan bench clean
 
 all: build
 
@@ -21,6 +21,12 @@ test-debug: deps
 	cmake --preset debug
 	cmake --build --preset debug
 	ctest --preset debug
+
+# ThreadSanitizer build of the core tests (not part of `make test`).
+test-tsan: deps
+	cmake --preset tsan
+	cmake --build --preset tsan
+	ctest --preset tsan
 
 # Release suite (with CLI and install tests), then the sanitizer build of the
 # core tests; ctest's summary of each is printed, the sanitizer one last.
