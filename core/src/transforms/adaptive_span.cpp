@@ -95,36 +95,51 @@ void span_gradient(ConstMatrix<T> probs, ConstMatrix<T> grad_probs, const T* spa
   });
 }
 
+namespace {
+
+// The arguments both directions of the dynamic span share.
+template <class T>
+void check_dynamic_span(const char* op, ConstMatrix<T> hidden, const T* v, T b, double max_span) {
+  if (!(max_span > 0 && std::isfinite(max_span)))
+    throw Error(std::string(op) + ": max_span must be finite and > 0 (got " + std::to_string(max_span) + ")");
+  if (v == nullptr) throw Error(std::string(op) + ": v must not be null");
+  if (!std::isfinite(b)) throw Error(std::string(op) + ": b is not finite");
+  detail::check_finite<T>(op, "hidden", hidden);
+  for (std::size_t j = 0; j < hidden.cols; ++j)
+    if (!std::isfinite(v[j])) throw Error(std::string(op) + ": v is not finite at " + std::to_string(j));
+}
+
+// v . x_t + b, in double.
+template <class T>
+double span_logit(ConstMatrix<T> hidden, const T* v, T b, std::size_t t) {
+  double a = b;
+  for (std::size_t j = 0; j < hidden.cols; ++j) a += static_cast<double>(v[j]) * hidden(t, j);
+  return a;
+}
+
+}  // namespace
+
 template <class T>
 void dynamic_span(ConstMatrix<T> hidden, const T* v, T b, double max_span, T* span) {
-  if (!(max_span > 0 && std::isfinite(max_span)))
-    throw Error("dynamic_span: max_span must be finite and > 0 (got " + std::to_string(max_span) + ")");
-  if (v == nullptr || span == nullptr) throw Error("dynamic_span: v and span must not be null");
-  if (!std::isfinite(b)) throw Error("dynamic_span: b is not finite");
-  detail::check_finite<T>("dynamic_span", "hidden", hidden);
-  for (std::size_t j = 0; j < hidden.cols; ++j)
-    if (!std::isfinite(v[j])) throw Error("dynamic_span: v is not finite at " + std::to_string(j));
-  for (std::size_t t = 0; t < hidden.rows; ++t) {
-    double a = b;
-    for (std::size_t j = 0; j < hidden.cols; ++j) a += static_cast<double>(v[j]) * hidden(t, j);
-    span[t] = static_cast<T>(max_span * sigmoid(a));
-  }
+  check_dynamic_span<T>("dynamic_span", hidden, v, b, max_span);
+  if (span == nullptr) throw Error("dynamic_span: span must not be null");
+  for (std::size_t t = 0; t < hidden.rows; ++t)
+    span[t] = static_cast<T>(max_span * sigmoid(span_logit<T>(hidden, v, b, t)));
 }
 
 template <class T>
 void dynamic_span_backward(ConstMatrix<T> hidden, const T* v, T b, double max_span, const T* grad_span, T* grad_v,
                            T* grad_b, MatrixView<T> grad_hidden) {
-  if (!(max_span > 0 && std::isfinite(max_span)))
-    throw Error("dynamic_span_backward: max_span must be finite and > 0 (got " + std::to_string(max_span) + ")");
-  if (v == nullptr || grad_span == nullptr || grad_v == nullptr || grad_b == nullptr)
-    throw Error("dynamic_span_backward: v, grad_span, grad_v and grad_b must not be null");
-  if (!grad_hidden.empty()) detail::check_shape("dynamic_span_backward", "grad_hidden", grad_hidden, hidden.rows, hidden.cols);
+  const char* op = "dynamic_span_backward";
+  check_dynamic_span<T>(op, hidden, v, b, max_span);
+  if (grad_span == nullptr || grad_v == nullptr || grad_b == nullptr)
+    throw Error(std::string(op) + ": grad_span, grad_v and grad_b must not be null");
+  if (!grad_hidden.empty()) detail::check_shape(op, "grad_hidden", grad_hidden, hidden.rows, hidden.cols);
   std::vector<double> gv(hidden.cols, 0.0);
   double gb = 0;
   for (std::size_t t = 0; t < hidden.rows; ++t) {
-    double a = b;
-    for (std::size_t j = 0; j < hidden.cols; ++j) a += static_cast<double>(v[j]) * hidden(t, j);
-    const double s = sigmoid(a), da = static_cast<double>(grad_span[t]) * max_span * s * (1 - s);
+    const double s = sigmoid(span_logit<T>(hidden, v, b, t));
+    const double da = static_cast<double>(grad_span[t]) * max_span * s * (1 - s);
     gb += da;
     for (std::size_t j = 0; j < hidden.cols; ++j) {
       gv[j] += da * hidden(t, j);
