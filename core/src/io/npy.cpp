@@ -19,66 +19,23 @@
 #include <utility>
 
 #include "entgraph/error.hpp"
+#include "io/binary.hpp"
 
 namespace entgraph {
 namespace {
+
+using detail::File;
+using detail::half_to_double;
+using detail::load_le;
+using detail::printable;
+using detail::store_le;
+using detail::strerror_string;
 
 constexpr unsigned char kMagic[6] = {0x93, 'N', 'U', 'M', 'P', 'Y'};
 constexpr std::size_t kAlign = 64;  // numpy aligns the data to 64 bytes
 
 [[noreturn]] void fail(const char* op, const std::string& name, const std::string& what) {
   throw Error(std::string(op) + ": " + name + ": " + what);
-}
-
-// Up to max_len characters of s, with anything non-printable escaped, so that
-// error messages quoting a hostile header stay one readable line.
-std::string printable(const char* s, std::size_t len, std::size_t max_len = 40) {
-  std::string out;
-  for (std::size_t i = 0; i < len && i < max_len; ++i) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    if (c >= 0x20 && c < 0x7f) {
-      out += static_cast<char>(c);
-    } else {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\x%02x", c);
-      out += buf;
-    }
-  }
-  if (len > max_len) out += "...";
-  return out;
-}
-
-std::string strerror_string(int err) {
-  return err != 0 ? std::string(std::strerror(err)) : std::string("unknown error");
-}
-
-// ---------------------------------------------------------------------------
-// Little-endian element codecs (independent of the host's byte order).
-
-std::uint64_t load_le(const unsigned char* p, std::size_t n) {
-  std::uint64_t v = 0;
-  for (std::size_t i = n; i-- > 0;) v = (v << 8) | p[i];
-  return v;
-}
-
-void store_le(unsigned char* p, std::uint64_t v, std::size_t n) {
-  for (std::size_t i = 0; i < n; ++i) p[i] = static_cast<unsigned char>(v >> (8 * i));
-}
-
-// IEEE binary16 -> double; exact for every value (ldexp of small integers).
-double half_to_double(std::uint16_t h) {
-  const bool negative = (h & 0x8000u) != 0;
-  const unsigned exponent = (h >> 10) & 0x1fu;
-  const unsigned mantissa = h & 0x3ffu;
-  double v;
-  if (exponent == 0) {
-    v = std::ldexp(static_cast<double>(mantissa), -24);  // zero or subnormal
-  } else if (exponent == 31) {
-    v = mantissa != 0 ? std::numeric_limits<double>::quiet_NaN() : std::numeric_limits<double>::infinity();
-  } else {
-    v = std::ldexp(static_cast<double>(mantissa | 0x400u), static_cast<int>(exponent) - 25);
-  }
-  return negative ? -v : v;
 }
 
 double decode_element(NpyDtype dtype, const unsigned char* p) {
@@ -408,11 +365,6 @@ void check_data_size(const Layout& layout, std::size_t total, const std::string&
              " bytes, expected " + std::to_string(layout.data_bytes) + ")");
 }
 
-struct FileCloser {
-  void operator()(std::FILE* f) const { std::fclose(f); }
-};
-using File = std::unique_ptr<std::FILE, FileCloser>;
-
 std::vector<unsigned char> encode(const NpyArray& array, int version, const char* op, const std::string& name) {
   if (version < 0 || version > 3)
     fail(op, name, "unsupported format version " + std::to_string(version) + " (expected 1, 2, 3 or 0 for auto)");
@@ -703,12 +655,7 @@ std::vector<unsigned char> encode_npy(const NpyArray& array, int version) {
 
 void write_npy(const std::string& path, const NpyArray& array) {
   const std::vector<unsigned char> bytes = encode(array, 0, "write_npy", path);
-  errno = 0;
-  File f(std::fopen(path.c_str(), "wb"));
-  if (!f) fail("write_npy", path, "cannot open file for writing (" + strerror_string(errno) + ")");
-  if (std::fwrite(bytes.data(), 1, bytes.size(), f.get()) != bytes.size() || std::fflush(f.get()) != 0)
-    fail("write_npy", path, "write failed (" + strerror_string(errno) + ")");
-  if (std::fclose(f.release()) != 0) fail("write_npy", path, "write failed (" + strerror_string(errno) + ")");
+  detail::write_file_bytes("write_npy", path, bytes.data(), bytes.size());
 }
 
 void write_npy(const std::string& path, const float* data, const std::vector<std::size_t>& shape) {

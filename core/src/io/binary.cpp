@@ -1,0 +1,119 @@
+// entgraph internal: byte-level helpers of io/ (see binary.hpp).
+#include "io/binary.hpp"
+
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <limits>
+
+#include "entgraph/error.hpp"
+
+namespace entgraph::detail {
+namespace {
+
+[[noreturn]] void fail(const char* op, const std::string& path, const std::string& what) {
+  throw Error(std::string(op) + ": " + path + ": " + what);
+}
+
+}  // namespace
+
+double half_to_double(std::uint16_t h) {
+  const bool negative = (h & 0x8000u) != 0;
+  const unsigned exponent = (h >> 10) & 0x1fu;
+  const unsigned mantissa = h & 0x3ffu;
+  double v;
+  if (exponent == 0) {
+    v = std::ldexp(static_cast<double>(mantissa), -24);  // zero or subnormal
+  } else if (exponent == 31) {
+    v = mantissa != 0 ? std::numeric_limits<double>::quiet_NaN() : std::numeric_limits<double>::infinity();
+  } else {
+    v = std::ldexp(static_cast<double>(mantissa | 0x400u), static_cast<int>(exponent) - 25);
+  }
+  return negative ? -v : v;
+}
+
+std::uint16_t float_to_half(float f) {
+  std::uint32_t bits;
+  std::memcpy(&bits, &f, sizeof bits);
+  const auto sign = static_cast<std::uint16_t>((bits >> 16) & 0x8000u);
+  const std::uint32_t abs_bits = bits & 0x7fffffffu;
+  if (abs_bits > 0x7f800000u) return static_cast<std::uint16_t>(sign | 0x7e00u);  // NaN
+  if (abs_bits >= 0x477ff000u) return static_cast<std::uint16_t>(sign | 0x7c00u);  // rounds past 65504: inf
+  const int exponent = static_cast<int>(abs_bits >> 23) - 127;
+  if (exponent < -25) return sign;  // below half the smallest subnormal: zero
+  // Round to nearest even on the integer significand, at the position the
+  // half format keeps (10 bits for normals, fewer for subnormals).
+  std::uint32_t mantissa = (abs_bits & 0x7fffffu) | 0x800000u;
+  const int shift = exponent < -14 ? 13 + (-14 - exponent) : 13;
+  const std::uint32_t halfway = 1u << (shift - 1);
+  const std::uint32_t rest = mantissa & ((1u << shift) - 1);
+  mantissa >>= shift;
+  if (rest > halfway || (rest == halfway && (mantissa & 1u) != 0)) ++mantissa;
+  if (exponent < -14) return static_cast<std::uint16_t>(sign | mantissa);  // subnormal (may round up to normal)
+  // Normal: a carry out of the significand bumps the exponent, as it should.
+  return static_cast<std::uint16_t>(sign | ((static_cast<std::uint32_t>(exponent + 15) << 10) + (mantissa - 0x400u)));
+}
+
+float bfloat16_to_float(std::uint16_t b) {
+  const std::uint32_t bits = static_cast<std::uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+std::string printable(const char* s, std::size_t len, std::size_t max_len) {
+  std::string out;
+  for (std::size_t i = 0; i < len && i < max_len; ++i) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c >= 0x20 && c < 0x7f) {
+      out += static_cast<char>(c);
+    } else {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", c);
+      out += buf;
+    }
+  }
+  if (len > max_len) out += "...";
+  return out;
+}
+
+std::string strerror_string(int err) {
+  return err != 0 ? std::string(std::strerror(err)) : std::string("unknown error");
+}
+
+std::vector<unsigned char> read_file_bytes(const char* op, const std::string& path, std::size_t max_bytes) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::file_status status = fs::status(path, ec);
+  if (ec || !fs::exists(status))
+    fail(op, path, "cannot open file (" + (ec ? ec.message() : std::string("No such file or directory")) + ")");
+  if (fs::is_directory(status)) fail(op, path, "is a directory, not a file");
+  errno = 0;
+  File f(std::fopen(path.c_str(), "rb"));
+  if (!f) fail(op, path, "cannot open file (" + strerror_string(errno) + ")");
+  // Read in chunks rather than trusting a size reported up front: the file
+  // may be a pipe, or change while it is read.
+  std::vector<unsigned char> bytes;
+  unsigned char chunk[1 << 16];
+  for (;;) {
+    const std::size_t got = std::fread(chunk, 1, sizeof chunk, f.get());
+    if (got > max_bytes - bytes.size())
+      fail(op, path, "file too large (more than " + std::to_string(max_bytes) + " bytes)");
+    bytes.insert(bytes.end(), chunk, chunk + got);
+    if (got < sizeof chunk) break;
+  }
+  if (std::ferror(f.get())) fail(op, path, "read error (" + strerror_string(errno) + ")");
+  return bytes;
+}
+
+void write_file_bytes(const char* op, const std::string& path, const void* data, std::size_t size) {
+  errno = 0;
+  File f(std::fopen(path.c_str(), "wb"));
+  if (!f) fail(op, path, "cannot open file for writing (" + strerror_string(errno) + ")");
+  if (std::fwrite(data, 1, size, f.get()) != size || std::fflush(f.get()) != 0)
+    fail(op, path, "write failed (" + strerror_string(errno) + ")");
+  if (std::fclose(f.release()) != 0) fail(op, path, "write failed (" + strerror_string(errno) + ")");
+}
+
+}  // namespace entgraph::detail

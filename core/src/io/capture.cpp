@@ -1,0 +1,1 @@
+// entgraph: capture reader and writer (being written).

@@ -1,0 +1,1 @@
+// entgraph: safetensors reader (being written).
