@@ -11,8 +11,14 @@ build: deps
 	cmake --preset release
 	cmake --build --preset release
 
+# The main job: every transform on a sample row, then the shipped causal
+# teacher run over held-out text and its gold attention graphs described.
+DEMO_DIR := build/demo
 demo: build
 	./build/release/native/cli/entgraph demo
+	./build/release/native/cli/entgraph capture --model data/teacher-causal --text data/heldout.txt \
+	  --max-sequences 16 --out $(DEMO_DIR)/capture-causal
+	./build/release/native/cli/entgraph info $(DEMO_DIR)/capture-causal
 
 test-release: build
 	ctest --preset release

@@ -54,5 +54,6 @@ class ScopedRuntime {
 // Registration, one per translation unit; bench_main.cpp calls them.
 void register_transform_benchmarks();
 void register_attention_benchmarks();
+void register_teacher_benchmarks();
 
 }  // namespace entgraph::bench

@@ -14,6 +14,7 @@ namespace entgraph::cli {
 int run_transform(const std::vector<std::string>& args);
 int run_demo(const std::vector<std::string>& args);
 int run_info(const std::vector<std::string>& args);
+int run_capture(const std::vector<std::string>& args);
 
 struct Command {
   const char* name;

@@ -21,7 +21,8 @@ namespace {
 const Command kCommands[] = {
     {"transform", "apply an attention transform (and its backward) to each row of a .npy", run_transform},
     {"demo", "show every transform on one row of scores, to see sparsity at a glance", run_demo},
-    {"info", "print the dtype and shape of .npy files, and row statistics of 2-D ones", run_info},
+    {"info", "describe .npy files and captures (a capture's gold-graph sparsity per head)", run_info},
+    {"capture", "run a teacher model on a text and write its attention as a capture", run_capture},
 };
 
 void print_usage(std::FILE* out) {

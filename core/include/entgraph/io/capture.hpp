@@ -1,0 +1,143 @@
+// entgraph: captures, what a model's attention looked like on some inputs.
+//
+// A capture is a folder holding capture.json and NumPy .npy files with the
+// queries and keys (values optional) of every layer and head, for a set of
+// sequences. docs/FORMATS.md ("Captures") is the full specification; in short:
+//
+//   dir/capture.json   {"format": "entgraph-capture", "version": 1,
+//                       "layers": 4, "heads": 4, "head_dim": 32, "lengths": [256, 200],
+//                       "queries": "queries.npy", "keys": "keys.npy", "values": "values.npy",
+//                       "alpha": 1.5, "causal": true, "scale": 0.1767766952966369,
+//                       "texts": ["...", "..."], "provenance": {"model": "..."}}
+//   dir/queries.npy    float32 or float16, shape (layers, heads, tokens, head_dim)
+//   dir/keys.npy       the same shape (its dtype may differ from queries')
+//   dir/values.npy     optional, the same shape
+//
+// tokens is the sum of lengths: the sequences are concatenated along the
+// token axis, so token t of sequence s is row offset(s) + t. "alpha" (of the
+// entmax transform), "causal" and "scale" (scores = scale * q.k) are each
+// either one value for the whole capture or a [layers][heads] nested array.
+// The ground-truth attention graph is never stored: the runtime recomputes it
+// from the queries and keys.
+//
+// What is rejected, always with entgraph::Error whose message names the
+// operation, the folder and the field, e.g.
+//   "read_capture: caps/tiny: unknown key \"casual\" in capture.json (expected one of ...)"
+//   "read_capture: caps/tiny: keys: non-finite value nan at layer 1, head 0, token 17 (sequence 0, position 17), ..."
+// (see read_capture() below). Every size product is checked for overflow, and
+// the .npy files are read by read_npy(), which never allocates more than a
+// file holds.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "entgraph/io/npy.hpp"
+#include "entgraph/matrix_view.hpp"
+
+namespace entgraph {
+
+// How the attention of one head turns scores into weights.
+struct HeadSettings {
+  double alpha = 1.5;   // α of the entmax transform (1 = softmax, 1.5 = entmax15, 2 = sparsemax); finite, >= 1
+  bool causal = false;  // query i of a sequence sees keys 0..i of that sequence only
+  double scale = 0.0;   // scores = scale * q.k; finite and > 0 in a valid capture (Capture::make sets 1/sqrt(head_dim))
+};
+
+// A capture in memory. The arrays are float32 whatever the files held
+// (float16 widens exactly).
+struct Capture {
+  std::size_t layers = 0;
+  std::size_t heads = 0;
+  std::size_t head_dim = 0;
+  std::vector<std::size_t> lengths;    // tokens of each sequence, each >= 1, at least one sequence
+  std::vector<float> queries;          // [layers, heads, tokens(), head_dim], C order
+  std::vector<float> keys;             // the same shape
+  std::vector<float> values;           // the same shape, or empty: the capture has no values
+  std::vector<HeadSettings> settings;  // layers * heads entries, index layer * heads + head
+  std::vector<std::string> texts;      // empty, or the text (UTF-8) of each sequence
+  std::string provenance = "{}";       // a JSON object as text, free-form (model, source, date, ...)
+
+  // A capture of the given sizes with zero-filled arrays (values too if
+  // with_values) and default settings: alpha 1.5, causal false, scale
+  // 1/sqrt(head_dim). Throws entgraph::Error ("Capture::make: ...") if a size
+  // or a length is zero, lengths is empty, or the element count overflows.
+  static Capture make(std::size_t layers, std::size_t heads, std::size_t head_dim, std::vector<std::size_t> lengths,
+                      bool with_values = false);
+
+  // The sum of lengths. Throws entgraph::Error if it overflows.
+  std::size_t tokens() const;
+  // lengths.size().
+  std::size_t sequences() const { return lengths.size(); }
+  // The first token of a sequence: the sum of the lengths before it (O(sequence)).
+  // Throws entgraph::Error unless sequence < sequences().
+  std::size_t offset(std::size_t sequence) const;
+  // Whether values is non-empty.
+  bool has_values() const { return !values.empty(); }
+
+  // The settings of one head. Throws entgraph::Error naming the argument
+  // unless layer < layers and head < heads, or if settings does not hold
+  // layers * heads entries.
+  const HeadSettings& head(std::size_t layer, std::size_t head) const;
+  HeadSettings& head(std::size_t layer, std::size_t head);
+
+  // The rows of one sequence for one layer and head: a row-major
+  // [lengths[sequence], head_dim] view into queries / keys / values (row i is
+  // token offset(sequence) + i). The view points into the vector: it is
+  // invalidated by anything that reallocates it. Each call sums lengths, so
+  // costs O(sequences()). Throws entgraph::Error
+  // ("Capture::queries_of: ...") naming the argument out of range, or if the
+  // array does not hold layers * heads * tokens() * head_dim elements
+  // (values_of: also if the capture has no values).
+  MatrixView<const float> queries_of(std::size_t layer, std::size_t head, std::size_t sequence) const;
+  MatrixView<const float> keys_of(std::size_t layer, std::size_t head, std::size_t sequence) const;
+  MatrixView<const float> values_of(std::size_t layer, std::size_t head, std::size_t sequence) const;
+  MatrixView<float> queries_of(std::size_t layer, std::size_t head, std::size_t sequence);
+  MatrixView<float> keys_of(std::size_t layer, std::size_t head, std::size_t sequence);
+  MatrixView<float> values_of(std::size_t layer, std::size_t head, std::size_t sequence);
+};
+
+// Checks that a capture is consistent; throws entgraph::Error
+// ("validate_capture: <what>") naming the first field that is not: a zero
+// layers / heads / head_dim, no sequences, a zero length, a size product that
+// overflows, queries / keys / values whose size is not
+// layers * heads * tokens() * head_dim (values may be empty), settings that
+// are not layers * heads entries, an alpha that is below 1 or not finite, a
+// scale that is not finite and > 0, texts that are neither empty nor one per
+// sequence or are not valid UTF-8, provenance that is not a JSON object (of
+// at most 64 levels of nested arrays and objects), and NaN or infinity in queries, keys or values
+// (naming the array, layer, head and token of the first one).
+void validate_capture(const Capture& capture);
+
+// Writes dir/capture.json, dir/queries.npy, dir/keys.npy and, if the capture
+// has values, dir/values.npy (each created or truncated; other files in dir
+// are left alone), creating dir and its parents if needed. dtype is
+// NpyDtype::float32 (exact) or NpyDtype::float16 (rounded to nearest even).
+// "alpha", "causal" and "scale" are written as one value when every head
+// agrees, else as [layers][heads] arrays. The capture is validated, and for
+// float16 every value checked against the float16 range, before any file is
+// written. Throws entgraph::Error ("write_capture: <dir>: <what>") if the
+// capture is invalid (see validate_capture), dtype is another type, a value
+// rounds beyond the float16 range (naming the array, layer, head and token),
+// or a file or the folder cannot be written.
+void write_capture(const std::string& dir, const Capture& capture, NpyDtype dtype = NpyDtype::float32);
+
+// Reads the capture in dir (float16 files are widened to float32 exactly).
+// Throws entgraph::Error ("read_capture: <dir>: <what>") if dir or
+// capture.json is missing or unreadable, capture.json is not a JSON object
+// (or nests arrays and objects more than 65 levels deep, i.e. 64 in
+// provenance, or is larger than 1 GiB), "format" is not
+// "entgraph-capture", "version" is not 1, a key is unknown (named: this
+// catches typos like "casual") or repeated, a required key is missing, a
+// value has the wrong JSON type or is out of range (sizes and lengths must be
+// integers >= 1, alpha >= 1, scale > 0, texts one string per sequence,
+// provenance an object), a [layers][heads] array has the wrong size, a file
+// name is empty, absolute, or contains ".." or a path separator, a .npy file
+// is missing, malformed or truncated (read_npy's checks) or is not float16 or
+// float32, a .npy shape is not (layers, heads, sum of lengths, head_dim), or
+// the data holds NaN or infinity (naming the array, layer, head and token of
+// the first one). The result passes validate_capture().
+Capture read_capture(const std::string& dir);
+
+}  // namespace entgraph

@@ -1,0 +1,79 @@
+// entgraph: parsing and checking a teacher's config.json (see model.hpp and
+// docs/FORMATS.md).
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "entgraph/error.hpp"
+#include "entgraph/model.hpp"
+
+namespace entgraph {
+namespace {
+
+using nlohmann::json;
+
+[[noreturn]] void fail(const std::string& name, const std::string& what) {
+  throw Error("teacher config: " + name + ": " + what);
+}
+
+// A positive integer field within [1, max], or the default if absent.
+std::size_t size_field(const json& j, const char* key, std::size_t fallback, std::size_t max,
+                       const std::string& name) {
+  if (!j.contains(key)) return fallback;
+  const json& v = j.at(key);
+  if (!v.is_number_integer() || v.get<long long>() < 1 || static_cast<unsigned long long>(v.get<long long>()) > max)
+    fail(name, std::string("'") + key + "' must be an integer in [1, " + std::to_string(max) + "], got " + v.dump());
+  return static_cast<std::size_t>(v.get<long long>());
+}
+
+}  // namespace
+
+TeacherConfig parse_teacher_config(const std::string& json_text, const std::string& name) {
+  json j;
+  try {
+    j = json::parse(json_text);
+  } catch (const json::exception& e) {
+    fail(name, std::string("not valid JSON (") + e.what() + ")");
+  }
+  if (!j.is_object()) fail(name, "expected a JSON object");
+  if (j.value("format", std::string()) != "entgraph-teacher")
+    fail(name, "'format' must be \"entgraph-teacher\"");
+  if (!j.contains("version") || j.at("version") != 1) fail(name, "unsupported 'version' (expected 1)");
+
+  TeacherConfig c;
+  try {
+    c.name = j.value("name", std::string("teacher"));
+    c.kind = j.value("kind", std::string("causal"));
+    c.causal = j.value("causal", c.kind == "causal");
+    c.weights = j.value("weights", c.weights);
+    c.alpha = j.value("alpha", c.alpha);
+    c.layer_norm_eps = j.value("layer_norm_eps", c.layer_norm_eps);
+  } catch (const json::exception& e) {
+    fail(name, std::string("a field has the wrong type (") + e.what() + ")");
+  }
+  if (c.kind != "causal" && c.kind != "masked") fail(name, "'kind' must be \"causal\" or \"masked\", got \"" + c.kind + "\"");
+  // Generous caps: enough for any model this runtime is meant for, small
+  // enough that a hostile config cannot ask for absurd allocations.
+  c.vocab = size_field(j, "vocab", c.vocab, 1u << 20, name);
+  c.outputs = size_field(j, "outputs", c.outputs, 1u << 20, name);
+  c.context = size_field(j, "context", c.context, 1u << 16, name);
+  c.d_model = size_field(j, "d_model", c.d_model, 1u << 14, name);
+  c.layers = size_field(j, "layers", c.layers, 256, name);
+  c.heads = size_field(j, "heads", c.heads, 256, name);
+  c.d_mlp = size_field(j, "d_mlp", c.d_mlp, 1u << 16, name);
+  if (j.contains("mask_token")) {
+    const json& m = j.at("mask_token");
+    if (!m.is_number_integer() || m.get<long long>() < 0 || static_cast<unsigned long long>(m.get<long long>()) >= c.vocab)
+      fail(name, "'mask_token' must be an integer in [0, vocab), got " + m.dump());
+    c.mask_token = static_cast<std::size_t>(m.get<long long>());
+  }
+  if (c.d_model % c.heads != 0)
+    fail(name, "'d_model' (" + std::to_string(c.d_model) + ") must be a multiple of 'heads' (" +
+                   std::to_string(c.heads) + ")");
+  if (!(c.alpha >= 1.0 && c.alpha <= 1000.0)) fail(name, "'alpha' must be in [1, 1000]");
+  if (!(c.layer_norm_eps > 0.0 && c.layer_norm_eps < 1.0)) fail(name, "'layer_norm_eps' must be in (0, 1)");
+  if (c.weights.empty() || c.weights.find("..") != std::string::npos || c.weights.front() == '/')
+    fail(name, "'weights' must be a file name inside the teacher's folder, got \"" + c.weights + "\"");
+  return c;
+}
+
+}  // namespace entgraph
