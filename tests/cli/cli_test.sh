@@ -218,6 +218,61 @@ case "$CASE" in
     expect_fail 2 "info: expected at least one FILE.npy" info
     ;;
 
+  capture-causal | capture-masked)
+    # The shipped teacher over the first 16 held-out sequences of 256 bytes:
+    # the CLI's gold sparsity per layer must agree with the one the training
+    # script computed in PyTorch on the same text (config.json), and be high.
+    kind=${CASE#capture-}
+    model=$SRC/data/teacher-$kind
+    expect_ok capture --model "$model" --text "$SRC/data/heldout.txt" --max-sequences 16 --out cap
+    contains "$OUT" "cap: 16 sequences, 4096 tokens, 4 layers x 4 heads (entgraph-teacher-$kind)"
+    expect_ok info cap
+    echo "$OUT" >&2
+    contains "$OUT" "cap: capture, 4 layers x 4 heads, head_dim 32, 16 sequences, 4096 tokens, with values"
+    contains "$OUT" "lengths: 256 256 256"
+    want=$(tr -d ' \n' <"$model/config.json" | sed -n 's/.*"gold_sparsity_per_layer":\[\([^]]*\)\].*/\1/p' | tr ',' ' ')
+    [ -n "$want" ] || fail "no gold_sparsity_per_layer in $model/config.json"
+    layer=0
+    for w in $want; do
+      got=$(echo "$OUT" | sed -n "s/^  layer $layer: mean gold sparsity \([0-9.]*\)$/\1/p")
+      [ -n "$got" ] || fail "no gold sparsity printed for layer $layer"
+      awk -v g="$got" -v w="$w" 'BEGIN { d = g - w; if (d < 0) d = -d; exit !(d <= 0.005) }' ||
+        fail "layer $layer: CLI gold sparsity $got, PyTorch $w"
+      echo "  layer $layer: CLI $got, PyTorch $w" >&2
+      layer=$((layer + 1))
+    done
+    mean=$(echo "$OUT" | sed -n 's/^  mean gold sparsity \([0-9.]*\) over 16 heads$/\1/p')
+    awk -v m="$mean" 'BEGIN { exit !(m > 0.8) }' || fail "mean gold sparsity $mean is not above 0.8"
+    # float16 captures hold the same graph up to rounding.
+    expect_ok capture --model "$model" --text "$SRC/data/heldout.txt" --max-sequences 2 --sequence-bytes 100 \
+      --dtype float16 --out cap16
+    contains "$OUT" "cap16: 2 sequences, 200 tokens"
+    expect_ok info cap16
+    contains "$OUT" "lengths: 100 100"
+    ;;
+
+  capture-errors)
+    model=$SRC/data/teacher-causal
+    printf 'Some text.' >text.txt
+    : >empty.txt
+    expect_fail 2 "capture: --model is required" capture --text text.txt --out cap
+    expect_fail 2 "capture: --out is required" capture --model "$model" --text text.txt
+    expect_fail 2 "--dtype: expected float32 or float16" capture --model "$model" --text text.txt --out cap --dtype int8
+    expect_fail 2 "--sequence-bytes: must be in [1, 256]" \
+      capture --model "$model" --text text.txt --out cap --sequence-bytes 257
+    expect_fail 1 "missing.txt: cannot open file" capture --model "$model" --text missing.txt --out cap
+    expect_fail 1 "empty.txt: file is empty" capture --model "$model" --text empty.txt --out cap
+    expect_fail 1 "nowhere/config.json: cannot open file" capture --model nowhere --text text.txt --out cap
+    mkdir -p badmodel && printf '{"format": "entgraph-teacher", "version": 1, "heads": 3}' >badmodel/config.json
+    expect_fail 1 "multiple of 'heads'" capture --model badmodel --text text.txt --out cap
+    [ ! -e cap ] || fail "a failed capture wrote cap/"
+    mkdir -p notcap
+    expect_fail 1 "notcap" info notcap
+    expect_ok capture --model "$model" --text text.txt --out cap
+    printf 'garbage' >cap/keys.npy
+    expect_fail 1 "keys.npy" info cap
+    ;;
+
   demo)
     expect_ok demo
     echo "$OUT" >&2
