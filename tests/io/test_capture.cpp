@@ -5,9 +5,7 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <functional>
-#include <iterator>
 #include <limits>
 #include <random>
 #include <string>
@@ -18,6 +16,7 @@
 #include "entgraph/io/capture.hpp"
 #include "entgraph/io/npy.hpp"
 #include "io/binary.hpp"
+#include "io_test_support.hpp"
 
 namespace fs = std::filesystem;
 using entgraph::Capture;
@@ -25,67 +24,12 @@ using entgraph::Error;
 using entgraph::HeadSettings;
 using entgraph::NpyArray;
 using entgraph::NpyDtype;
+using namespace entgraph::test;
 
 namespace {
 
-// A fresh directory under the system's temp folder, removed at scope exit.
-class TempDir {
- public:
-  TempDir() {
-    std::random_device rd;
-    path_ = fs::temp_directory_path() / ("entgraph_capture_test_" + std::to_string(rd()) + std::to_string(rd()));
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  std::string path() const { return path_.string(); }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  fs::path path_;
-};
-
-// The message of the entgraph::Error that f throws, or "(no error)".
-template <class F>
-std::string thrown(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-
-bool contains(const std::string& haystack, const std::string& needle) {
-  return haystack.find(needle) != std::string::npos;
-}
-
-bool starts_with(const std::string& s, const std::string& prefix) { return s.compare(0, prefix.size(), prefix) == 0; }
-
-// Checks that expr throws entgraph::Error whose message contains needle.
-#define CHECK_ERROR_CONTAINS(expr, needle)                      \
-  do {                                                          \
-    const std::string message_ = thrown([&] { (void)(expr); }); \
-    CAPTURE(message_);                                          \
-    CHECK(contains(message_, needle));                          \
-  } while (0)
-
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
-}
-
-void write_text(const std::string& path, const std::string& text) {
-  std::ofstream f(path, std::ios::binary);
-  f << text;
-}
-
-std::string read_text(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
 }
 
 float half_rounded(float v) {
@@ -471,6 +415,12 @@ TEST_SUITE("io") {
     auto raw_json = [](std::string text) {
       return [text](const std::string& dir) { write_text(dir + "/capture.json", text); };
     };
+    auto folder_instead_of = [](std::string name) {
+      return [name](const std::string& dir) {
+        fs::remove(dir + "/" + name);
+        fs::create_directory(dir + "/" + name);
+      };
+    };
     const Capture base = sample(true);
     const std::vector<std::size_t> shape = {2, 3, 5, 4};
     const std::string deep = std::string(200, '[') + std::string(200, ']');
@@ -485,12 +435,7 @@ TEST_SUITE("io") {
          "is not a folder"},
         {"no capture.json", [](const std::string& dir) { fs::remove(dir + "/capture.json"); },
          "capture.json: cannot open file"},
-        {"capture.json is a directory",
-         [](const std::string& dir) {
-           fs::remove(dir + "/capture.json");
-           fs::create_directory(dir + "/capture.json");
-         },
-         "capture.json: is a directory"},
+        {"capture.json is a directory", folder_instead_of("capture.json"), "capture.json: is a directory"},
         {"invalid JSON", raw_json("{\"format\": \"entgraph-capture\", \"version\": 1,"),
          "capture.json is not valid JSON"},
         {"binary garbage", raw_json(std::string("\x93NUMPY\x01\x00", 8)), "capture.json is not valid JSON"},
@@ -565,12 +510,7 @@ TEST_SUITE("io") {
          "keys.npy: truncated data (got 470 bytes, expected 480)"},
         {"not a .npy file", [](const std::string& dir) { write_text(dir + "/queries.npy", "hello"); },
          "queries.npy: not a .npy file"},
-        {"directory instead of a .npy file",
-         [](const std::string& dir) {
-           fs::remove(dir + "/queries.npy");
-           fs::create_directory(dir + "/queries.npy");
-         },
-         "queries.npy: is a directory"},
+        {"directory instead of a .npy file", folder_instead_of("queries.npy"), "queries.npy: is a directory"},
         {"missing values file", [](const std::string& dir) { fs::remove(dir + "/values.npy"); },
          "values.npy: cannot open file"},
         // Settings.
@@ -644,22 +584,15 @@ TEST_SUITE("io") {
         return std::string("unexpected exception: ") + e.what();
       }
     };
-    for (std::size_t n = 0; n < good.size(); ++n) {
-      CAPTURE(n);
-      const std::string result = outcome(good.substr(0, n));
-      CAPTURE(result);
-      CHECK_FALSE(starts_with(result, "unexpected exception"));
-    }
-    std::mt19937_64 rng(42);
-    for (int trial = 0; trial < 400; ++trial) {
-      std::string text = good;
-      const int flips = 1 + static_cast<int>(rng() % 3);
-      for (int f = 0; f < flips; ++f) text[rng() % text.size()] = static_cast<char>(rng() % 256);
-      CAPTURE(trial);
+    auto check_outcome = [&](const std::string& text) {
       const std::string result = outcome(text);
       CAPTURE(result);
       CHECK_FALSE(starts_with(result, "unexpected exception"));
-    }
+    };
+    for_each_truncation(good, check_outcome);
+    std::mt19937_64 rng(42);
+    auto flip = [&](std::string& text) { text[rng() % text.size()] = static_cast<char>(rng() % 256); };
+    for_each_corruption(good, rng, 400, flip, check_outcome);
     CHECK(outcome(good) == "read");
   }
 

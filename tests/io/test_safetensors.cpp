@@ -5,45 +5,23 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <limits>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "entgraph/error.hpp"
 #include "entgraph/io/safetensors.hpp"
 #include "io/binary.hpp"
+#include "io_test_support.hpp"
 
-namespace fs = std::filesystem;
 using entgraph::Error;
 using entgraph::SafeTensor;
 using entgraph::SafetensorsFile;
+using namespace entgraph::test;
 
 namespace {
-
-// A fresh directory under the system's temp folder, removed at scope exit.
-class TempDir {
- public:
-  TempDir() {
-    std::random_device rd;
-    path_ = fs::temp_directory_path() / ("entgraph_st_test_" + std::to_string(rd()) + std::to_string(rd()));
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  fs::path path_;
-};
-
-using Bytes = std::vector<unsigned char>;
 
 // A safetensors image: the header size field (defaults to the header's size),
 // the header text and the data buffer.
@@ -56,56 +34,10 @@ Bytes make_st(const std::string& header, const Bytes& data, unsigned long long s
   return out;
 }
 
-Bytes zeros(std::size_t n) { return Bytes(n, 0); }
-
 // One header entry: "name":{"dtype":...,"shape":...,"data_offsets":...}.
 std::string entry(const std::string& name, const std::string& dtype, const std::string& shape,
                   const std::string& offsets) {
   return "\"" + name + "\":{\"dtype\":\"" + dtype + "\",\"shape\":" + shape + ",\"data_offsets\":" + offsets + "}";
-}
-
-void write_bytes(const std::string& path, const Bytes& bytes) {
-  std::ofstream f(path, std::ios::binary);
-  f.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-}
-
-Bytes read_bytes(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return Bytes(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
-}
-
-// The message of the entgraph::Error that f throws, or "(no error)".
-template <class F>
-std::string thrown(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-
-bool contains(const std::string& haystack, const std::string& needle) {
-  return haystack.find(needle) != std::string::npos;
-}
-
-// Checks that expr throws entgraph::Error whose message contains needle.
-#define CHECK_ERROR_CONTAINS(expr, needle)                      \
-  do {                                                          \
-    const std::string message_ = thrown([&] { (void)(expr); }); \
-    CAPTURE(message_);                                          \
-    CHECK(contains(message_, needle));                          \
-  } while (0)
-
-// A tensor of the given dtype and shape whose bytes count up from seed.
-SafeTensor patterned(const std::string& name, const std::string& dtype, std::vector<std::size_t> shape, unsigned seed) {
-  SafeTensor t;
-  t.name = name;
-  t.dtype = dtype;
-  t.shape = std::move(shape);
-  t.bytes.resize(t.size() * entgraph::safetensors_dtype_size(dtype));
-  for (std::size_t i = 0; i < t.bytes.size(); ++i) t.bytes[i] = static_cast<unsigned char>(seed + 7 * i);
-  return t;
 }
 
 SafeTensor raw(const std::string& name, const std::string& dtype, std::vector<std::size_t> shape, Bytes bytes) {
@@ -114,6 +46,14 @@ SafeTensor raw(const std::string& name, const std::string& dtype, std::vector<st
   t.dtype = dtype;
   t.shape = std::move(shape);
   t.bytes = std::move(bytes);
+  return t;
+}
+
+// A tensor of the given dtype and shape whose bytes count up from seed.
+SafeTensor patterned(const std::string& name, const std::string& dtype, std::vector<std::size_t> shape, unsigned seed) {
+  SafeTensor t = raw(name, dtype, std::move(shape), {});
+  t.bytes.resize(t.size() * entgraph::safetensors_dtype_size(dtype));
+  for (std::size_t i = 0; i < t.bytes.size(); ++i) t.bytes[i] = static_cast<unsigned char>(seed + 7 * i);
   return t;
 }
 
@@ -391,11 +331,6 @@ TEST_SUITE("io") {
   }
 
   TEST_CASE("safetensors: malformed files throw entgraph::Error naming the file, the tensor and the problem") {
-    struct Corrupt {
-      const char* what;
-      Bytes bytes;
-      const char* expected;
-    };
     const std::string a24 = entry("a", "F32", "[2,3]", "[0,24]");
     const std::string ok = "{" + a24 + "}";
     std::string many_dims = "[";
@@ -403,7 +338,7 @@ TEST_SUITE("io") {
     many_dims += "]";
     std::string deep = "{\"a\":{\"shape\":";
     for (int i = 0; i < 100000; ++i) deep += '[';
-    const std::vector<Corrupt> cases = {
+    const std::vector<CorruptInput> cases = {
         {"empty file", {}, "file too short (0 bytes"},
         {"shorter than 8 bytes", Bytes{0x10, 0, 0}, "file too short (3 bytes"},
         {"N larger than the file", make_st(ok, zeros(24), 1000), "header size 1000 exceeds the file ("},
@@ -522,19 +457,9 @@ TEST_SUITE("io") {
          make_st("{\"\\u0001x\":{\"dtype\":\"Q\",\"shape\":[],\"data_offsets\":[0,1]}}", zeros(1)),
          "tensor '\\x01x': unknown dtype 'Q'"},
     };
-    for (const Corrupt& c : cases) {
-      const std::string what = c.what;
-      CAPTURE(what);
-      std::string message = "(no error)";
-      try {
-        entgraph::read_safetensors_bytes(c.bytes.data(), c.bytes.size(), "bad.safetensors");
-      } catch (const Error& e) {
-        message = e.what();
-      }
-      CAPTURE(message);
-      CHECK(message.rfind("read_safetensors: bad.safetensors: ", 0) == 0);
-      CHECK(contains(message, c.expected));
-    }
+    check_corrupt_inputs(cases, "read_safetensors: bad.safetensors: ", [](const Bytes& bytes) {
+      return entgraph::read_safetensors_bytes(bytes.data(), bytes.size(), "bad.safetensors");
+    });
     CHECK(cases.size() >= 12);
     // The cap itself is accepted as far as the cap goes (then the file is too short).
     CHECK_ERROR_CONTAINS(entgraph::read_safetensors_bytes(make_st(ok, zeros(24), 100000000).data(), 40),
@@ -551,34 +476,26 @@ TEST_SUITE("io") {
                     patterned("e", "I64", {0}, 2), patterned("c", "U8", {5}, 3)};
     file.metadata = {{"format", "pt"}};
     const Bytes good = entgraph::encode_safetensors(file);
-    for (std::size_t n = 0; n < good.size(); ++n) {
-      CAPTURE(n);
-      CHECK_THROWS_AS(entgraph::read_safetensors_bytes(good.data(), n), Error);
-    }
+    for_each_truncation(good, [](const Bytes& cut) {
+      CHECK_THROWS_AS(entgraph::read_safetensors_bytes(cut.data(), cut.size()), Error);
+    });
     CHECK(entgraph::read_safetensors_bytes(good.data(), good.size()).tensors.size() == 4);
 
     std::mt19937 rng(11);
-    std::size_t parsed = 0;
     const std::size_t header_end = 8 + entgraph::detail::load_le(good.data(), 8);
-    for (int trial = 0; trial < 3000; ++trial) {
-      Bytes bad = good;
-      const int flips = 1 + static_cast<int>(rng() % 3);
-      for (int f = 0; f < flips; ++f) {
-        // Mostly in the size field and the header, where the parser works.
-        // (Each draw in its own statement, so the sequence does not depend on
-        // the compiler's order of evaluation.)
-        const std::size_t span = rng() % 4 == 0 ? bad.size() : header_end;
-        const std::size_t at = rng() % span;
-        bad[at] = static_cast<unsigned char>(rng() % 2 == 0 ? rng() : "{}[],:\"0123456789-. "[rng() % 20]);
-      }
-      try {
-        const SafetensorsFile f = entgraph::read_safetensors_bytes(bad.data(), bad.size());
-        for (const SafeTensor& t : f.tensors)
-          CHECK(t.bytes.size() == t.size() * entgraph::safetensors_dtype_size(t.dtype));
-        ++parsed;
-      } catch (const Error&) {
-      }
-    }
+    auto flip = [&](Bytes& bad) {
+      // Mostly in the size field and the header, where the parser works.
+      // (Each draw in its own statement, so the sequence does not depend on
+      // the compiler's order of evaluation.)
+      const std::size_t span = rng() % 4 == 0 ? bad.size() : header_end;
+      const std::size_t at = rng() % span;
+      bad[at] = static_cast<unsigned char>(rng() % 2 == 0 ? rng() : "{}[],:\"0123456789-. "[rng() % 20]);
+    };
+    const std::size_t parsed = count_accepted_corruptions(good, rng, 3000, flip, [](const Bytes& bad) {
+      const SafetensorsFile f = entgraph::read_safetensors_bytes(bad.data(), bad.size());
+      for (const SafeTensor& t : f.tensors)
+        CHECK(t.bytes.size() == t.size() * entgraph::safetensors_dtype_size(t.dtype));
+    });
     CHECK(parsed > 0);  // flips in the data or the padding still parse
   }
 
@@ -604,11 +521,10 @@ TEST_SUITE("io") {
     SafetensorsFile file;
     file.tensors = {patterned("x", "F16", {4}, 1), patterned("y", "I32", {2}, 2)};
     const Bytes good = entgraph::encode_safetensors(file);
-    for (std::size_t n = 0; n < good.size(); ++n) {
-      CAPTURE(n);
-      write_bytes(path, Bytes(good.begin(), good.begin() + static_cast<std::ptrdiff_t>(n)));
+    for_each_truncation(good, [&](const Bytes& cut) {
+      write_bytes(path, cut);
       CHECK_THROWS_AS(entgraph::read_safetensors(path), Error);
-    }
+    });
     write_bytes(path, good);
     CHECK(entgraph::read_safetensors(path).at("y").bytes == file.tensors[1].bytes);
   }

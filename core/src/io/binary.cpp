@@ -6,17 +6,15 @@
 #include <cstring>
 #include <filesystem>
 #include <limits>
+#include <utility>
 
 #include "entgraph/error.hpp"
 
 namespace entgraph::detail {
-namespace {
 
-[[noreturn]] void fail(const char* op, const std::string& path, const std::string& what) {
-  throw Error(std::string(op) + ": " + path + ": " + what);
+void fail(const char* op, const std::string& name, const std::string& what) {
+  throw Error(std::string(op) + ": " + name + ": " + what);
 }
-
-}  // namespace
 
 double half_to_double(std::uint16_t h) {
   const bool negative = (h & 0x8000u) != 0;
@@ -82,29 +80,51 @@ std::string strerror_string(int err) {
   return err != 0 ? std::string(std::strerror(err)) : std::string("unknown error");
 }
 
-std::vector<unsigned char> read_file_bytes(const char* op, const std::string& path, std::size_t max_bytes) {
+InputFile::InputFile(const char* op, std::string path, const char* a_kind) : op_(op), path_(std::move(path)) {
   namespace fs = std::filesystem;
   std::error_code ec;
-  const fs::file_status status = fs::status(path, ec);
+  const fs::file_status status = fs::status(path_, ec);
   if (ec || !fs::exists(status))
-    fail(op, path, "cannot open file (" + (ec ? ec.message() : std::string("No such file or directory")) + ")");
-  if (fs::is_directory(status)) fail(op, path, "is a directory, not a file");
+    fail(op_, path_, "cannot open file (" + (ec ? ec.message() : std::string("No such file or directory")) + ")");
+  if (fs::is_directory(status)) fail(op_, path_, std::string("is a directory, not ") + a_kind);
+  regular_ = fs::is_regular_file(status);
   errno = 0;
-  File f(std::fopen(path.c_str(), "rb"));
-  if (!f) fail(op, path, "cannot open file (" + strerror_string(errno) + ")");
-  // Read in chunks rather than trusting a size reported up front: the file
-  // may be a pipe, or change while it is read.
+  file_.reset(std::fopen(path_.c_str(), "rb"));
+  if (!file_) fail(op_, path_, "cannot open file (" + strerror_string(errno) + ")");
+}
+
+std::size_t InputFile::size() const {
+  std::error_code ec;
+  const std::uintmax_t file_size = std::filesystem::file_size(path_, ec);
+  if (ec) fail(op_, path_, "cannot get file size (" + ec.message() + ")");
+  if (file_size > std::numeric_limits<std::size_t>::max())
+    fail(op_, path_, "file too large (" + std::to_string(file_size) + " bytes)");
+  return static_cast<std::size_t>(file_size);
+}
+
+void InputFile::read_exact(unsigned char* out, std::size_t n, const char* what) {
+  if (n != 0 && std::fread(out, 1, n, file_.get()) != n)
+    fail(op_, path_,
+         std::string("read error in the ") + what + " (file changed or " +
+             strerror_string(std::ferror(file_.get()) ? errno : 0) + ")");
+}
+
+std::vector<unsigned char> InputFile::read_all(std::size_t max_bytes) {
   std::vector<unsigned char> bytes;
   unsigned char chunk[1 << 16];
   for (;;) {
-    const std::size_t got = std::fread(chunk, 1, sizeof chunk, f.get());
+    const std::size_t got = std::fread(chunk, 1, sizeof chunk, file_.get());
     if (got > max_bytes - bytes.size())
-      fail(op, path, "file too large (more than " + std::to_string(max_bytes) + " bytes)");
+      fail(op_, path_, "file too large (more than " + std::to_string(max_bytes) + " bytes)");
     bytes.insert(bytes.end(), chunk, chunk + got);
     if (got < sizeof chunk) break;
   }
-  if (std::ferror(f.get())) fail(op, path, "read error (" + strerror_string(errno) + ")");
+  if (std::ferror(file_.get())) fail(op_, path_, "read error (" + strerror_string(errno) + ")");
   return bytes;
+}
+
+std::vector<unsigned char> read_file_bytes(const char* op, const std::string& path, std::size_t max_bytes) {
+  return InputFile(op, path, "a file").read_all(max_bytes);
 }
 
 void write_file_bytes(const char* op, const std::string& path, const void* data, std::size_t size) {

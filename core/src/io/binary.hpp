@@ -1,18 +1,34 @@
 // entgraph internal: byte-level helpers shared by the file formats in io/
 // (.npy, safetensors, captures): little-endian codecs that do not depend on
-// the host's byte order, IEEE half and bfloat16 conversions, whole-file
-// reading and writing with errors that name the file, and quoting of hostile
+// the host's byte order, IEEE half and bfloat16 conversions, opening, reading
+// and writing files with errors that name the file, and quoting of hostile
 // bytes in error messages.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
 
 namespace entgraph::detail {
+
+// Throws entgraph::Error "<op>: <name>: <what>", the form of every error of
+// the file formats (name is a path, or "<memory>" for a buffer).
+[[noreturn]] void fail(const char* op, const std::string& name, const std::string& what);
+
+// Element count of shape, or false if it overflows.
+inline bool checked_count(const std::vector<std::size_t>& shape, std::size_t& count) {
+  count = 1;
+  for (std::size_t s : shape) {
+    if (s != 0 && count > std::numeric_limits<std::size_t>::max() / s) return false;
+    count *= s;
+  }
+  return true;
+}
 
 // The n (<= 8) bytes at p as a little-endian unsigned integer.
 inline std::uint64_t load_le(const unsigned char* p, std::size_t n) {
@@ -34,6 +50,41 @@ std::uint16_t float_to_half(float f);
 // bfloat16 (the high half of a float32) -> float; exact.
 float bfloat16_to_float(std::uint16_t b);
 
+// One little-endian element at p, bit-exact (NaN payloads and -0 kept).
+inline float load_f32(const unsigned char* p) {
+  const auto bits = static_cast<std::uint32_t>(load_le(p, 4));
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+inline double load_f64(const unsigned char* p) {
+  const std::uint64_t bits = load_le(p, 8);
+  double d;
+  std::memcpy(&d, &bits, sizeof d);
+  return d;
+}
+inline double load_f16(const unsigned char* p) { return half_to_double(static_cast<std::uint16_t>(load_le(p, 2))); }
+inline float load_bf16(const unsigned char* p) { return bfloat16_to_float(static_cast<std::uint16_t>(load_le(p, 2))); }
+inline std::int16_t load_i16(const unsigned char* p) {
+  return static_cast<std::int16_t>(static_cast<std::uint16_t>(load_le(p, 2)));
+}
+inline std::int32_t load_i32(const unsigned char* p) {
+  return static_cast<std::int32_t>(static_cast<std::uint32_t>(load_le(p, 4)));
+}
+inline std::int64_t load_i64(const unsigned char* p) { return static_cast<std::int64_t>(load_le(p, 8)); }
+
+// Stores v at p, little-endian, bit-exact.
+inline void store_f32(unsigned char* p, float v) {
+  std::uint32_t bits;
+  std::memcpy(&bits, &v, sizeof bits);
+  store_le(p, bits, 4);
+}
+inline void store_f64(unsigned char* p, double v) {
+  std::uint64_t bits;
+  std::memcpy(&bits, &v, sizeof bits);
+  store_le(p, bits, 8);
+}
+
 // Up to max_len bytes of s with anything non-printable escaped as \xNN, so
 // that an error message quoting a hostile file stays one readable line.
 std::string printable(const char* s, std::size_t len, std::size_t max_len = 40);
@@ -46,9 +97,39 @@ struct FileCloser {
 };
 using File = std::unique_ptr<std::FILE, FileCloser>;
 
-// The whole content of a regular file. Throws entgraph::Error
-// "<op>: <path>: ..." if it does not exist, is a directory, cannot be read or
-// is larger than max_bytes.
+// A file opened for reading, after the checks every reader makes first.
+// Every error is an entgraph::Error "<op>: <path>: ...".
+class InputFile {
+ public:
+  // Throws "cannot open file (...)" if path does not exist or cannot be
+  // opened, "is a directory, not <a_kind>" if it is a directory.
+  InputFile(const char* op, std::string path, const char* a_kind);
+
+  std::FILE* get() const { return file_.get(); }
+  // A regular file, whose size is known up front (not a pipe or a device).
+  bool regular() const { return regular_; }
+  // The size of a regular file. Throws "cannot get file size (...)" or
+  // "file too large (<n> bytes)" if it does not fit size_t.
+  std::size_t size() const;
+  // Reads exactly n bytes into out. Throws "read error in the <what> (file
+  // changed or <reason>)" if fewer arrive.
+  void read_exact(unsigned char* out, std::size_t n, const char* what);
+  // Everything up to the end of the file, read in chunks rather than trusting
+  // a size reported up front: the file may be a pipe, or change while it is
+  // read. Throws "file too large (more than <max_bytes> bytes)" or
+  // "read error (...)".
+  std::vector<unsigned char> read_all(std::size_t max_bytes = static_cast<std::size_t>(-1));
+
+ private:
+  const char* op_;
+  std::string path_;
+  File file_;
+  bool regular_ = false;
+};
+
+// The whole content of a file (read_all() of an InputFile of kind "a file").
+// Throws entgraph::Error "<op>: <path>: ..." if it does not exist, is a
+// directory, cannot be read or is larger than max_bytes.
 std::vector<unsigned char> read_file_bytes(const char* op, const std::string& path,
                                            std::size_t max_bytes = static_cast<std::size_t>(-1));
 

@@ -8,12 +8,9 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
 #include <limits>
-#include <memory>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -24,8 +21,8 @@
 namespace entgraph {
 namespace {
 
-using detail::File;
-using detail::half_to_double;
+using detail::checked_count;
+using detail::fail;
 using detail::load_le;
 using detail::printable;
 using detail::store_le;
@@ -34,30 +31,18 @@ using detail::strerror_string;
 constexpr unsigned char kMagic[6] = {0x93, 'N', 'U', 'M', 'P', 'Y'};
 constexpr std::size_t kAlign = 64;  // numpy aligns the data to 64 bytes
 
-[[noreturn]] void fail(const char* op, const std::string& name, const std::string& what) {
-  throw Error(std::string(op) + ": " + name + ": " + what);
-}
-
 double decode_element(NpyDtype dtype, const unsigned char* p) {
   switch (dtype) {
     case NpyDtype::float16:
-      return half_to_double(static_cast<std::uint16_t>(load_le(p, 2)));
-    case NpyDtype::float32: {
-      const auto bits = static_cast<std::uint32_t>(load_le(p, 4));
-      float f;
-      std::memcpy(&f, &bits, sizeof f);
-      return f;
-    }
-    case NpyDtype::float64: {
-      const std::uint64_t bits = load_le(p, 8);
-      double d;
-      std::memcpy(&d, &bits, sizeof d);
-      return d;
-    }
+      return detail::load_f16(p);
+    case NpyDtype::float32:
+      return detail::load_f32(p);
+    case NpyDtype::float64:
+      return detail::load_f64(p);
     case NpyDtype::int32:
-      return static_cast<double>(static_cast<std::int32_t>(static_cast<std::uint32_t>(load_le(p, 4))));
+      return static_cast<double>(detail::load_i32(p));
     case NpyDtype::int64:
-      return static_cast<double>(static_cast<std::int64_t>(load_le(p, 8)));
+      return static_cast<double>(detail::load_i64(p));
     case NpyDtype::uint8:
       return p[0];
     case NpyDtype::boolean:
@@ -70,14 +55,9 @@ double decode_element(NpyDtype dtype, const unsigned char* p) {
 // dtype converts to double exactly, so one path serves both targets.
 template <class T>
 T decode_as(NpyDtype dtype, const unsigned char* p) {
-  if (dtype == NpyDtype::int64) return static_cast<T>(static_cast<std::int64_t>(load_le(p, 8)));
+  if (dtype == NpyDtype::int64) return static_cast<T>(detail::load_i64(p));
   if constexpr (std::is_same_v<T, float>) {
-    if (dtype == NpyDtype::float32) {
-      const auto bits = static_cast<std::uint32_t>(load_le(p, 4));
-      float f;
-      std::memcpy(&f, &bits, sizeof f);
-      return f;
-    }
+    if (dtype == NpyDtype::float32) return detail::load_f32(p);
   }
   return static_cast<T>(decode_element(dtype, p));
 }
@@ -94,26 +74,12 @@ constexpr NpyDtype dtype_of() {
 template <class T>
 void encode_element(T value, unsigned char* p) {
   if constexpr (std::is_same_v<T, float>) {
-    std::uint32_t bits;
-    std::memcpy(&bits, &value, sizeof bits);
-    store_le(p, bits, 4);
+    detail::store_f32(p, value);
   } else if constexpr (std::is_same_v<T, double>) {
-    std::uint64_t bits;
-    std::memcpy(&bits, &value, sizeof bits);
-    store_le(p, bits, 8);
+    detail::store_f64(p, value);
   } else {
     store_le(p, static_cast<std::uint64_t>(static_cast<std::make_unsigned_t<T>>(value)), sizeof(T));
   }
-}
-
-// Element count of shape, or false if it overflows.
-bool checked_count(const std::vector<std::size_t>& shape, std::size_t& count) {
-  count = 1;
-  for (std::size_t s : shape) {
-    if (s != 0 && count > std::numeric_limits<std::size_t>::max() / s) return false;
-    count *= s;
-  }
-  return true;
 }
 
 // ---------------------------------------------------------------------------
@@ -604,40 +570,18 @@ NpyArray read_npy_bytes(const void* data, std::size_t size, const std::string& n
 }
 
 NpyArray read_npy(const std::string& path) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  const fs::file_status status = fs::status(path, ec);
-  if (ec || !fs::exists(status))
-    fail("read_npy", path, "cannot open file (" + (ec ? ec.message() : std::string("No such file or directory")) + ")");
-  if (fs::is_directory(status)) fail("read_npy", path, "is a directory, not a .npy file");
-
-  errno = 0;
-  File f(std::fopen(path.c_str(), "rb"));
-  if (!f) fail("read_npy", path, "cannot open file (" + strerror_string(errno) + ")");
-
-  if (!fs::is_regular_file(status)) return read_npy_stream(f.get(), path);
-
-  const std::uintmax_t file_size = fs::file_size(path, ec);
-  if (ec) fail("read_npy", path, "cannot get file size (" + ec.message() + ")");
-  if (file_size > std::numeric_limits<std::size_t>::max())
-    fail("read_npy", path, "file too large (" + std::to_string(file_size) + " bytes)");
-  const auto total = static_cast<std::size_t>(file_size);
-
-  auto read_exact = [&](unsigned char* out, std::size_t n, const char* what) {
-    if (n != 0 && std::fread(out, 1, n, f.get()) != n)
-      fail("read_npy", path,
-           std::string("read error in the ") + what + " (file changed or " +
-               strerror_string(std::ferror(f.get()) ? errno : 0) + ")");
-  };
+  detail::InputFile f("read_npy", path, "a .npy file");
+  if (!f.regular()) return read_npy_stream(f.get(), path);
+  const std::size_t total = f.size();
 
   unsigned char head[12] = {};
-  read_exact(head, total < 12 ? total : 12, "prefix");
+  f.read_exact(head, total < 12 ? total : 12, "prefix");
   const Prefix prefix = parse_prefix(head, total, path);
   // The prefix already consumed up to 12 bytes; the header starts at 10 or 12.
   if (std::fseek(f.get(), static_cast<long>(prefix.header_offset), SEEK_SET) != 0)
     fail("read_npy", path, "seek failed (" + strerror_string(errno) + ")");
   std::vector<unsigned char> header(prefix.header_len);  // <= file size, checked by parse_prefix
-  read_exact(header.data(), header.size(), "header");
+  f.read_exact(header.data(), header.size(), "header");
   const Layout layout = parse_layout(prefix, reinterpret_cast<const char*>(header.data()), path);
   check_data_size(layout, total, path);
 
@@ -645,7 +589,7 @@ NpyArray read_npy(const std::string& path) {
   a.dtype = layout.dtype;
   a.shape = layout.shape;
   a.bytes.resize(layout.data_bytes);  // == bytes left in the file, checked by parse_layout
-  read_exact(a.bytes.data(), a.bytes.size(), "data");
+  f.read_exact(a.bytes.data(), a.bytes.size(), "data");
   return a;
 }
 

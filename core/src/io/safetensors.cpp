@@ -15,11 +15,8 @@
 #include "entgraph/io/safetensors.hpp"
 
 #include <algorithm>
-#include <cerrno>
 #include <cstdint>
-#include <cstdio>
 #include <cstring>
-#include <filesystem>
 #include <iterator>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -33,20 +30,16 @@
 namespace entgraph {
 namespace {
 
-using detail::File;
+using detail::checked_count;
+using detail::fail;
 using detail::load_le;
 using detail::printable;
 using detail::store_le;
-using detail::strerror_string;
 using json = nlohmann::json;
 
 constexpr const char* kRead = "read_safetensors";
 constexpr const char* kMetadataKey = "__metadata__";
 constexpr std::size_t kPrefixSize = 8;  // the header size N, u64 little-endian
-
-[[noreturn]] void fail(const char* op, const std::string& name, const std::string& what) {
-  throw Error(std::string(op) + ": " + name + ": " + what);
-}
 
 struct DtypeInfo {
   const char* name;
@@ -81,16 +74,6 @@ std::string shape_string(const std::vector<std::size_t>& shape) {
 
 std::string offsets_string(std::size_t begin, std::size_t end) {
   return "[" + std::to_string(begin) + ", " + std::to_string(end) + "]";
-}
-
-// Element count of shape, or false if it overflows.
-bool checked_count(const std::vector<std::size_t>& shape, std::size_t& count) {
-  count = 1;
-  for (std::size_t s : shape) {
-    if (s != 0 && count > std::numeric_limits<std::size_t>::max() / s) return false;
-    count *= s;
-  }
-  return true;
 }
 
 // ---------------------------------------------------------------------------
@@ -286,6 +269,23 @@ class HeaderSax : public nlohmann::json_sax<json> {
   std::size_t offsets_seen_ = 0;
 };
 
+// The smallest name (name_of(item)) that more than one of items has, or
+// nullptr if they are all different.
+template <class Item, class NameOf>
+const std::string* repeated_name(const std::vector<Item>& items, NameOf name_of) {
+  std::vector<const std::string*> names;
+  names.reserve(items.size());
+  for (const Item& item : items) names.push_back(&name_of(item));
+  std::sort(names.begin(), names.end(), [](const std::string* a, const std::string* b) { return *a < *b; });
+  for (std::size_t i = 1; i < names.size(); ++i)
+    if (*names[i] == *names[i - 1]) return names[i];
+  return nullptr;
+}
+
+const std::string& name_of_entry(const Entry& e) { return e.tensor.name; }
+const std::string& name_of_tensor(const SafeTensor& t) { return t.name; }
+const std::string& key_of(const std::pair<std::string, std::string>& kv) { return kv.first; }
+
 // The header size N from the first min(total, 8) bytes of an input of total
 // bytes, checked against the cap and against the input.
 std::size_t parse_prefix(const unsigned char* prefix, std::size_t total, const std::string& name) {
@@ -323,13 +323,10 @@ Layout parse_layout(const unsigned char* header, std::size_t header_size, std::s
   const auto* text = reinterpret_cast<const char*>(header);
   json::sax_parse(text, text + header_size, &sax);  // throws Error on any problem
 
-  // Duplicates: names (and metadata keys) sorted, equal neighbours.
-  std::vector<const std::string*> names;
-  names.reserve(layout.entries.size());
-  for (const Entry& e : layout.entries) names.push_back(&e.tensor.name);
-  std::sort(names.begin(), names.end(), [](const std::string* a, const std::string* b) { return *a < *b; });
-  for (std::size_t i = 1; i < names.size(); ++i)
-    if (*names[i] == *names[i - 1]) fail(kRead, name, "duplicate tensor name " + quote_name(*names[i]));
+  // Duplicates: tensor names, then metadata keys (sorted in place, the order
+  // they are returned in, so equal keys are neighbours).
+  if (const std::string* repeated = repeated_name(layout.entries, name_of_entry))
+    fail(kRead, name, "duplicate tensor name " + quote_name(*repeated));
   std::sort(layout.metadata.begin(), layout.metadata.end(),
             [](const auto& a, const auto& b) { return a.first < b.first; });
   for (std::size_t i = 1; i < layout.metadata.size(); ++i)
@@ -422,12 +419,8 @@ std::vector<unsigned char> encode(const SafetensorsFile& file, const char* op, c
     header += ':';
   };
 
-  std::vector<const std::string*> keys;
-  keys.reserve(file.metadata.size());
-  for (const auto& kv : file.metadata) keys.push_back(&kv.first);
-  std::sort(keys.begin(), keys.end(), [](const std::string* a, const std::string* b) { return *a < *b; });
-  for (std::size_t i = 1; i < keys.size(); ++i)
-    if (*keys[i] == *keys[i - 1]) fail(op, name, "duplicate '__metadata__' key " + quote_name(*keys[i]));
+  if (const std::string* repeated = repeated_name(file.metadata, key_of))
+    fail(op, name, "duplicate '__metadata__' key " + quote_name(*repeated));
   if (!file.metadata.empty()) {
     add_key(json_string(kMetadataKey, op, name, "key"));
     header += '{';
@@ -440,12 +433,8 @@ std::vector<unsigned char> encode(const SafetensorsFile& file, const char* op, c
     header += '}';
   }
 
-  std::vector<const std::string*> names;
-  names.reserve(file.tensors.size());
-  for (const SafeTensor& t : file.tensors) names.push_back(&t.name);
-  std::sort(names.begin(), names.end(), [](const std::string* a, const std::string* b) { return *a < *b; });
-  for (std::size_t i = 1; i < names.size(); ++i)
-    if (*names[i] == *names[i - 1]) fail(op, name, "duplicate tensor name " + quote_name(*names[i]));
+  if (const std::string* repeated = repeated_name(file.tensors, name_of_tensor))
+    fail(op, name, "duplicate tensor name " + quote_name(*repeated));
 
   std::size_t offset = 0;
   for (const SafeTensor& t : file.tensors) {
@@ -491,23 +480,13 @@ std::vector<unsigned char> encode(const SafetensorsFile& file, const char* op, c
 }
 
 float decode_float(const std::string& dtype, const unsigned char* p) {
-  if (dtype == "F32") {
-    const auto bits = static_cast<std::uint32_t>(load_le(p, 4));
-    float f;
-    std::memcpy(&f, &bits, sizeof f);
-    return f;
-  }
-  if (dtype == "F16") return static_cast<float>(detail::half_to_double(static_cast<std::uint16_t>(load_le(p, 2))));
-  if (dtype == "BF16") return detail::bfloat16_to_float(static_cast<std::uint16_t>(load_le(p, 2)));
-  if (dtype == "F64") {
-    const std::uint64_t bits = load_le(p, 8);
-    double d;
-    std::memcpy(&d, &bits, sizeof d);
-    return static_cast<float>(d);
-  }
-  if (dtype == "I64") return static_cast<float>(static_cast<std::int64_t>(load_le(p, 8)));
-  if (dtype == "I32") return static_cast<float>(static_cast<std::int32_t>(static_cast<std::uint32_t>(load_le(p, 4))));
-  if (dtype == "I16") return static_cast<float>(static_cast<std::int16_t>(static_cast<std::uint16_t>(load_le(p, 2))));
+  if (dtype == "F32") return detail::load_f32(p);
+  if (dtype == "F16") return static_cast<float>(detail::load_f16(p));
+  if (dtype == "BF16") return detail::load_bf16(p);
+  if (dtype == "F64") return static_cast<float>(detail::load_f64(p));
+  if (dtype == "I64") return static_cast<float>(detail::load_i64(p));
+  if (dtype == "I32") return static_cast<float>(detail::load_i32(p));
+  if (dtype == "I16") return static_cast<float>(detail::load_i16(p));
   if (dtype == "I8") return static_cast<float>(static_cast<std::int8_t>(p[0]));
   if (dtype == "U8") return static_cast<float>(p[0]);
   return p[0] != 0 ? 1.0f : 0.0f;  // BOOL
@@ -566,11 +545,7 @@ SafeTensor make_f32_tensor(std::string name, const float* data, std::vector<std:
     throw Error("make_f32_tensor: " + tensor_label(t.name) + ": null data for shape " + shape_string(shape));
   t.shape = std::move(shape);
   t.bytes.resize(count * 4);
-  for (std::size_t i = 0; i < count; ++i) {
-    std::uint32_t bits;
-    std::memcpy(&bits, &data[i], sizeof bits);
-    store_le(t.bytes.data() + 4 * i, bits, 4);
-  }
+  for (std::size_t i = 0; i < count; ++i) detail::store_f32(t.bytes.data() + 4 * i, data[i]);
   return t;
 }
 
@@ -586,44 +561,24 @@ SafetensorsFile read_safetensors_bytes(const void* data, std::size_t size, const
 }
 
 SafetensorsFile read_safetensors(const std::string& path) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  const fs::file_status status = fs::status(path, ec);
-  if (ec || !fs::exists(status))
-    fail(kRead, path, "cannot open file (" + (ec ? ec.message() : std::string("No such file or directory")) + ")");
-  if (fs::is_directory(status)) fail(kRead, path, "is a directory, not a safetensors file");
-  if (!fs::is_regular_file(status)) {
+  detail::InputFile f(kRead, path, "a safetensors file");
+  if (!f.regular()) {
     // A pipe or a device has no size to check against: take what arrives.
-    const std::vector<unsigned char> bytes = detail::read_file_bytes(kRead, path);
+    const std::vector<unsigned char> bytes = f.read_all();
     return read_safetensors_bytes(bytes.data(), bytes.size(), path);
   }
-
-  errno = 0;
-  File f(std::fopen(path.c_str(), "rb"));
-  if (!f) fail(kRead, path, "cannot open file (" + strerror_string(errno) + ")");
-  const std::uintmax_t file_size = fs::file_size(path, ec);
-  if (ec) fail(kRead, path, "cannot get file size (" + ec.message() + ")");
-  if (file_size > std::numeric_limits<std::size_t>::max())
-    fail(kRead, path, "file too large (" + std::to_string(file_size) + " bytes)");
-  const auto total = static_cast<std::size_t>(file_size);
-
-  auto read_exact = [&](unsigned char* out, std::size_t n, const char* what) {
-    if (n != 0 && std::fread(out, 1, n, f.get()) != n)
-      fail(kRead, path,
-           std::string("read error in the ") + what + " (file changed or " +
-               strerror_string(std::ferror(f.get()) ? errno : 0) + ")");
-  };
+  const std::size_t total = f.size();
 
   unsigned char prefix[kPrefixSize] = {};
-  read_exact(prefix, total < kPrefixSize ? total : kPrefixSize, "header size");
+  f.read_exact(prefix, total < kPrefixSize ? total : kPrefixSize, "header size");
   const std::size_t header_size = parse_prefix(prefix, total, path);
   std::vector<unsigned char> header(header_size);  // <= file size, checked by parse_prefix
-  read_exact(header.data(), header.size(), "header");
+  f.read_exact(header.data(), header.size(), "header");
   Layout layout = parse_layout(header.data(), header.size(), total - kPrefixSize - header_size, path);
   // The tensors tile the rest of the file in this order: read them straight in.
   for (Entry& e : layout.entries) {
     e.tensor.bytes.resize(e.end - e.begin);  // within the file, checked by parse_layout
-    read_exact(e.tensor.bytes.data(), e.tensor.bytes.size(), "data");
+    f.read_exact(e.tensor.bytes.data(), e.tensor.bytes.size(), "data");
   }
   return to_file(layout);
 }
