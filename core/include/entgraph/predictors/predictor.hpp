@@ -1,0 +1,86 @@
+// entgraph: predictors of attention graphs — they guess, from Q and K, which
+// (query, key) pairs of a head get non-zero entmax weight, without computing
+// all of Q K^T.
+//
+// One interface for every method (see docs/PREDICTORS.md for the list and
+// their settings): fixed patterns (window, global, longformer, bigbird),
+// hashing and clustering (reformer, routing) and Sparsefinder's learned
+// projections (sparsefinder-distance, -quantization, -kmeans).
+//
+//   auto p = make_predictor("sparsefinder-kmeans", {{"r", "4"}, {"clusters", "8"}});
+//   p->fit(train_capture, {});                 // no-op for fixed patterns
+//   Graph g = p->predict(q, k, layer, head, causal);
+//   std::string json = p->to_json();           // parameters + settings, versioned
+//   auto same = load_predictor(json);
+//
+// Settings are strings (as typed on the command line, --set key=value) that
+// each method parses; unknown keys and bad values throw entgraph::Error naming
+// the key. Every method also accepts the union settings
+//   extra_window = w   (keys i-w..i+w, only the past under a causal mask; -1 = none)
+//   extra_global = g   (the first g tokens attend to and are attended by all)
+// whose edges are added to the prediction.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "entgraph/graph.hpp"
+#include "entgraph/io/capture.hpp"
+#include "entgraph/matrix_view.hpp"
+
+namespace entgraph {
+
+using PredictorSettings = std::map<std::string, std::string>;
+
+struct FitOptions {
+  std::uint64_t seed = 0;  // overrides nothing: methods also read "seed" from their settings
+  bool quiet = true;       // false: progress bars on stderr for long fits
+};
+
+class Predictor {
+ public:
+  virtual ~Predictor() = default;
+
+  // The method's name, e.g. "window".
+  virtual std::string method() const = 0;
+  // Whether fit() learns anything (false for fixed patterns).
+  virtual bool learned() const { return false; }
+  // Learns parameters for every layer and head of the capture.
+  virtual void fit(const Capture& capture, const FitOptions& options);
+  // The predicted graph of one head for one sequence: q is n x d, k is m x d
+  // (n = m for self-attention). Includes the extra_window / extra_global edges.
+  Graph predict(MatrixView<const float> q, MatrixView<const float> k, std::size_t layer, std::size_t head,
+                bool causal) const;
+  // The parameter file: {"format": "entgraph-predictor", "version": 1,
+  // "method": ..., "settings": {...}, "parameters": {...}}.
+  std::string to_json() const;
+  const PredictorSettings& settings() const { return settings_; }
+
+ protected:
+  explicit Predictor(PredictorSettings settings);
+  // The method's own prediction, before the union with window / global edges.
+  virtual Graph predict_pattern(MatrixView<const float> q, MatrixView<const float> k, std::size_t layer,
+                                std::size_t head, bool causal) const = 0;
+  // The "parameters" object as JSON text ("{}" for fixed patterns).
+  virtual std::string parameters_json() const { return "{}"; }
+
+  PredictorSettings settings_;
+  long extra_window_ = -1;
+  std::size_t extra_global_ = 0;
+};
+
+// Every method's name, in a fixed order.
+std::vector<std::string> predictor_methods();
+// A predictor of the named method with the given settings (missing settings
+// take the method's defaults). Throws entgraph::Error for an unknown method,
+// an unknown setting or a bad value.
+std::unique_ptr<Predictor> make_predictor(const std::string& method, const PredictorSettings& settings = {});
+// Reads a parameter file written by to_json(); name is used in errors.
+std::unique_ptr<Predictor> load_predictor(const std::string& json_text, const std::string& name = "<memory>");
+
+}  // namespace entgraph

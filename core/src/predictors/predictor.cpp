@@ -1,0 +1,166 @@
+// entgraph: the predictor interface, the union with window / global edges,
+// parameter files and the method registry (see predictors/predictor.hpp).
+#include "entgraph/predictors/predictor.hpp"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+
+#include "entgraph/error.hpp"
+#include "predictors/registry.hpp"
+
+namespace entgraph {
+namespace detail {
+
+// The union settings belong to the base class (Predictor's constructor).
+SettingsReader::SettingsReader(std::string method, const PredictorSettings& settings)
+    : method_(std::move(method)), settings_(settings), used_{"extra_window", "extra_global"} {}
+
+const std::string* SettingsReader::find(const std::string& key) {
+  used_.insert(key);
+  const auto it = settings_.find(key);
+  return it == settings_.end() ? nullptr : &it->second;
+}
+
+long SettingsReader::integer(const std::string& key, long fallback, long min, long max) {
+  const std::string* v = find(key);
+  if (v == nullptr) return fallback;
+  errno = 0;
+  char* end = nullptr;
+  const long x = std::strtol(v->c_str(), &end, 10);
+  if (v->empty() || *end != '\0' || errno != 0 || x < min || x > max)
+    throw Error(method_ + ": setting '" + key + "': expected an integer in [" + std::to_string(min) + ", " +
+                std::to_string(max) + "], got '" + *v + "'");
+  return x;
+}
+
+double SettingsReader::number(const std::string& key, double fallback, double min, double max) {
+  const std::string* v = find(key);
+  if (v == nullptr) return fallback;
+  char* end = nullptr;
+  const double x = std::strtod(v->c_str(), &end);
+  if (v->empty() || *end != '\0' || !std::isfinite(x) || x < min || x > max)
+    throw Error(method_ + ": setting '" + key + "': expected a number in [" + std::to_string(min) + ", " +
+                std::to_string(max) + "], got '" + *v + "'");
+  return x;
+}
+
+std::string SettingsReader::text(const std::string& key, const std::string& fallback,
+                                 const std::vector<std::string>& allowed) {
+  const std::string* v = find(key);
+  if (v == nullptr) return fallback;
+  for (const std::string& a : allowed)
+    if (*v == a) return *v;
+  std::string list;
+  for (const std::string& a : allowed) list += (list.empty() ? "" : ", ") + a;
+  throw Error(method_ + ": setting '" + key + "': expected one of " + list + ", got '" + *v + "'");
+}
+
+void SettingsReader::finish() const {
+  for (const auto& [key, value] : settings_)
+    if (used_.count(key) == 0) throw Error(method_ + ": unknown setting '" + key + "'");
+}
+
+namespace {
+
+std::vector<PredictorFactory> all_factories() {
+  std::vector<PredictorFactory> all = pattern_factories();
+  const auto& learned = learned_factories();
+  all.insert(all.end(), learned.begin(), learned.end());
+  return all;
+}
+
+const PredictorFactory& factory_of(const std::string& method, const std::string& where) {
+  static const std::vector<PredictorFactory> factories = all_factories();
+  for (const PredictorFactory& f : factories)
+    if (method == f.method) return f;
+  std::string list;
+  for (const PredictorFactory& f : factories) list += (list.empty() ? "" : ", ") + std::string(f.method);
+  throw Error(where + "unknown predictor method '" + method + "' (known: " + list + ")");
+}
+
+}  // namespace
+}  // namespace detail
+
+Predictor::Predictor(PredictorSettings settings) : settings_(std::move(settings)) {
+  detail::SettingsReader reader("predictor", settings_);
+  extra_window_ = reader.integer("extra_window", -1, -1, 1 << 20);
+  extra_global_ = static_cast<std::size_t>(reader.integer("extra_global", 0, 0, 1 << 20));
+}
+
+void Predictor::fit(const Capture&, const FitOptions&) {}
+
+Graph Predictor::predict(MatrixView<const float> q, MatrixView<const float> k, std::size_t layer, std::size_t head,
+                         bool causal) const {
+  if (q.cols != k.cols)
+    throw Error(method() + ": predict: q has " + std::to_string(q.cols) + " columns, k has " + std::to_string(k.cols));
+  Graph g = predict_pattern(q, k, layer, head, causal);
+  if (extra_window_ < 0 && extra_global_ == 0) return g;
+  const std::size_t n = q.rows, m = k.rows;
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> pairs;
+  const long w = extra_window_;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (w >= 0) {
+      const long lo = std::max(0L, static_cast<long>(i) - w);
+      const long hi = std::min(static_cast<long>(m) - 1, static_cast<long>(i) + (causal ? 0 : w));
+      for (long j = lo; j <= hi; ++j) pairs.emplace_back(static_cast<std::uint32_t>(i), static_cast<std::uint32_t>(j));
+    }
+    for (std::size_t j = 0; j < std::min(extra_global_, m); ++j)
+      pairs.emplace_back(static_cast<std::uint32_t>(i), static_cast<std::uint32_t>(j));
+    if (i < extra_global_)
+      for (std::size_t j = 0; j < m; ++j) pairs.emplace_back(static_cast<std::uint32_t>(i), static_cast<std::uint32_t>(j));
+  }
+  return graph_union(g, Graph::from_pairs(n, m, std::move(pairs)));
+}
+
+std::string Predictor::to_json() const {
+  nlohmann::ordered_json j;
+  j["format"] = "entgraph-predictor";
+  j["version"] = 1;
+  j["method"] = method();
+  j["settings"] = nlohmann::json(settings_);
+  j["parameters"] = nlohmann::json::parse(parameters_json());
+  return j.dump(1);
+}
+
+std::vector<std::string> predictor_methods() {
+  std::vector<std::string> names;
+  for (const auto* list : {&detail::pattern_factories(), &detail::learned_factories()})
+    for (const detail::PredictorFactory& f : *list) names.emplace_back(f.method);
+  return names;
+}
+
+std::unique_ptr<Predictor> make_predictor(const std::string& method, const PredictorSettings& settings) {
+  return detail::factory_of(method, "make_predictor: ").create(settings);
+}
+
+std::unique_ptr<Predictor> load_predictor(const std::string& json_text, const std::string& name) {
+  const std::string where = "load_predictor: " + name + ": ";
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(json_text);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(where + "not valid JSON (" + e.what() + ")");
+  }
+  if (!j.is_object() || j.value("format", std::string()) != "entgraph-predictor")
+    throw Error(where + "not a predictor file ('format' must be \"entgraph-predictor\")");
+  if (!j.contains("version") || j["version"] != 1) throw Error(where + "unsupported 'version' (expected 1)");
+  if (!j.contains("method") || !j["method"].is_string()) throw Error(where + "'method' must be a string");
+  PredictorSettings settings;
+  if (j.contains("settings")) {
+    if (!j["settings"].is_object()) throw Error(where + "'settings' must be an object of strings");
+    for (const auto& [key, value] : j["settings"].items()) {
+      if (!value.is_string()) throw Error(where + "setting '" + key + "' must be a string");
+      settings[key] = value.get<std::string>();
+    }
+  }
+  const nlohmann::json parameters = j.contains("parameters") ? j["parameters"] : nlohmann::json::object();
+  if (!parameters.is_object()) throw Error(where + "'parameters' must be an object");
+  try {
+    return detail::factory_of(j["method"].get<std::string>(), where).load(settings, parameters);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(where + "malformed parameters (" + e.what() + ")");
+  }
+}
+
+}  // namespace entgraph

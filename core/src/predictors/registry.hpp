@@ -1,0 +1,49 @@
+// entgraph internal: how predictor methods are created and reloaded, and the
+// settings reader they share.
+//
+// Each family of methods owns one table of factories (fixed patterns and
+// hashing/clustering in fixed_patterns.cpp, Sparsefinder in sparsefinder.cpp);
+// predictor.cpp concatenates them. A static library would drop
+// self-registering objects, hence explicit tables.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "entgraph/predictors/predictor.hpp"
+
+namespace entgraph::detail {
+
+struct PredictorFactory {
+  const char* method;
+  std::unique_ptr<Predictor> (*create)(const PredictorSettings& settings);
+  // Rebuilds a fitted predictor from its settings and its file's "parameters".
+  std::unique_ptr<Predictor> (*load)(const PredictorSettings& settings, const nlohmann::json& parameters);
+};
+
+const std::vector<PredictorFactory>& pattern_factories();  // predictors/patterns.cpp
+const std::vector<PredictorFactory>& learned_factories();  // predictors/sparsefinder.cpp
+
+// Reads typed values out of PredictorSettings; every key read is marked, and
+// finish() throws for keys nobody read (a typo must not be ignored).
+// Errors: "<method>: setting '<key>': <what>".
+class SettingsReader {
+ public:
+  SettingsReader(std::string method, const PredictorSettings& settings);
+  long integer(const std::string& key, long fallback, long min, long max);
+  double number(const std::string& key, double fallback, double min, double max);
+  std::string text(const std::string& key, const std::string& fallback, const std::vector<std::string>& allowed);
+  void finish() const;
+
+ private:
+  const std::string* find(const std::string& key);
+  std::string method_;
+  const PredictorSettings& settings_;
+  std::set<std::string> used_;
+};
+
+}  // namespace entgraph::detail

@@ -1,0 +1,11 @@
+// entgraph: Sparsefinder predictors (being written).
+#include "predictors/registry.hpp"
+
+namespace entgraph::detail {
+
+const std::vector<PredictorFactory>& learned_factories() {
+  static const std::vector<PredictorFactory> factories;
+  return factories;
+}
+
+}  // namespace entgraph::detail
