@@ -15,6 +15,9 @@ int run_transform(const std::vector<std::string>& args);
 int run_demo(const std::vector<std::string>& args);
 int run_info(const std::vector<std::string>& args);
 int run_capture(const std::vector<std::string>& args);
+int run_fit(const std::vector<std::string>& args);
+int run_eval(const std::vector<std::string>& args);
+int run_sweep(const std::vector<std::string>& args);
 
 struct Command {
   const char* name;

@@ -23,6 +23,9 @@ const Command kCommands[] = {
     {"demo", "show every transform on one row of scores, to see sparsity at a glance", run_demo},
     {"info", "describe .npy files and captures (a capture's gold-graph sparsity per head)", run_info},
     {"capture", "run a teacher model on a text and write its attention as a capture", run_capture},
+    {"fit", "fit a graph predictor on a capture and write its parameter file", run_fit},
+    {"eval", "compare a predictor's graphs with a capture's gold graphs (JSON report)", run_eval},
+    {"sweep", "sweep every predictor over its grid: Pareto curves as JSON, CSV and SVG", run_sweep},
 };
 
 void print_usage(std::FILE* out) {

@@ -90,6 +90,20 @@ Predictor::Predictor(PredictorSettings settings) : settings_(std::move(settings)
 
 void Predictor::fit(const Capture&, const FitOptions&) {}
 
+void Predictor::set_union_patterns(long extra_window, std::size_t extra_global) {
+  if (extra_window < -1) throw Error(method() + ": extra_window must be >= -1 (-1: none)");
+  extra_window_ = extra_window;
+  extra_global_ = extra_global;
+  if (extra_window >= 0)
+    settings_["extra_window"] = std::to_string(extra_window);
+  else
+    settings_.erase("extra_window");
+  if (extra_global > 0)
+    settings_["extra_global"] = std::to_string(extra_global);
+  else
+    settings_.erase("extra_global");
+}
+
 Graph Predictor::predict(MatrixView<const float> q, MatrixView<const float> k, std::size_t layer, std::size_t head,
                          bool causal) const {
   if (q.cols != k.cols)

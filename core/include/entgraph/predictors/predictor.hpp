@@ -60,6 +60,8 @@ class Predictor {
   // "method": ..., "settings": {...}, "parameters": {...}}.
   std::string to_json() const;
   const PredictorSettings& settings() const { return settings_; }
+  // Changes the union patterns without refitting (sweeps vary the window).
+  void set_union_patterns(long extra_window, std::size_t extra_global);
 
  protected:
   explicit Predictor(PredictorSettings settings);

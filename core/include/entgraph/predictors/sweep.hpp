@@ -1,0 +1,86 @@
+// entgraph: evaluating predictors on a capture, sweeping their
+// hyperparameters, and the sparsity–recall Pareto frontier.
+//
+// evaluate() compares a predictor's graphs with the gold graphs of every
+// layer, head and sequence of a (held-out) capture. Per head, the counts are
+// summed over sequences; the capture's sparsity and recall are the means over
+// heads (each head weighs the same, as in the Sparsefinder paper's plots).
+//
+// A sweep follows the paper's protocol: for each value of the method's own
+// hyperparameter (the paper's grid by default) the predictor is fitted once
+// on the training capture, then evaluated on the test capture with each
+// window size of the union pattern (extra_window in {0, 1, 3, ..., 27}, or
+// none). The frontier keeps the points no other point beats in both
+// sparsity and recall.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "entgraph/graph.hpp"
+#include "entgraph/io/capture.hpp"
+#include "entgraph/predictors/predictor.hpp"
+
+namespace entgraph {
+
+struct EvalReport {
+  std::size_t layers = 0, heads = 0;
+  std::vector<GraphMetrics> per_head;  // layer * heads + head, summed over sequences
+  double sparsity = 0.0;               // mean over heads of the prediction's sparsity
+  double recall = 0.0;                 // mean over heads of the recall
+  double gold_sparsity = 0.0;          // mean over heads of the gold graph's sparsity
+  double predict_seconds = 0.0;        // wall time of all predict() calls
+};
+
+EvalReport evaluate(const Predictor& predictor, const Capture& capture);
+// The report as JSON text: the means and one entry per head.
+std::string eval_report_json(const EvalReport& report, const Predictor& predictor);
+
+// The grid of one method: the setting varied and its values.
+struct SweepGrid {
+  std::string method;
+  std::string parameter;  // empty: the method has no own parameter (window, where the window is the union)
+  std::vector<std::string> values;
+};
+// The paper's grid for a method (docs/PREDICTORS.md lists them).
+SweepGrid default_grid(const std::string& method);
+// The paper's window sizes for the union pattern: {0, 1, 3, 5, ..., 27}.
+std::vector<long> default_windows();
+
+struct SweepPoint {
+  std::string method;
+  std::string parameter, value;  // the method's own setting at this point ("" if none)
+  long window = -1;              // extra_window of the union (-1: none)
+  double sparsity = 0.0, recall = 0.0;
+  double fit_seconds = 0.0, predict_seconds = 0.0;
+  bool pareto = false;           // on its method's frontier
+};
+
+struct SweepOptions {
+  PredictorSettings base;              // settings shared by every point (e.g. r, seed)
+  std::vector<long> windows = default_windows();  // may be {-1}: no union window
+  std::size_t global = 0;              // extra_global of every point
+  FitOptions fit;
+};
+
+// Runs the grid; marks each point's pareto flag within the method.
+std::vector<SweepPoint> run_sweep(const SweepGrid& grid, const Capture& train, const Capture& test,
+                                  const SweepOptions& options);
+
+// Indices of the points not dominated in (sparsity, recall): no other point
+// has both >= and one >. Sorted by sparsity.
+std::vector<std::size_t> pareto_front(const std::vector<SweepPoint>& points);
+// Recall of the frontier at a given sparsity (linear interpolation between
+// frontier points; the best recall at any sparsity >= target if outside).
+// Returns -1 if no point reaches that sparsity.
+double recall_at_sparsity(const std::vector<SweepPoint>& points, double sparsity);
+
+std::string sweep_csv(const std::vector<SweepPoint>& points);
+std::string sweep_json(const std::vector<SweepPoint>& points, double gold_sparsity);
+// An SVG plot: recall (y) vs sparsity (x), one colour per method, each
+// method's frontier as a line over its points, the gold sparsity as a dashed
+// vertical line.
+std::string pareto_svg(const std::vector<SweepPoint>& points, double gold_sparsity, const std::string& title);
+
+}  // namespace entgraph

@@ -1,0 +1,274 @@
+// entgraph: evaluation, sweeps, Pareto frontiers and their plot (see
+// predictors/sweep.hpp).
+#include "entgraph/predictors/sweep.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "entgraph/error.hpp"
+
+namespace entgraph {
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Gold graphs of every (layer, head, sequence), computed once per capture.
+struct GoldGraphs {
+  std::vector<Graph> graphs;  // (layer * heads + head) * sequences + sequence
+  explicit GoldGraphs(const Capture& c) {
+    for (std::size_t l = 0; l < c.layers; ++l)
+      for (std::size_t h = 0; h < c.heads; ++h)
+        for (std::size_t s = 0; s < c.sequences(); ++s) graphs.push_back(gold_graph(c, l, h, s));
+  }
+};
+
+EvalReport evaluate_with(const Predictor& predictor, const Capture& c, const GoldGraphs& gold) {
+  EvalReport r;
+  r.layers = c.layers;
+  r.heads = c.heads;
+  r.per_head.resize(c.layers * c.heads);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (std::size_t l = 0; l < c.layers; ++l)
+    for (std::size_t h = 0; h < c.heads; ++h) {
+      const bool causal = c.head(l, h).causal;
+      GraphMetrics& m = r.per_head[l * c.heads + h];
+      for (std::size_t s = 0; s < c.sequences(); ++s) {
+        const Graph g = predictor.predict(c.queries_of(l, h, s), c.keys_of(l, h, s), l, h, causal);
+        m += compare_graphs(g, gold.graphs[(l * c.heads + h) * c.sequences() + s], causal);
+      }
+    }
+  r.predict_seconds = seconds_since(t0);
+  const double heads = static_cast<double>(r.per_head.size());
+  for (const GraphMetrics& m : r.per_head) {
+    r.sparsity += m.sparsity() / heads;
+    r.recall += m.recall() / heads;
+    r.gold_sparsity += m.gold_sparsity() / heads;
+  }
+  return r;
+}
+
+// Settings kept fixed during a method's sweep, so that the union window is
+// the only source of locality (as in the paper).
+PredictorSettings fixed_settings(const std::string& method) {
+  if (method == "longformer") return {{"window", "0"}};
+  if (method == "bigbird") return {{"window", "0"}, {"global", "0"}};
+  return {};
+}
+
+std::string format_number(double x) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.6g", x);
+  return buf;
+}
+
+}  // namespace
+
+EvalReport evaluate(const Predictor& predictor, const Capture& capture) {
+  return evaluate_with(predictor, capture, GoldGraphs(capture));
+}
+
+std::string eval_report_json(const EvalReport& r, const Predictor& predictor) {
+  nlohmann::ordered_json j;
+  j["method"] = predictor.method();
+  j["settings"] = nlohmann::json(predictor.settings());
+  j["sparsity"] = r.sparsity;
+  j["recall"] = r.recall;
+  j["gold_sparsity"] = r.gold_sparsity;
+  j["predict_seconds"] = r.predict_seconds;
+  nlohmann::ordered_json heads = nlohmann::ordered_json::array();
+  for (std::size_t i = 0; i < r.per_head.size(); ++i) {
+    const GraphMetrics& m = r.per_head[i];
+    heads.push_back({{"layer", i / r.heads}, {"head", i % r.heads}, {"sparsity", m.sparsity()},
+                     {"recall", m.recall()}, {"precision", m.precision()}, {"gold_sparsity", m.gold_sparsity()},
+                     {"gold_edges", m.gold}, {"predicted_edges", m.predicted}, {"hits", m.hits}});
+  }
+  j["heads"] = heads;
+  return j.dump(1);
+}
+
+std::vector<long> default_windows() { return {0, 1, 3, 5, 7, 9, 11, 15, 19, 23, 27}; }
+
+SweepGrid default_grid(const std::string& method) {
+  const std::vector<std::string> b = {"2", "4", "6", "8", "10", "12", "16", "20"};
+  if (method == "window") return {method, "window", {"0", "1", "3", "5", "7", "9", "11", "15", "19", "23", "27"}};
+  if (method == "global") return {method, "global", {"1", "2", "4", "8", "16"}};
+  if (method == "longformer") return {method, "global", b};
+  if (method == "bigbird") return {method, "random", b};
+  if (method == "reformer") return {method, "buckets", {"2", "4", "6", "8", "10", "12"}};
+  if (method == "routing") return {method, "clusters", {"2", "4", "6", "8", "10"}};
+  if (method == "sparsefinder-distance")
+    return {method, "t", {"0.5", "1.0", "1.5", "2.0", "2.5", "3.0", "3.5", "4.0", "4.5", "5.0"}};
+  if (method == "sparsefinder-quantization") return {method, "buckets", b};
+  if (method == "sparsefinder-kmeans") return {method, "clusters", b};
+  throw Error("default_grid: no grid for method '" + method + "'");
+}
+
+std::vector<SweepPoint> run_sweep(const SweepGrid& grid, const Capture& train, const Capture& test,
+                                  const SweepOptions& options) {
+  if (train.layers != test.layers || train.heads != test.heads || train.head_dim != test.head_dim)
+    throw Error("run_sweep: the train and test captures have different layers, heads or head_dim");
+  const GoldGraphs gold(test);
+  // The window method's own parameter is the window: no union on top.
+  const std::vector<long> windows = grid.method == "window" ? std::vector<long>{-1} : options.windows;
+  std::vector<SweepPoint> points;
+  for (const std::string& value : grid.values) {
+    PredictorSettings settings = options.base;
+    for (const auto& [k, v] : fixed_settings(grid.method)) settings.emplace(k, v);
+    if (!grid.parameter.empty()) settings[grid.parameter] = value;
+    std::unique_ptr<Predictor> p = make_predictor(grid.method, settings);
+    const auto t0 = std::chrono::steady_clock::now();
+    if (p->learned()) p->fit(train, options.fit);
+    const double fit_seconds = seconds_since(t0);
+    for (long w : windows) {
+      p->set_union_patterns(w, options.global);
+      const EvalReport r = evaluate_with(*p, test, gold);
+      SweepPoint pt;
+      pt.method = grid.method;
+      pt.parameter = grid.parameter;
+      pt.value = value;
+      pt.window = w;
+      pt.sparsity = r.sparsity;
+      pt.recall = r.recall;
+      pt.fit_seconds = fit_seconds;
+      pt.predict_seconds = r.predict_seconds;
+      points.push_back(pt);
+    }
+  }
+  for (std::size_t i : pareto_front(points)) points[i].pareto = true;
+  return points;
+}
+
+std::vector<std::size_t> pareto_front(const std::vector<SweepPoint>& points) {
+  std::vector<std::size_t> order(points.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  // By sparsity descending, recall descending: a point is on the front iff
+  // its recall beats every sparser (or equally sparse, earlier) point's.
+  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    if (points[a].sparsity != points[b].sparsity) return points[a].sparsity > points[b].sparsity;
+    return points[a].recall > points[b].recall;
+  });
+  std::vector<std::size_t> front;
+  double best_recall = -1.0;
+  for (std::size_t i : order)
+    if (points[i].recall > best_recall) {
+      front.push_back(i);
+      best_recall = points[i].recall;
+    }
+  std::reverse(front.begin(), front.end());  // ascending sparsity
+  return front;
+}
+
+double recall_at_sparsity(const std::vector<SweepPoint>& points, double sparsity) {
+  const std::vector<std::size_t> front = pareto_front(points);
+  if (front.empty() || points[front.back()].sparsity < sparsity) return -1.0;
+  for (std::size_t f = 0; f < front.size(); ++f) {
+    const SweepPoint& hi = points[front[f]];
+    if (hi.sparsity < sparsity) continue;
+    if (f == 0 || hi.sparsity == sparsity) return hi.recall;
+    // Between the previous (less sparse, higher recall) point and this one.
+    const SweepPoint& lo = points[front[f - 1]];
+    const double t = (sparsity - lo.sparsity) / (hi.sparsity - lo.sparsity);
+    return lo.recall + t * (hi.recall - lo.recall);
+  }
+  return -1.0;
+}
+
+std::string sweep_csv(const std::vector<SweepPoint>& points) {
+  std::string out = "method,parameter,value,window,sparsity,recall,pareto,fit_seconds,predict_seconds\n";
+  for (const SweepPoint& p : points)
+    out += p.method + "," + p.parameter + "," + p.value + "," + std::to_string(p.window) + "," +
+           format_number(p.sparsity) + "," + format_number(p.recall) + "," + (p.pareto ? "1" : "0") + "," +
+           format_number(p.fit_seconds) + "," + format_number(p.predict_seconds) + "\n";
+  return out;
+}
+
+std::string sweep_json(const std::vector<SweepPoint>& points, double gold_sparsity) {
+  nlohmann::ordered_json j;
+  j["format"] = "entgraph-sweep";
+  j["version"] = 1;
+  j["gold_sparsity"] = gold_sparsity;
+  nlohmann::ordered_json arr = nlohmann::ordered_json::array();
+  for (const SweepPoint& p : points)
+    arr.push_back({{"method", p.method}, {"parameter", p.parameter}, {"value", p.value}, {"window", p.window},
+                   {"sparsity", p.sparsity}, {"recall", p.recall}, {"pareto", p.pareto},
+                   {"fit_seconds", p.fit_seconds}, {"predict_seconds", p.predict_seconds}});
+  j["points"] = arr;
+  return j.dump(1);
+}
+
+std::string pareto_svg(const std::vector<SweepPoint>& points, double gold_sparsity, const std::string& title) {
+  static const char* const kColours[] = {"#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f",
+                                         "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac"};
+  const double width = 760, height = 500, left = 60, right = 220, top = 40, bottom = 50;
+  const double pw = width - left - right, ph = height - top - bottom;
+  // x from the least sparse point (rounded down to 0.1) to 1.
+  double xmin = 1.0;
+  for (const SweepPoint& p : points) xmin = std::min(xmin, p.sparsity);
+  xmin = std::max(0.0, std::floor(std::min(xmin, gold_sparsity) * 10.0) / 10.0);
+  if (xmin >= 1.0) xmin = 0.9;
+  auto x = [&](double s) { return left + (s - xmin) / (1.0 - xmin) * pw; };
+  auto y = [&](double r) { return top + (1.0 - r) * ph; };
+  auto num = [](double v) { return format_number(std::round(v * 10.0) / 10.0); };
+  auto escape = [](const std::string& s) {
+    std::string o;
+    for (char c : s) o += c == '<' ? std::string("&lt;") : c == '&' ? std::string("&amp;") : std::string(1, c);
+    return o;
+  };
+
+  std::string svg = "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + num(width) + "\" height=\"" + num(height) +
+                    "\" viewBox=\"0 0 " + num(width) + " " + num(height) +
+                    "\" font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
+  svg += "<text x=\"" + num(left) + "\" y=\"24\" font-size=\"15\">" + escape(title) + "</text>\n";
+  for (int t = 0; t <= 10; ++t) {  // grid and ticks
+    const double r = t / 10.0, s = xmin + (1.0 - xmin) * t / 10.0;
+    svg += "<line x1=\"" + num(left) + "\" x2=\"" + num(left + pw) + "\" y1=\"" + num(y(r)) + "\" y2=\"" + num(y(r)) +
+           "\" stroke=\"#eee\"/>\n";
+    svg += "<text x=\"" + num(left - 6) + "\" y=\"" + num(y(r) + 4) + "\" text-anchor=\"end\">" + format_number(r) +
+           "</text>\n";
+    char label[16];
+    std::snprintf(label, sizeof label, "%.2f", s);
+    svg += "<text x=\"" + num(x(s)) + "\" y=\"" + num(top + ph + 16) + "\" text-anchor=\"middle\">" + label +
+           "</text>\n";
+  }
+  svg += "<rect x=\"" + num(left) + "\" y=\"" + num(top) + "\" width=\"" + num(pw) + "\" height=\"" + num(ph) +
+         "\" fill=\"none\" stroke=\"#333\"/>\n";
+  svg += "<text x=\"" + num(left + pw / 2) + "\" y=\"" + num(height - 10) +
+         "\" text-anchor=\"middle\">sparsity (1 - predicted / allowed pairs)</text>\n";
+  svg += "<text transform=\"translate(16 " + num(top + ph / 2) +
+         ") rotate(-90)\" text-anchor=\"middle\">recall of the gold graph</text>\n";
+  if (gold_sparsity >= xmin && gold_sparsity <= 1.0)
+    svg += "<line x1=\"" + num(x(gold_sparsity)) + "\" x2=\"" + num(x(gold_sparsity)) + "\" y1=\"" + num(top) +
+           "\" y2=\"" + num(top + ph) + "\" stroke=\"#333\" stroke-dasharray=\"6 4\"/>\n";
+
+  std::vector<std::string> methods;
+  for (const SweepPoint& p : points)
+    if (std::find(methods.begin(), methods.end(), p.method) == methods.end()) methods.push_back(p.method);
+  for (std::size_t mi = 0; mi < methods.size(); ++mi) {
+    const std::string colour = kColours[mi % 10];
+    std::vector<SweepPoint> own;
+    for (const SweepPoint& p : points)
+      if (p.method == methods[mi]) own.push_back(p);
+    for (const SweepPoint& p : own)
+      svg += "<circle cx=\"" + num(x(p.sparsity)) + "\" cy=\"" + num(y(p.recall)) + "\" r=\"2.5\" fill=\"" + colour +
+             "\" fill-opacity=\"0.35\"/>\n";
+    std::string line;
+    for (std::size_t i : pareto_front(own)) line += num(x(own[i].sparsity)) + "," + num(y(own[i].recall)) + " ";
+    svg += "<polyline points=\"" + line + "\" fill=\"none\" stroke=\"" + colour + "\" stroke-width=\"2\"/>\n";
+    const double ly = top + 10 + 20.0 * static_cast<double>(mi);
+    svg += "<line x1=\"" + num(left + pw + 16) + "\" x2=\"" + num(left + pw + 40) + "\" y1=\"" + num(ly) + "\" y2=\"" +
+           num(ly) + "\" stroke=\"" + colour + "\" stroke-width=\"3\"/>\n";
+    svg += "<text x=\"" + num(left + pw + 46) + "\" y=\"" + num(ly + 4) + "\">" + escape(methods[mi]) + "</text>\n";
+  }
+  const double gy = top + 10 + 20.0 * static_cast<double>(methods.size());
+  svg += "<line x1=\"" + num(left + pw + 16) + "\" x2=\"" + num(left + pw + 40) + "\" y1=\"" + num(gy) + "\" y2=\"" +
+         num(gy) + "\" stroke=\"#333\" stroke-dasharray=\"6 4\"/>\n";
+  svg += "<text x=\"" + num(left + pw + 46) + "\" y=\"" + num(gy + 4) + "\">gold sparsity</text>\n</svg>\n";
+  return svg;
+}
+
+}  // namespace entgraph
