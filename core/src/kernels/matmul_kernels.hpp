@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 #include "entgraph/runtime.hpp"
 
@@ -38,12 +39,26 @@ template <class T>
 using GemmNTSampled = void (*)(std::size_t m, std::size_t n, std::size_t k, T alpha, const T* a, std::size_t lda,
                                const T* b, std::size_t ldb, const T* sample, std::size_t lds, T* c, std::size_t ldc);
 
+// Gathered dot products, for attention on a graph: out[c] = alpha * <x, B_idx[c]>
+// for c < count, x and the rows of B of length k (B's rows ldb apart).
+template <class T>
+using GatherDot = void (*)(const T* x, const T* b, std::size_t ldb, const std::uint32_t* idx, std::size_t count,
+                           std::size_t k, T alpha, T* out);
+
+// Gathered weighted row sum: out[0..n) = sum over c < count of w[c] * B_idx[c]
+// (overwrites out; entries with w[c] == 0 are skipped).
+template <class T>
+using GatherAxpy = void (*)(const T* w, const T* b, std::size_t ldb, const std::uint32_t* idx, std::size_t count,
+                            std::size_t n, T* out);
+
 template <class T>
 struct MatmulKernels {
   CpuIsa isa;
   GemmNN<T> gemm_nn;
   GemmTN<T> gemm_tn;
   GemmNTSampled<T> gemm_nt_sampled;
+  GatherDot<T> gather_dot;
+  GatherAxpy<T> gather_axpy;
 };
 
 // The scalar reference (accumulates in double), for float and double.

@@ -69,7 +69,30 @@ void gemm_nt_sampled(std::size_t m, std::size_t n, std::size_t k, T alpha, const
 }
 
 template <class T>
-const MatmulKernels<T> kReferenceMatmul = {CpuIsa::reference, &gemm_nn<T>, &gemm_tn<T>, &gemm_nt_sampled<T>};
+void gather_dot(const T* x, const T* b, std::size_t ldb, const std::uint32_t* idx, std::size_t count, std::size_t k,
+                T alpha, T* out) {
+  for (std::size_t c = 0; c < count; ++c) {
+    const T* row = b + static_cast<std::size_t>(idx[c]) * ldb;
+    double s = 0.0;
+    for (std::size_t p = 0; p < k; ++p) s += static_cast<double>(x[p]) * static_cast<double>(row[p]);
+    out[c] = static_cast<T>(static_cast<double>(alpha) * s);
+  }
+}
+
+template <class T>
+void gather_axpy(const T* w, const T* b, std::size_t ldb, const std::uint32_t* idx, std::size_t count, std::size_t n,
+                 T* out) {
+  for (std::size_t j = 0; j < n; ++j) {
+    double s = 0.0;
+    for (std::size_t c = 0; c < count; ++c)
+      if (w[c] != T(0)) s += static_cast<double>(w[c]) * static_cast<double>(b[static_cast<std::size_t>(idx[c]) * ldb + j]);
+    out[j] = static_cast<T>(s);
+  }
+}
+
+template <class T>
+const MatmulKernels<T> kReferenceMatmul = {CpuIsa::reference, &gemm_nn<T>,     &gemm_tn<T>,
+                                           &gemm_nt_sampled<T>, &gather_dot<T>, &gather_axpy<T>};
 
 }  // namespace
 

@@ -371,7 +371,56 @@ struct Matmul {
     }
   }
 
-  static MatmulKernels<float> table(CpuIsa isa) { return {isa, &gemm_nn, &gemm_tn, &gemm_nt_sampled}; }
+  static void gather_dot(const float* x, const float* b, std::size_t ldb, const std::uint32_t* idx, std::size_t count,
+                         std::size_t k, float alpha, float* out) {
+    std::size_t c = 0;
+    for (; c + 2 <= count; c += 2) {  // pairs share the loads of x
+      float s0, s1;
+      dot2(x, b + static_cast<std::size_t>(idx[c]) * ldb, b + static_cast<std::size_t>(idx[c + 1]) * ldb, k, s0, s1);
+      out[c] = alpha * s0;
+      out[c + 1] = alpha * s1;
+    }
+    if (c < count) {
+      float s0, s1;
+      const float* row = b + static_cast<std::size_t>(idx[c]) * ldb;
+      dot2(x, row, row, k, s0, s1);
+      out[c] = alpha * s0;
+    }
+  }
+
+  static void gather_axpy(const float* w, const float* b, std::size_t ldb, const std::uint32_t* idx, std::size_t count,
+                          std::size_t n, float* out) {
+    std::size_t j = 0;
+    // Four vectors of the output stay in registers while the rows stream by.
+    for (; j + 4 * W <= n; j += 4 * W) {
+      B acc[4] = {B(0.0f), B(0.0f), B(0.0f), B(0.0f)};
+      for (std::size_t c = 0; c < count; ++c) {
+        if (w[c] == 0.0f) continue;
+        const B x(w[c]);
+        const float* row = b + static_cast<std::size_t>(idx[c]) * ldb + j;
+#pragma GCC unroll 4
+        for (std::size_t t = 0; t < 4; ++t) acc[t] = xsimd::fma(x, B::load_unaligned(row + t * W), acc[t]);
+      }
+#pragma GCC unroll 4
+      for (std::size_t t = 0; t < 4; ++t) acc[t].store_unaligned(out + j + t * W);
+    }
+    for (; j + W <= n; j += W) {
+      B acc(0.0f);
+      for (std::size_t c = 0; c < count; ++c)
+        if (w[c] != 0.0f)
+          acc = xsimd::fma(B(w[c]), B::load_unaligned(b + static_cast<std::size_t>(idx[c]) * ldb + j), acc);
+      acc.store_unaligned(out + j);
+    }
+    for (; j < n; ++j) {
+      float acc = 0.0f;
+      for (std::size_t c = 0; c < count; ++c) acc += w[c] * b[static_cast<std::size_t>(idx[c]) * ldb + j];
+      out[j] = acc;
+    }
+  }
+
+  static MatmulKernels<float> table(CpuIsa isa) {
+    return {isa, &gemm_nn, &gemm_tn, &gemm_nt_sampled, &gather_dot, &gather_axpy};
+  }
 };
 
 }  // namespace entgraph::detail::simd
