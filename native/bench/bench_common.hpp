@@ -55,5 +55,6 @@ class ScopedRuntime {
 void register_transform_benchmarks();
 void register_attention_benchmarks();
 void register_teacher_benchmarks();
+void register_graph_benchmarks();
 
 }  // namespace entgraph::bench

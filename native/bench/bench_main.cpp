@@ -72,6 +72,7 @@ int main(int argc, char** argv) {
   eb::register_transform_benchmarks();
   eb::register_attention_benchmarks();
   eb::register_teacher_benchmarks();
+  eb::register_graph_benchmarks();
 
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();

@@ -14,10 +14,11 @@
 namespace entgraph {
 namespace {
 
-// Largest key a causal query i may see, plus one: keys j < i + 1 + (m - n).
+// Largest key a causal query i may see, plus one: keys j <= i + (m - n), as
+// in attention.hpp (with n > m the first n - m queries see no key).
 std::size_t causal_end(std::size_t i, std::size_t n, std::size_t m) {
-  const std::size_t shift = m >= n ? m - n : 0;
-  return std::min(m, i + 1 + shift);
+  if (i + 1 + m <= n) return 0;
+  return std::min(m, i + 1 + m - n);
 }
 
 void check_index_range(std::size_t n, std::size_t m, const char* what) {
