@@ -2,7 +2,7 @@
 // settings reader they share.
 //
 // Each family of methods owns one table of factories (fixed patterns and
-// hashing/clustering in fixed_patterns.cpp, Sparsefinder in sparsefinder.cpp);
+// hashing/clustering in patterns.cpp, Sparsefinder in sparsefinder.cpp);
 // predictor.cpp concatenates them. A static library would drop
 // self-registering objects, hence explicit tables.
 #pragma once
