@@ -1,10 +1,498 @@
-// entgraph: Sparsefinder predictors (being written).
+// entgraph: Sparsefinder's learned predictors (Treviso et al. 2022, §4.3-4.5):
+// a per-head projection to r dimensions (training/projection.hpp), then
+//   sparsefinder-distance      edge iff ‖q' − k'‖ ≤ t
+//   sparsefinder-quantization  each coordinate cut into B balanced bins (quantiles
+//                              learned at fit time); edge iff same bin in some coordinate
+//   sparsefinder-kmeans        k-means centroids on projected queries ∪ keys; each
+//                              point goes to its `top` nearest; edge iff one is shared
+// Parameters (projections, bin edges, centroids) are saved as nested arrays of
+// floats; nlohmann/json writes the shortest text that reads back to the same
+// double, and a float widened to double narrows back exactly.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "entgraph/error.hpp"
+#include "entgraph/training/kmeans.hpp"
+#include "entgraph/training/progress.hpp"
+#include "entgraph/training/projection.hpp"
 #include "predictors/registry.hpp"
+#include "runtime/parallel.hpp"
 
 namespace entgraph::detail {
+namespace {
+
+using json = nlohmann::json;
+
+// The settings every Sparsefinder method reads (training and the projection).
+struct CommonSettings {
+  ProjectionOptions projection;
+  bool has_seed = false;
+};
+
+CommonSettings read_common(SettingsReader& reader, const PredictorSettings& settings) {
+  CommonSettings c;
+  c.projection.rank = static_cast<std::size_t>(reader.integer("r", 4, 1, 256));
+  c.projection.epochs = static_cast<std::size_t>(reader.integer("epochs", 1, 0, 1000));
+  c.projection.lr = reader.number("lr", 0.01, 1e-12, 10.0);
+  c.projection.batch = static_cast<std::size_t>(reader.integer("batch", 16, 1, 1L << 24));
+  c.projection.negatives = static_cast<std::size_t>(reader.integer("negatives", 1, 1, 1000));
+  c.projection.margin = reader.number("margin", 1.0, 0.0, 1e6);
+  c.projection.seed = static_cast<std::uint64_t>(reader.integer("seed", 0, 0, std::numeric_limits<long>::max()));
+  c.has_seed = settings.count("seed") != 0;
+  return c;
+}
+
+// ---- JSON helpers: every error names the field ----
+
+[[noreturn]] void bad_field(const std::string& method, const std::string& field, const std::string& what) {
+  throw Error(method + ": parameters: '" + field + "': " + what);
+}
+
+std::size_t read_size(const json& p, const std::string& method, const char* key, std::size_t min, std::size_t max) {
+  if (!p.contains(key)) bad_field(method, key, "missing");
+  const json& v = p.at(key);
+  if (!v.is_number_unsigned() || v.get<std::uint64_t>() < min || v.get<std::uint64_t>() > max)
+    bad_field(method, key, "expected an integer in [" + std::to_string(min) + ", " + std::to_string(max) + "]");
+  return static_cast<std::size_t>(v.get<std::uint64_t>());
+}
+
+// A rows x cols nested array of finite numbers, appended to out.
+void read_matrix(const json& v, const std::string& method, const std::string& field, std::size_t rows,
+                 std::size_t cols, std::vector<float>& out) {
+  if (!v.is_array() || v.size() != rows)
+    bad_field(method, field, "expected an array of " + std::to_string(rows) + " rows");
+  for (std::size_t i = 0; i < rows; ++i) {
+    const json& row = v[i];
+    if (!row.is_array() || row.size() != cols)
+      bad_field(method, field + "[" + std::to_string(i) + "]",
+                "expected an array of " + std::to_string(cols) + " numbers");
+    for (std::size_t j = 0; j < cols; ++j) {
+      const json& x = row[j];
+      if (!x.is_number() || !std::isfinite(x.get<double>()))
+        bad_field(method, field + "[" + std::to_string(i) + "][" + std::to_string(j) + "]", "expected a finite number");
+      out.push_back(static_cast<float>(x.get<double>()));
+    }
+  }
+}
+
+json write_matrix(const float* data, std::size_t rows, std::size_t cols) {
+  json m = json::array();
+  for (std::size_t i = 0; i < rows; ++i) {
+    json row = json::array();
+    for (std::size_t j = 0; j < cols; ++j) row.push_back(static_cast<double>(data[i * cols + j]));
+    m.push_back(std::move(row));
+  }
+  return m;
+}
+
+// A [layers][heads] array; calls fn(element, "field[l][h]", index).
+template <class Fn>
+void for_each_head(const json& p, const std::string& method, const char* key, std::size_t layers, std::size_t heads,
+                   Fn fn) {
+  if (!p.contains(key)) bad_field(method, key, "missing");
+  const json& v = p.at(key);
+  if (!v.is_array() || v.size() != layers)
+    bad_field(method, key, "expected an array of " + std::to_string(layers) + " layers");
+  for (std::size_t l = 0; l < layers; ++l) {
+    const std::string lf = std::string(key) + "[" + std::to_string(l) + "]";
+    if (!v[l].is_array() || v[l].size() != heads)
+      bad_field(method, lf, "expected an array of " + std::to_string(heads) + " heads");
+    for (std::size_t h = 0; h < heads; ++h) fn(v[l][h], lf + "[" + std::to_string(h) + "]", l * heads + h);
+  }
+}
+
+// ---- the shared base ----
+
+class SparsefinderBase : public Predictor {
+ public:
+  bool learned() const override { return true; }
+
+  void fit(const Capture& capture, const FitOptions& options) override {
+    validate_capture(capture);
+    ProjectionOptions po = common_.projection;
+    if (!common_.has_seed) po.seed = options.seed;
+    po.quiet = options.quiet;
+    std::vector<Projection> projections = train_projections(capture, po);
+    layers_ = capture.layers;
+    heads_ = capture.heads;
+    dim_ = capture.head_dim;
+    fit_buckets(capture, projections, po.seed, options.quiet);
+    projections_ = std::move(projections);
+  }
+
+  bool fitted() const { return !projections_.empty(); }
+
+ protected:
+  SparsefinderBase(const PredictorSettings& settings, SettingsReader& reader)
+      : Predictor(settings), common_(read_common(reader, settings)) {}
+
+  // What each method learns after the projections (nothing for distance).
+  virtual void fit_buckets(const Capture&, const std::vector<Projection>&, std::uint64_t, bool) {}
+  virtual void buckets_json(json&) const {}
+  virtual void load_buckets(const json&) {}
+
+  const Projection& projection_for(MatrixView<const float> q, MatrixView<const float> k, std::size_t layer,
+                                   std::size_t head) const {
+    if (!fitted()) throw Error(method() + ": predict before fit (no learned parameters)");
+    if (layer >= layers_ || head >= heads_)
+      throw Error(method() + ": predict: layer " + std::to_string(layer) + ", head " + std::to_string(head) +
+                  " out of range (fitted on " + std::to_string(layers_) + " x " + std::to_string(heads_) + ")");
+    if (q.cols != dim_ || k.cols != dim_)
+      throw Error(method() + ": predict: rows have " + std::to_string(q.cols) + " columns, fitted on head_dim " +
+                  std::to_string(dim_));
+    return projections_[layer * heads_ + head];
+  }
+
+  std::string parameters_json() const override {
+    if (!fitted()) return "{}";
+    json p;
+    p["layers"] = layers_;
+    p["heads"] = heads_;
+    p["head_dim"] = dim_;
+    p["r"] = common_.projection.rank;
+    json wq = json::array(), wk = json::array();
+    for (std::size_t l = 0; l < layers_; ++l) {
+      json lq = json::array(), lk = json::array();
+      for (std::size_t h = 0; h < heads_; ++h) {
+        const Projection& pr = projections_[l * heads_ + h];
+        lq.push_back(write_matrix(pr.wq.data(), dim_, pr.rank));
+        lk.push_back(write_matrix(pr.wk.data(), dim_, pr.rank));
+      }
+      wq.push_back(std::move(lq));
+      wk.push_back(std::move(lk));
+    }
+    p["wq"] = std::move(wq);
+    p["wk"] = std::move(wk);
+    buckets_json(p);
+    return p.dump();
+  }
+
+ public:
+  void load_parameters(const json& p) {
+    if (p.empty()) return;  // an unfitted predictor's file
+    const std::string m = method();
+    const std::size_t r = common_.projection.rank;
+    layers_ = read_size(p, m, "layers", 1, 1 << 16);
+    heads_ = read_size(p, m, "heads", 1, 1 << 16);
+    dim_ = read_size(p, m, "head_dim", 1, 1 << 16);
+    if (read_size(p, m, "r", 1, 256) != r)
+      bad_field(m, "r", "does not match the setting r = " + std::to_string(r));
+    std::vector<Projection> projections(layers_ * heads_);
+    for (auto& pr : projections) {
+      pr.dim = dim_;
+      pr.rank = r;
+    }
+    for_each_head(p, m, "wq", layers_, heads_, [&](const json& v, const std::string& f, std::size_t i) {
+      read_matrix(v, m, f, dim_, r, projections[i].wq);
+    });
+    for_each_head(p, m, "wk", layers_, heads_, [&](const json& v, const std::string& f, std::size_t i) {
+      read_matrix(v, m, f, dim_, r, projections[i].wk);
+    });
+    load_buckets(p);
+    projections_ = std::move(projections);
+  }
+
+ protected:
+  CommonSettings common_;
+  std::size_t layers_ = 0, heads_ = 0, dim_ = 0;
+  std::vector<Projection> projections_;  // layer * heads + head; empty until fitted
+};
+
+// ---- sparsefinder-distance ----
+
+class DistancePredictor final : public SparsefinderBase {
+ public:
+  static std::unique_ptr<Predictor> create(const PredictorSettings& s) {
+    SettingsReader reader("sparsefinder-distance", s);
+    auto p = std::unique_ptr<DistancePredictor>(new DistancePredictor(s, reader));
+    reader.finish();
+    return p;
+  }
+  static std::unique_ptr<Predictor> load(const PredictorSettings& s, const json& parameters) {
+    SettingsReader reader("sparsefinder-distance", s);
+    auto p = std::unique_ptr<DistancePredictor>(new DistancePredictor(s, reader));
+    reader.finish();
+    p->load_parameters(parameters);
+    return p;
+  }
+  std::string method() const override { return "sparsefinder-distance"; }
+
+ private:
+  DistancePredictor(const PredictorSettings& s, SettingsReader& reader) : SparsefinderBase(s, reader) {
+    threshold_ = reader.number("t", 1.0, 0.0, 1e30);
+  }
+
+  // Keys sorted by their first projected coordinate; each query scans the keys
+  // whose first coordinate is within t of its own and checks the full distance.
+  Graph predict_pattern(MatrixView<const float> q, MatrixView<const float> k, std::size_t layer, std::size_t head,
+                        bool causal) const override {
+    const Projection& pr = projection_for(q, k, layer, head);
+    const std::size_t n = q.rows, m = k.rows, r = pr.rank;
+    const std::vector<float> qp = pr.project_queries(q), kp = pr.project_keys(k);
+    std::vector<std::uint32_t> order(m);
+    for (std::size_t j = 0; j < m; ++j) order[j] = static_cast<std::uint32_t>(j);
+    std::stable_sort(order.begin(), order.end(),
+                     [&](std::uint32_t a, std::uint32_t b) { return kp[a * r] < kp[b * r]; });
+    std::vector<float> first(m);
+    for (std::size_t j = 0; j < m; ++j) first[j] = kp[order[j] * r];
+    const double t = threshold_, t2 = t * t;
+    std::vector<std::vector<std::uint32_t>> rows(n);
+    parallel_for(n, grain_for(m / 8 + 1), [&](std::size_t begin, std::size_t end) {
+      for (std::size_t i = begin; i < end; ++i) {
+        const float* a = qp.data() + i * r;
+        const double lo = static_cast<double>(a[0]) - t, hi = static_cast<double>(a[0]) + t;
+        auto it = std::lower_bound(first.begin(), first.end(), lo,
+                                   [](float v, double x) { return static_cast<double>(v) < x; });
+        std::vector<std::uint32_t>& row = rows[i];
+        // Allowed keys: j <= i + (m - n) under the causal mask.
+        const long long last = static_cast<long long>(i) + static_cast<long long>(m) - static_cast<long long>(n);
+        const std::size_t limit = !causal ? m : last < 0 ? 0 : std::min(m, static_cast<std::size_t>(last) + 1);
+        for (std::size_t p = static_cast<std::size_t>(it - first.begin()); p < m; ++p) {
+          if (static_cast<double>(first[p]) > hi) break;
+          const std::uint32_t j = order[p];
+          if (j >= limit) continue;
+          const float* b = kp.data() + static_cast<std::size_t>(j) * r;
+          double d2 = 0;
+          for (std::size_t c = 0; c < r; ++c) {
+            const double x = static_cast<double>(a[c]) - b[c];
+            d2 += x * x;
+          }
+          if (d2 <= t2) row.push_back(j);
+        }
+        std::sort(row.begin(), row.end());
+      }
+    });
+    Graph g = Graph::empty(n, m);
+    std::size_t total = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      total += rows[i].size();
+      g.offsets[i + 1] = total;
+    }
+    g.indices.reserve(total);
+    for (auto& row : rows) g.indices.insert(g.indices.end(), row.begin(), row.end());
+    return g;
+  }
+
+  double threshold_ = 1.0;
+};
+
+// ---- sparsefinder-quantization ----
+
+class QuantizationPredictor final : public SparsefinderBase {
+ public:
+  static std::unique_ptr<Predictor> create(const PredictorSettings& s) {
+    SettingsReader reader("sparsefinder-quantization", s);
+    auto p = std::unique_ptr<QuantizationPredictor>(new QuantizationPredictor(s, reader));
+    reader.finish();
+    return p;
+  }
+  static std::unique_ptr<Predictor> load(const PredictorSettings& s, const json& parameters) {
+    SettingsReader reader("sparsefinder-quantization", s);
+    auto p = std::unique_ptr<QuantizationPredictor>(new QuantizationPredictor(s, reader));
+    reader.finish();
+    p->load_parameters(parameters);
+    return p;
+  }
+  std::string method() const override { return "sparsefinder-quantization"; }
+
+ private:
+  QuantizationPredictor(const PredictorSettings& s, SettingsReader& reader) : SparsefinderBase(s, reader) {
+    bins_ = static_cast<std::size_t>(reader.integer("buckets", 4, 1, 1 << 16));
+  }
+
+  // Per head, r x (B - 1) edges: the j/B quantiles (j = 1..B-1) of the
+  // projected queries and keys of every sequence, one coordinate at a time.
+  void fit_buckets(const Capture& capture, const std::vector<Projection>& projections, std::uint64_t,
+                   bool quiet) override {
+    const std::size_t heads = capture.layers * capture.heads, r = common_.projection.rank, B = bins_;
+    std::vector<std::vector<float>> edges(heads);
+    ProgressBar bar("sparsefinder-quantization: bins", heads, quiet);
+    parallel_for(heads, 1, [&](std::size_t begin, std::size_t end) {
+      for (std::size_t h = begin; h < end; ++h) {
+        const std::size_t layer = h / capture.heads, head = h % capture.heads;
+        std::vector<std::vector<float>> coords(r);
+        for (std::size_t s = 0; s < capture.sequences(); ++s) {
+          const std::vector<float> qp = projections[h].project_queries(capture.queries_of(layer, head, s));
+          const std::vector<float> kp = projections[h].project_keys(capture.keys_of(layer, head, s));
+          for (const auto* v : {&qp, &kp})
+            for (std::size_t i = 0; i < v->size(); ++i) coords[i % r].push_back((*v)[i]);
+        }
+        std::vector<float>& e = edges[h];
+        e.resize(r * (B - 1));
+        for (std::size_t c = 0; c < r; ++c) {
+          std::vector<float>& v = coords[c];
+          std::sort(v.begin(), v.end());
+          for (std::size_t b = 1; b < B; ++b) e[c * (B - 1) + b - 1] = v[std::min(v.size() - 1, b * v.size() / B)];
+        }
+        bar.advance();
+      }
+    });
+    bar.finish();
+    edges_ = std::move(edges);
+  }
+
+  void buckets_json(json& p) const override {
+    p["buckets"] = bins_;
+    json all = json::array();
+    for (std::size_t l = 0; l < layers_; ++l) {
+      json layer = json::array();
+      for (std::size_t h = 0; h < heads_; ++h)
+        layer.push_back(write_matrix(edges_[l * heads_ + h].data(), common_.projection.rank, bins_ - 1));
+      all.push_back(std::move(layer));
+    }
+    p["edges"] = std::move(all);
+  }
+
+  void load_buckets(const json& p) override {
+    const std::string m = method();
+    if (read_size(p, m, "buckets", 1, 1 << 16) != bins_)
+      bad_field(m, "buckets", "does not match the setting buckets = " + std::to_string(bins_));
+    std::vector<std::vector<float>> edges(layers_ * heads_);
+    for_each_head(p, m, "edges", layers_, heads_, [&](const json& v, const std::string& f, std::size_t i) {
+      read_matrix(v, m, f, common_.projection.rank, bins_ - 1, edges[i]);
+      for (std::size_t c = 0; c < common_.projection.rank; ++c)
+        if (!std::is_sorted(edges[i].begin() + static_cast<std::ptrdiff_t>(c * (bins_ - 1)),
+                            edges[i].begin() + static_cast<std::ptrdiff_t>((c + 1) * (bins_ - 1))))
+          bad_field(m, f + "[" + std::to_string(c) + "]", "bin edges must be ascending");
+    });
+    edges_ = std::move(edges);
+  }
+
+  // Bucket c * B + bin of each coordinate c; bin = number of edges <= x.
+  std::vector<std::uint32_t> bucket_ids(const std::vector<float>& points, const std::vector<float>& e) const {
+    const std::size_t r = common_.projection.rank, B = bins_;
+    std::vector<std::uint32_t> ids(points.size());
+    for (std::size_t i = 0; i < points.size(); ++i) {
+      const std::size_t c = i % r;
+      const float* lo = e.data() + c * (B - 1);
+      const auto bin = static_cast<std::size_t>(std::upper_bound(lo, lo + (B - 1), points[i]) - lo);
+      ids[i] = static_cast<std::uint32_t>(c * B + bin);
+    }
+    return ids;
+  }
+
+  Graph predict_pattern(MatrixView<const float> q, MatrixView<const float> k, std::size_t layer, std::size_t head,
+                        bool) const override {
+    const Projection& pr = projection_for(q, k, layer, head);
+    const std::size_t r = pr.rank;
+    const std::vector<float>& e = edges_[layer * heads_ + head];
+    const std::vector<std::uint32_t> qb = bucket_ids(pr.project_queries(q), e);
+    const std::vector<std::uint32_t> kb = bucket_ids(pr.project_keys(k), e);
+    return Graph::from_buckets({qb.data(), q.rows, r}, {kb.data(), k.rows, r}, r * bins_);
+  }
+
+  std::size_t bins_ = 4;
+  std::vector<std::vector<float>> edges_;  // per head, r x (B - 1)
+};
+
+// ---- sparsefinder-kmeans ----
+
+class KMeansPredictor final : public SparsefinderBase {
+ public:
+  static std::unique_ptr<Predictor> create(const PredictorSettings& s) {
+    SettingsReader reader("sparsefinder-kmeans", s);
+    auto p = std::unique_ptr<KMeansPredictor>(new KMeansPredictor(s, reader));
+    reader.finish();
+    return p;
+  }
+  static std::unique_ptr<Predictor> load(const PredictorSettings& s, const json& parameters) {
+    SettingsReader reader("sparsefinder-kmeans", s);
+    auto p = std::unique_ptr<KMeansPredictor>(new KMeansPredictor(s, reader));
+    reader.finish();
+    p->load_parameters(parameters);
+    return p;
+  }
+  std::string method() const override { return "sparsefinder-kmeans"; }
+
+ private:
+  KMeansPredictor(const PredictorSettings& s, SettingsReader& reader) : SparsefinderBase(s, reader) {
+    clusters_ = static_cast<std::size_t>(reader.integer("clusters", 4, 1, 1 << 16));
+    top_ = static_cast<std::size_t>(reader.integer("top", 1, 1, 1 << 16));
+    restarts_ = static_cast<std::size_t>(reader.integer("restarts", 3, 1, 1000));
+    iterations_ = static_cast<std::size_t>(reader.integer("iterations", 20, 0, 100000));
+    if (top_ > clusters_)
+      throw Error("sparsefinder-kmeans: setting 'top': must be <= clusters (got " + std::to_string(top_) +
+                  ", clusters " + std::to_string(clusters_) + ")");
+  }
+
+  void fit_buckets(const Capture& capture, const std::vector<Projection>& projections, std::uint64_t seed,
+                   bool quiet) override {
+    const std::size_t heads = capture.layers * capture.heads, r = common_.projection.rank;
+    std::vector<std::vector<float>> centroids(heads);
+    ProgressBar bar("sparsefinder-kmeans: clusters", heads, quiet);
+    parallel_for(heads, 1, [&](std::size_t begin, std::size_t end) {
+      for (std::size_t h = begin; h < end; ++h) {
+        const std::size_t layer = h / capture.heads, head = h % capture.heads;
+        std::vector<float> points;
+        for (std::size_t s = 0; s < capture.sequences(); ++s) {
+          const std::vector<float> qp = projections[h].project_queries(capture.queries_of(layer, head, s));
+          const std::vector<float> kp = projections[h].project_keys(capture.keys_of(layer, head, s));
+          points.insert(points.end(), qp.begin(), qp.end());
+          points.insert(points.end(), kp.begin(), kp.end());
+        }
+        KMeansOptions ko;
+        ko.clusters = clusters_;
+        ko.restarts = restarts_;
+        ko.iterations = iterations_;
+        ko.seed = mix_seed(seed, layer, head);
+        centroids[h] = kmeans({points.data(), points.size() / r, r}, ko).centroids;
+        bar.advance();
+      }
+    });
+    bar.finish();
+    centroids_ = std::move(centroids);
+  }
+
+  void buckets_json(json& p) const override {
+    p["clusters"] = clusters_;
+    json all = json::array();
+    for (std::size_t l = 0; l < layers_; ++l) {
+      json layer = json::array();
+      for (std::size_t h = 0; h < heads_; ++h)
+        layer.push_back(write_matrix(centroids_[l * heads_ + h].data(), clusters_, common_.projection.rank));
+      all.push_back(std::move(layer));
+    }
+    p["centroids"] = std::move(all);
+  }
+
+  void load_buckets(const json& p) override {
+    const std::string m = method();
+    if (read_size(p, m, "clusters", 1, 1 << 16) != clusters_)
+      bad_field(m, "clusters", "does not match the setting clusters = " + std::to_string(clusters_));
+    std::vector<std::vector<float>> centroids(layers_ * heads_);
+    for_each_head(p, m, "centroids", layers_, heads_, [&](const json& v, const std::string& f, std::size_t i) {
+      read_matrix(v, m, f, clusters_, common_.projection.rank, centroids[i]);
+    });
+    centroids_ = std::move(centroids);
+  }
+
+  Graph predict_pattern(MatrixView<const float> q, MatrixView<const float> k, std::size_t layer, std::size_t head,
+                        bool) const override {
+    const Projection& pr = projection_for(q, k, layer, head);
+    const std::size_t r = pr.rank;
+    const std::vector<float>& c = centroids_[layer * heads_ + head];
+    const std::vector<float> qp = pr.project_queries(q), kp = pr.project_keys(k);
+    const std::vector<std::uint32_t> qb = nearest_centroids({qp.data(), q.rows, r}, c, clusters_, top_);
+    const std::vector<std::uint32_t> kb = nearest_centroids({kp.data(), k.rows, r}, c, clusters_, top_);
+    return Graph::from_buckets({qb.data(), q.rows, top_}, {kb.data(), k.rows, top_}, clusters_);
+  }
+
+  std::size_t clusters_ = 4, top_ = 1, restarts_ = 3, iterations_ = 20;
+  std::vector<std::vector<float>> centroids_;  // per head, clusters x r
+};
+
+}  // namespace
 
 const std::vector<PredictorFactory>& learned_factories() {
-  static const std::vector<PredictorFactory> factories;
+  static const std::vector<PredictorFactory> factories = {
+      {"sparsefinder-distance", &DistancePredictor::create, &DistancePredictor::load},
+      {"sparsefinder-quantization", &QuantizationPredictor::create, &QuantizationPredictor::load},
+      {"sparsefinder-kmeans", &KMeansPredictor::create, &KMeansPredictor::load},
+  };
   return factories;
 }
 

@@ -1,0 +1,337 @@
+// entgraph: Sparsefinder's learned projections (see training/projection.hpp).
+#include "entgraph/training/projection.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "entgraph/error.hpp"
+#include "entgraph/graph.hpp"
+#include "entgraph/training/progress.hpp"
+#include "runtime/parallel.hpp"
+
+namespace entgraph {
+namespace detail {
+
+std::uint64_t mix_seed(std::uint64_t seed, std::uint64_t a, std::uint64_t b) {
+  auto splitmix = [](std::uint64_t x) {
+    x += 0x9E3779B97F4A7C15ULL;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
+    return x ^ (x >> 31);
+  };
+  return splitmix(splitmix(splitmix(seed) ^ a) ^ (b * 0xD6E8FEB86659FD93ULL));
+}
+
+std::uint64_t uniform_below(std::mt19937_64& rng, std::uint64_t n) {
+  if (n <= 1) return 0;
+  // Rejects the top partial block so every value is equally likely.
+  const std::uint64_t limit = ~std::uint64_t{0} - (~std::uint64_t{0} % n);
+  for (;;) {
+    const std::uint64_t x = rng();
+    if (x < limit) return x % n;
+  }
+}
+
+double uniform_open01(std::mt19937_64& rng) {
+  return (static_cast<double>(rng() >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+}
+
+double standard_normal(std::mt19937_64& rng) {
+  const double u1 = uniform_open01(rng), u2 = uniform_open01(rng);
+  return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586476925 * u2);
+}
+
+}  // namespace detail
+
+namespace {
+
+std::vector<float> project(MatrixView<const float> x, const std::vector<float>& w, std::size_t dim, std::size_t rank,
+                           const char* what) {
+  if (x.cols != dim)
+    throw Error(std::string("Projection::") + what + ": rows have " + std::to_string(x.cols) +
+                " columns, expected " + std::to_string(dim));
+  std::vector<float> out(x.rows * rank);
+  std::vector<double> acc(rank);
+  for (std::size_t i = 0; i < x.rows; ++i) {
+    std::fill(acc.begin(), acc.end(), 0.0);
+    const float* row = x.row(i);
+    for (std::size_t t = 0; t < dim; ++t) {
+      const double v = row[t];
+      const float* wr = w.data() + t * rank;
+      for (std::size_t c = 0; c < rank; ++c) acc[c] += v * wr[c];
+    }
+    for (std::size_t c = 0; c < rank; ++c) out[i * rank + c] = static_cast<float>(acc[c]);
+  }
+  return out;
+}
+
+void check_options(const ProjectionOptions& o, const char* op) {
+  auto bad = [&](const std::string& what) { throw Error(std::string(op) + ": " + what); };
+  if (o.rank == 0) bad("rank must be >= 1 (got 0)");
+  if (o.batch == 0) bad("batch must be >= 1 (got 0)");
+  if (o.negatives == 0) bad("negatives must be >= 1 (got 0)");
+  if (!(o.lr > 0) || !std::isfinite(o.lr)) bad("lr must be finite and > 0 (got " + std::to_string(o.lr) + ")");
+  if (!(o.margin >= 0) || !std::isfinite(o.margin))
+    bad("margin must be finite and >= 0 (got " + std::to_string(o.margin) + ")");
+}
+
+// The gold graphs of one head and what sampling needs.
+struct HeadData {
+  MatrixView<const float> q, k;  // every token of the head (sequences concatenated)
+  std::vector<Graph> gold;       // per sequence, local indices
+  std::vector<std::size_t> offset;
+  // Queries usable for training: (sequence, local index).
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> queries;
+  bool causal = false;
+};
+
+HeadData head_data(const Capture& capture, std::size_t layer, std::size_t head, const char* op) {
+  if (layer >= capture.layers || head >= capture.heads)
+    throw Error(std::string(op) + ": layer " + std::to_string(layer) + ", head " + std::to_string(head) +
+                " out of range (capture has " + std::to_string(capture.layers) + " x " +
+                std::to_string(capture.heads) + ")");
+  HeadData h;
+  const std::size_t tokens = capture.tokens(), d = capture.head_dim;
+  const std::size_t base = (layer * capture.heads + head) * tokens * d;
+  if (capture.queries.size() < base + tokens * d || capture.keys.size() < base + tokens * d)
+    throw Error(std::string(op) + ": capture arrays are smaller than layers * heads * tokens * head_dim");
+  h.q = {capture.queries.data() + base, tokens, d};
+  h.k = {capture.keys.data() + base, tokens, d};
+  h.causal = capture.head(layer, head).causal;
+  std::size_t off = 0;
+  for (std::size_t s = 0; s < capture.sequences(); ++s) {
+    h.offset.push_back(off);
+    h.gold.push_back(gold_graph(capture, layer, head, s));
+    const Graph& g = h.gold.back();
+    const std::size_t len = capture.lengths[s];
+    for (std::size_t i = 0; i < len; ++i) {
+      const std::size_t allowed = h.causal ? i + 1 : len;
+      if (g.degree(i) > 0 && g.degree(i) < allowed)
+        h.queries.emplace_back(static_cast<std::uint32_t>(s), static_cast<std::uint32_t>(i));
+    }
+    off += len;
+  }
+  return h;
+}
+
+// The t-th (0-based) key in [0, ∞) that is not in the sorted row.
+std::uint32_t nth_missing(const std::uint32_t* begin, const std::uint32_t* end, std::uint64_t t) {
+  // row[e] - e counts the missing keys below row[e]; it never decreases.
+  const std::uint32_t* lo = begin;
+  std::size_t count = static_cast<std::size_t>(end - begin);
+  while (count > 0) {  // first e with row[e] - e > t
+    const std::size_t step = count / 2;
+    const std::uint32_t* mid = lo + step;
+    if (static_cast<std::uint64_t>(*mid) - static_cast<std::uint64_t>(mid - begin) <= t) {
+      lo = mid + 1;
+      count -= step + 1;
+    } else {
+      count = step;
+    }
+  }
+  return static_cast<std::uint32_t>(t + static_cast<std::uint64_t>(lo - begin));
+}
+
+// Appends the triplets of one query (every gold edge, `negatives` negatives each).
+void add_triplets(const HeadData& h, std::pair<std::uint32_t, std::uint32_t> query, std::size_t negatives,
+                  std::mt19937_64& rng, std::vector<Triplet>& out) {
+  const auto [s, i] = query;
+  const Graph& g = h.gold[s];
+  const std::size_t len = g.queries;
+  const std::size_t allowed = h.causal ? i + 1 : len;
+  const std::uint32_t* b = g.row_begin(i);
+  const std::uint32_t* e = g.row_end(i);
+  const std::uint64_t free_keys = allowed - g.degree(i);
+  const auto off = static_cast<std::uint32_t>(h.offset[s]);
+  for (const std::uint32_t* p = b; p != e; ++p)
+    for (std::size_t n = 0; n < negatives; ++n) {
+      const std::uint32_t l = nth_missing(b, e, detail::uniform_below(rng, free_keys));
+      out.push_back({off + i, off + *p, off + l});
+    }
+}
+
+struct Adam {
+  std::vector<double> m, v;
+  std::size_t step = 0;
+  explicit Adam(std::size_t n) : m(n, 0.0), v(n, 0.0) {}
+  void update(std::vector<double>& w, const std::vector<double>& g, double lr) {
+    constexpr double b1 = 0.9, b2 = 0.999, eps = 1e-8;
+    ++step;
+    const double c1 = 1.0 - std::pow(b1, static_cast<double>(step));
+    const double c2 = 1.0 - std::pow(b2, static_cast<double>(step));
+    for (std::size_t t = 0; t < w.size(); ++t) {
+      m[t] = b1 * m[t] + (1 - b1) * g[t];
+      v[t] = b2 * v[t] + (1 - b2) * g[t] * g[t];
+      w[t] -= lr * (m[t] / c1) / (std::sqrt(v[t] / c2) + eps);
+    }
+  }
+};
+
+std::mt19937_64 head_stream(std::uint64_t seed, std::size_t layer, std::size_t head) {
+  return std::mt19937_64(detail::mix_seed(seed, layer, head));
+}
+
+void initial_weights(std::mt19937_64& rng, std::size_t dim, std::size_t rank, std::vector<double>& wq,
+                     std::vector<double>& wk) {
+  const double sd = 1.0 / std::sqrt(static_cast<double>(dim));
+  wq.resize(dim * rank);
+  wk.resize(dim * rank);
+  for (double& w : wq) w = sd * detail::standard_normal(rng);
+  for (double& w : wk) w = sd * detail::standard_normal(rng);
+}
+
+Projection to_projection(std::size_t dim, std::size_t rank, const std::vector<double>& wq,
+                         const std::vector<double>& wk) {
+  Projection p;
+  p.dim = dim;
+  p.rank = rank;
+  p.wq.assign(wq.begin(), wq.end());
+  p.wk.assign(wk.begin(), wk.end());
+  return p;
+}
+
+}  // namespace
+
+std::vector<float> Projection::project_queries(MatrixView<const float> x) const {
+  return project(x, wq, dim, rank, "project_queries");
+}
+std::vector<float> Projection::project_keys(MatrixView<const float> x) const {
+  return project(x, wk, dim, rank, "project_keys");
+}
+
+double hinge_loss_gradient(MatrixView<const float> q, MatrixView<const float> k, const std::vector<Triplet>& triplets,
+                           std::size_t rank, const std::vector<double>& wq, const std::vector<double>& wk,
+                           double margin, std::vector<double>* grad_wq, std::vector<double>* grad_wk) {
+  const std::size_t d = q.cols;
+  if (k.cols != d)
+    throw Error("hinge_loss_gradient: q has " + std::to_string(d) + " columns, k has " + std::to_string(k.cols));
+  if (rank == 0 || wq.size() != d * rank || wk.size() != d * rank)
+    throw Error("hinge_loss_gradient: wq / wk must hold d * rank = " + std::to_string(d * rank) + " values (got " +
+                std::to_string(wq.size()) + ", " + std::to_string(wk.size()) + ")");
+  if (grad_wq) grad_wq->assign(d * rank, 0.0);
+  if (grad_wk) grad_wk->assign(d * rank, 0.0);
+  if (triplets.empty()) return 0.0;
+  const double scale = 1.0 / static_cast<double>(triplets.size());
+  std::vector<double> a(rank), b(rank), c(rank), ga(rank), gb(rank), gc(rank);
+  auto proj = [&](const float* x, const std::vector<double>& w, std::vector<double>& out) {
+    std::fill(out.begin(), out.end(), 0.0);
+    for (std::size_t t = 0; t < d; ++t) {
+      const double v = x[t];
+      for (std::size_t r = 0; r < rank; ++r) out[r] += v * w[t * rank + r];
+    }
+  };
+  double loss = 0;
+  for (const Triplet& tr : triplets) {
+    if (tr.query >= q.rows || tr.positive >= k.rows || tr.negative >= k.rows)
+      throw Error("hinge_loss_gradient: triplet index out of range (q has " + std::to_string(q.rows) +
+                  " rows, k has " + std::to_string(k.rows) + ")");
+    proj(q.row(tr.query), wq, a);
+    proj(k.row(tr.positive), wk, b);
+    proj(k.row(tr.negative), wk, c);
+    double dpos = 0, dneg = 0;
+    for (std::size_t r = 0; r < rank; ++r) {
+      dpos += (a[r] - b[r]) * (a[r] - b[r]);
+      dneg += (a[r] - c[r]) * (a[r] - c[r]);
+    }
+    const double h = margin + dpos - dneg;
+    if (h <= 0) continue;
+    loss += h;
+    if (!grad_wq && !grad_wk) continue;
+    for (std::size_t r = 0; r < rank; ++r) {
+      ga[r] = scale * 2.0 * (c[r] - b[r]);
+      gb[r] = scale * 2.0 * (b[r] - a[r]);
+      gc[r] = scale * 2.0 * (a[r] - c[r]);
+    }
+    const float* xq = q.row(tr.query);
+    const float* xp = k.row(tr.positive);
+    const float* xn = k.row(tr.negative);
+    for (std::size_t t = 0; t < d; ++t)
+      for (std::size_t r = 0; r < rank; ++r) {
+        if (grad_wq) (*grad_wq)[t * rank + r] += xq[t] * ga[r];
+        if (grad_wk) (*grad_wk)[t * rank + r] += xp[t] * gb[r] + xn[t] * gc[r];
+      }
+  }
+  return loss * scale;
+}
+
+Projection initial_projection(std::size_t dim, std::size_t rank, std::uint64_t seed, std::size_t layer,
+                              std::size_t head) {
+  if (dim == 0 || rank == 0) throw Error("initial_projection: dim and rank must be >= 1");
+  std::mt19937_64 rng = head_stream(seed, layer, head);
+  std::vector<double> wq, wk;
+  initial_weights(rng, dim, rank, wq, wk);
+  return to_projection(dim, rank, wq, wk);
+}
+
+Projection train_projection(const Capture& capture, std::size_t layer, std::size_t head,
+                            const ProjectionOptions& options, ProjectionStats* stats) {
+  check_options(options, "train_projection");
+  const HeadData h = head_data(capture, layer, head, "train_projection");
+  const std::size_t d = capture.head_dim, r = options.rank;
+  std::mt19937_64 rng = head_stream(options.seed, layer, head);
+  std::vector<double> wq, wk, gq, gk;
+  initial_weights(rng, d, r, wq, wk);
+  Adam adam_q(d * r), adam_k(d * r);
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> order = h.queries;
+  std::vector<Triplet> triplets;
+  if (stats) *stats = ProjectionStats{};
+  for (std::size_t epoch = 0; epoch < options.epochs; ++epoch) {
+    for (std::size_t t = order.size(); t > 1; --t) std::swap(order[t - 1], order[detail::uniform_below(rng, t)]);
+    double loss_sum = 0;
+    std::size_t count = 0, batches = 0;
+    for (std::size_t start = 0; start < order.size(); start += options.batch) {
+      triplets.clear();
+      const std::size_t stop = std::min(order.size(), start + options.batch);
+      for (std::size_t b = start; b < stop; ++b) add_triplets(h, order[b], options.negatives, rng, triplets);
+      if (triplets.empty()) continue;
+      const double loss = hinge_loss_gradient(h.q, h.k, triplets, r, wq, wk, options.margin, &gq, &gk);
+      adam_q.update(wq, gq, options.lr);
+      adam_k.update(wk, gk, options.lr);
+      loss_sum += loss * static_cast<double>(triplets.size());
+      count += triplets.size();
+      ++batches;
+    }
+    if (stats) {
+      stats->triplets = count;
+      stats->batches = batches;
+      stats->epoch_loss.push_back(count ? loss_sum / static_cast<double>(count) : 0.0);
+    }
+  }
+  return to_projection(d, r, wq, wk);
+}
+
+std::vector<Projection> train_projections(const Capture& capture, const ProjectionOptions& options,
+                                          std::vector<ProjectionStats>* stats) {
+  check_options(options, "train_projections");
+  const std::size_t heads = capture.layers * capture.heads;
+  std::vector<Projection> out(heads);
+  if (stats) stats->assign(heads, ProjectionStats{});
+  ProgressBar bar("training projections", heads, options.quiet);
+  detail::parallel_for(heads, 1, [&](std::size_t begin, std::size_t end) {
+    for (std::size_t i = begin; i < end; ++i) {
+      out[i] = train_projection(capture, i / capture.heads, i % capture.heads, options,
+                                stats ? &(*stats)[i] : nullptr);
+      bar.advance();
+    }
+  });
+  bar.finish();
+  return out;
+}
+
+double evaluate_projection(const Capture& capture, std::size_t layer, std::size_t head, const Projection& projection,
+                           const ProjectionOptions& options, std::uint64_t seed) {
+  check_options(options, "evaluate_projection");
+  const HeadData h = head_data(capture, layer, head, "evaluate_projection");
+  if (projection.dim != capture.head_dim || projection.wq.size() != projection.dim * projection.rank ||
+      projection.wk.size() != projection.dim * projection.rank)
+    throw Error("evaluate_projection: projection does not match the capture's head_dim");
+  std::mt19937_64 rng(detail::mix_seed(seed, layer, head));
+  std::vector<Triplet> triplets;
+  for (const auto& query : h.queries) add_triplets(h, query, options.negatives, rng, triplets);
+  const std::vector<double> wq(projection.wq.begin(), projection.wq.end());
+  const std::vector<double> wk(projection.wk.begin(), projection.wk.end());
+  return hinge_loss_gradient(h.q, h.k, triplets, projection.rank, wq, wk, options.margin, nullptr, nullptr);
+}
+
+}  // namespace entgraph

@@ -1,0 +1,319 @@
+// Tests of the Sparsefinder predictors: sparsefinder-distance,
+// sparsefinder-quantization and sparsefinder-kmeans.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <functional>
+#include <cmath>
+#include <cstdint>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "entgraph/error.hpp"
+#include "entgraph/graph.hpp"
+#include "entgraph/io/capture.hpp"
+#include "entgraph/model.hpp"
+#include "entgraph/predictors/predictor.hpp"
+#include "entgraph/training/projection.hpp"
+#include "support.hpp"
+
+namespace entgraph::test {
+namespace {
+
+// Tokens belong to clusters; the queries and keys of a cluster point the same
+// way, so entmax attends within clusters and the gold graph is learnable.
+
+Capture clustered_capture(std::size_t layers, std::size_t heads, std::size_t dim,
+                                 std::vector<std::size_t> lengths, std::size_t clusters, bool causal,
+                                 std::uint64_t seed = 11) {
+  Capture c = Capture::make(layers, heads, dim, lengths);
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  const std::size_t tokens = c.tokens();
+  for (std::size_t l = 0; l < layers; ++l)
+    for (std::size_t h = 0; h < heads; ++h) {
+      // Cluster directions of norm 4 (different per head).
+      std::vector<double> mu(clusters * dim);
+      for (std::size_t j = 0; j < clusters; ++j) {
+        double norm = 0;
+        for (std::size_t t = 0; t < dim; ++t) {
+          mu[j * dim + t] = normal(rng);
+          norm += mu[j * dim + t] * mu[j * dim + t];
+        }
+        for (std::size_t t = 0; t < dim; ++t) mu[j * dim + t] *= 4.0 / std::sqrt(norm);
+      }
+      const std::size_t base = (l * heads + h) * tokens * dim;
+      for (std::size_t t = 0; t < tokens; ++t) {
+        const std::size_t j = static_cast<std::size_t>(rng() % clusters);
+        for (std::size_t x = 0; x < dim; ++x) {
+          c.queries[base + t * dim + x] = static_cast<float>(mu[j * dim + x] + 0.3 * normal(rng));
+          c.keys[base + t * dim + x] = static_cast<float>(mu[j * dim + x] + 0.3 * normal(rng));
+        }
+      }
+      c.head(l, h).causal = causal;
+    }
+  return c;
+}
+
+
+const std::vector<std::string> kLearned = {"sparsefinder-distance", "sparsefinder-quantization",
+                                           "sparsefinder-kmeans"};
+
+GraphMetrics evaluate(const Predictor& p, const Capture& c) {
+  GraphMetrics total;
+  for (std::size_t l = 0; l < c.layers; ++l)
+    for (std::size_t h = 0; h < c.heads; ++h)
+      for (std::size_t s = 0; s < c.sequences(); ++s) {
+        const Graph g = p.predict(c.queries_of(l, h, s), c.keys_of(l, h, s), l, h, c.head(l, h).causal);
+        g.validate("prediction");
+        total += compare_graphs(g, gold_graph(c, l, h, s), c.head(l, h).causal);
+      }
+  return total;
+}
+
+bool same_graph(const Graph& a, const Graph& b) {
+  return a.queries == b.queries && a.keys == b.keys && a.offsets == b.offsets && a.indices == b.indices;
+}
+
+void check_error(const std::function<void()>& fn, const std::vector<std::string>& words) {
+  try {
+    fn();
+    FAIL("no entgraph::Error thrown");
+  } catch (const Error& e) {
+    for (const std::string& w : words) {
+      CAPTURE(e.what());
+      CHECK(std::string(e.what()).find(w) != std::string::npos);
+    }
+  }
+}
+
+}  // namespace
+
+TEST_SUITE("predictors") {
+
+TEST_CASE("sparsefinder methods are registered and learned") {
+  const std::vector<std::string> all = predictor_methods();
+  for (const std::string& m : kLearned) {
+    CAPTURE(m);
+    CHECK(std::find(all.begin(), all.end(), m) != all.end());
+    auto p = make_predictor(m);
+    CHECK(p->method() == m);
+    CHECK(p->learned());
+  }
+}
+
+TEST_CASE("sparsefinder predictors beat a random graph of equal sparsity") {
+  for (bool causal : {false, true}) {
+    const Capture c = clustered_capture(1, 2, 16, {64, 64, 48, 64}, 4, causal);
+    const std::vector<PredictorSettings> settings = {
+        {{"epochs", "2"}, {"t", "1.0"}}, {{"epochs", "2"}, {"buckets", "4"}}, {{"epochs", "2"}, {"clusters", "4"}}};
+    for (std::size_t i = 0; i < kLearned.size(); ++i) {
+      CAPTURE(causal);
+      CAPTURE(kLearned[i]);
+      auto p = make_predictor(kLearned[i], settings[i]);
+      p->fit(c, {});
+      GraphMetrics m = evaluate(*p, c);
+      if (i == 0) {  // the distance threshold is swept (0.5..5): keep the best margin over random
+        const std::string json = p->to_json();
+        for (const char* t : {"0.5", "2", "3", "4", "5"}) {
+          nlohmann::json j = nlohmann::json::parse(json);
+          j["settings"]["t"] = t;
+          const GraphMetrics mt = evaluate(*load_predictor(j.dump()), c);
+          if (mt.recall() - (1 - mt.sparsity()) > m.recall() - (1 - m.sparsity())) m = mt;
+        }
+      }
+      const std::string label = kLearned[i] + (causal ? " causal" : "");
+      MESSAGE(label << ": recall " << m.recall() << ", sparsity "
+                          << m.sparsity() << " (gold sparsity " << m.gold_sparsity() << ")");
+      CHECK(m.sparsity() > 0.2);
+      // A random graph of sparsity s has expected recall 1 - s.
+      CHECK(m.recall() > (1.0 - m.sparsity()) + 0.25);
+    }
+  }
+}
+
+TEST_CASE("sparsefinder-distance equals the brute-force threshold graph") {
+  const Capture c = clustered_capture(1, 1, 16, {80}, 4, false);
+  std::size_t edges = 0;
+  for (const std::string t : {"0.5", "2.0", "5.0"}) {
+    auto p = make_predictor("sparsefinder-distance", {{"t", t}, {"seed", "4"}});
+    p->fit(c, {});
+    const auto j = nlohmann::json::parse(p->to_json())["parameters"];
+    Projection pr;
+    pr.dim = 16;
+    pr.rank = 4;
+    for (const auto& row : j["wq"][0][0])
+      for (const auto& x : row) pr.wq.push_back(x.get<float>());
+    for (const auto& row : j["wk"][0][0])
+      for (const auto& x : row) pr.wk.push_back(x.get<float>());
+    const std::vector<float> qp = pr.project_queries(c.queries_of(0, 0, 0)), kp = pr.project_keys(c.keys_of(0, 0, 0));
+    for (bool causal : {false, true}) {
+      CAPTURE(t);
+      CAPTURE(causal);
+      std::vector<std::pair<std::uint32_t, std::uint32_t>> pairs;
+      const double tt = std::stod(t);
+      for (std::uint32_t i = 0; i < 80; ++i)
+        for (std::uint32_t k = 0; k < (causal ? i + 1 : 80u); ++k) {
+          double d2 = 0;
+          for (std::size_t x = 0; x < 4; ++x) {
+            const double v = static_cast<double>(qp[i * 4 + x]) - kp[k * 4 + x];
+            d2 += v * v;
+          }
+          if (d2 <= tt * tt) pairs.emplace_back(i, k);
+        }
+      const Graph want = Graph::from_pairs(80, 80, pairs);
+      const Graph got = p->predict(c.queries_of(0, 0, 0), c.keys_of(0, 0, 0), 0, 0, causal);
+      CHECK(same_graph(got, want));
+      CHECK(got.edges() < 80 * 80);
+      edges += want.edges();
+    }
+  }
+  CHECK(edges > 0);
+}
+
+TEST_CASE("sparsefinder-quantization bins are balanced on the training capture") {
+  const Capture c = clustered_capture(1, 1, 16, {128, 128}, 4, false);
+  auto p = make_predictor("sparsefinder-quantization", {{"buckets", "4"}, {"seed", "1"}});
+  p->fit(c, {});
+  const auto j = nlohmann::json::parse(p->to_json())["parameters"];
+  REQUIRE(j["edges"][0][0].size() == 4);
+  REQUIRE(j["edges"][0][0][0].size() == 3);
+  Projection pr;
+  pr.dim = 16;
+  pr.rank = 4;
+  for (const auto& row : j["wq"][0][0])
+    for (const auto& x : row) pr.wq.push_back(x.get<float>());
+  for (const auto& row : j["wk"][0][0])
+    for (const auto& x : row) pr.wk.push_back(x.get<float>());
+  std::vector<std::vector<int>> counts(4, std::vector<int>(4, 0));
+  for (std::size_t s = 0; s < 2; ++s)
+    for (const auto& pts : {pr.project_queries(c.queries_of(0, 0, s)), pr.project_keys(c.keys_of(0, 0, s))})
+      for (std::size_t i = 0; i < pts.size(); ++i) {
+        const auto& e = j["edges"][0][0][i % 4];
+        int bin = 0;
+        for (const auto& x : e)
+          if (x.get<float>() <= pts[i]) ++bin;
+        ++counts[i % 4][bin];
+      }
+  for (const auto& coord : counts)
+    for (int n : coord) CHECK(std::abs(n - 128) <= 2);  // 512 points per coordinate, 4 bins
+}
+
+TEST_CASE("sparsefinder parameters round-trip exactly") {
+  const Capture c = clustered_capture(2, 2, 8, {50, 30}, 3, true);
+  const std::vector<PredictorSettings> settings = {
+      {{"t", "1.5"}, {"r", "3"}, {"seed", "9"}},
+      {{"buckets", "5"}, {"r", "4"}, {"extra_window", "2"}},
+      {{"clusters", "6"}, {"top", "2"}, {"restarts", "2"}, {"iterations", "7"}}};
+  for (std::size_t i = 0; i < kLearned.size(); ++i) {
+    CAPTURE(kLearned[i]);
+    auto p = make_predictor(kLearned[i], settings[i]);
+    // An unfitted predictor saves and loads, and refuses to predict.
+    auto blank = load_predictor(p->to_json());
+    check_error([&] { blank->predict(c.queries_of(0, 0, 0), c.keys_of(0, 0, 0), 0, 0, true); }, {"before fit"});
+    FitOptions fo;
+    fo.seed = 5;
+    p->fit(c, fo);
+    const std::string text = p->to_json();
+    auto q = load_predictor(text, "saved.json");
+    CHECK(q->method() == kLearned[i]);
+    CHECK(q->settings() == p->settings());
+    CHECK(q->to_json() == text);
+    for (std::size_t l = 0; l < 2; ++l)
+      for (std::size_t h = 0; h < 2; ++h)
+        for (std::size_t s = 0; s < 2; ++s) {
+          const Graph a = p->predict(c.queries_of(l, h, s), c.keys_of(l, h, s), l, h, true);
+          const Graph b = q->predict(c.queries_of(l, h, s), c.keys_of(l, h, s), l, h, true);
+          CHECK(same_graph(a, b));
+        }
+    // Fitting again with the same settings and seed gives the same file.
+    auto again = make_predictor(kLearned[i], settings[i]);
+    again->fit(c, fo);
+    CHECK(again->to_json() == text);
+    // Predict checks its arguments.
+    const Matrix<float> wrong = random_matrix<float>(5, 7);
+    check_error([&] { q->predict(wrong.view(), wrong.view(), 0, 0, false); }, {kLearned[i], "head_dim"});
+    check_error([&] { q->predict(c.queries_of(0, 0, 0), c.keys_of(0, 0, 0), 2, 0, false); }, {"layer 2"});
+  }
+}
+
+TEST_CASE("sparsefinder settings are checked") {
+  check_error([] { make_predictor("sparsefinder-distance", {{"r", "0"}}); }, {"sparsefinder-distance", "'r'"});
+  check_error([] { make_predictor("sparsefinder-distance", {{"t", "-1"}}); }, {"'t'"});
+  check_error([] { make_predictor("sparsefinder-distance", {{"lr", "fast"}}); }, {"'lr'"});
+  check_error([] { make_predictor("sparsefinder-distance", {{"buckets", "4"}}); }, {"unknown setting 'buckets'"});
+  check_error([] { make_predictor("sparsefinder-quantization", {{"buckets", "0"}}); }, {"'buckets'"});
+  check_error([] { make_predictor("sparsefinder-quantization", {{"epochs", "-1"}}); }, {"'epochs'"});
+  check_error([] { make_predictor("sparsefinder-kmeans", {{"clusters", "x"}}); }, {"'clusters'"});
+  check_error([] { make_predictor("sparsefinder-kmeans", {{"clusters", "4"}, {"top", "5"}}); }, {"'top'"});
+  check_error([] { make_predictor("sparsefinder-kmeans", {{"restarts", "0"}}); }, {"'restarts'"});
+  check_error([] { make_predictor("sparsefinder-kmeans", {{"margin", "nan"}}); }, {"'margin'"});
+  check_error([] { make_predictor("sparsefinder-kmeans", {{"batch", "0"}}); }, {"'batch'"});
+  check_error([] { make_predictor("sparsefinder-kmeans", {{"negatives", "0"}}); }, {"'negatives'"});
+  check_error([] { make_predictor("sparsefinder-kmeans", {{"seed", "-3"}}); }, {"'seed'"});
+  check_error([] { make_predictor("sparsefinder-kmeans", {{"t", "1"}}); }, {"unknown setting 't'"});
+}
+
+TEST_CASE("malformed sparsefinder parameter files are rejected naming the field") {
+  const Capture c = clustered_capture(1, 2, 4, {20}, 2, false);
+  auto p = make_predictor("sparsefinder-kmeans", {{"clusters", "3"}, {"r", "2"}});
+  p->fit(c, {});
+  const nlohmann::json good = nlohmann::json::parse(p->to_json());
+  auto broken = [&](const std::function<void(nlohmann::json&)>& edit, const std::vector<std::string>& words) {
+    nlohmann::json j = good;
+    edit(j);
+    check_error([&] { load_predictor(j.dump(), "bad.json"); }, words);
+  };
+  broken([](nlohmann::json& j) { j["parameters"].erase("wq"); }, {"'wq'", "missing"});
+  broken([](nlohmann::json& j) { j["parameters"]["wk"][0][1] = nlohmann::json::array(); }, {"'wk[0][1]'"});
+  broken([](nlohmann::json& j) { j["parameters"]["wq"][0][0][2] = {1.0}; }, {"'wq[0][0][2]'"});
+  broken([](nlohmann::json& j) { j["parameters"]["wq"][0][0][1][1] = "x"; }, {"'wq[0][0][1][1]'"});
+  broken([](nlohmann::json& j) { j["parameters"]["heads"] = 3; }, {"'wq"});
+  broken([](nlohmann::json& j) { j["parameters"]["layers"] = -1; }, {"'layers'"});
+  broken([](nlohmann::json& j) { j["parameters"]["head_dim"] = "4"; }, {"'head_dim'"});
+  broken([](nlohmann::json& j) { j["parameters"]["r"] = 3; }, {"'r'"});
+  broken([](nlohmann::json& j) { j["settings"]["r"] = "3"; }, {"'r'"});
+  broken([](nlohmann::json& j) { j["parameters"]["clusters"] = 4; }, {"'clusters'"});
+  broken([](nlohmann::json& j) { j["parameters"].erase("centroids"); }, {"'centroids'"});
+  broken([](nlohmann::json& j) { j["parameters"]["centroids"][0][0].erase(0); }, {"'centroids[0][0]'"});
+  broken([](nlohmann::json& j) { j["settings"]["colour"] = "red"; }, {"unknown setting 'colour'"});
+
+  auto qz = make_predictor("sparsefinder-quantization", {{"buckets", "3"}, {"r", "2"}});
+  qz->fit(c, {});
+  nlohmann::json j = nlohmann::json::parse(qz->to_json());
+  j["parameters"]["edges"][0][1][0] = {2.0, 1.0};
+  check_error([&] { load_predictor(j.dump()); }, {"'edges[0][1][0]'", "ascending"});
+  j = nlohmann::json::parse(qz->to_json());
+  j["parameters"].erase("buckets");
+  check_error([&] { load_predictor(j.dump()); }, {"'buckets'"});
+}
+
+TEST_CASE("sparsefinder-kmeans on the shipped causal teacher") {
+  std::ifstream in(std::string(ENTGRAPH_SOURCE_DIR) + "/data/heldout.txt", std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string all = ss.str();
+  REQUIRE(all.size() >= 8 * 256);
+  std::vector<std::string> texts;
+  for (std::size_t i = 0; i < 8; ++i) texts.push_back(all.substr(i * 256, 256));
+  const Capture c = Teacher::load(std::string(ENTGRAPH_SOURCE_DIR) + "/data/teacher-causal").capture(texts);
+  auto p = make_predictor("sparsefinder-kmeans", {{"seed", "1"}});
+  const auto start = std::chrono::steady_clock::now();
+  p->fit(c, {});
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const GraphMetrics m = evaluate(*p, c);
+  MESSAGE("sparsefinder-kmeans fit on the causal teacher (" << c.layers * c.heads << " heads, " << c.tokens()
+          << " tokens, " << num_threads() << " threads): " << seconds << " s; recall " << m.recall()
+          << ", sparsity " << m.sparsity() << " (gold sparsity " << m.gold_sparsity() << ")");
+  CHECK(m.recall() > 1.0 - m.sparsity());
+}
+
+}  // TEST_SUITE
+
+}  // namespace entgraph::test
