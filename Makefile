@@ -11,14 +11,20 @@ build: deps
 	cmake --preset release
 	cmake --build --preset release
 
-# The main job: every transform on a sample row, then the shipped causal
-# teacher run over held-out text and its gold attention graphs described.
+# The main job: every transform on a sample row; the shipped causal teacher
+# over held-out text (first 4 KiB to fit predictors, last 4 KiB to test them),
+# its gold graphs described; then every predictor swept into Pareto curves.
 DEMO_DIR := build/demo
+ENTGRAPH := ./build/release/native/cli/entgraph
 demo: build
-	./build/release/native/cli/entgraph demo
-	./build/release/native/cli/entgraph capture --model data/teacher-causal --text data/heldout.txt \
-	  --max-sequences 16 --out $(DEMO_DIR)/capture-causal
-	./build/release/native/cli/entgraph info $(DEMO_DIR)/capture-causal
+	$(ENTGRAPH) demo
+	mkdir -p $(DEMO_DIR)
+	head -c 4096 data/heldout.txt >$(DEMO_DIR)/train.txt
+	tail -c 4096 data/heldout.txt >$(DEMO_DIR)/test.txt
+	$(ENTGRAPH) capture --model data/teacher-causal --text $(DEMO_DIR)/train.txt --out $(DEMO_DIR)/causal-train
+	$(ENTGRAPH) capture --model data/teacher-causal --text $(DEMO_DIR)/test.txt --out $(DEMO_DIR)/causal-test
+	$(ENTGRAPH) info $(DEMO_DIR)/causal-test
+	$(ENTGRAPH) sweep --train $(DEMO_DIR)/causal-train --test $(DEMO_DIR)/causal-test --out $(DEMO_DIR)/sweep-causal
 
 test-release: build
 	ctest --preset release

@@ -295,6 +295,51 @@ case "$CASE" in
     contains "$OUT" "The first 16 of 40 weights are shown."
     ;;
 
+  predictors)
+    # fit -> eval on small captures of the causal teacher; a short sweep.
+    model=$SRC/data/teacher-causal
+    head -c 1024 "$SRC/data/heldout.txt" >train.txt
+    tail -c 1024 "$SRC/data/heldout.txt" >test.txt
+    expect_ok capture --model "$model" --text train.txt --sequence-bytes 128 --out train
+    expect_ok capture --model "$model" --text test.txt --sequence-bytes 128 --out test
+    expect_ok fit --capture train --method sparsefinder-kmeans --set clusters=4 --set r=4 --quiet --out km.json
+    contains "$OUT" "km.json: sparsefinder-kmeans fitted on 4 layers x 4 heads"
+    contains "$(cat km.json)" '"format": "entgraph-predictor"'
+    expect_ok eval --capture test --params km.json
+    contains "$OUT" '"method": "sparsefinder-kmeans"'
+    contains "$OUT" '"recall":'
+    contains "$OUT" '"layer": 3'
+    expect_ok fit --capture train --method window --set window=3 --out w.json
+    expect_ok eval --capture test --params w.json --out report.json
+    contains "$(cat report.json)" '"sparsity":'
+    expect_ok sweep --train train --test test --methods window,sparsefinder-distance --quiet --out sweep
+    contains "$OUT" "gold sparsity"
+    contains "$OUT" "window                     recall at the gold sparsity:"
+    for f in sweep.json sweep.csv pareto.svg; do [ -s "sweep/$f" ] || fail "sweep/$f missing"; done
+    [ "$(grep -c '^window,' sweep/sweep.csv)" -eq 11 ] || fail "expected 11 window points"
+    [ "$(grep -c '^sparsefinder-distance,' sweep/sweep.csv)" -eq 110 ] || fail "expected 10 x 11 distance points"
+    contains "$(cat sweep/pareto.svg)" "stroke-dasharray"
+    ;;
+
+  predictors-errors)
+    model=$SRC/data/teacher-causal
+    printf 'In the beginning.' >t.txt
+    expect_ok capture --model "$model" --text t.txt --out cap
+    expect_fail 1 "unknown predictor method 'nope'" fit --capture cap --method nope --out p.json
+    expect_fail 1 "unknown setting 'windw'" fit --capture cap --method window --set windw=3 --out p.json
+    expect_fail 1 "setting 'window'" fit --capture cap --method window --set window=-2 --out p.json
+    expect_fail 2 "--set expects key=value" fit --capture cap --method window --set window --out p.json
+    expect_fail 2 "fit: --out is required" fit --capture cap --method window
+    [ ! -e p.json ] || fail "a failed fit wrote p.json"
+    printf '{"format": "entgraph-predictor", "version": 9, "method": "window"}' >bad.json
+    expect_fail 1 "unsupported 'version'" eval --capture cap --params bad.json
+    printf 'not json' >bad.json
+    expect_fail 1 "not valid JSON" eval --capture cap --params bad.json
+    expect_fail 1 "missing.json: cannot open file" eval --capture cap --params missing.json
+    expect_fail 1 "no grid for method 'nope'" sweep --train cap --test cap --methods nope --out s
+    expect_fail 1 "read_capture: nowhere" sweep --train nowhere --test cap --out s
+    ;;
+
   *)
     fail "unknown case"
     ;;

@@ -174,6 +174,10 @@ std::unique_ptr<Predictor> load_predictor(const std::string& json_text, const st
     return detail::factory_of(j["method"].get<std::string>(), where).load(settings, parameters);
   } catch (const nlohmann::json::exception& e) {
     throw Error(where + "malformed parameters (" + e.what() + ")");
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    if (what.rfind(where, 0) == 0) throw;  // already names the file
+    throw Error(where + what);
   }
 }
 
