@@ -269,22 +269,19 @@ struct TileScratch {
   std::vector<std::uint32_t> cand;      // the tile's candidate keys, row after row
   std::vector<std::size_t> start;       // kTile + 1 offsets into cand
   std::vector<std::uint32_t> keys;      // the union of the tile's candidates, sorted
-  std::vector<std::uint32_t> merged;    // scratch of the union
-  std::vector<T> kt, scores;            // K of the union, transposed (d x |union|); tile scores
+  std::vector<std::size_t> stamp;       // per key: 1 + the last tile that holds it
+  std::vector<std::uint32_t> pos;       // per key of the union: its index in keys
+  std::vector<T> ku, qt, scores;        // K of the union (|union| x d), Q^T of the tile (d x rows), S^T
 };
 
-// Fills s.keys / s.scores of row r of the tile from the tile's score block.
+// Fills s.keys / s.scores of row r of the tile from the tile's block of
+// transposed scores (|union| x rows).
 template <class T>
-void take_row(const TileScratch<T>& t, std::size_t r, Scratch<T>& s) {
+void take_row(const TileScratch<T>& t, std::size_t r, std::size_t rows, Scratch<T>& s) {
   s.keys.assign(t.cand.begin() + static_cast<std::ptrdiff_t>(t.start[r]),
                 t.cand.begin() + static_cast<std::ptrdiff_t>(t.start[r + 1]));
   s.scores.resize(s.keys.size());
-  const T* row = t.scores.data() + r * t.keys.size();
-  std::size_t u = 0;
-  for (std::size_t x = 0; x < s.keys.size(); ++x) {
-    while (t.keys[u] != s.keys[x]) ++u;  // both sorted; every candidate is in the union
-    s.scores[x] = row[u];
-  }
+  for (std::size_t x = 0; x < s.keys.size(); ++x) s.scores[x] = t.scores[t.pos[s.keys[x]] * rows + r];
 }
 
 template <class T>
@@ -308,33 +305,49 @@ void run(const Shared<T>& c, bool recompute, MatrixView<T> out, std::vector<std:
         t.start.push_back(t.cand.size());
         widest = std::max(widest, t.start[r + 1] - t.start[r]);
       }
-      // The union by merging the sorted rows (cheaper than sorting them all).
+      // The union: stamp the candidates, then scan the range they span when
+      // it is short (windows, neighbourhoods), else sort them.
       t.keys.clear();
-      for (std::size_t r = 0; r < rows; ++r) {
-        t.merged.clear();
-        std::set_union(t.keys.begin(), t.keys.end(), t.cand.begin() + static_cast<std::ptrdiff_t>(t.start[r]),
-                       t.cand.begin() + static_cast<std::ptrdiff_t>(t.start[r + 1]), std::back_inserter(t.merged));
-        t.keys.swap(t.merged);
+      if (!t.cand.empty()) {
+        if (t.stamp.size() != c.m) t.stamp.assign(c.m, 0);
+        std::uint32_t lo = t.cand.front(), hi = t.cand.front();
+        for (std::uint32_t j : t.cand) {
+          lo = std::min(lo, j);
+          hi = std::max(hi, j);
+          t.stamp[j] = b + 1;
+        }
+        if (hi - lo <= 4 * t.cand.size()) {
+          for (std::uint32_t j = lo; j <= hi; ++j)
+            if (t.stamp[j] == b + 1) t.keys.push_back(j);
+        } else {
+          t.keys = t.cand;
+          std::sort(t.keys.begin(), t.keys.end());
+          t.keys.erase(std::unique(t.keys.begin(), t.keys.end()), t.keys.end());
+        }
       }
       // The tile GEMM pays for |union| scores per row: worth it when the rows
       // share most of their keys.
       const bool tiled = std::is_same_v<T, float> && rows > 1 && widest >= 8 && t.keys.size() <= 2 * widest;
       if (tiled) {
+        if (t.pos.size() != c.m) t.pos.assign(c.m, 0);
+        for (std::size_t x = 0; x < t.keys.size(); ++x) t.pos[t.keys[x]] = static_cast<std::uint32_t>(x);
+        // S^T (|union| x rows) = K_union Q_tile^T: K's rows are copied whole,
+        // only the small Q tile is transposed.
         const std::size_t u = t.keys.size();
-        t.kt.resize(c.d * u);
-        for (std::size_t x = 0; x < u; ++x) {
-          const T* kr = c.k.row(t.keys[x]);
-          for (std::size_t y = 0; y < c.d; ++y) t.kt[y * u + x] = kr[y];
-        }
-        t.scores.resize(rows * u);
-        graph_kernels<T>().gemm_nn(rows, u, c.d, static_cast<T>(c.scale), c.q.row(i0), c.q.stride, t.kt.data(), u,
-                                   t.scores.data(), u, false, false);
+        t.ku.resize(u * c.d);
+        for (std::size_t x = 0; x < u; ++x) std::copy_n(c.k.row(t.keys[x]), c.d, t.ku.data() + x * c.d);
+        t.qt.resize(c.d * rows);
+        for (std::size_t r = 0; r < rows; ++r)
+          for (std::size_t y = 0; y < c.d; ++y) t.qt[y * rows + r] = c.q(i0 + r, y);
+        t.scores.resize(u * rows);
+        graph_kernels<T>().gemm_nn(u, rows, c.d, static_cast<T>(c.scale), t.ku.data(), c.d, t.qt.data(), rows,
+                                   t.scores.data(), rows, false, false);
       }
       for (std::size_t r = 0; r < rows; ++r) {
         const std::size_t i = i0 + r, lim = c.limit(i);
         const std::size_t allowed = c.prefix_count[lim];
         if (tiled) {
-          take_row<T>(t, r, s);
+          take_row<T>(t, r, rows, s);
           s.probs.resize(s.keys.size());
           if (!s.keys.empty())
             transform_forward<T>(c.o->transform, ConstMatrix<T>{s.scores.data(), 1, s.keys.size()},

@@ -224,15 +224,21 @@ std::string pareto_svg(const std::vector<SweepPoint>& points, double gold_sparsi
                     "\" viewBox=\"0 0 " + num(width) + " " + num(height) +
                     "\" font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
   svg += "<text x=\"" + num(left) + "\" y=\"24\" font-size=\"15\">" + escape(title) + "</text>\n";
-  for (int t = 0; t <= 10; ++t) {  // grid and ticks
-    const double r = t / 10.0, s = xmin + (1.0 - xmin) * t / 10.0;
+  for (int t = 0; t <= 10; ++t) {  // recall grid and ticks
+    const double r = t / 10.0;
     svg += "<line x1=\"" + num(left) + "\" x2=\"" + num(left + pw) + "\" y1=\"" + num(y(r)) + "\" y2=\"" + num(y(r)) +
            "\" stroke=\"#eee\"/>\n";
     svg += "<text x=\"" + num(left - 6) + "\" y=\"" + num(y(r) + 4) + "\" text-anchor=\"end\">" + format_number(r) +
            "</text>\n";
+  }
+  // Sparsity ticks at round values: every 0.1, or 0.02 on a narrow range.
+  const double step = 1.0 - xmin > 0.3 ? 0.1 : 0.02;
+  const int ticks = static_cast<int>(std::lround((1.0 - xmin) / step));
+  for (int t = 0; t <= ticks; ++t) {
+    const double sx = xmin + step * t;
     char label[16];
-    std::snprintf(label, sizeof label, "%.2f", s);
-    svg += "<text x=\"" + num(x(s)) + "\" y=\"" + num(top + ph + 16) + "\" text-anchor=\"middle\">" + label +
+    std::snprintf(label, sizeof label, step < 0.1 ? "%.2f" : "%.1f", sx);
+    svg += "<text x=\"" + num(x(sx)) + "\" y=\"" + num(top + ph + 16) + "\" text-anchor=\"middle\">" + label +
            "</text>\n";
   }
   svg += "<rect x=\"" + num(left) + "\" y=\"" + num(top) + "\" width=\"" + num(pw) + "\" height=\"" + num(ph) +
