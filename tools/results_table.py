@@ -6,7 +6,8 @@
 Per method: recall of its Pareto frontier at the gold sparsity (linear
 interpolation between frontier points, as `entgraph sweep` prints), the gain
 over the window baseline there, and the frontier point closest to the gold
-sparsity from above. Standard library only.
+sparsity from above; then, on sparsities 0.50..0.99 that both reach, how often
+and by how much each method's frontier is above the window's. Standard library only.
 """
 import json
 import sys
@@ -64,6 +65,27 @@ def table(name, path):
         fit = max(p["fit_seconds"] for p in sweep["points"] if p["method"] == m)
         print(f'| {m} | {"—" if r is None else f"{r:.3f}"} | {gain} | {near} | {fit:.2f} |')
     print()
+    # Where each method's frontier is above the window's, on a grid of
+    # sparsities both reach.
+    if "window" in fronts:
+        print("| method | sparsities compared | frontier above window's | largest gain | largest loss |")
+        print("|---|---|---|---|---|")
+        for m in methods:
+            if m == "window":
+                continue
+            diffs = []
+            for i in range(50, 100):
+                s = i / 100
+                a, w = recall_at(fronts[m], s), recall_at(fronts["window"], s)
+                if a is not None and w is not None:
+                    diffs.append((s, a - w))
+            if not diffs:
+                print(f"| {m} | none | | | |")
+                continue
+            above = sum(1 for _, d in diffs if d > 0)
+            print(f"| {m} | {diffs[0][0]:.2f}–{diffs[-1][0]:.2f} | {above} of {len(diffs)} | "
+                  f"{max(d for _, d in diffs):+.3f} | {min(d for _, d in diffs):+.3f} |")
+        print()
 
 
 if __name__ == "__main__":
