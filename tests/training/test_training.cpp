@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "clustered_capture.hpp"
 #include "entgraph/error.hpp"
 #include "entgraph/graph.hpp"
 #include "entgraph/io/capture.hpp"
@@ -20,40 +21,6 @@
 namespace entgraph::test {
 namespace {
 
-// Tokens belong to clusters; the queries and keys of a cluster point the same
-// way, so entmax attends within clusters and the gold graph is learnable.
-
-Capture clustered_capture(std::size_t layers, std::size_t heads, std::size_t dim,
-                                 std::vector<std::size_t> lengths, std::size_t clusters, bool causal,
-                                 std::uint64_t seed = 11) {
-  Capture c = Capture::make(layers, heads, dim, lengths);
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<double> normal(0.0, 1.0);
-  const std::size_t tokens = c.tokens();
-  for (std::size_t l = 0; l < layers; ++l)
-    for (std::size_t h = 0; h < heads; ++h) {
-      // Cluster directions of norm 4 (different per head).
-      std::vector<double> mu(clusters * dim);
-      for (std::size_t j = 0; j < clusters; ++j) {
-        double norm = 0;
-        for (std::size_t t = 0; t < dim; ++t) {
-          mu[j * dim + t] = normal(rng);
-          norm += mu[j * dim + t] * mu[j * dim + t];
-        }
-        for (std::size_t t = 0; t < dim; ++t) mu[j * dim + t] *= 4.0 / std::sqrt(norm);
-      }
-      const std::size_t base = (l * heads + h) * tokens * dim;
-      for (std::size_t t = 0; t < tokens; ++t) {
-        const std::size_t j = static_cast<std::size_t>(rng() % clusters);
-        for (std::size_t x = 0; x < dim; ++x) {
-          c.queries[base + t * dim + x] = static_cast<float>(mu[j * dim + x] + 0.3 * normal(rng));
-          c.keys[base + t * dim + x] = static_cast<float>(mu[j * dim + x] + 0.3 * normal(rng));
-        }
-      }
-      c.head(l, h).causal = causal;
-    }
-  return c;
-}
 
 
 std::vector<double> random_weights(std::size_t n, std::uint64_t seed) {

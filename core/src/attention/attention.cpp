@@ -38,13 +38,7 @@ namespace {
 
 [[noreturn]] void fail(const char* op, const std::string& what) { throw Error(std::string(op) + ": " + what); }
 
-std::string num(double x) {
-  std::ostringstream s;
-  s.precision(9);
-  s << x;
-  return s.str();
-}
-std::string num(std::size_t x) { return std::to_string(x); }
+using detail::num;
 
 // ---------------------------------------------------------------------------
 // Validation.
@@ -68,12 +62,8 @@ void check_transform(const char* op, const Dims& dims, const AttentionOptions<T>
     case TransformKind::entmax15:
       return;
     case TransformKind::entmax:
-      if (!(t.alpha >= 1.0 && t.alpha <= kMaxEntmaxAlpha))
-        fail(op, "options.transform.alpha is out of range (got " + num(t.alpha) +
-                     ", expected 1 <= alpha <= " + num(kMaxEntmaxAlpha) + ")");
-      return;
     case TransformKind::topk_softmax:
-      if (t.k == 0) fail(op, "options.transform.k is 0 for topk_softmax (got 0, expected k >= 1)");
+      detail::check_transform_scalars(t, op, "options.transform");
       return;
     case TransformKind::adaptive_span:
       if (o.span == nullptr)

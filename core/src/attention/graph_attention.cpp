@@ -35,13 +35,7 @@ constexpr const char* kOp = "graph_attention_forward";
 
 [[noreturn]] void fail(const std::string& what) { throw Error(std::string(kOp) + ": " + what); }
 
-std::string num(double x) {
-  std::ostringstream s;
-  s.precision(9);
-  s << x;
-  return s.str();
-}
-std::string num(std::size_t x) { return std::to_string(x); }
+using detail::num;
 
 // Keys [0, limit) are visible to query i under a causal mask.
 std::size_t causal_limit(std::size_t i, std::size_t n, std::size_t m) {
@@ -56,12 +50,8 @@ void check_transform(const Transform& t) {
     case TransformKind::entmax15:
       return;
     case TransformKind::entmax:
-      if (!(t.alpha >= 1.0 && t.alpha <= kMaxEntmaxAlpha))
-        fail("options.attention.transform.alpha is out of range (got " + num(t.alpha) +
-             ", expected 1 <= alpha <= " + num(kMaxEntmaxAlpha) + ")");
-      return;
     case TransformKind::topk_softmax:
-      if (t.k == 0) fail("options.attention.transform.k is 0 for topk_softmax (got 0, expected k >= 1)");
+      detail::check_transform_scalars(t, kOp, "options.attention.transform");
       return;
     case TransformKind::adaptive_span:
     case TransformKind::constrained_softmax:

@@ -1,8 +1,24 @@
 #include "transforms/row_driver.hpp"
 
+#include <sstream>
 #include <vector>
 
 namespace entgraph::detail {
+
+std::string num(double x) {
+  std::ostringstream s;
+  s.precision(9);
+  s << x;
+  return s.str();
+}
+
+void check_transform_scalars(const Transform& t, const char* op, const std::string& name) {
+  if (t.kind == TransformKind::entmax && !(t.alpha >= 1.0 && t.alpha <= kMaxEntmaxAlpha))
+    throw Error(std::string(op) + ": " + name + ".alpha is out of range (got " + num(t.alpha) +
+                ", expected 1 <= alpha <= " + num(kMaxEntmaxAlpha) + ")");
+  if (t.kind == TransformKind::topk_softmax && t.k == 0)
+    throw Error(std::string(op) + ": " + name + ".k is 0 for topk_softmax (got 0, expected k >= 1)");
+}
 
 std::string shape_text(std::size_t rows, std::size_t cols) { return std::to_string(rows) + "x" + std::to_string(cols); }
 

@@ -11,6 +11,7 @@
 
 #include "entgraph/error.hpp"
 #include "entgraph/matrix_view.hpp"
+#include "entgraph/transforms.hpp"
 #include "kernels/reference/transforms_reference.hpp"
 #include "runtime/parallel.hpp"
 
@@ -18,6 +19,13 @@ namespace entgraph::detail {
 
 // "(got 3x4, expected 3x5)" style shape text.
 std::string shape_text(std::size_t rows, std::size_t cols);
+// Checks the scalar parameter of an entmax (alpha) or top-k (k) transform;
+// name is how the caller's argument is called ("options.transform"). Other
+// kinds pass.
+void check_transform_scalars(const Transform& t, const char* op, const std::string& name);
+// Numbers in error messages: doubles with 9 significant digits.
+std::string num(double x);
+inline std::string num(std::size_t x) { return std::to_string(x); }
 
 // Throws unless `view` has data (when not empty) and a row stride that fits
 // its rows (a single row may have any stride).
