@@ -338,6 +338,28 @@ TEST_SUITE("attention") {
     CHECK(recomputed > 0);
   }
 
+  TEST_CASE("graph attention: certify = false gives the same output and certifies only full rows") {
+    for (const Transform& t : certifiable_transforms())
+      for (double density : {0.2, 0.6, 1.0}) {
+        CAPTURE(test::describe(t));
+        CAPTURE(density);
+        const CertProblem p = cert_problem(20, 28, 4, 5);
+        const Graph g = cert_graph(20, 28, density, 9);
+        GraphAttentionOptions<float> o;
+        o.attention.transform = t;
+        o.attention.scale = 1.0;
+        GraphAttentionReport checked, fast;
+        const Matrix<float> a = graph_attention<float>(p.q, p.k, p.v, g, o, &checked);
+        o.certify = false;
+        const Matrix<float> b = graph_attention<float>(p.q, p.k, p.v, g, o, &fast);
+        CHECK(test::max_abs_diff(a, b) == 0.0);
+        for (std::size_t i = 0; i < 20; ++i) {
+          CHECK(fast.certified[i] == (g.degree(i) == 28 ? 1 : 0));
+          CHECK(fast.certified[i] <= checked.certified[i]);
+        }
+      }
+  }
+
   TEST_CASE("graph attention: softmax on the full graph is dense softmax; a missing key leaves the row uncertified") {
     for (bool causal : {false, true}) {
       CAPTURE(causal);
