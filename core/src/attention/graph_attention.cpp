@@ -262,6 +262,7 @@ struct TileScratch {
   std::vector<std::size_t> stamp;       // per key: 1 + the last tile that holds it
   std::vector<std::uint32_t> pos;       // per key of the union: its index in keys
   std::vector<T> ku, qt, scores;        // K of the union (|union| x d), Q^T of the tile (d x rows), S^T
+  std::vector<T> block, probs, vu;      // fast path: scores and P (rows x |union|), V of the union
 };
 
 // Fills s.keys / s.scores of row r of the tile from the tile's block of
@@ -272,6 +273,35 @@ void take_row(const TileScratch<T>& t, std::size_t r, std::size_t rows, Scratch<
                 t.cand.begin() + static_cast<std::ptrdiff_t>(t.start[r + 1]));
   s.scores.resize(s.keys.size());
   for (std::size_t x = 0; x < s.keys.size(); ++x) s.scores[x] = t.scores[t.pos[s.keys[x]] * rows + r];
+}
+
+// Transforms for which -inf scores stand exactly for "not a candidate".
+bool tile_transform(const Transform& t) {
+  return t.kind == TransformKind::softmax || t.kind == TransformKind::sparsemax ||
+         t.kind == TransformKind::entmax15 || t.kind == TransformKind::entmax;
+}
+
+// The fast path of a tile (no certificates): the tile's rows as one block of
+// scores over the union, -inf where a key is not a row's candidate, one
+// transform call for the block and one GEMM for P V_union.
+template <class T>
+void whole_tile(const Shared<T>& c, TileScratch<T>& t, std::size_t i0, std::size_t rows, MatrixView<T> out,
+                std::vector<std::uint8_t>& certified) {
+  const std::size_t u = t.keys.size();
+  t.block.assign(rows * u, -std::numeric_limits<T>::infinity());
+  for (std::size_t r = 0; r < rows; ++r)
+    for (std::size_t x = t.start[r]; x < t.start[r + 1]; ++x) {
+      const std::size_t p = t.pos[t.cand[x]];
+      t.block[r * u + p] = t.scores[p * rows + r];
+    }
+  t.probs.resize(rows * u);
+  transform_forward<T>(c.o->transform, ConstMatrix<T>{t.block.data(), rows, u}, MatrixView<T>{t.probs.data(), rows, u});
+  t.vu.resize(u * c.dv);
+  for (std::size_t x = 0; x < u; ++x) std::copy_n(c.v.row(t.keys[x]), c.dv, t.vu.data() + x * c.dv);
+  graph_kernels<T>().gemm_nn(rows, c.dv, u, T(1), t.probs.data(), u, t.vu.data(), c.dv, out.row(i0), out.stride, false,
+                             true);
+  for (std::size_t r = 0; r < rows; ++r)
+    certified[i0 + r] = t.start[r + 1] - t.start[r] == c.prefix_count[c.limit(i0 + r)] ? 1 : 0;
 }
 
 template <class T>
@@ -298,7 +328,27 @@ void run(const Shared<T>& c, bool recompute, MatrixView<T> out, std::vector<std:
       // The union: stamp the candidates, then scan the range they span when
       // it is short (windows, neighbourhoods), else sort them.
       t.keys.clear();
-      if (!t.cand.empty()) {
+      // Rows that are each one run of consecutive keys (windows): the union
+      // is one run too when the runs overlap or touch.
+      bool runs = !t.cand.empty();
+      std::uint32_t run_lo = 0, run_hi = 0;
+      for (std::size_t r = 0; r < rows && runs; ++r) {
+        const std::size_t a = t.start[r], e = t.start[r + 1];
+        if (a == e) continue;
+        const std::uint32_t lo = t.cand[a], hi = t.cand[e - 1];
+        runs = hi - lo + 1 == e - a;
+        if (a == 0 || run_lo > run_hi) {
+          run_lo = lo;
+          run_hi = hi;
+        } else {
+          runs = runs && lo <= run_hi + 1 && hi + 1 >= run_lo;
+          run_lo = std::min(run_lo, lo);
+          run_hi = std::max(run_hi, hi);
+        }
+      }
+      if (runs) {
+        for (std::uint32_t j = run_lo; j <= run_hi; ++j) t.keys.push_back(j);
+      } else if (!t.cand.empty()) {
         if (t.stamp.size() != c.m) t.stamp.assign(c.m, 0);
         std::uint32_t lo = t.cand.front(), hi = t.cand.front();
         for (std::uint32_t j : t.cand) {
@@ -332,6 +382,10 @@ void run(const Shared<T>& c, bool recompute, MatrixView<T> out, std::vector<std:
         t.scores.resize(u * rows);
         graph_kernels<T>().gemm_nn(u, rows, c.d, static_cast<T>(c.scale), t.ku.data(), c.d, t.qt.data(), rows,
                                    t.scores.data(), rows, false, false);
+        if (!c.certify && !recompute && tile_transform(c.o->transform)) {
+          whole_tile<T>(c, t, i0, rows, out, certified);
+          continue;
+        }
       }
       for (std::size_t r = 0; r < rows; ++r) {
         const std::size_t i = i0 + r, lim = c.limit(i);
