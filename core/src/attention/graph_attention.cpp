@@ -262,7 +262,7 @@ struct TileScratch {
   std::vector<std::size_t> stamp;       // per key: 1 + the last tile that holds it
   std::vector<std::uint32_t> pos;       // per key of the union: its index in keys
   std::vector<T> ku, qt, scores;        // K of the union (|union| x d), Q^T of the tile (d x rows), S^T
-  std::vector<T> block, probs, vu;      // fast path: scores and P (rows x |union|), V of the union
+  std::vector<T> block, probs, vu, out; // fast path: scores and P (rows x |union|), V of the union, P V
 };
 
 // Fills s.keys / s.scores of row r of the tile from the tile's block of
@@ -285,8 +285,8 @@ bool tile_transform(const Transform& t) {
 // scores over the union, -inf where a key is not a row's candidate, one
 // transform call for the block and one GEMM for P V_union.
 template <class T>
-void whole_tile(const Shared<T>& c, TileScratch<T>& t, std::size_t i0, std::size_t rows, MatrixView<T> out,
-                std::vector<std::uint8_t>& certified) {
+void whole_tile(const Shared<T>& c, TileScratch<T>& t, const std::uint32_t* ids, std::size_t rows,
+                MatrixView<T> out, std::vector<std::uint8_t>& certified) {
   const std::size_t u = t.keys.size();
   t.block.assign(rows * u, -std::numeric_limits<T>::infinity());
   for (std::size_t r = 0; r < rows; ++r)
@@ -298,10 +298,13 @@ void whole_tile(const Shared<T>& c, TileScratch<T>& t, std::size_t i0, std::size
   transform_forward<T>(c.o->transform, ConstMatrix<T>{t.block.data(), rows, u}, MatrixView<T>{t.probs.data(), rows, u});
   t.vu.resize(u * c.dv);
   for (std::size_t x = 0; x < u; ++x) std::copy_n(c.v.row(t.keys[x]), c.dv, t.vu.data() + x * c.dv);
-  graph_kernels<T>().gemm_nn(rows, c.dv, u, T(1), t.probs.data(), u, t.vu.data(), c.dv, out.row(i0), out.stride, false,
+  t.out.resize(rows * c.dv);
+  graph_kernels<T>().gemm_nn(rows, c.dv, u, T(1), t.probs.data(), u, t.vu.data(), c.dv, t.out.data(), c.dv, false,
                              true);
-  for (std::size_t r = 0; r < rows; ++r)
-    certified[i0 + r] = t.start[r + 1] - t.start[r] == c.prefix_count[c.limit(i0 + r)] ? 1 : 0;
+  for (std::size_t r = 0; r < rows; ++r) {
+    std::copy_n(t.out.data() + r * c.dv, c.dv, out.row(ids[r]));
+    certified[ids[r]] = t.start[r + 1] - t.start[r] == c.prefix_count[c.limit(ids[r])] ? 1 : 0;
+  }
 }
 
 template <class T>
@@ -309,18 +312,31 @@ void run(const Shared<T>& c, bool recompute, MatrixView<T> out, std::vector<std:
          std::vector<std::uint8_t>& recomputed) {
   const std::size_t avg_degree = c.graph->edges() / c.n + 1;
   const std::size_t tiles = (c.n + kTile - 1) / kTile;
+  // Tiles take queries in the order of their first key, then their degree
+  // (stable): queries of one bucket, whose rows are equal, end up in the same
+  // tiles; for windows this is the identity.
+  std::vector<std::uint32_t> order(c.n);
+  for (std::size_t i = 0; i < c.n; ++i) order[i] = static_cast<std::uint32_t>(i);
+  auto first_key = [&](std::uint32_t i) {
+    return c.graph->degree(i) == 0 ? std::numeric_limits<std::uint32_t>::max() : *c.graph->row_begin(i);
+  };
+  std::stable_sort(order.begin(), order.end(), [&](std::uint32_t a, std::uint32_t b) {
+    const std::uint32_t fa = first_key(a), fb = first_key(b);
+    return fa != fb ? fa < fb : c.graph->degree(a) < c.graph->degree(b);
+  });
   detail::parallel_for(tiles, detail::grain_for(kTile * (avg_degree * (c.d + c.dv) + c.d)), [&](std::size_t b0,
                                                                                                std::size_t b1) {
     Scratch<T> s;
     TileScratch<T> t;
     for (std::size_t b = b0; b < b1; ++b) {
       const std::size_t i0 = b * kTile, rows = std::min(kTile, c.n - i0);
+      const std::uint32_t* ids = order.data() + i0;  // the tile's queries
       t.cand.clear();
       t.start.assign(1, 0);
       std::size_t widest = 0;
       for (std::size_t r = 0; r < rows; ++r) {
-        const std::size_t lim = c.limit(i0 + r);
-        for (const std::uint32_t* p = c.graph->row_begin(i0 + r); p != c.graph->row_end(i0 + r) && *p < lim; ++p)
+        const std::size_t lim = c.limit(ids[r]);
+        for (const std::uint32_t* p = c.graph->row_begin(ids[r]); p != c.graph->row_end(ids[r]) && *p < lim; ++p)
           if (c.kept(*p)) t.cand.push_back(*p);
         t.start.push_back(t.cand.size());
         widest = std::max(widest, t.start[r + 1] - t.start[r]);
@@ -378,17 +394,17 @@ void run(const Shared<T>& c, bool recompute, MatrixView<T> out, std::vector<std:
         for (std::size_t x = 0; x < u; ++x) std::copy_n(c.k.row(t.keys[x]), c.d, t.ku.data() + x * c.d);
         t.qt.resize(c.d * rows);
         for (std::size_t r = 0; r < rows; ++r)
-          for (std::size_t y = 0; y < c.d; ++y) t.qt[y * rows + r] = c.q(i0 + r, y);
+          for (std::size_t y = 0; y < c.d; ++y) t.qt[y * rows + r] = c.q(ids[r], y);
         t.scores.resize(u * rows);
         graph_kernels<T>().gemm_nn(u, rows, c.d, static_cast<T>(c.scale), t.ku.data(), c.d, t.qt.data(), rows,
                                    t.scores.data(), rows, false, false);
         if (!c.certify && !recompute && tile_transform(c.o->transform)) {
-          whole_tile<T>(c, t, i0, rows, out, certified);
+          whole_tile<T>(c, t, ids, rows, out, certified);
           continue;
         }
       }
       for (std::size_t r = 0; r < rows; ++r) {
-        const std::size_t i = i0 + r, lim = c.limit(i);
+        const std::size_t i = ids[r], lim = c.limit(i);
         const std::size_t allowed = c.prefix_count[lim];
         if (tiled) {
           take_row<T>(t, r, rows, s);

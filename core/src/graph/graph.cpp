@@ -104,7 +104,9 @@ Graph Graph::from_buckets(MatrixView<const std::uint32_t> query_buckets, MatrixV
           g.indices.push_back(members[p]);
         }
     }
-    std::sort(g.indices.begin() + static_cast<std::ptrdiff_t>(row_start), g.indices.end());
+    // One bucket's members are already in key order: sort only merged lists.
+    const auto row = g.indices.begin() + static_cast<std::ptrdiff_t>(row_start);
+    if (!std::is_sorted(row, g.indices.end())) std::sort(row, g.indices.end());
     g.offsets[i + 1] = g.indices.size();
   }
   return g;
