@@ -1,6 +1,6 @@
 # Thin driver over CMake presets. `make demo` and `make test` install what is
 # missing (Debian packages), build, and run; see README.md.
-.PHONY: all deps build demo test test-release test-debug test-tsan bench clean
+.PHONY: all deps build demo test test-release test-debug test-tsan wasm bench clean
 
 all: build
 
@@ -43,6 +43,12 @@ test-tsan: deps
 # Release suite (with CLI and install tests), then the sanitizer build of the
 # core tests; ctest's summary of each is printed, the sanitizer one last.
 test: test-release test-debug
+
+# The core library compiled to WebAssembly with Debian's emscripten (needs
+# the emscripten package; not part of `make test` yet).
+wasm: deps
+	cmake --preset wasm
+	cmake --build --preset wasm
 
 bench: build
 	./build/release/native/bench/entgraph_bench --benchmark_format=console
