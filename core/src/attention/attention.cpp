@@ -47,12 +47,6 @@ struct Dims {
   std::size_t n = 0, m = 0, d = 0, dv = 0;
 };
 
-// Number of keys visible to query i (a prefix [0, limit) under a causal mask).
-std::size_t causal_limit(std::size_t i, std::size_t n, std::size_t m) {
-  const long long lim = static_cast<long long>(i) + static_cast<long long>(m) - static_cast<long long>(n) + 1;
-  return lim <= 0 ? 0 : std::min<std::size_t>(static_cast<std::size_t>(lim), m);
-}
-
 template <class T>
 void check_transform(const char* op, const Dims& dims, const AttentionOptions<T>& o) {
   const Transform& t = o.transform;
@@ -94,7 +88,7 @@ void check_transform(const char* op, const Dims& dims, const AttentionOptions<T>
         count[j + 1] = count[j] + (kept ? 1 : 0);
       }
       for (std::size_t i = 0; i < dims.n; ++i) {
-        const std::size_t lim = o.causal ? causal_limit(i, dims.n, dims.m) : dims.m;
+        const std::size_t lim = o.causal ? causal_key_limit(i, dims.n, dims.m) : dims.m;
         if (count[lim] == 0) continue;  // fully masked: a zero row, no constraint
         if (prefix[lim] < 1.0 - 1e-6)   // the transforms' own tolerance
           fail(op, "options.upper: the bounds of the keys visible to query " + num(i) + " sum to less than 1 (got " +
@@ -197,18 +191,18 @@ struct Context {
     return r0 + std::min(dims.n - r0, o->block_rows);
   }
   // Keys visible to some query of [r0, r1): [0, visible_end(r1)).
-  std::size_t visible_end(std::size_t r1) const { return o->causal ? causal_limit(r1 - 1, dims.n, dims.m) : dims.m; }
+  std::size_t visible_end(std::size_t r1) const { return o->causal ? causal_key_limit(r1 - 1, dims.n, dims.m) : dims.m; }
 
   // The keep-mask of rows [r0, r1) x keys [0, cols), or an empty view if every
   // entry is kept.
   MaskView block_mask(std::size_t r0, std::size_t r1, std::size_t cols, Scratch<T>& s) const {
-    const bool causal_cuts = o->causal && causal_limit(r0, dims.n, dims.m) < cols;
+    const bool causal_cuts = o->causal && causal_key_limit(r0, dims.n, dims.m) < cols;
     if (!causal_cuts && o->key_padding == nullptr) return {};
     const std::size_t rows = r1 - r0;
     s.mask.resize(rows * cols);
     for (std::size_t i = 0; i < rows; ++i) {
       std::uint8_t* row = s.mask.data() + i * cols;
-      const std::size_t lim = o->causal ? std::min(cols, causal_limit(r0 + i, dims.n, dims.m)) : cols;
+      const std::size_t lim = o->causal ? std::min(cols, causal_key_limit(r0 + i, dims.n, dims.m)) : cols;
       for (std::size_t j = 0; j < lim; ++j) row[j] = o->key_padding == nullptr || o->key_padding[j] != 0;
       std::fill(row + lim, row + cols, std::uint8_t(0));
     }
@@ -223,7 +217,7 @@ struct Context {
     constexpr T kNegInf = -std::numeric_limits<T>::infinity();
     for (std::size_t i = 0; i < r1 - r0; ++i) {
       T* row = sp + i * lds;
-      const std::size_t lim = o->causal ? std::min(cols, causal_limit(r0 + i, dims.n, dims.m)) : cols;
+      const std::size_t lim = o->causal ? std::min(cols, causal_key_limit(r0 + i, dims.n, dims.m)) : cols;
       std::fill(row + lim, row + cols, kNegInf);
       for (std::size_t j : padded_keys) {
         if (j >= lim) break;

@@ -37,12 +37,6 @@ constexpr const char* kOp = "graph_attention_forward";
 
 using detail::num;
 
-// Keys [0, limit) are visible to query i under a causal mask.
-std::size_t causal_limit(std::size_t i, std::size_t n, std::size_t m) {
-  const long long lim = static_cast<long long>(i) + static_cast<long long>(m) - static_cast<long long>(n) + 1;
-  return lim <= 0 ? 0 : std::min<std::size_t>(static_cast<std::size_t>(lim), m);
-}
-
 void check_transform(const Transform& t) {
   switch (t.kind) {
     case TransformKind::softmax:
@@ -134,7 +128,7 @@ struct Shared {
   std::vector<double> block_max, block_min;
 
   bool kept(std::size_t j) const { return o->key_padding == nullptr || o->key_padding[j] != 0; }
-  std::size_t limit(std::size_t i) const { return o->causal ? causal_limit(i, n, m) : m; }
+  std::size_t limit(std::size_t i) const { return o->causal ? causal_key_limit(i, n, m) : m; }
 };
 
 // float runs on the SIMD kernels of the current ISA, double on the reference.

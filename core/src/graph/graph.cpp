@@ -6,6 +6,7 @@
 #include <string>
 #include <utility>
 
+#include "entgraph/attention.hpp"
 #include "entgraph/error.hpp"
 #include "entgraph/runtime.hpp"
 #include "entgraph/transforms.hpp"
@@ -13,13 +14,6 @@
 
 namespace entgraph {
 namespace {
-
-// Largest key a causal query i may see, plus one: keys j <= i + (m - n), as
-// in attention.hpp (with n > m the first n - m queries see no key).
-std::size_t causal_end(std::size_t i, std::size_t n, std::size_t m) {
-  if (i + 1 + m <= n) return 0;
-  return std::min(m, i + 1 + m - n);
-}
 
 void check_index_range(std::size_t n, std::size_t m, const char* what) {
   if (m > std::numeric_limits<std::uint32_t>::max() || n > std::numeric_limits<std::uint32_t>::max())
@@ -51,7 +45,7 @@ Graph Graph::empty(std::size_t n, std::size_t m) {
 Graph Graph::full(std::size_t n, std::size_t m, bool causal) {
   Graph g = empty(n, m);
   for (std::size_t i = 0; i < n; ++i) {
-    const std::size_t end = causal ? causal_end(i, n, m) : m;
+    const std::size_t end = causal ? causal_key_limit(i, n, m) : m;
     for (std::size_t j = 0; j < end; ++j) g.indices.push_back(static_cast<std::uint32_t>(j));
     g.offsets[i + 1] = g.indices.size();
   }
@@ -166,7 +160,7 @@ std::size_t intersection_count(const Graph& a, const Graph& b, bool causal) {
   std::size_t count = 0;
   for (std::size_t i = 0; i < a.queries; ++i) {
     const std::uint32_t end =
-        static_cast<std::uint32_t>(causal ? causal_end(i, a.queries, a.keys) : a.keys);
+        static_cast<std::uint32_t>(causal ? causal_key_limit(i, a.queries, a.keys) : a.keys);
     const std::uint32_t *x = a.row_begin(i), *xe = std::lower_bound(x, a.row_end(i), end);
     const std::uint32_t *y = b.row_begin(i), *ye = std::lower_bound(y, b.row_end(i), end);
     while (x != xe && y != ye) {
@@ -189,7 +183,7 @@ std::size_t allowed_edge_count(const Graph& g, bool causal) {
   std::size_t count = 0;
   for (std::size_t i = 0; i < g.queries; ++i)
     count += static_cast<std::size_t>(
-        std::lower_bound(g.row_begin(i), g.row_end(i), static_cast<std::uint32_t>(causal_end(i, g.queries, g.keys))) -
+        std::lower_bound(g.row_begin(i), g.row_end(i), static_cast<std::uint32_t>(causal_key_limit(i, g.queries, g.keys))) -
         g.row_begin(i));
   return count;
 }
@@ -197,7 +191,7 @@ std::size_t allowed_edge_count(const Graph& g, bool causal) {
 std::size_t allowed_pair_count(std::size_t n, std::size_t m, bool causal) {
   if (!causal) return n * m;
   std::size_t count = 0;
-  for (std::size_t i = 0; i < n; ++i) count += causal_end(i, n, m);
+  for (std::size_t i = 0; i < n; ++i) count += causal_key_limit(i, n, m);
   return count;
 }
 
@@ -222,7 +216,7 @@ Graph gold_graph(MatrixView<const float> q, MatrixView<const float> k, const Hea
                false, false);
     if (settings.causal)
       for (std::size_t i = 0; i < rows; ++i)
-        std::fill(scores.begin() + static_cast<std::ptrdiff_t>(i * m + causal_end(r0 + i, n, m)),
+        std::fill(scores.begin() + static_cast<std::ptrdiff_t>(i * m + causal_key_limit(r0 + i, n, m)),
                   scores.begin() + static_cast<std::ptrdiff_t>((i + 1) * m), -std::numeric_limits<float>::infinity());
     transform_forward<float>(transform, {scores.data(), rows, m}, {probs.data(), rows, m});
     for (std::size_t i = 0; i < rows; ++i) {

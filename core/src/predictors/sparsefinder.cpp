@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "entgraph/attention.hpp"
 #include "entgraph/error.hpp"
 #include "entgraph/training/kmeans.hpp"
 #include "entgraph/training/progress.hpp"
@@ -248,9 +249,7 @@ class DistancePredictor final : public SparsefinderBase {
         auto it = std::lower_bound(first.begin(), first.end(), lo,
                                    [](float v, double x) { return static_cast<double>(v) < x; });
         std::vector<std::uint32_t>& row = rows[i];
-        // Allowed keys: j <= i + (m - n) under the causal mask.
-        const long long last = static_cast<long long>(i) + static_cast<long long>(m) - static_cast<long long>(n);
-        const std::size_t limit = !causal ? m : last < 0 ? 0 : std::min(m, static_cast<std::size_t>(last) + 1);
+        const std::size_t limit = causal ? causal_key_limit(i, n, m) : m;
         for (std::size_t p = static_cast<std::size_t>(it - first.begin()); p < m; ++p) {
           if (static_cast<double>(first[p]) > hi) break;
           const std::uint32_t j = order[p];
