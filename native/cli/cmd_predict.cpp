@@ -9,7 +9,6 @@
 #include "args.hpp"
 #include "commands.hpp"
 #include "entgraph/error.hpp"
-#include "entgraph/gold_stats.hpp"
 #include "entgraph/io/capture.hpp"
 #include "entgraph/predictors/predictor.hpp"
 #include "entgraph/predictors/sweep.hpp"
@@ -167,27 +166,21 @@ int run_sweep(const std::vector<std::string>& raw) {
   if (args.has("no-window")) options.windows = {-1};
   options.fit.quiet = args.has("quiet");
 
-  std::vector<SweepPoint> all;
-  double gold = 0.0;
+  std::vector<SweepGrid> grids;
   for (const std::string& method : methods) {
-    SweepGrid grid = default_grid(method);  // throws for an unknown method
+    grids.push_back(default_grid(method));  // throws for an unknown method
     // Shared settings apply to the methods that know them.
-    options.base.clear();
     for (const auto& [k, v] : settings) {
-      PredictorSettings one = {{k, v}};
       try {
-        make_predictor(method, one);
-        options.base[k] = v;
+        make_predictor(method, {{k, v}});
+        grids.back().settings[k] = v;
       } catch (const Error&) {
       }
     }
-    if (!args.has("quiet")) std::fprintf(stderr, "sweep: %s (%zu values)\n", method.c_str(), grid.values.size());
-    std::vector<SweepPoint> points = run_sweep(grid, train, test, options);
-    all.insert(all.end(), points.begin(), points.end());
   }
-  for (std::size_t l = 0; l < test.layers; ++l)
-    for (std::size_t h = 0; h < test.heads; ++h)
-      gold += gold_stats(test, l, h).sparsity() / static_cast<double>(test.layers * test.heads);
+  const SweepResult sweep = run_sweep(grids, train, test, options);
+  const std::vector<SweepPoint>& all = sweep.points;
+  const double gold = sweep.gold_sparsity;
   const std::filesystem::path out(*args.get("out"));
   std::error_code ec;
   std::filesystem::create_directories(out, ec);

@@ -52,14 +52,6 @@ EvalReport evaluate_with(const Predictor& predictor, const Capture& c, const Gol
   return r;
 }
 
-// Settings kept fixed during a method's sweep, so that the union window is
-// the only source of locality (as in the paper).
-PredictorSettings fixed_settings(const std::string& method) {
-  if (method == "longformer") return {{"window", "0"}};
-  if (method == "bigbird") return {{"window", "0"}, {"global", "0"}};
-  return {};
-}
-
 std::string format_number(double x) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.6g", x);
@@ -95,52 +87,70 @@ std::vector<long> default_windows() { return {0, 1, 3, 5, 7, 9, 11, 15, 19, 23, 
 
 SweepGrid default_grid(const std::string& method) {
   const std::vector<std::string> b = {"2", "4", "6", "8", "10", "12", "16", "20"};
-  if (method == "window") return {method, "window", {"0", "1", "3", "5", "7", "9", "11", "15", "19", "23", "27"}};
-  if (method == "global") return {method, "global", {"1", "2", "4", "8", "16"}};
-  if (method == "longformer") return {method, "global", b};
-  if (method == "bigbird") return {method, "random", b};
-  if (method == "reformer") return {method, "buckets", {"2", "4", "6", "8", "10", "12"}};
-  if (method == "routing") return {method, "clusters", {"2", "4", "6", "8", "10"}};
+  if (method == "window") return {method, "window", {"0", "1", "3", "5", "7", "9", "11", "15", "19", "23", "27"}, {}};
+  if (method == "global") return {method, "global", {"1", "2", "4", "8", "16"}, {}};
+  // Longformer and BigBird keep no window of their own, so that the union
+  // window is their only source of locality (as in the paper).
+  if (method == "longformer") return {method, "global", b, {{"window", "0"}}};
+  if (method == "bigbird") return {method, "random", b, {{"window", "0"}, {"global", "0"}}};
+  if (method == "reformer") return {method, "buckets", {"2", "4", "6", "8", "10", "12"}, {}};
+  if (method == "routing") return {method, "clusters", {"2", "4", "6", "8", "10"}, {}};
   if (method == "sparsefinder-distance")
-    return {method, "t", {"0.5", "1.0", "1.5", "2.0", "2.5", "3.0", "3.5", "4.0", "4.5", "5.0"}};
-  if (method == "sparsefinder-quantization") return {method, "buckets", b};
-  if (method == "sparsefinder-kmeans") return {method, "clusters", b};
+    return {method, "t", {"0.5", "1.0", "1.5", "2.0", "2.5", "3.0", "3.5", "4.0", "4.5", "5.0"}, {}};
+  if (method == "sparsefinder-quantization") return {method, "buckets", b, {}};
+  if (method == "sparsefinder-kmeans") return {method, "clusters", b, {}};
   throw Error("default_grid: no grid for method '" + method + "'");
 }
 
-std::vector<SweepPoint> run_sweep(const SweepGrid& grid, const Capture& train, const Capture& test,
-                                  const SweepOptions& options) {
+SweepResult run_sweep(const std::vector<SweepGrid>& grids, const Capture& train, const Capture& test,
+                      const SweepOptions& options) {
   if (train.layers != test.layers || train.heads != test.heads || train.head_dim != test.head_dim)
     throw Error("run_sweep: the train and test captures have different layers, heads or head_dim");
   const GoldGraphs gold(test);
-  // The window method's own parameter is the window: no union on top.
-  const std::vector<long> windows = grid.method == "window" ? std::vector<long>{-1} : options.windows;
-  std::vector<SweepPoint> points;
-  for (const std::string& value : grid.values) {
-    PredictorSettings settings = options.base;
-    for (const auto& [k, v] : fixed_settings(grid.method)) settings.emplace(k, v);
-    if (!grid.parameter.empty()) settings[grid.parameter] = value;
-    std::unique_ptr<Predictor> p = make_predictor(grid.method, settings);
-    const auto t0 = std::chrono::steady_clock::now();
-    if (p->learned()) p->fit(train, options.fit);
-    const double fit_seconds = seconds_since(t0);
-    for (long w : windows) {
-      p->set_union_patterns(w, options.global);
-      const EvalReport r = evaluate_with(*p, test, gold);
-      SweepPoint pt;
-      pt.method = grid.method;
-      pt.parameter = grid.parameter;
-      pt.value = value;
-      pt.window = w;
-      pt.sparsity = r.sparsity;
-      pt.recall = r.recall;
-      pt.fit_seconds = fit_seconds;
-      pt.predict_seconds = r.predict_seconds;
-      points.push_back(pt);
+  SweepResult result;
+  for (std::size_t l = 0; l < test.layers; ++l)
+    for (std::size_t h = 0; h < test.heads; ++h) {
+      std::size_t edges = 0, allowed = 0;
+      for (std::size_t s = 0; s < test.sequences(); ++s) {
+        const Graph& g = gold.graphs[(l * test.heads + h) * test.sequences() + s];
+        edges += g.edges();
+        allowed += allowed_pair_count(g.queries, g.keys, test.head(l, h).causal);
+      }
+      const double sparsity = allowed == 0 ? 0.0 : 1.0 - static_cast<double>(edges) / static_cast<double>(allowed);
+      result.gold_sparsity += sparsity / static_cast<double>(test.layers * test.heads);
     }
+  for (const SweepGrid& grid : grids) {
+    if (!options.fit.quiet)
+      std::fprintf(stderr, "sweep: %s (%zu values)\n", grid.method.c_str(), grid.values.size());
+    // The window method's own parameter is the window: no union on top.
+    const std::vector<long> windows = grid.method == "window" ? std::vector<long>{-1} : options.windows;
+    std::vector<SweepPoint> points;
+    for (const std::string& value : grid.values) {
+      PredictorSettings settings = grid.settings;
+      if (!grid.parameter.empty()) settings[grid.parameter] = value;
+      std::unique_ptr<Predictor> p = make_predictor(grid.method, settings);
+      const auto t0 = std::chrono::steady_clock::now();
+      if (p->learned()) p->fit(train, options.fit);
+      const double fit_seconds = seconds_since(t0);
+      for (long w : windows) {
+        p->set_union_patterns(w, options.global);
+        const EvalReport r = evaluate_with(*p, test, gold);
+        SweepPoint pt;
+        pt.method = grid.method;
+        pt.parameter = grid.parameter;
+        pt.value = value;
+        pt.window = w;
+        pt.sparsity = r.sparsity;
+        pt.recall = r.recall;
+        pt.fit_seconds = fit_seconds;
+        pt.predict_seconds = r.predict_seconds;
+        points.push_back(pt);
+      }
+    }
+    for (std::size_t i : pareto_front(points)) points[i].pareto = true;
+    result.points.insert(result.points.end(), points.begin(), points.end());
   }
-  for (std::size_t i : pareto_front(points)) points[i].pareto = true;
-  return points;
+  return result;
 }
 
 std::vector<std::size_t> pareto_front(const std::vector<SweepPoint>& points) {

@@ -42,6 +42,7 @@ struct SweepGrid {
   std::string method;
   std::string parameter;  // empty: the method has no own parameter (window, where the window is the union)
   std::vector<std::string> values;
+  PredictorSettings settings;  // shared by every point of this grid (e.g. r, seed)
 };
 // The paper's grid for a method (docs/PREDICTORS.md lists them).
 SweepGrid default_grid(const std::string& method);
@@ -58,15 +59,21 @@ struct SweepPoint {
 };
 
 struct SweepOptions {
-  PredictorSettings base;              // settings shared by every point (e.g. r, seed)
   std::vector<long> windows = default_windows();  // may be {-1}: no union window
   std::size_t global = 0;              // extra_global of every point
   FitOptions fit;
 };
 
-// Runs the grid; marks each point's pareto flag within the method.
-std::vector<SweepPoint> run_sweep(const SweepGrid& grid, const Capture& train, const Capture& test,
-                                  const SweepOptions& options);
+struct SweepResult {
+  std::vector<SweepPoint> points;  // grid after grid
+  double gold_sparsity = 0.0;      // mean over the test capture's heads
+};
+
+// Runs the grids; the test capture's gold graphs are computed once for all.
+// Marks each point's pareto flag within its method. With options.fit.quiet
+// false, prints one line per grid on stderr.
+SweepResult run_sweep(const std::vector<SweepGrid>& grids, const Capture& train, const Capture& test,
+                      const SweepOptions& options);
 
 // Indices of the points not dominated in (sparsity, recall): no other point
 // has both >= and one >. Sorted by sparsity.
