@@ -29,6 +29,18 @@ namespace {
 
 
 
+// The projection of layer 0, head 0 as saved in a parameter file's "parameters".
+Projection saved_projection(const nlohmann::json& parameters, std::size_t dim, std::size_t rank) {
+  Projection pr;
+  pr.dim = dim;
+  pr.rank = rank;
+  for (const auto& row : parameters["wq"][0][0])
+    for (const auto& x : row) pr.wq.push_back(x.get<float>());
+  for (const auto& row : parameters["wk"][0][0])
+    for (const auto& x : row) pr.wk.push_back(x.get<float>());
+  return pr;
+}
+
 const std::vector<std::string> kLearned = {"sparsefinder-distance", "sparsefinder-quantization",
                                            "sparsefinder-kmeans"};
 
@@ -112,13 +124,7 @@ TEST_CASE("sparsefinder-distance equals the brute-force threshold graph") {
     auto p = make_predictor("sparsefinder-distance", {{"t", t}, {"seed", "4"}});
     p->fit(c, {});
     const auto j = nlohmann::json::parse(p->to_json())["parameters"];
-    Projection pr;
-    pr.dim = 16;
-    pr.rank = 4;
-    for (const auto& row : j["wq"][0][0])
-      for (const auto& x : row) pr.wq.push_back(x.get<float>());
-    for (const auto& row : j["wk"][0][0])
-      for (const auto& x : row) pr.wk.push_back(x.get<float>());
+    const Projection pr = saved_projection(j, 16, 4);
     const std::vector<float> qp = pr.project_queries(c.queries_of(0, 0, 0)), kp = pr.project_keys(c.keys_of(0, 0, 0));
     for (bool causal : {false, true}) {
       CAPTURE(t);
@@ -151,13 +157,7 @@ TEST_CASE("sparsefinder-quantization bins are balanced on the training capture")
   const auto j = nlohmann::json::parse(p->to_json())["parameters"];
   REQUIRE(j["edges"][0][0].size() == 4);
   REQUIRE(j["edges"][0][0][0].size() == 3);
-  Projection pr;
-  pr.dim = 16;
-  pr.rank = 4;
-  for (const auto& row : j["wq"][0][0])
-    for (const auto& x : row) pr.wq.push_back(x.get<float>());
-  for (const auto& row : j["wk"][0][0])
-    for (const auto& x : row) pr.wk.push_back(x.get<float>());
+  const Projection pr = saved_projection(j, 16, 4);
   std::vector<std::vector<int>> counts(4, std::vector<int>(4, 0));
   for (std::size_t s = 0; s < 2; ++s)
     for (const auto& pts : {pr.project_queries(c.queries_of(0, 0, s)), pr.project_keys(c.keys_of(0, 0, s))})
