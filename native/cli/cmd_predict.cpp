@@ -123,7 +123,7 @@ int run_sweep(const std::vector<std::string>& raw) {
   std::vector<std::string> argv = raw;
   const PredictorSettings settings = take_settings(argv, "sweep");
   const Args args("sweep", argv, {{"train", true}, {"test", true}, {"out", true}, {"methods", true},
-                                  {"global", true}, {"no-window", false}, {"quiet", false}, kIsaOption,
+                                  {"global", true}, {"no-window", false}, {"quiet", false}, {"save-params", true}, kIsaOption,
                                   kThreadsOption});
   if (args.help()) {
     std::printf(
@@ -139,6 +139,8 @@ int run_sweep(const std::vector<std::string>& raw) {
         "  --set key=value    a setting for every method that accepts it (e.g. r=8, seed=1)\n"
         "  --global G         first G tokens global in every point (default 0)\n"
         "  --no-window        no union window\n"
+        "  --save-params DIR  also write each fitted predictor's parameter file,\n"
+        "                     DIR/METHOD.json or DIR/METHOD-PARAMETER-VALUE.json\n"
         "  --quiet            no progress lines\n%s",
         method_list().c_str(), kRuntimeOptionsHelp);
     return 0;
@@ -165,6 +167,18 @@ int run_sweep(const std::vector<std::string>& raw) {
   options.global = static_cast<std::size_t>(args.integer("global").value_or(0));
   if (args.has("no-window")) options.windows = {-1};
   options.fit.quiet = args.has("quiet");
+
+  if (args.has("save-params")) {
+    const std::filesystem::path dir(*args.get("save-params"));
+    std::error_code mkdir_error;
+    std::filesystem::create_directories(dir, mkdir_error);
+    if (mkdir_error)
+      throw Error("sweep: --save-params: " + dir.string() + ": cannot create (" + mkdir_error.message() + ")");
+    options.on_fitted = [dir](const SweepGrid& grid, const std::string& value, const Predictor& p) {
+      const std::string name = grid.parameter.empty() ? grid.method : grid.method + "-" + grid.parameter + "-" + value;
+      write_text((dir / (name + ".json")).string(), p.to_json() + "\n", "sweep");
+    };
+  }
 
   std::vector<SweepGrid> grids;
   for (const std::string& method : methods) {

@@ -132,6 +132,7 @@ SweepResult run_sweep(const std::vector<SweepGrid>& grids, const Capture& train,
       const auto t0 = std::chrono::steady_clock::now();
       if (p->learned()) p->fit(train, options.fit);
       const double fit_seconds = seconds_since(t0);
+      if (options.on_fitted) options.on_fitted(grid, value, *p);
       for (long w : windows) {
         p->set_union_patterns(w, options.global);
         const EvalReport r = evaluate_with(*p, test, gold);

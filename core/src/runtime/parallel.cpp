@@ -15,6 +15,9 @@ namespace entgraph {
 namespace {
 
 std::size_t default_threads() {
+#if defined(__EMSCRIPTEN__) && !defined(__EMSCRIPTEN_PTHREADS__)
+  return 1;  // a WebAssembly build without pthreads cannot start workers
+#else
   if (const char* env = std::getenv("ENTGRAPH_NUM_THREADS")) {
     char* end = nullptr;
     const long v = std::strtol(env, &end, 10);
@@ -23,6 +26,7 @@ std::size_t default_threads() {
   }
   const unsigned hw = std::thread::hardware_concurrency();
   return hw == 0 ? 1 : hw;
+#endif
 }
 
 // Workers sleep on a condition variable between jobs. A job is a shared

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -62,6 +63,9 @@ struct SweepOptions {
   std::vector<long> windows = default_windows();  // may be {-1}: no union window
   std::size_t global = 0;              // extra_global of every point
   FitOptions fit;
+  // Called once per grid value with the predictor just fitted (before any
+  // union pattern is set), e.g. to save its parameter file.
+  std::function<void(const SweepGrid& grid, const std::string& value, const Predictor& predictor)> on_fitted;
 };
 
 struct SweepResult {
