@@ -9,6 +9,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <unistd.h>
 #include <string>
 #include <vector>
@@ -142,6 +143,21 @@ TEST_SUITE("model") {
     }
     CHECK_THROWS_WITH_AS(teacher.capture({}), doctest::Contains("texts is empty"), Error);
     CHECK_THROWS_WITH_AS(teacher.capture({"ok", ""}), doctest::Contains("texts[1]"), Error);
+  }
+
+  TEST_CASE("Teacher::from_memory equals Teacher::load, and names the weights in its errors") {
+    const std::string dir = teacher_dir("teacher-causal");
+    const Teacher loaded = Teacher::load(dir);
+    std::ifstream in(dir + "/model.safetensors", std::ios::binary);
+    const std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    REQUIRE(bytes.size() > 1000);
+    const Teacher from_bytes = Teacher::from_memory(loaded.config(), bytes.data(), bytes.size(), "fetched.safetensors");
+    const TeacherOutput a = loaded.forward("In the beginning");
+    const TeacherOutput b = from_bytes.forward("In the beginning");
+    CHECK(a.logits == b.logits);
+    CHECK(a.queries == b.queries);
+    CHECK_THROWS_WITH_AS(Teacher::from_memory(loaded.config(), bytes.data(), bytes.size() / 2, "fetched.safetensors"),
+                         doctest::Contains("fetched.safetensors"), Error);
   }
 
   TEST_CASE("forward rejects empty and over-long text and out-of-vocab tokens") {

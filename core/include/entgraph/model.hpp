@@ -34,6 +34,8 @@
 
 namespace entgraph {
 
+struct SafetensorsFile;
+
 struct TeacherConfig {
   std::string name;             // e.g. "entgraph-teacher-causal"
   std::string kind;             // "causal" (language model) or "masked" (bidirectional)
@@ -86,6 +88,10 @@ class Teacher {
   static Teacher load(const std::string& dir);
   // A config and an already-read weights file (e.g. from memory in the browser).
   static Teacher from_parts(const TeacherConfig& config, const std::string& weights_path);
+  // A config and the bytes of its weights file (e.g. fetched by a browser
+  // page); name stands for the file in errors.
+  static Teacher from_memory(const TeacherConfig& config, const void* weights, std::size_t size,
+                             const std::string& name = "<memory>");
 
   Teacher(Teacher&&) noexcept;
   Teacher& operator=(Teacher&&) noexcept;
@@ -107,6 +113,7 @@ class Teacher {
  private:
   struct Weights;
   Teacher(TeacherConfig config, std::unique_ptr<Weights> weights);
+  static Teacher from_safetensors(const TeacherConfig& config, const SafetensorsFile& file, const std::string& name);
   TeacherConfig config_;
   std::unique_ptr<Weights> weights_;
 };

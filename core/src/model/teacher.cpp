@@ -167,8 +167,15 @@ Teacher Teacher::load(const std::string& dir) {
 }
 
 Teacher Teacher::from_parts(const TeacherConfig& c, const std::string& weights_path) {
-  const SafetensorsFile file = read_safetensors(weights_path);
-  TensorSource src(file, weights_path);
+  return from_safetensors(c, read_safetensors(weights_path), weights_path);
+}
+
+Teacher Teacher::from_memory(const TeacherConfig& c, const void* weights, std::size_t size, const std::string& name) {
+  return from_safetensors(c, read_safetensors_bytes(weights, size, name), name);
+}
+
+Teacher Teacher::from_safetensors(const TeacherConfig& c, const SafetensorsFile& file, const std::string& name) {
+  TensorSource src(file, name);
   auto w = std::make_unique<Weights>();
   const std::size_t d = c.d_model;
   w->tok_emb = src.take("tok_emb.weight", {c.vocab, d});

@@ -1,0 +1,185 @@
+// entgraph: TypeScript declarations of the JavaScript package (docs/JAVASCRIPT.md).
+import * as render from "./render.js";
+export { render };
+
+/** An attention graph in CSR: row i's keys are indices[offsets[i] .. offsets[i+1]), sorted. */
+export interface Graph {
+  queries: number;
+  keys: number;
+  offsets: Uint32Array;
+  indices: Uint32Array;
+}
+
+/** A predicted graph against the true one (the core's GraphMetrics). */
+export interface GraphMetrics {
+  gold: number; predicted: number; hits: number; allowed: number; queries: number;
+  sparsity: number; goldSparsity: number; recall: number; precision: number;
+}
+
+export interface HeadSettings { alpha: number; causal: boolean; scale: number; }
+
+export type TransformName = "softmax" | "sparsemax" | "entmax15" | "entmax" | "topk";
+
+/** Objects that hold wasm memory. dispose() frees it; using one afterwards throws. */
+export interface Disposable {
+  dispose(): void;
+  readonly disposed: boolean;
+}
+
+export interface AttentionInputs {
+  q: Float32Array; k: Float32Array; v: Float32Array;
+  queries: number; keys: number; dim: number;
+  /** Columns of v (default: dim). */
+  valueDim?: number;
+  transform?: TransformName;
+  alpha?: number;
+  topk?: number;
+  causal?: boolean;
+  /** 0 (default): 1 / sqrt(dim). */
+  scale?: number;
+}
+
+export interface PredictOptions {
+  queries: number; keys: number; dim: number;
+  layer?: number; head?: number; causal?: boolean;
+}
+
+export interface EvalHeadReport {
+  layer: number; head: number;
+  sparsity: number; recall: number; precision: number; gold_sparsity: number;
+  gold_edges: number; predicted_edges: number; hits: number;
+}
+/** The report of `entgraph eval`. */
+export interface EvalReport {
+  method: string; settings: Record<string, string>;
+  sparsity: number; recall: number; gold_sparsity: number; predict_seconds: number;
+  heads: EvalHeadReport[];
+}
+
+export interface SweepGrid {
+  method: string;
+  parameter?: string;
+  values?: Array<string | number>;
+  settings?: Record<string, string | number | boolean>;
+}
+export interface SweepPoint {
+  method: string; parameter: string; value: string; window: number;
+  sparsity: number; recall: number; pareto: boolean;
+  fitSeconds: number; predictSeconds: number;
+}
+
+export declare class Capture implements Disposable {
+  private constructor();
+  /** The files of a capture folder by name (capture.json, queries.npy, keys.npy, values.npy). */
+  static fromFiles(files: Record<string, Uint8Array | ArrayBuffer | string>): Capture;
+  toFiles(options?: { dtype?: "float32" | "float16" }): Record<string, Uint8Array>;
+  readonly layers: number; readonly heads: number; readonly headDim: number;
+  readonly lengths: number[]; readonly texts: string[];
+  head(layer: number, head: number): HeadSettings;
+  queries(layer: number, head: number, sequence?: number): Float32Array;
+  keys(layer: number, head: number, sequence?: number): Float32Array;
+  values(layer: number, head: number, sequence?: number): Float32Array;
+  goldGraph(layer: number, head: number, sequence?: number): Graph;
+  dispose(): void;
+  readonly disposed: boolean;
+}
+
+export declare class TeacherOutput implements Disposable {
+  private constructor();
+  readonly layers: number; readonly heads: number; readonly tokens: number; readonly headDim: number;
+  readonly alpha: number; readonly causal: boolean; readonly scale: number; readonly text: string;
+  /** One printable label per byte token. */
+  readonly tokenLabels: string[];
+  queries(layer: number, head: number): Float32Array;
+  keys(layer: number, head: number): Float32Array;
+  values(layer: number, head: number): Float32Array;
+  /** The attention output a = P v (before the output projection). */
+  attention(layer: number, head: number): Float32Array;
+  /** tokens x tokens: scale * q.k, -Infinity where the causal mask forbids. */
+  scores(layer: number, head: number): Float32Array;
+  /** tokens x tokens entmax weights; needs forward(text, { probs: true }). */
+  probs(layer: number, head: number): Float32Array;
+  goldGraph(layer: number, head: number): Graph;
+  logits(): Float32Array;
+  toCapture(): Capture;
+  dispose(): void;
+  readonly disposed: boolean;
+}
+
+export interface TeacherConfig {
+  name: string; kind: "causal" | "masked"; causal: boolean; vocab: number; outputs: number; maskToken: number;
+  context: number; dModel: number; layers: number; heads: number; headDim: number; dMlp: number;
+  alpha: number; layerNormEps: number;
+}
+
+export declare class Teacher implements Disposable {
+  private constructor();
+  static fromFiles(configJson: string, weights: Uint8Array | ArrayBuffer): Teacher;
+  readonly config: TeacherConfig;
+  /** Runs the model on the UTF-8 bytes of text (1 .. context bytes). */
+  forward(text: string, options?: { probs?: boolean }): TeacherOutput;
+  capture(texts: string[]): Capture;
+  dispose(): void;
+  readonly disposed: boolean;
+}
+
+export declare class Predictor implements Disposable {
+  private constructor();
+  static create(method: string, settings?: Record<string, string | number | boolean>): Predictor;
+  /** A parameter file written by `entgraph fit` or serialize(). */
+  static load(json: string): Predictor;
+  readonly method: string;
+  readonly learned: boolean;
+  readonly settings: Record<string, string>;
+  fit(capture: Capture, options?: { seed?: number }): this;
+  predict(q: Float32Array, k: Float32Array, options: PredictOptions): Graph;
+  setUnionPatterns(extraWindow?: number, extraGlobal?: number): this;
+  serialize(): string;
+  dispose(): void;
+  readonly disposed: boolean;
+}
+
+export interface Entgraph {
+  readonly version: string;
+  readonly isa: string;
+  setIsa(name: "reference" | "simd128"): void;
+  readonly render: typeof render;
+  readonly transformNames: TransformName[];
+  readonly predictorMethods: string[];
+  readonly defaultWindows: number[];
+
+  transform(name: TransformName, scores: Float32Array | number[],
+            options?: { cols?: number; alpha?: number; k?: number; mask?: Uint8Array }): Float32Array;
+  transformBackward(name: TransformName, probs: Float32Array, gradProbs: Float32Array,
+                    options?: { cols?: number; alpha?: number; k?: number }): Float32Array;
+  attention(inputs: AttentionInputs & { probs?: boolean }): { out: Float32Array; probs?: Float32Array };
+  graphAttention(inputs: AttentionInputs & { graph: Graph; certify?: boolean; recomputeUncertified?: boolean }):
+      { out: Float32Array; certified: Uint8Array; certifiedRows: number; recomputedRows: number };
+
+  goldGraph(q: Float32Array, k: Float32Array,
+            options: { queries: number; keys: number; dim: number; alpha?: number; causal?: boolean; scale?: number }): Graph;
+  compareGraphs(predicted: Graph, gold: Graph, causal?: boolean): GraphMetrics;
+  graphUnion(a: Graph, b: Graph): Graph;
+  splitText(text: string, maxBytes: number): string[];
+
+  readonly Teacher: typeof Teacher;
+  readonly TeacherOutput: typeof TeacherOutput;
+  readonly Capture: typeof Capture;
+  readonly Predictor: typeof Predictor;
+
+  evaluate(predictor: Predictor, capture: Capture): EvalReport;
+  defaultGrid(method: string): { method: string; parameter: string; values: string[]; settings: Record<string, string> };
+  sweep(grids: Array<string | SweepGrid>, train: Capture, test: Capture,
+        options?: { windows?: number[]; global?: number }): { points: SweepPoint[]; goldSparsity: number };
+  paretoFront(points: Array<Pick<SweepPoint, "sparsity" | "recall">>): number[];
+  recallAtSparsity(points: Array<Pick<SweepPoint, "sparsity" | "recall">>, sparsity: number): number;
+  paretoSvg(points: SweepPoint[], goldSparsity: number, title?: string): string;
+
+  /** Bytes of the wasm memory (it grows, never shrinks). */
+  heapBytes(): number;
+  /** Bytes currently allocated by malloc in the wasm heap. */
+  allocatedBytes(): number;
+}
+
+/** Loads the WebAssembly module (embedded in entgraph_core.js). */
+export declare function loadEntgraph(): Promise<Entgraph>;

@@ -1,0 +1,128 @@
+// entgraph wasm: row-wise transforms and their backward, dense attention and
+// attention on a graph, on Float32Arrays.
+#include <emscripten/bind.h>
+
+#include <string>
+#include <vector>
+
+#include "entgraph/attention.hpp"
+#include "entgraph/error.hpp"
+#include "entgraph/graph_attention.hpp"
+#include "entgraph/transforms.hpp"
+#include "js_interop.hpp"
+
+namespace entgraph::js {
+namespace {
+
+// The transforms that need nothing but scores (the others take spans or
+// upper bounds, which this package does not expose).
+Transform transform_named(const std::string& name, double alpha, double k) {
+  Transform t;
+  t.kind = parse_transform_kind(name);
+  switch (t.kind) {
+    case TransformKind::softmax: return Transform::softmax();
+    case TransformKind::sparsemax: return Transform::sparsemax();
+    case TransformKind::entmax15: return Transform::entmax15();
+    case TransformKind::entmax: return Transform::entmax(alpha);
+    case TransformKind::topk_softmax: return Transform::topk_softmax(to_size(k, "k"));
+    default: throw Error("transform: " + name + " needs extra inputs and is not in the JavaScript package");
+  }
+}
+
+val transform(const std::string& name, const val& scores, double rows_d, double cols_d, double alpha, double k,
+              const val& mask) {
+  const Transform t = transform_named(name, alpha, k);
+  const std::size_t rows = to_size(rows_d, "rows"), cols = to_size(cols_d, "cols");
+  const std::size_t size = checked_product(rows, cols, "scores");
+  const std::vector<float> z = to_floats(scores, size, "scores");
+  std::vector<std::uint8_t> allowed;
+  MaskView mask_view;
+  if (!mask.isUndefined() && !mask.isNull()) {
+    allowed = to_bytes(mask, "mask");
+    if (allowed.size() != size)
+      throw Error("mask: expected " + std::to_string(size) + " values, got " + std::to_string(allowed.size()));
+    mask_view = {allowed.data(), rows, cols};
+  }
+  std::vector<float> p(size);
+  transform_forward<float>(t, {z.data(), rows, cols}, {p.data(), rows, cols}, mask_view);
+  return float_array(p.data(), p.size());
+}
+
+val transform_backward_js(const std::string& name, const val& probs, const val& grad, double rows_d, double cols_d,
+                          double alpha, double k) {
+  const Transform t = transform_named(name, alpha, k);
+  const std::size_t rows = to_size(rows_d, "rows"), cols = to_size(cols_d, "cols");
+  const std::size_t size = checked_product(rows, cols, "probs");
+  const std::vector<float> p = to_floats(probs, size, "probs");
+  const std::vector<float> g = to_floats(grad, size, "gradProbs");
+  std::vector<float> dz(size);
+  transform_backward<float>(t, {p.data(), rows, cols}, {g.data(), rows, cols}, {dz.data(), rows, cols});
+  return float_array(dz.data(), dz.size());
+}
+
+// q: n x d, k: m x d, v: m x dv.
+struct Heads {
+  std::size_t n, m, d, dv;
+  std::vector<float> q, k, v;
+  Heads(const val& qa, const val& ka, const val& va, double n_d, double m_d, double d_d, double dv_d)
+      : n(to_size(n_d, "queries")), m(to_size(m_d, "keys")), d(to_size(d_d, "dim")), dv(to_size(dv_d, "valueDim")) {
+    q = to_floats(qa, checked_product(n, d, "q"), "q");
+    k = to_floats(ka, checked_product(m, d, "k"), "k");
+    v = to_floats(va, checked_product(m, dv, "v"), "v");
+  }
+};
+
+AttentionOptions<float> attention_options(const std::string& name, double alpha, double topk, bool causal,
+                                          double scale) {
+  AttentionOptions<float> o;
+  o.transform = transform_named(name, alpha, topk);
+  o.causal = causal;
+  o.scale = scale;
+  return o;
+}
+
+val attention(const val& q, const val& k, const val& v, double n, double m, double d, double dv,
+              const std::string& name, double alpha, double topk, bool causal, double scale, bool want_probs) {
+  const Heads x(q, k, v, n, m, d, dv);
+  std::vector<float> out(checked_product(x.n, x.dv, "out"));
+  std::vector<float> probs(want_probs ? checked_product(x.n, x.m, "probs") : 0);
+  attention_forward<float>({x.q.data(), x.n, x.d}, {x.k.data(), x.m, x.d}, {x.v.data(), x.m, x.dv},
+                           {out.data(), x.n, x.dv}, attention_options(name, alpha, topk, causal, scale),
+                           want_probs ? MatrixView<float>{probs.data(), x.n, x.m} : MatrixView<float>{});
+  val result = val::object();
+  result.set("out", float_array(out.data(), out.size()));
+  if (want_probs) result.set("probs", float_array(probs.data(), probs.size()));
+  return result;
+}
+
+val graph_attention(const val& q, const val& k, const val& v, double n, double m, double d, double dv,
+                    const val& graph, const std::string& name, double alpha, double topk, bool causal, double scale,
+                    bool certify, bool recompute) {
+  const Heads x(q, k, v, n, m, d, dv);
+  const Graph g = graph_from_js(graph, "graph");
+  GraphAttentionOptions<float> o;
+  o.attention = attention_options(name, alpha, topk, causal, scale);
+  o.certify = certify;
+  o.recompute_uncertified = recompute;
+  std::vector<float> out(checked_product(x.n, x.dv, "out"));
+  GraphAttentionReport report;
+  graph_attention_forward<float>({x.q.data(), x.n, x.d}, {x.k.data(), x.m, x.d}, {x.v.data(), x.m, x.dv}, g,
+                                 {out.data(), x.n, x.dv}, o, &report);
+  val result = val::object();
+  result.set("out", float_array(out.data(), out.size()));
+  result.set("certified", byte_array(report.certified.data(), report.certified.size()));
+  result.set("certifiedRows", static_cast<double>(report.certified_rows));
+  result.set("recomputedRows", static_cast<double>(report.recomputed_rows));
+  return result;
+}
+
+}  // namespace
+
+EMSCRIPTEN_BINDINGS(entgraph_transforms) {
+  emscripten::function("transform", guarded<&transform>);
+  emscripten::function("transformBackward", guarded<&transform_backward_js>);
+  emscripten::function("attention", guarded<&attention>);
+  emscripten::function("graphAttention", guarded<&graph_attention>);
+}
+
+}  // namespace entgraph::js

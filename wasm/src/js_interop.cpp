@@ -1,0 +1,110 @@
+#include "js_interop.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include "entgraph/error.hpp"
+
+namespace entgraph::js {
+namespace {
+std::string& error_slot() {
+  static std::string slot;
+  return slot;
+}
+
+std::size_t length_of(const val& array, const char* name) {
+  if (array.isUndefined() || array.isNull()) throw Error(std::string(name) + ": missing (expected an array)");
+  const val length = array["length"];
+  if (!length.isNumber()) throw Error(std::string(name) + ": not an array (it has no length)");
+  return to_size(length.as<double>(), name);
+}
+}  // namespace
+
+void set_error(std::string message) { error_slot() = std::move(message); }
+
+std::string take_error() {
+  std::string message;
+  message.swap(error_slot());
+  return message;
+}
+
+std::vector<float> to_floats(const val& array, std::size_t expected, const char* name) {
+  const std::size_t n = length_of(array, name);
+  if (n != expected)
+    throw Error(std::string(name) + ": expected " + std::to_string(expected) + " values, got " + std::to_string(n));
+  return emscripten::convertJSArrayToNumberVector<float>(array);
+}
+
+std::vector<std::uint8_t> to_bytes(const val& array, const char* name) {
+  length_of(array, name);
+  return emscripten::convertJSArrayToNumberVector<std::uint8_t>(array);
+}
+
+val float_array(const float* data, std::size_t size) {
+  return val::global("Float32Array").new_(emscripten::typed_memory_view(size, data));
+}
+
+val matrix_array(MatrixView<const float> matrix) {
+  if (matrix.stride == matrix.cols) return float_array(matrix.data, matrix.rows * matrix.cols);
+  std::vector<float> rows(matrix.rows * matrix.cols);
+  for (std::size_t i = 0; i < matrix.rows; ++i)
+    std::copy(matrix.row(i), matrix.row(i) + matrix.cols, rows.begin() + static_cast<std::ptrdiff_t>(i * matrix.cols));
+  return float_array(rows.data(), rows.size());
+}
+
+val byte_array(const std::uint8_t* data, std::size_t size) {
+  return val::global("Uint8Array").new_(emscripten::typed_memory_view(size, data));
+}
+
+val graph_to_js(const Graph& g) {
+  std::vector<std::uint32_t> offsets(g.offsets.begin(), g.offsets.end());
+  val object = val::object();
+  object.set("queries", static_cast<double>(g.queries));
+  object.set("keys", static_cast<double>(g.keys));
+  object.set("offsets", val::global("Uint32Array").new_(emscripten::typed_memory_view(offsets.size(), offsets.data())));
+  object.set("indices", val::global("Uint32Array").new_(emscripten::typed_memory_view(g.indices.size(), g.indices.data())));
+  return object;
+}
+
+Graph graph_from_js(const val& object, const char* name) {
+  if (object.isNull() || object.isUndefined() || object.typeOf().as<std::string>() != "object")
+    throw Error(std::string(name) + ": not a graph (expected {queries, keys, offsets, indices})");
+  const std::string field = name;
+  Graph g;
+  g.queries = to_size(object["queries"].isNumber() ? object["queries"].as<double>() : -1.0, (field + ".queries").c_str());
+  g.keys = to_size(object["keys"].isNumber() ? object["keys"].as<double>() : -1.0, (field + ".keys").c_str());
+  const std::string offsets_name = field + ".offsets", indices_name = field + ".indices";
+  const std::size_t n_offsets = length_of(object["offsets"], offsets_name.c_str());
+  if (n_offsets != g.queries + 1)
+    throw Error(offsets_name + ": expected " + std::to_string(g.queries + 1) + " values, got " + std::to_string(n_offsets));
+  const std::vector<double> offsets = emscripten::convertJSArrayToNumberVector<double>(object["offsets"]);
+  g.offsets.reserve(offsets.size());
+  for (double o : offsets) g.offsets.push_back(to_size(o, offsets_name.c_str()));
+  length_of(object["indices"], indices_name.c_str());
+  const std::vector<double> indices = emscripten::convertJSArrayToNumberVector<double>(object["indices"]);
+  g.indices.reserve(indices.size());
+  for (double i : indices) {
+    if (!(i >= 0 && i < 4294967296.0) || i != std::floor(i))
+      throw Error(indices_name + ": not a key index (got " + std::to_string(i) + ")");
+    g.indices.push_back(static_cast<std::uint32_t>(i));
+  }
+  g.validate(name);
+  return g;
+}
+
+std::string json_of(const val& value) { return val::global("JSON").call<std::string>("stringify", value); }
+
+std::size_t to_size(double value, const char* name) {
+  if (!std::isfinite(value) || value < 0 || value != std::floor(value) || value > static_cast<double>(std::numeric_limits<std::size_t>::max()))
+    throw Error(std::string(name) + ": expected a whole number >= 0 (got " + std::to_string(value) + ")");
+  return static_cast<std::size_t>(value);
+}
+
+std::size_t checked_product(std::size_t a, std::size_t b, const char* name) {
+  if (b != 0 && a > std::numeric_limits<std::size_t>::max() / b) throw Error(std::string(name) + ": sizes overflow");
+  return a * b;
+}
+
+}  // namespace entgraph::js

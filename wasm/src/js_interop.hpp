@@ -1,0 +1,86 @@
+// entgraph wasm: the boundary between embind and the core.
+//
+// Errors cross it through a slot instead of a thrown exception: a JavaScript
+// exception unwinding through wasm frames would skip C++ destructors (and
+// with emscripten's JS exceptions a C++ exception reaches JavaScript only as
+// a pointer). Every bound function is wrapped by `guarded`, which catches
+// std::exception, stores what() and returns a default value; entgraph.js
+// takes the message after each call and throws an Error with it.
+//
+// Arrays cross as copies: typed arrays in, new typed arrays out, so no
+// JavaScript object ever aliases the wasm heap (which moves when it grows).
+#pragma once
+
+#include <emscripten/val.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "entgraph/graph.hpp"
+#include "entgraph/matrix_view.hpp"
+
+namespace entgraph::js {
+
+using emscripten::val;
+
+void set_error(std::string message);
+// The message of the last failed call, then clears it ("" if none).
+std::string take_error();
+
+// What a failed call returns (val has no default constructor).
+template <class R>
+R failed_result() {
+  if constexpr (std::is_same_v<R, val>)
+    return val::undefined();
+  else
+    return R{};
+}
+
+template <auto F>
+struct Guard;
+template <class R, class... A, R (*F)(A...)>
+struct Guard<F> {
+  static R call(A... args) {
+    try {
+      return F(std::forward<A>(args)...);
+    } catch (const std::exception& e) {
+      set_error(e.what());
+    } catch (...) {
+      set_error("entgraph: unknown C++ exception");
+    }
+    if constexpr (!std::is_void_v<R>) return failed_result<R>();
+  }
+};
+// guarded<&f> is a function with f's signature that never throws.
+template <auto F>
+inline constexpr auto guarded = &Guard<F>::call;
+
+// A typed array (or array of numbers) of exactly `expected` values; the
+// message names the argument otherwise.
+std::vector<float> to_floats(const val& array, std::size_t expected, const char* name);
+std::vector<std::uint8_t> to_bytes(const val& array, const char* name);
+// Copies into a new Float32Array / Uint8Array.
+val float_array(const float* data, std::size_t size);
+// A matrix's rows, contiguous, as a Float32Array of rows * cols values.
+val matrix_array(MatrixView<const float> matrix);
+val byte_array(const std::uint8_t* data, std::size_t size);
+
+// A graph as the plain object {queries, keys, offsets, indices} and back;
+// graph_from_js validates it (sorted rows, indices < keys).
+val graph_to_js(const Graph& graph);
+Graph graph_from_js(const val& object, const char* name);
+
+// A JSON text from a JavaScript value, for structured arguments.
+std::string json_of(const val& value);
+
+// An unsigned integer from a JavaScript number: finite, whole, in range.
+std::size_t to_size(double value, const char* name);
+// a * b, or an error naming the array if it overflows.
+std::size_t checked_product(std::size_t a, std::size_t b, const char* name);
+
+}  // namespace entgraph::js
