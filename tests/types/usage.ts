@@ -1,0 +1,34 @@
+// Type-checks the package's declarations (wasm/*.d.ts) against typical use;
+// `tsc -p tests/types` runs in `make test`. Never executed.
+import { loadEntgraph, type Graph, type GraphMetrics, type SweepPoint } from "../../wasm/entgraph.js";
+import { heatmap, pareto } from "../../wasm/render.js";
+
+export async function notebook(configJson: string, weights: Uint8Array): Promise<string[]> {
+  const eg = await loadEntgraph();
+  const probs: Float32Array = eg.transform("entmax", new Float32Array([1, 2, 3]), { alpha: 1.25 });
+  const grad: Float32Array = eg.transformBackward("entmax", probs, new Float32Array(3), { alpha: 1.25 });
+  const teacher = eg.Teacher.fromFiles(configJson, weights);
+  const out = teacher.forward("In the beginning", { probs: true });
+  const gold: Graph = out.goldGraph(0, 1);
+  const p = eg.Predictor.create("sparsefinder-kmeans", { clusters: 4, r: 4 });
+  const capture = out.toCapture();
+  p.fit(capture, { seed: 1 }).setUnionPatterns(3, 0);
+  const predicted = p.predict(out.queries(0, 1), out.keys(0, 1),
+                              { queries: out.tokens, keys: out.tokens, dim: out.headDim, layer: 0, head: 1, causal: out.causal });
+  const metrics: GraphMetrics = eg.compareGraphs(predicted, gold, out.causal);
+  const attention = eg.graphAttention({ q: out.queries(0, 1), k: out.keys(0, 1), v: out.values(0, 1), queries: out.tokens,
+                                        keys: out.tokens, dim: out.headDim, graph: predicted, alpha: out.alpha,
+                                        transform: "entmax", causal: out.causal });
+  const report = eg.evaluate(eg.Predictor.load(p.serialize()), capture);
+  const sweep = eg.sweep(["window", { method: "sparsefinder-distance", values: [1, 2] }], capture, capture, { windows: [0] });
+  const points: SweepPoint[] = sweep.points;
+  const svgs = [
+    heatmap({ tokens: out.tokenLabels, gold, predicted, causal: out.causal, title: `recall ${metrics.recall}` }),
+    pareto({ points, goldSparsity: sweep.goldSparsity, current: { sparsity: report.sparsity, recall: report.recall } }),
+    eg.render.heatmap({ tokens: out.tokenLabels, gold, probs: out.probs(0, 1) }),
+    eg.paretoSvg(points, sweep.goldSparsity, "title"),
+  ];
+  const certified: number = attention.certifiedRows + grad.length;
+  for (const o of [out, capture, teacher, p]) o.dispose();
+  return certified >= 0 ? svgs : [];
+}
