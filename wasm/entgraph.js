@@ -272,20 +272,26 @@ class Entgraph {
   heapBytes() { return this.#core.heapBytes(); }
   allocatedBytes() { return this.#core.allocatedBytes(); }
 
-  transform(name, scores, { cols, alpha = 1.5, k = 0, mask } = {}) {
+  // alpha is required for "entmax" (as the CLI's --alpha), k for "topk".
+  #alpha(name, alpha) {
+    if (alpha === undefined && name === "entmax") throw new Error("alpha: required for entmax (1 <= alpha <= 1000)");
+    return alpha === undefined ? 1.5 : number(alpha, "alpha");
+  }
+
+  transform(name, scores, { cols, alpha, k = 0, mask } = {}) {
     const z = floats(scores, "scores");
     const c = cols === undefined ? z.length : count(cols, "cols");
     if (c === 0 || z.length % c !== 0) throw new Error(`cols: ${c} does not divide the ${z.length} scores`);
     const m = mask === undefined || mask === null ? null : bytes(mask, "mask");
-    return this.#checked(this.#core.transform(text(name, "name"), z, z.length / c, c, number(alpha, "alpha"), count(k, "k"), m));
+    return this.#checked(this.#core.transform(text(name, "name"), z, z.length / c, c, this.#alpha(name, alpha), count(k, "k"), m));
   }
 
-  transformBackward(name, probs, gradProbs, { cols, alpha = 1.5, k = 0 } = {}) {
+  transformBackward(name, probs, gradProbs, { cols, alpha, k = 0 } = {}) {
     const p = floats(probs, "probs");
     const c = cols === undefined ? p.length : count(cols, "cols");
     if (c === 0 || p.length % c !== 0) throw new Error(`cols: ${c} does not divide the ${p.length} probs`);
     return this.#checked(this.#core.transformBackward(text(name, "name"), p, floats(gradProbs, "gradProbs"), p.length / c, c,
-                                                      number(alpha, "alpha"), count(k, "k")));
+                                                      this.#alpha(name, alpha), count(k, "k")));
   }
 
   #heads({ q, k, v, queries, keys, dim, valueDim = dim }) {

@@ -3,6 +3,7 @@
 // text, in the same formats as the CLI's files.
 #include <emscripten/bind.h>
 
+#include <cmath>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -56,8 +57,8 @@ val predictor_predict(const Predictor& p, const val& q, const val& k, double n_d
 }
 
 void predictor_set_union(Predictor& p, double window, double global) {
-  if (!(window >= -1) || window != static_cast<double>(static_cast<long>(window)))
-    throw Error("extraWindow: expected a whole number >= -1 (-1: none)");
+  if (!std::isfinite(window) || window != std::floor(window) || std::abs(window) > 1e9)
+    throw Error("extraWindow: expected a whole number (-1: none)");
   p.set_union_patterns(static_cast<long>(window), to_size(global, "extraGlobal"));
 }
 

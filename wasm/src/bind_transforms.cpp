@@ -50,7 +50,9 @@ val transform(const std::string& name, const val& scores, double rows_d, double 
 
 val transform_backward_js(const std::string& name, const val& probs, const val& grad, double rows_d, double cols_d,
                           double alpha, double k) {
-  const Transform t = transform_named(name, alpha, k);
+  // Top-k's backward needs only the kept support (probs > 0), not k.
+  const bool topk = parse_transform_kind(name) == TransformKind::topk_softmax;
+  const Transform t = transform_named(name, alpha, topk && k == 0 ? 1 : k);
   const std::size_t rows = to_size(rows_d, "rows"), cols = to_size(cols_d, "cols");
   const std::size_t size = checked_product(rows, cols, "probs");
   const std::vector<float> p = to_floats(probs, size, "probs");

@@ -1,0 +1,308 @@
+// Errors: every failure of the core surfaces as a JavaScript Error whose
+// message is the core's (compared with the native CLI's message for the same
+// input where the CLI reaches the same core check), a failed call changes
+// nothing, and objects holding wasm memory throw once disposed.
+import assert from "node:assert/strict";
+import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { after, before, describe, test } from "node:test";
+
+import {
+  dataFile,
+  encodeNpy,
+  heldoutText,
+  loadPackage,
+  loadTeacher,
+  makeTempDir,
+  nativeCapture,
+  paramsText,
+  readFolderFiles,
+  readNpy,
+  runCliFailing,
+  writeFolderFiles,
+  writeNpy,
+} from "./helpers.mjs";
+
+// Runs fn, which must throw an Error; returns it.
+function thrown(fn, what) {
+  try {
+    fn();
+  } catch (e) {
+    assert.ok(e instanceof Error, `${what}: threw ${Object.prototype.toString.call(e)} (${e}), not an Error`);
+    assert.ok(typeof e.message === "string" && e.message.length > 0, `${what}: empty message`);
+    return e;
+  }
+  assert.fail(`${what}: did not throw`);
+}
+
+function assertThrowsMatching(fn, pattern, what) {
+  const e = thrown(fn, what);
+  assert.match(e.message, pattern, `${what}: message`);
+  return e;
+}
+
+// The native message with the CLI's own context removed: everything up to
+// and including `prefix` (e.g. the file path it adds).
+function coreMessage(cliMessage, prefix) {
+  const at = cliMessage.indexOf(prefix);
+  assert.ok(at >= 0, `the CLI's message ${JSON.stringify(cliMessage)} holds ${JSON.stringify(prefix)}`);
+  return cliMessage.slice(at + prefix.length);
+}
+
+describe("errors", () => {
+  let eg;
+  let teacher;
+  let capDir;
+  let capFiles;
+  const dir = makeTempDir();
+
+  before(async () => {
+    eg = await loadPackage();
+    teacher = loadTeacher(eg, "teacher-causal");
+    capDir = nativeCapture(join(dir, "cap"), { text: heldoutText(0, 160), sequenceBytes: 80 });
+    capFiles = readFolderFiles(capDir);
+  });
+  after(() => teacher?.dispose());
+
+  test("transforms: NaN scores give the core's message, as the CLI reports it", () => {
+    const scores = new Float32Array([1, 2, NaN, 4, 5, 6]);
+    const file = join(dir, "nan.npy");
+    writeNpy(file, scores, [2, 3]);
+    for (const fn of ["softmax", "sparsemax", "entmax15"]) {
+      const native = runCliFailing("transform", ["--fn", fn, file, join(dir, "out.npy")]);
+      const core = coreMessage(native, `${file}: `);
+      const e = thrown(() => eg.transform(fn, scores, { cols: 3 }), `${fn} on NaN`);
+      assert.ok(e.message.includes(core), `message ${JSON.stringify(e.message)} holds the core's ${JSON.stringify(core)}`);
+    }
+    assertThrowsMatching(() => eg.transform("softmax", new Float32Array([1, Infinity]), { cols: 2 }), /non-finite/, "+inf");
+  });
+
+  test("transforms: bad alpha, bad k, bad shapes, unknown name, bad mask", () => {
+    const s = new Float32Array(6);
+    assertThrowsMatching(() => eg.transform("entmax", s, { cols: 3, alpha: 0.5 }), /^entmax: alpha out of range/, "alpha 0.5");
+    assertThrowsMatching(() => eg.transform("entmax", s, { cols: 3, alpha: NaN }), /alpha/, "alpha NaN");
+    assertThrowsMatching(() => eg.transform("entmax", s, { cols: 3, alpha: 1001 }), /alpha/, "alpha 1001");
+    assertThrowsMatching(() => eg.transform("topk", s, { cols: 3, k: 0 }), /\bk\b/, "k 0");
+    assertThrowsMatching(() => eg.transform("softmax", new Float32Array(7), { cols: 3 }), /cols/, "7 values in rows of 3");
+    assertThrowsMatching(() => eg.transform("softmax", s, { cols: 0 }), /cols/, "cols 0");
+    assertThrowsMatching(() => eg.transform("bogus", s, { cols: 3 }), /bogus/, "unknown transform");
+    assertThrowsMatching(() => eg.transform("softmax", s, { cols: 3, mask: new Uint8Array(5) }), /mask/, "mask of 5 entries");
+    assertThrowsMatching(
+      () => eg.transformBackward("entmax15", new Float32Array(6), new Float32Array(3), { cols: 3 }),
+      /gradProbs/,
+      "gradient of the wrong size",
+    );
+  });
+
+  test("attention: shapes, scale and graphs, named in the message", () => {
+    const q = new Float32Array(4 * 8);
+    const k = new Float32Array(5 * 8);
+    const v = new Float32Array(5 * 2);
+    const ok = { q, k, v, queries: 4, keys: 5, dim: 8, valueDim: 2, transform: "softmax" };
+    eg.attention(ok);
+    assertThrowsMatching(() => eg.attention({ ...ok, keys: 6 }), /\bk\b/, "keys 6 with 5 rows of k");
+    assertThrowsMatching(() => eg.attention({ ...ok, q: new Float32Array(4 * 8).fill(NaN) }), /\bq has a non-finite entry/, "NaN in q");
+    assertThrowsMatching(() => eg.attention({ ...ok, scale: Infinity }), /scale/, "infinite scale");
+    assertThrowsMatching(() => eg.attention({ ...ok, transform: "entmax", alpha: 0 }), /alpha/, "alpha 0");
+    const unsorted = { queries: 4, keys: 5, offsets: new Uint32Array([0, 2, 2, 2, 2]), indices: new Uint32Array([3, 1]) };
+    assertThrowsMatching(() => eg.graphAttention({ ...ok, graph: unsorted }), /not sorted and unique/, "unsorted graph");
+    const outOfRange = { queries: 4, keys: 5, offsets: new Uint32Array([0, 1, 1, 1, 1]), indices: new Uint32Array([9]) };
+    assertThrowsMatching(() => eg.graphAttention({ ...ok, graph: outOfRange }), /key 9/, "key out of range");
+    const wrongShape = { queries: 3, keys: 5, offsets: new Uint32Array([0, 0, 0, 0]), indices: new Uint32Array([]) };
+    assertThrowsMatching(() => eg.graphAttention({ ...ok, graph: wrongShape }), /graph/, "graph of 3 queries");
+    const valid = { queries: 4, keys: 5, offsets: new Uint32Array([0, 2, 2, 2, 2]), indices: new Uint32Array([1, 3]) };
+    assertThrowsMatching(() => eg.graphUnion(wrongShape, valid), /^graph_union: graphs of different shapes/, "union of different shapes");
+    assertThrowsMatching(() => eg.graphUnion(valid, unsorted), /not sorted and unique/, "union with an unsorted graph");
+    assertThrowsMatching(() => eg.compareGraphs(outOfRange, valid), /key 9/, "compareGraphs with a key out of range");
+    assertThrowsMatching(() => eg.goldGraph(q, k, { queries: 4, keys: 5, dim: 8, alpha: 0.5 }), /^gold_graph: .*alpha/, "gold graph alpha 0.5");
+  });
+
+  test("predictors: unknown method and bad settings give the CLI's message exactly", () => {
+    const cases = [
+      ["nope", {}],
+      ["reformer", { buckets: "7" }],
+      ["window", { foo: "1" }],
+      ["bigbird", { random: "-1" }],
+      ["sparsefinder-kmeans", { lr: "0" }],
+    ];
+    for (const [method, settings] of cases) {
+      const sets = Object.entries(settings).flatMap(([k, v]) => ["--set", `${k}=${v}`]);
+      const native = runCliFailing("fit", ["--capture", capDir, "--method", method, ...sets, "--out", join(dir, "x.json")]);
+      const e = thrown(() => eg.Predictor.create(method, settings), `create ${method} ${JSON.stringify(settings)}`);
+      assert.equal(e.message, native);
+    }
+    // Numbers are accepted as settings and checked the same way.
+    assertThrowsMatching(() => eg.Predictor.create("reformer", { buckets: 7 }), /buckets/, "buckets: 7");
+  });
+
+  test("predictors: bad parameter files give the core's message", () => {
+    const cases = [
+      ["{bad", /not valid JSON/],
+      ['{"format": "other", "version": 1}', /not a predictor file/],
+      [paramsText("routing"), /routing: parameters: missing 'centroids'/],
+      [paramsText("nope"), /unknown predictor method 'nope'/],
+    ];
+    for (const [text, pattern] of cases) {
+      const file = join(dir, "bad-params.json");
+      writeFileSync(file, text);
+      const native = runCliFailing("eval", ["--capture", capDir, "--params", file]);
+      const core = coreMessage(native, `${file}: `);
+      const e = assertThrowsMatching(() => eg.Predictor.load(text), pattern, `load ${text}`);
+      assert.ok(e.message.includes(core), `message ${JSON.stringify(e.message)} holds the core's ${JSON.stringify(core)}`);
+      assert.match(e.message, /^load_predictor: /);
+    }
+  });
+
+  test("predictors: predict before fit, outside the fitted heads, wrong dim", () => {
+    const cap = eg.Capture.fromFiles(capFiles);
+    const p = eg.Predictor.create("routing", { clusters: 2 });
+    try {
+      const q = cap.queries(0, 0, 0);
+      const opts = { queries: 80, keys: 80, dim: 32, layer: 0, head: 0, causal: true };
+      assertThrowsMatching(() => p.predict(q, q, opts), /fitted/, "predict before fit");
+      p.fit(cap, { seed: 0 });
+      p.predict(q, q, opts);
+      assertThrowsMatching(() => p.predict(q, q, { ...opts, layer: 9 }), /^routing: /, "layer 9 of 4");
+      assertThrowsMatching(() => p.predict(q.subarray(0, 80 * 16), q.subarray(0, 80 * 16), { ...opts, dim: 16 }), /^routing: /, "dim 16");
+      // The package checks this argument itself (its message names extraWindow;
+      // the core's would be "routing: extra_window must be >= -1 (-1: none)").
+      assertThrowsMatching(() => p.setUnionPatterns(-2, 0), /extra_?window/i, "extra_window -2");
+    } finally {
+      p.dispose();
+      cap.dispose();
+    }
+  });
+
+  test("captures: corrupt files give read_capture's message, as the CLI reports it", () => {
+    const meta = JSON.parse(new TextDecoder().decode(capFiles["capture.json"]));
+    const keys = readNpy(capFiles["keys.npy"]);
+    const nanKeys = Float32Array.from(keys.data);
+    nanKeys[(1 * meta.heads + 0) * 160 * 32 + 17 * 32 + 3] = NaN; // layer 1, head 0, token 17, dim 3
+    const cases = [
+      ["unknown key", { "capture.json": JSON.stringify({ ...meta, casual: true }) }],
+      ["truncated keys.npy", { "keys.npy": capFiles["keys.npy"].subarray(0, 1000) }],
+      ["NaN in keys", { "keys.npy": encodeNpy(nanKeys, keys.shape) }],
+      ["lengths that do not add up", { "capture.json": JSON.stringify({ ...meta, lengths: [80, 81] }) }],
+      ["a wrong format", { "capture.json": JSON.stringify({ ...meta, format: "nope" }) }],
+      ["invalid JSON", { "capture.json": "{" }],
+      ["alpha below 1", { "capture.json": JSON.stringify({ ...meta, alpha: 0.5 }) }],
+      ["not a .npy file", { "queries.npy": new TextEncoder().encode("hello") }],
+    ];
+    for (const [what, changes] of cases) {
+      const bad = join(dir, `bad-${what.replaceAll(" ", "-").replaceAll(".", "")}`);
+      mkdirSync(bad);
+      const files = { ...capFiles, ...changes };
+      writeFolderFiles(bad, files);
+      const native = runCliFailing("info", [bad]);
+      const core = coreMessage(native, `${bad}: `);
+      const e = assertThrowsMatching(() => eg.Capture.fromFiles(files), /^read_capture: /, what);
+      assert.ok(e.message.endsWith(core), `${what}: message ${JSON.stringify(e.message)} ends with the core's ${JSON.stringify(core)}`);
+    }
+    const { "queries.npy": _, ...withoutQueries } = capFiles;
+    assertThrowsMatching(() => eg.Capture.fromFiles(withoutQueries), /queries\.npy/, "missing queries.npy");
+  });
+
+  test("teachers: truncated or corrupt weights, bad config, bad text", () => {
+    const config = readFileSync(dataFile("teacher-causal", "config.json"), "utf8");
+    const weights = new Uint8Array(readFileSync(dataFile("teacher-causal", "model.safetensors")));
+    const cases = [
+      ["header cut", weights.subarray(0, 1000), /^read_safetensors: .*header size \d+ exceeds the file/],
+      ["data cut", weights.subarray(0, weights.length - 10), /^read_safetensors: /],
+      ["empty", new Uint8Array(0), /^read_safetensors: /],
+    ];
+    for (const [what, bytes, pattern] of cases) {
+      const model = join(dir, `teacher-${what.replace(" ", "-")}`);
+      mkdirSync(model);
+      writeFolderFiles(model, { "config.json": config, "model.safetensors": bytes });
+      writeFileSync(join(dir, "hi.txt"), "hi");
+      const native = runCliFailing("capture", ["--model", model, "--text", join(dir, "hi.txt"), "--out", join(dir, "never")]);
+      const core = coreMessage(native, `${join(model, "model.safetensors")}: `);
+      const e = assertThrowsMatching(() => eg.Teacher.fromFiles(config, bytes), pattern, `weights ${what}`);
+      assert.ok(e.message.endsWith(core), `${what}: message ${JSON.stringify(e.message)} ends with the core's ${JSON.stringify(core)}`);
+    }
+    assertThrowsMatching(() => eg.Teacher.fromFiles("{", weights), /./, "config not JSON");
+    const cfg = JSON.parse(config);
+    assertThrowsMatching(() => eg.Teacher.fromFiles(JSON.stringify({ ...cfg, layers: 5 }), weights), /layers\.4/, "5 layers in config, 4 in weights");
+    assertThrowsMatching(() => eg.Teacher.fromFiles(JSON.stringify({ ...cfg, format: "x" }), weights), /format/, "wrong format");
+
+    assertThrowsMatching(() => teacher.forward(""), /^Teacher::forward: text is empty/, "empty text");
+    assertThrowsMatching(() => teacher.forward("x".repeat(257)), /^Teacher::forward: text has 257 tokens, more than the model's context of 256/, "257 bytes");
+    // 86 three-byte characters are 258 bytes: the limit is in bytes.
+    assertThrowsMatching(() => teacher.forward("€".repeat(86)), /258 tokens/, "258 UTF-8 bytes");
+    assertThrowsMatching(() => teacher.capture([]), /texts is empty/, "capture of no text");
+    const out = teacher.forward("abc");
+    try {
+      assertThrowsMatching(() => out.probs(0, 0), /not recorded/, "probs not recorded");
+      assertThrowsMatching(() => out.queries(4, 0), /layer 4/, "layer 4 of 4");
+      assertThrowsMatching(() => out.keys(0, 4), /head 4/, "head 4 of 4");
+    } finally {
+      out.dispose();
+    }
+    assertThrowsMatching(() => eg.splitText("abc", 0), /split_text: max_bytes must be >= 1/, "splitText 0");
+  });
+
+  test("a failed call changes nothing", () => {
+    const before = teacher.forward("In the beginning");
+    const q = before.queries(1, 1);
+    before.dispose();
+    thrown(() => teacher.forward(""), "empty text");
+    const again = teacher.forward("In the beginning");
+    assert.deepEqual(again.queries(1, 1), q);
+    again.dispose();
+
+    const p = eg.Predictor.create("window", { window: 2 });
+    try {
+      const text = p.serialize();
+      thrown(() => p.setUnionPatterns(-5, 0), "extra_window -5");
+      assert.equal(p.serialize(), text);
+    } finally {
+      p.dispose();
+    }
+  });
+
+  test("disposed objects throw; dispose twice is harmless; Symbol.dispose where defined", () => {
+    const t2 = loadTeacher(eg, "teacher-masked");
+    const out = t2.forward("abc", { probs: true });
+    const cap = out.toCapture();
+    const p = eg.Predictor.create("window");
+    const objects = [
+      ["Teacher", t2, () => t2.forward("abc")],
+      ["TeacherOutput", out, () => out.queries(0, 0)],
+      ["Capture", cap, () => cap.goldGraph(0, 0, 0)],
+      ["Predictor", p, () => p.serialize()],
+    ];
+    for (const [what, obj, use] of objects) {
+      use();
+      assert.equal(typeof obj.dispose, "function", `${what}.dispose`);
+      if (typeof Symbol.dispose === "symbol") assert.equal(typeof obj[Symbol.dispose], "function", `${what}[Symbol.dispose]`);
+      obj.dispose();
+      thrown(use, `${what} used after dispose()`);
+      obj.dispose();
+    }
+    // eg.evaluate with a disposed predictor or capture throws too.
+    const live = eg.Predictor.create("window");
+    const liveCap = eg.Capture.fromFiles(capFiles);
+    thrown(() => eg.evaluate(p, liveCap), "evaluate with a disposed predictor");
+    thrown(() => eg.evaluate(live, cap), "evaluate on a disposed capture");
+    live.dispose();
+    liveCap.dispose();
+    if (typeof Symbol.dispose === "symbol") {
+      const p2 = eg.Predictor.create("global");
+      p2[Symbol.dispose]();
+      thrown(() => p2.serialize(), "Predictor used after [Symbol.dispose]()");
+    }
+  });
+
+  test("`using` disposes at the end of the block (where the runtime has explicit resource management)", (t) => {
+    let run;
+    try {
+      run = new Function("eg", "let kept; { using p = eg.Predictor.create('window'); kept = p; p.serialize(); } return kept;");
+    } catch (e) {
+      if (!(e instanceof SyntaxError)) throw e;
+      t.skip(`node ${process.versions.node} has no \`using\` declarations`);
+      return;
+    }
+    const p = run(eg);
+    thrown(() => p.serialize(), "Predictor used after its using block");
+  });
+});
