@@ -1,6 +1,6 @@
 # Thin driver over CMake presets. `make demo` and `make test` install what is
 # missing (Debian packages), build, and run; see README.md.
-.PHONY: all deps build demo test test-release test-debug test-tsan wasm bench clean
+.PHONY: all deps build demo test test-release test-debug test-tsan wasm web bench clean
 
 all: build
 
@@ -13,7 +13,9 @@ build: deps
 
 # The main job: every transform on a sample row; the shipped causal teacher
 # over held-out text (first 4 KiB to fit predictors, last 4 KiB to test them),
-# its gold graphs described; then every predictor swept into Pareto curves.
+# its gold graphs described; then every predictor swept into Pareto curves;
+# then the demo page is built (make web) and served on http://localhost:8000
+# (Ctrl-C stops; SERVE=0 skips serving).
 DEMO_DIR := build/demo
 ENTGRAPH := ./build/release/native/cli/entgraph
 demo: build
@@ -25,8 +27,12 @@ demo: build
 	$(ENTGRAPH) capture --model data/teacher-causal --text $(DEMO_DIR)/test.txt --out $(DEMO_DIR)/causal-test
 	$(ENTGRAPH) info $(DEMO_DIR)/causal-test
 	$(ENTGRAPH) sweep --train $(DEMO_DIR)/causal-train --test $(DEMO_DIR)/causal-test --out $(DEMO_DIR)/sweep-causal
+	$(MAKE) --no-print-directory web
+	@if [ "$(SERVE)" != "0" ]; then node web/serve.mjs build/web 8000; fi
 
-test-release: build
+# The release suite includes the JavaScript package's node tests and the demo
+# page's browser tests, so it needs the wasm build and the page.
+test-release: build wasm web
 	ctest --preset release
 
 test-debug: deps
@@ -44,14 +50,22 @@ test-tsan: deps
 # core tests; ctest's summary of each is printed, the sanitizer one last.
 test: test-release test-debug
 
-# The core library compiled to WebAssembly with Debian's emscripten (needs
-# the emscripten package; not part of `make test` yet).
+# The JavaScript package (docs/JAVASCRIPT.md): the core compiled to
+# WebAssembly with Debian's emscripten, in build/wasm/package.
 wasm: deps
 	cmake --preset wasm
 	cmake --build --preset wasm
+
+# The in-browser demo page as a static folder, build/web/ (tools/build_web.sh):
+# the page, the JavaScript package, both teachers, and every predictor fitted
+# natively on held-out text. `make demo` serves it on http://localhost:8000
+# (SERVE=0 skips); or run `node web/serve.mjs build/web 8000` yourself.
+web: build wasm
+	tools/build_web.sh build/web
 
 bench: build
 	./build/release/native/bench/entgraph_bench --benchmark_format=console
 
 clean:
 	rm -rf build
+

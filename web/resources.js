@@ -1,0 +1,75 @@
+// What the page fetches from its own folder (build/web/, tools/build_web.sh):
+// the teachers' config.json and model.safetensors, the manifest of natively
+// fitted parameter files, and the files themselves. Everything is cached, as
+// promises (for the first use) and as values (for the synchronous update).
+
+export class Resources {
+  constructor(eg, base = ".") {
+    this.eg = eg;
+    this.base = base;
+    this.teachers = new Map(); // kind -> Promise<{ teacher, config, manifest }>
+    this.teachersNow = new Map(); // kind -> { teacher, config, manifest }
+    this.predictors = new Map(); // "kind/file" -> Promise<Predictor>
+    this.predictorsNow = new Map(); // "kind/file" -> Predictor
+  }
+
+  async fetchOk(path, as) {
+    const url = `${this.base}/${path}`;
+    const response = await fetch(url);
+    if (!response.ok) throw new Error(`could not load ${url}: HTTP ${response.status}`);
+    return as === "bytes" ? new Uint8Array(await response.arrayBuffer()) : as === "json" ? response.json() : response.text();
+  }
+
+  text(path) {
+    return this.fetchOk(path, "text");
+  }
+
+  teacher(kind) {
+    if (!this.teachers.has(kind)) {
+      const loading = (async () => {
+        const [configText, weights, manifest] = await Promise.all([
+          this.fetchOk(`teachers/${kind}/config.json`, "text"),
+          this.fetchOk(`teachers/${kind}/model.safetensors`, "bytes"),
+          this.fetchOk(`params/${kind}/index.json`, "json"),
+        ]);
+        const teacher = this.eg.Teacher.fromFiles(configText, weights);
+        const entry = { teacher, config: teacher.config, manifest };
+        this.teachersNow.set(kind, entry);
+        return entry;
+      })();
+      loading.catch(() => this.teachers.delete(kind)); // a later call tries again
+      this.teachers.set(kind, loading);
+    }
+    return this.teachers.get(kind);
+  }
+
+  teacherNow(kind) {
+    return this.teachersNow.get(kind);
+  }
+
+  predictor(kind, file) {
+    const key = `${kind}/${file}`;
+    if (!this.predictors.has(key)) {
+      const loading = this.fetchOk(`params/${kind}/${file}`, "text").then((text) => {
+        const p = this.eg.Predictor.load(text);
+        this.predictorsNow.set(key, p);
+        return p;
+      });
+      loading.catch(() => this.predictors.delete(key));
+      this.predictors.set(key, loading);
+    }
+    return this.predictors.get(key);
+  }
+
+  predictorNow(kind, file) {
+    return this.predictorsNow.get(`${kind}/${file}`);
+  }
+
+  // Starts loading every parameter file of a teacher (for the Pareto curves).
+  prefetchAll(kind) {
+    const entry = this.teachersNow.get(kind);
+    if (!entry) return Promise.resolve();
+    const all = entry.manifest.methods.flatMap((m) => m.values.map((v) => this.predictor(kind, v.file)));
+    return Promise.allSettled(all);
+  }
+}

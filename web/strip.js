@@ -1,0 +1,68 @@
+// The text as the model reads it, one box per byte token. While a graph is
+// hovered, the row of the hovered query is painted onto the text: each key
+// token shaded by its entmax weight, the query boxed, the hovered key underlined.
+
+import { PROB_RAMP_CSS_FULL, probIndex } from "./palette.js";
+
+export class TokenStrip {
+  constructor(root, hint) {
+    this.root = root;
+    this.hint = hint;
+    this.glyphs = [];
+    this.spans = [];
+    this.lit = [];
+  }
+
+  setTokens(glyphs) {
+    this.glyphs = glyphs;
+    this.lit = [];
+    const frag = document.createDocumentFragment();
+    this.spans = glyphs.map((g) => {
+      const span = document.createElement("span");
+      span.className = "tok";
+      span.textContent = g === "␣" ? "\u00a0" : g;
+      frag.appendChild(span);
+      return span;
+    });
+    this.root.textContent = "";
+    this.root.appendChild(frag);
+    this.clear();
+  }
+
+  // weights: row i of the head's entmax weights (length n).
+  show(i, j, weights) {
+    if (!this.glyphs.length) return;
+    this.clearMarks();
+    for (let k = 0; k < weights.length; k++) {
+      const w = weights[k];
+      if (w > 0) {
+        const idx = probIndex(w);
+        const span = this.spans[k];
+        span.style.background = PROB_RAMP_CSS_FULL[idx];
+        span.style.color = idx > 150 ? "#fff" : "";
+        this.lit.push(k);
+      }
+    }
+    this.spans[i].classList.add("query");
+    this.spans[j].classList.add("key");
+    this.lit.push(i, j);
+    this.root.classList.add("active");
+    this.hint.textContent = `Token ${i} (boxed) looks at the shaded tokens; key ${j} is underlined.`;
+  }
+
+  clearMarks() {
+    for (const k of this.lit) {
+      const span = this.spans[k];
+      span.style.background = "";
+      span.style.color = "";
+      span.classList.remove("query", "key");
+    }
+    this.lit = [];
+  }
+
+  clear() {
+    this.clearMarks();
+    this.root.classList.remove("active");
+    this.hint.textContent = "Hover a graph: the tokens the hovered token looks at light up here.";
+  }
+}
