@@ -1,0 +1,95 @@
+// Helpers shared by the predictor sources: argument checks, grids, warp-per-row
+// indexing, and the upload of host matrix views.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "entgraph/cuda/device.hpp"
+#include "entgraph/error.hpp"
+#include "entgraph/matrix_view.hpp"
+#include "reduce.cuh"
+
+namespace entgraph::cuda::detail {
+
+static_assert(sizeof(std::size_t) == sizeof(unsigned long long), "CSR offsets are 64-bit on the device");
+
+// Blocks for a grid-stride loop over `items` with `per_block` items per
+// block; capped because the loops cover the rest. Never 0 (callers skip
+// empty work before launching).
+inline unsigned grid_for(std::size_t items, std::size_t per_block) {
+  const std::size_t blocks = (items + per_block - 1) / per_block;
+  return static_cast<unsigned>(std::clamp<std::size_t>(blocks, 1, std::size_t{1} << 20));
+}
+
+// Row kernels run one warp per query row, kRowsPerBlock warps per block.
+constexpr unsigned kRowsPerBlock = 8;
+
+// The first row of this thread's warp and the stride between a warp's rows.
+__device__ inline std::size_t first_warp_row() {
+  return static_cast<std::size_t>(blockIdx.x) * (blockDim.x / kWarpSize) + threadIdx.x / kWarpSize;
+}
+__device__ inline std::size_t warp_row_stride() {
+  return static_cast<std::size_t>(gridDim.x) * (blockDim.x / kWarpSize);
+}
+
+[[noreturn]] inline void argument_error(const char* op, const std::string& what) {
+  throw Error(std::string(op) + ": " + what);
+}
+
+// A device pointer must be set when it points at `count` > 0 values.
+inline void check_pointer(const void* p, std::size_t count, const char* op, const char* name) {
+  if (p == nullptr && count > 0)
+    argument_error(op, std::string(name) + " is null but holds " + std::to_string(count) + " values");
+}
+
+// Graphs index queries and keys with 32-bit integers (Graph::empty).
+inline void check_graph_size(std::size_t n, std::size_t m, const char* op) {
+  constexpr std::size_t kMax = std::numeric_limits<std::uint32_t>::max();
+  if (n > kMax || m > kMax)
+    argument_error(op, "graphs hold at most 2^32 - 1 queries and keys (got " + std::to_string(n) + " x " +
+                           std::to_string(m) + ")");
+}
+
+template <class T>
+void check_view(MatrixView<const T> v, const char* op, const char* name) {
+  if (v.data == nullptr && v.rows > 0 && v.cols > 0) argument_error(op, std::string(name) + " has no data");
+  if (v.rows > 1 && v.stride < v.cols)
+    argument_error(op, std::string(name) + " has stride " + std::to_string(v.stride) + " < cols " +
+                           std::to_string(v.cols));
+}
+
+// Sparsefinder quantization's bin edges: r x (bins - 1), each row ascending.
+inline void check_bin_edges(MatrixView<const float> edges, std::size_t r, const char* op) {
+  check_view(edges, op, "edges");
+  if (edges.rows != r)
+    argument_error(op, "edges has " + std::to_string(edges.rows) + " rows, expected one per projected coordinate (" +
+                           std::to_string(r) + ")");
+  for (std::size_t c = 0; c < edges.rows; ++c)
+    if (!std::is_sorted(edges.row(c), edges.row(c) + edges.cols))
+      argument_error(op, "edges row " + std::to_string(c) + " is not ascending");
+}
+
+// A contiguous device copy of a (possibly strided) host view.
+template <class T>
+DeviceArray<T> upload_matrix(MatrixView<const T> v, const char* what) {
+  if (v.rows <= 1 || v.stride == v.cols) return DeviceArray<T>(v.data, v.rows * v.cols, what);
+  std::vector<T> packed(v.rows * v.cols);
+  for (std::size_t i = 0; i < v.rows; ++i) std::copy(v.row(i), v.row(i) + v.cols, packed.data() + i * v.cols);
+  return DeviceArray<T>(packed.data(), packed.size(), what);
+}
+
+template <class T>
+std::vector<T> download_vector(const DeviceArray<T>& a) {
+  std::vector<T> out(a.size());
+  a.download(out.data());
+  return out;
+}
+
+}  // namespace entgraph::cuda::detail
