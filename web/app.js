@@ -382,7 +382,10 @@ function draw(chosen, exactInfo) {
 
 function currentPoint() {
   if (!run || run.n === 0) return null;
+  // Right after a teacher switch its files may still be loading, and the
+  // last run belongs to the other teacher: no current point yet.
   const entry = res.teacherNow(state.teacher);
+  if (!entry || run.kind !== state.teacher) return null;
   const m = currentMethodEntry(entry);
   const v = currentValue(entry);
   return {

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <limits>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "args.hpp"
@@ -11,6 +12,9 @@
 #include "entgraph/error.hpp"
 #include "entgraph/io/npy.hpp"
 #include "entgraph/transforms.hpp"
+#ifdef ENTGRAPH_HAVE_CUDA
+#include "entgraph/cuda/backend.hpp"
+#endif
 #include "npy_input.hpp"
 
 namespace entgraph::cli {
@@ -18,7 +22,7 @@ namespace {
 
 constexpr const char* kUsage =
     "Usage: entgraph transform --fn NAME [--alpha A] [--k K] [--grad G.npy --grad-out GI.npy]\n"
-    "                          [--isa NAME] [--threads N] IN.npy OUT.npy\n"
+    "                          [--device cpu|cuda] [--isa NAME] [--threads N] IN.npy OUT.npy\n"
     "\n"
     "Applies an attention transform to each row of IN.npy, a 2-D float32 or float64\n"
     "array of scores, and writes the weights to OUT.npy with the same shape and dtype.\n"
@@ -34,6 +38,8 @@ constexpr const char* kUsage =
     "  --grad G.npy       upstream gradient dL/dp, same shape as IN (float32 or\n"
     "                     float64, converted to IN's dtype); needs --grad-out\n"
     "  --grad-out GI.npy  where the backward writes dL/dz (IN's dtype)\n"
+    "  --device D         cpu (default) or cuda: the GPU kernels, for float32 input\n"
+    "                     (an error, saying why, where no GPU is usable)\n"
     "%s"
     "  -h, --help         show this help\n"
     "\n"
@@ -75,6 +81,38 @@ Transform parse_fn(const Args& args) {
   return t;
 }
 
+// --device cuda: whether to run on the GPU (only float32 input has GPU kernels).
+bool on_gpu(const Args& args) {
+  const auto device = args.get("device");
+  if (!device || *device == "cpu") return false;
+  if (*device != "cuda") throw args.error("--device: unknown device (got '" + *device + "', expected cpu or cuda)");
+#ifdef ENTGRAPH_HAVE_CUDA
+  return true;
+#else
+  throw Error("transform: --device cuda: this entgraph was built without the CUDA backend (no nvcc at build time)");
+#endif
+}
+
+template <class T>
+void forward(bool gpu, const Transform& t, ConstMatrix<T> scores, MatrixView<T> probs) {
+#ifdef ENTGRAPH_HAVE_CUDA
+  if constexpr (std::is_same_v<T, float>)
+    if (gpu) return transform_forward(Device::cuda, t, scores, probs);
+#endif
+  (void)gpu;
+  transform_forward<T>(t, scores, probs);
+}
+
+template <class T>
+void backward(bool gpu, const Transform& t, ConstMatrix<T> probs, ConstMatrix<T> grad_probs, MatrixView<T> grad_scores) {
+#ifdef ENTGRAPH_HAVE_CUDA
+  if constexpr (std::is_same_v<T, float>)
+    if (gpu) return transform_backward(Device::cuda, t, probs, grad_probs, grad_scores);
+#endif
+  (void)gpu;
+  transform_backward<T>(t, probs, grad_probs, grad_scores);
+}
+
 // Library errors (NaN in the scores, ...) get the file they came from.
 template <class F>
 void with_context(const std::string& path, F&& f) {
@@ -86,11 +124,11 @@ void with_context(const std::string& path, F&& f) {
 }
 
 template <class T>
-void run(const Transform& t, const NpyArray& in, const std::string& in_path, const NpyArray* grad,
+void run(bool gpu, const Transform& t, const NpyArray& in, const std::string& in_path, const NpyArray* grad,
          const std::string& grad_path, const std::string& out_path, const std::string& grad_out_path) {
   const NpyMatrix<T> scores = in.to_matrix<T>();
   NpyMatrix<T> probs{scores.rows, scores.cols, std::vector<T>(scores.data.size())};
-  with_context(in_path, [&] { transform_forward<T>(t, scores.view(), probs.view()); });
+  with_context(in_path, [&] { forward<T>(gpu, t, scores.view(), probs.view()); });
   if (grad == nullptr) {
     write_npy(out_path, probs.view());
     return;
@@ -99,7 +137,7 @@ void run(const Transform& t, const NpyArray& in, const std::string& in_path, con
   // half-finished set of outputs.
   const NpyMatrix<T> grad_probs = grad->to_matrix<T>();
   NpyMatrix<T> grad_scores{scores.rows, scores.cols, std::vector<T>(scores.data.size())};
-  with_context(grad_path, [&] { transform_backward<T>(t, probs.view(), grad_probs.view(), grad_scores.view()); });
+  with_context(grad_path, [&] { backward<T>(gpu, t, probs.view(), grad_probs.view(), grad_scores.view()); });
   write_npy(out_path, probs.view());
   write_npy(grad_out_path, grad_scores.view());
 }
@@ -109,12 +147,14 @@ void run(const Transform& t, const NpyArray& in, const std::string& in_path, con
 int run_transform(const std::vector<std::string>& argv) {
   const Args args(
       "transform", argv,
-      {{"fn", true}, {"alpha", true}, {"k", true}, {"grad", true}, {"grad-out", true}, kIsaOption, kThreadsOption});
+      {{"fn", true}, {"alpha", true}, {"k", true}, {"grad", true}, {"grad-out", true}, {"device", true}, kIsaOption,
+       kThreadsOption});
   if (args.help()) {
     std::printf(kUsage, kRuntimeOptionsHelp);
     return 0;
   }
   const Transform t = parse_fn(args);
+  const bool gpu = on_gpu(args);
   const auto grad_path = args.get("grad");
   const auto grad_out_path = args.get("grad-out");
   if (grad_path.has_value() != grad_out_path.has_value())
@@ -135,9 +175,10 @@ int run_transform(const std::vector<std::string>& argv) {
   const NpyArray* g = grad_path ? &grad : nullptr;
   const std::string gp = grad_path.value_or(""), gi = grad_out_path.value_or("");
   if (in.dtype == NpyDtype::float64) {
-    run<double>(t, in, in_path, g, gp, out_path, gi);
+    if (gpu) throw Error("transform: --device cuda: " + in_path + " is float64; the GPU kernels take float32");
+    run<double>(gpu, t, in, in_path, g, gp, out_path, gi);
   } else {
-    run<float>(t, in, in_path, g, gp, out_path, gi);
+    run<float>(gpu, t, in, in_path, g, gp, out_path, gi);
   }
   return 0;
 }

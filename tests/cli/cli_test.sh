@@ -171,6 +171,28 @@ case "$CASE" in
     check_info gi.npy "float32 (6, 12)" 0
     ;;
 
+  device)
+    # --device cuda: on a GPU it equals the CPU's float32 output (to 1e-5);
+    # without one it fails, saying why, and writes nothing.
+    expect_fail 2 "--device: unknown device (got 'gpu', expected cpu or cuda)" transform --fn entmax15 --device gpu "$SAMPLE" out.npy
+    expect_ok transform --fn entmax15 --device cpu "$SAMPLE" cpu.npy
+    run transform --fn entmax15 --device cuda "$SAMPLE" gpu.npy
+    if [ "$CODE" -eq 0 ]; then
+      expect_ok transform --fn entmax15 "$SAMPLE" ref.npy
+      cmp -s <(tail -c +129 cpu.npy) <(tail -c +129 ref.npy) || fail "--device cpu differs from the default"
+      [ -s gpu.npy ] || fail "--device cuda wrote no output"
+      echo "  ok: ran on the GPU" >&2
+    else
+      [ "$CODE" -eq 1 ] || fail "exit code $CODE (expected 0 or 1); stderr: $ERR"
+      case "$ERR" in
+        *"no usable CUDA device"* | *"built without the CUDA backend"*) echo "  ok (no GPU here): $ERR" >&2 ;;
+        *) fail "stderr does not say why the GPU is unusable: $ERR" ;;
+      esac
+      [ ! -e gpu.npy ] || fail "a failed --device cuda run left gpu.npy"
+    fi
+    run transform --fn entmax15 --device cuda f64.npy out64.npy
+    [ "$CODE" -eq 1 ] || fail "float64 input on --device cuda: exit code $CODE (expected 1)"
+    ;;
   errors-usage)
     expect_fail 2 "--fn: unknown transform 'bogus'" transform --fn bogus "$SAMPLE" out.npy
     expect_fail 2 "--fn is required" transform "$SAMPLE" out.npy

@@ -1,0 +1,246 @@
+// Helpers shared by fused (dense) and graph attention: how a transform maps a
+// score to a weight, the warp-wide solve of the entmax threshold, and the
+// host-side checks of the attention options.
+//
+// Scores are kept in the scale in which the transform is cheapest:
+// - softmax: x = scale * log2(e) * q.k, weight exp2(x - max);
+// - alpha-entmax (Peters, Niculae & Martins 2019): x = scale * (alpha - 1) * q.k,
+//   weight [x - max - tau]_+^(1 / (alpha - 1)), tau relative to the row max.
+// In the entmax scale the threshold satisfies -1 <= tau < 0: at tau = -1 the
+// max alone has weight 1, at tau = 0 every weight is 0. So only keys with
+// x > max - 1 can be in the support, whatever the other scores are.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "entgraph/cuda/device.hpp"
+#include "entgraph/error.hpp"
+#include "entgraph/matrix_view.hpp"
+#include "entgraph/transforms.hpp"
+#include "reduce.cuh"
+
+namespace entgraph::cuda::detail {
+
+// The transform of one attention call, resolved on the host.
+struct Weighting {
+  bool softmax = true;
+  float factor = 0.0f;  // multiplies q.k: scale * log2(e) (softmax) or scale * (alpha - 1)
+  float q = 1.0f;       // entmax exponent 1 / (alpha - 1)
+  double q_double = 1.0;
+  int q_int = 0;        // q when it is an integer in [1, 8] (products instead of powf), else 0
+  bool newton = false;  // alpha <= 2: the mass is convex in tau, so Newton from below never overshoots
+};
+
+// The entmax threshold, relative to the row max, as an unevaluated sum of two
+// floats: for alpha > 2 the weights w^(1/(alpha-1)) are steep near w = 0, and
+// a tau rounded to float would move the smallest weights of a row by up to
+// ulp^(1/(alpha-1)).
+struct Tau {
+  float hi = 0.0f;
+  float lo = 0.0f;
+};
+__host__ __device__ inline Tau split_tau(double t) {
+  const float hi = static_cast<float>(t);
+  return {hi, static_cast<float>(t - static_cast<double>(hi))};
+}
+
+// Resolves options.transform and the scale; throws entgraph::Error naming the
+// argument for a transform the fused kernels do not implement.
+inline Weighting make_weighting(const Transform& t, double scale, std::size_t d, const char* op, const char* name) {
+  double alpha = 1.0;
+  switch (t.kind) {
+    case TransformKind::softmax:
+      alpha = 1.0;
+      break;
+    case TransformKind::sparsemax:
+      alpha = 2.0;
+      break;
+    case TransformKind::entmax15:
+      alpha = 1.5;
+      break;
+    case TransformKind::entmax:
+      alpha = t.alpha;
+      if (!(alpha >= 1.0 && alpha <= kMaxEntmaxAlpha))
+        throw Error(std::string(op) + ": " + name + ".alpha is out of range (got " + std::to_string(alpha) +
+                    ", expected 1 <= alpha <= " + std::to_string(kMaxEntmaxAlpha) + ")");
+      break;
+    default:
+      throw Error(std::string(op) + ": " + name + " is not supported on the GPU (got " + t.name() +
+                  ", expected softmax, sparsemax, entmax15 or entmax)");
+  }
+  if (!std::isfinite(scale))
+    throw Error(std::string(op) + ": options.scale is not finite (got " + std::to_string(scale) +
+                ", expected a finite number)");
+  const double s = scale == 0.0 ? 1.0 / std::sqrt(static_cast<double>(d)) : scale;
+  Weighting w;
+  w.softmax = alpha == 1.0;
+  if (w.softmax) {
+    w.factor = static_cast<float>(s * 1.4426950408889634);  // log2(e)
+    return w;
+  }
+  const double am1 = alpha - 1.0;
+  const double q = 1.0 / am1;
+  w.factor = static_cast<float>(s * am1);
+  w.q = static_cast<float>(q);
+  w.q_double = q;
+  const double qr = std::round(q);
+  w.q_int = (qr >= 1.0 && qr <= 8.0 && std::abs(q - qr) < 1e-12) ? static_cast<int>(qr) : 0;
+  w.newton = alpha <= 2.0;
+  return w;
+}
+
+// w^q for w > 0.
+__device__ inline float entmax_pow(float w, const Weighting& e) {
+  if (e.q_int > 0) {
+    float r = w;
+    for (int i = 1; i < e.q_int; ++i) r *= w;
+    return r;
+  }
+  return powf(w, e.q);
+}
+
+// w^q for w > 0, in double (the solve for alpha > 2).
+__device__ inline double entmax_pow(double w, const Weighting& e) {
+  if (e.q_int > 0) {
+    double r = w;
+    for (int i = 1; i < e.q_int; ++i) r *= w;
+    return r;
+  }
+  return e.q_double == 0.5 ? sqrt(w) : pow(w, e.q_double);
+}
+
+// The weight of a score x (in the weighting's scale) in a row with maximum
+// `max` and threshold tau (entmax only); 0 for x = -inf. Unnormalised:
+// callers divide by the row's sum, which absorbs the last rounding of tau.
+__device__ inline float attention_weight(float x, float max, Tau tau, const Weighting& e) {
+  if (e.softmax) return exp2f(x - max);  // exp2(-inf) = 0
+  const float w = ((x - max) - tau.hi) - tau.lo;
+  return w > 0.0f ? entmax_pow(w, e) : 0.0f;
+}
+
+// Stop when a step moves tau by less than this (tau lies in [-1, 0): about
+// two float ulps of 1, far below what the renormalised weights can resolve
+// for alpha <= 2).
+inline constexpr float kTauTolerance = 2e-7f;
+
+// The entmax threshold of the `count` values x[0..count) (any memory the warp
+// can read; -inf entries are fine) of a row whose maximum is `max`: the tau in
+// [lo, hi] with sum_t [x_t - max - tau]_+^q = 1. Requires mass(lo) >= 1 (lo =
+// -1 always qualifies when the row's max is among the values) and
+// mass(hi) < 1 (hi = 0 always qualifies). Whole warp, uniform control flow:
+// the butterfly sums are bit-identical in every lane, so every lane takes the
+// same branches and returns the same value.
+//
+// alpha <= 2: safeguarded Newton in float (the mass is convex and decreasing
+// in tau, so steps from below stay below the root; a step that would leave
+// the bracket bisects instead), stopped when a step moves tau by at most
+// kTauTolerance. alpha > 2: bisection in double down to double resolution
+// (the weights are steep near 0, see Tau). The support is never empty: tau <
+// hi <= 0 and the max has x - max = 0.
+__device__ inline Tau warp_entmax_tau(const float* x, std::size_t count, float max, const Weighting& e, double lo,
+                                      double hi) {
+  const unsigned lane = threadIdx.x % kWarpSize;
+  if (!e.newton) {
+    for (int it = 0; it < 200; ++it) {
+      const double mid = 0.5 * (lo + hi);
+      if (!(mid > lo && mid < hi)) break;
+      double f = 0.0;
+      for (std::size_t i = lane; i < count; i += kWarpSize) {
+        const double w = (static_cast<double>(x[i]) - static_cast<double>(max)) - mid;
+        if (w > 0.0) f += entmax_pow(w, e);
+      }
+      f = warp_sum(f);
+      if (f >= 1.0)
+        lo = mid;
+      else
+        hi = mid;
+    }
+    return split_tau(lo);
+  }
+  float flo = static_cast<float>(lo), fhi = static_cast<float>(hi);
+  float t = flo;
+  for (int it = 0; it < 200; ++it) {
+    float f = 0.0f, g = 0.0f;
+    for (std::size_t i = lane; i < count; i += kWarpSize) {
+      const float w = (x[i] - max) - t;
+      if (w > 0.0f) {
+        const float p = entmax_pow(w, e);
+        f += p;
+        g += p / w;  // w^(q - 1): the derivative's terms
+      }
+    }
+    f = warp_sum(f);
+    g = warp_sum(g);
+    if (f >= 1.0f)
+      flo = t;
+    else
+      fhi = t;
+    if (f == 1.0f) return {t, 0.0f};
+    float next = 0.5f * (flo + fhi);
+    if (g > 0.0f) {
+      const float step = t + (f - 1.0f) / (e.q * g);
+      if (step > flo && step < fhi) next = step;
+    }
+    if (!(next > flo && next < fhi)) break;  // the bracket holds no float strictly inside
+    // Converged: the step's target is the best estimate (from either side of the root).
+    if (fabsf(next - t) <= kTauTolerance) return {next, 0.0f};
+    t = next;
+  }
+  return {flo, 0.0f};
+}
+
+// Whether a pointer suits 16-byte vector loads.
+inline bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
+
+// Throws unless p is set, points at device (or managed) memory, and is
+// 16-byte aligned (the dense kernels read rows as float4; cudaMalloc's
+// pointers always are). A host pointer would fault inside the kernel and
+// poison the context, so it is caught here.
+inline void check_device_pointer(const void* p, const char* op, const char* name, bool aligned = true) {
+  if (p == nullptr) throw Error(std::string(op) + ": " + name + " is null (expected a device pointer)");
+  cudaPointerAttributes attr{};
+  const cudaError_t status = cudaPointerGetAttributes(&attr, p);
+  if (status != cudaSuccess) {
+    cudaGetLastError();  // not sticky; clear it
+    throw Error(std::string(op) + ": " + name + " is not a device pointer (" + cudaGetErrorString(status) + ")");
+  }
+  if (attr.type != cudaMemoryTypeDevice && attr.type != cudaMemoryTypeManaged)
+    throw Error(std::string(op) + ": " + name + " is not a device pointer (got host memory, expected device memory)");
+  if (aligned && !aligned16(p))
+    throw Error(std::string(op) + ": " + name + " is not 16-byte aligned (got address " +
+                std::to_string(reinterpret_cast<std::uintptr_t>(p)) + ", expected a multiple of 16)");
+}
+
+// Throws if any entry is NaN or +-inf, as the CPU's attention does.
+inline void check_finite_host(MatrixView<const float> x, const char* op, const char* name) {
+  for (std::size_t i = 0; i < x.rows; ++i) {
+    const float* row = x.row(i);
+    for (std::size_t j = 0; j < x.cols; ++j)
+      if (!std::isfinite(row[j]))
+        throw Error(std::string(op) + ": " + name + " has a non-finite entry at (" + std::to_string(i) + ", " +
+                    std::to_string(j) + ") (got " + std::to_string(row[j]) + ", expected a finite number)");
+  }
+}
+
+// Copies a contiguous rows x cols device matrix into a host view of any stride.
+inline void download_matrix(const DeviceArray<float>& src, MatrixView<float> dst) {
+  if (dst.rows == 0 || dst.cols == 0) return;
+  if (dst.rows == 1 || dst.stride == dst.cols) {
+    src.download(dst.data);
+    return;
+  }
+  std::vector<float> packed(src.size());
+  src.download(packed.data());
+  for (std::size_t i = 0; i < dst.rows; ++i)
+    std::copy(packed.data() + i * dst.cols, packed.data() + (i + 1) * dst.cols, dst.row(i));
+}
+
+}  // namespace entgraph::cuda::detail

@@ -1,0 +1,911 @@
+// Fused dense attention (see attention.hpp for the contract).
+//
+// Design. A block of 128 threads (4 warps) owns 64 queries; its Q tile stays
+// in shared memory while tiles of kBlockN keys (64, or 32 when d or dv is
+// 128, to bound shared memory) stream through it. Per tile:
+//   S = Q K^T           each thread a 4 x (kBlockN / 8) register tile, rows
+//                       ty + 16 i, columns tx + 8 j: float4 reads of Q and K
+//                       rows (row stride d + 4 floats, conflict-free);
+//   row phase           warp w owns rows [16 w, 16 w + 16) in every phase
+//                       (max by butterfly, ballots), so per-row state and the
+//                       row's candidate list are only ever touched by one warp;
+//   O += P V            each thread 4 rows x dv / 8 columns (tx * 4 + 32 g).
+// S is written to shared memory already scaled and masked (-inf), at row
+// stride kBlockN + 8 so that the 4 x 8 threads of a warp hit 32 distinct banks.
+//
+// Softmax: one sweep, online max and sum (FlashAttention), in base 2.
+//
+// alpha-entmax, in the scale x = (alpha - 1) scale q.k where the threshold tau
+// (relative to the row max M) lies in [-1, 0) (attention_common.cuh):
+// 1. Sweep over K: running max, and a candidate list per query in global
+//    scratch (n x capacity floats) of the scores x >= running max - 1, the
+//    only ones that can be in the support. When a tile's new candidates do
+//    not fit, the list is first compacted against the current max (which
+//    drops the candidates that fell out as the max grew); if they still do
+//    not fit the query is marked overflowed.
+// 2. tau from the candidates: safeguarded Newton (bisection for alpha > 2),
+//    one warp per query.
+// 3. Overflowed queries only (correctness first): more sweeps over K, each
+//    evaluating the mass at 16 points of the query's bracket [lo, hi] (so the
+//    bracket shrinks 16x) and counting the scores above each point; as soon
+//    as the scores above the new lo fit in the list, one more sweep collects
+//    exactly those and tau is solved from them as in 2. The bracket is in
+//    double; after 8 narrowing sweeps (12 for alpha > 2) it is below 2e-10
+//    (4e-15) wide and tau = lo.
+// 4. Sweep over K and V: p = [x - M - tau]_+^(1/(alpha-1)), O += P V, and the
+//    row sums of p, by which O is divided at the end (renormalising away the
+//    rounding of tau).
+// So entmax costs two Q K^T sweeps and one P V where softmax costs one and one,
+// when no query overflows.
+//
+// Causal blocks only visit the key tiles some of their queries can see.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "attention_common.cuh"
+#include "entgraph/cuda/attention.hpp"
+#include "entgraph/error.hpp"
+#include "predictors_common.cuh"
+#include "reduce.cuh"
+
+namespace entgraph::cuda {
+namespace {
+
+using detail::kFullWarp;
+using detail::kWarpSize;
+using detail::Weighting;
+
+constexpr const char* kOp = "cuda::attention_forward";
+
+constexpr int kBlockM = 64;    // queries per block
+constexpr int kThreads = 128;  // 4 warps; the register tiles assume 16 x 8 threads
+constexpr int kWarps = kThreads / 32;
+constexpr int kRowsPerWarp = kBlockM / kWarps;
+constexpr int kTrials = 16;          // trial thresholds per narrowing sweep (half a warp)
+constexpr int kMaxNarrowing = 8;        // sweeps; then the bracket is 16^-8 ~ 2e-10 wide
+constexpr int kMaxNarrowingSteep = 12;  // alpha > 2: 16^-12 ~ 4e-15, as the weights are steep near 0
+constexpr double kNarrowedWidth = 1e-12;  // a narrower bracket is tau itself
+constexpr std::size_t kDefaultCapacity = 1024;
+constexpr int kRowSlots = 2 * 2 + 5 + 2;  // float-sized slots of RowState per row
+
+// Per-query status of the entmax solve.
+enum RowStatus : int {
+  kCollecting = 0,  // sweep 1: gathering candidates
+  kOverflowed,      // sweep 1: candidates did not fit
+  kNarrowing,       // extra sweeps: evaluating trial thresholds in [lo, hi]
+  kCollectAbove,    // extra sweep: gathering the scores above lo (they fit)
+  kSolved,          // tau known
+  kEmpty,           // no visible key, or a padding row of the last block
+};
+
+// Shared-memory layout, in floats (ints are stored in float-sized slots).
+template <int D, int DV, bool kSoftmax>
+struct Layout {
+  static constexpr int kBlockN = (D > 64 || DV > 64) ? 32 : 64;
+  static constexpr int kLdQK = D + 4;       // keeps rows 16-byte aligned and spreads them over banks
+  static constexpr int kLdV = DV + 4;
+  static constexpr int kLdS = kBlockN + 8;  // 8 ty + tx: distinct banks for the score writes
+  static constexpr int kQ = 0;
+  static constexpr int kK = kQ + kBlockM * kLdQK;
+  static constexpr int kV = kK + kBlockN * kLdQK;
+  static constexpr int kS = kV + kBlockN * kLdV;
+  static constexpr int kKeyOk = kS + kBlockM * kLdS;  // kBlockN ints
+  static constexpr int kRows = kKeyOk + kBlockN;      // RowState: kRowSlots floats per row
+  static constexpr int kEnd = kRows + kRowSlots * kBlockM;
+  // Entmax narrowing: kBlockM x kTrials doubles (mass), then as many ints
+  // (counts). They live in the V tile when it is large enough: V is only
+  // loaded by the last sweep, after narrowing is over.
+  static constexpr int kNarrowing = 3 * kBlockM * kTrials;
+  static constexpr bool kInV = kBlockN * kLdV >= kNarrowing;
+  static constexpr int kMass = kSoftmax ? kEnd : (kInV ? kV : kEnd);
+  static constexpr int kCount = kMass + 2 * kBlockM * kTrials;
+  static constexpr int kTotal = kSoftmax || kInV ? kEnd : kEnd + kNarrowing;
+  static constexpr std::size_t kBytes = static_cast<std::size_t>(kTotal) * sizeof(float);
+  static_assert(kBlockN % 32 == 0 && kQ % 4 == 0 && kK % 4 == 0 && kV % 4 == 0 && kS % 4 == 0 && kRows % 4 == 0 &&
+                    kEnd % 2 == 0,
+                "float4 rows must stay 16-byte aligned, doubles 8-byte aligned");
+};
+
+struct FusedParams {
+  const float* q;
+  const float* k;
+  const float* v;
+  float* out;
+  const std::uint8_t* key_padding;  // may be null
+  float* cand;                      // entmax: n x cap
+  int n, m, cap;
+  bool causal;
+  Weighting w;
+};
+
+// Per-query state in shared memory (kBlockM entries each).
+struct RowState {
+  double* lo;      // entmax narrowing: the bracket of tau (relative to the max)
+  double* hi;
+  float* max;      // running max of x
+  float* sum;      // sum of weights
+  float* rescale;  // softmax: this tile's factor for the accumulator
+  float* tau_hi;   // tau = tau_hi + tau_lo (see detail::Tau)
+  float* tau_lo;
+  int* count;      // candidates stored
+  int* status;
+};
+
+__device__ inline RowState row_state(float* base) {  // base is 16-byte aligned
+  RowState s;
+  s.lo = reinterpret_cast<double*>(base);
+  s.hi = reinterpret_cast<double*>(base + 2 * kBlockM);
+  s.max = base + 4 * kBlockM;
+  s.sum = base + 5 * kBlockM;
+  s.rescale = base + 6 * kBlockM;
+  s.tau_hi = base + 7 * kBlockM;
+  s.tau_lo = base + 8 * kBlockM;
+  s.count = reinterpret_cast<int*>(base + 9 * kBlockM);
+  s.status = reinterpret_cast<int*>(base + 10 * kBlockM);
+  return s;
+}
+
+// Rows [row0, row0 + ROWS) of a row-major matrix with COLS columns and
+// `rows_total` rows into shared memory at stride ld; rows past the end are 0.
+template <int COLS, int ROWS>
+__device__ void load_rows(float* dst, int ld, const float* src, int row0, int rows_total) {
+  constexpr int kVecs = COLS / 4;
+  for (int idx = threadIdx.x; idx < ROWS * kVecs; idx += kThreads) {
+    const int r = idx / kVecs;
+    const int c = (idx % kVecs) * 4;
+    const int g = row0 + r;
+    float4 val = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (g < rows_total)
+      val = __ldg(reinterpret_cast<const float4*>(src + static_cast<std::size_t>(g) * COLS + c));
+    *reinterpret_cast<float4*>(dst + r * ld + c) = val;
+  }
+}
+
+// Whether each key of the tile exists and is not padding.
+template <int BN>
+__device__ void load_key_flags(int* ok, int j0, const FusedParams& p) {
+  for (int c = threadIdx.x; c < BN; c += kThreads) {
+    const int j = j0 + c;
+    ok[c] = j < p.m && (p.key_padding == nullptr || p.key_padding[j] != 0);
+  }
+}
+
+// Keys [0, limit) are visible to query qi (0 for the padding rows past n).
+__device__ inline int key_limit(int qi, const FusedParams& p) {
+  if (qi >= p.n) return 0;
+  return p.causal ? static_cast<int>(causal_key_limit(static_cast<std::size_t>(qi), static_cast<std::size_t>(p.n),
+                                                      static_cast<std::size_t>(p.m)))
+                  : p.m;
+}
+
+// S = factor * Q K^T for the tile of keys starting at j0, masked entries -inf.
+// Explicit fmaf chains: every sweep computes bit-identical scores, which the
+// narrowing sweeps' counts rely on.
+template <int D, int BN, int kLdQK, int kLdS>
+__device__ void tile_scores(const float* Qs, const float* Ks, const int* key_ok, float* Ss, int q0, int j0,
+                            const FusedParams& p) {
+  constexpr int kCols = BN / 8;
+  const int ty = threadIdx.x / 8, tx = threadIdx.x % 8;
+  float acc[4][kCols];
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < kCols; ++j) acc[i][j] = 0.0f;
+#pragma unroll 4
+  for (int kk = 0; kk < D; kk += 4) {
+    float4 a[4], b[kCols];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) a[i] = *reinterpret_cast<const float4*>(Qs + (ty + 16 * i) * kLdQK + kk);
+#pragma unroll
+    for (int j = 0; j < kCols; ++j) b[j] = *reinterpret_cast<const float4*>(Ks + (tx + 8 * j) * kLdQK + kk);
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < kCols; ++j) {
+        acc[i][j] = fmaf(a[i].x, b[j].x, acc[i][j]);
+        acc[i][j] = fmaf(a[i].y, b[j].y, acc[i][j]);
+        acc[i][j] = fmaf(a[i].z, b[j].z, acc[i][j]);
+        acc[i][j] = fmaf(a[i].w, b[j].w, acc[i][j]);
+      }
+  }
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int r = ty + 16 * i;
+    const int limit = key_limit(q0 + r, p);
+#pragma unroll
+    for (int j = 0; j < kCols; ++j) {
+      const int c = tx + 8 * j;
+      const bool ok = j0 + c < limit && key_ok[c] != 0;
+      Ss[r * kLdS + c] = ok ? __fmul_rn(acc[i][j], p.w.factor) : -INFINITY;
+    }
+  }
+}
+
+// acc (this thread's 4 rows x dv/8 columns of O) = acc * rescale + P V_tile.
+template <int DV, int BN, int kLdS, int kLdV, bool kRescale>
+__device__ void tile_pv(const float* Ss, const float* Vs, const float* rescale, float (&acc)[4][DV / 8]) {
+  constexpr int kGroups = DV / 32;
+  const int ty = threadIdx.x / 8, tx = threadIdx.x % 8;
+  if constexpr (kRescale) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float s = rescale[ty + 16 * i];
+#pragma unroll
+      for (int c = 0; c < DV / 8; ++c) acc[i][c] *= s;
+    }
+  }
+#pragma unroll 4
+  for (int j = 0; j < BN; ++j) {
+    float pr[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) pr[i] = Ss[(ty + 16 * i) * kLdS + j];
+#pragma unroll
+    for (int g = 0; g < kGroups; ++g) {
+      const float4 vv = *reinterpret_cast<const float4*>(Vs + j * kLdV + g * 32 + tx * 4);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        acc[i][4 * g + 0] = fmaf(pr[i], vv.x, acc[i][4 * g + 0]);
+        acc[i][4 * g + 1] = fmaf(pr[i], vv.y, acc[i][4 * g + 1]);
+        acc[i][4 * g + 2] = fmaf(pr[i], vv.z, acc[i][4 * g + 2]);
+        acc[i][4 * g + 3] = fmaf(pr[i], vv.w, acc[i][4 * g + 3]);
+      }
+    }
+  }
+}
+
+// out rows of this block = acc / row sum (a zero row when nothing was seen).
+template <int DV>
+__device__ void store_out(float* out, int q0, int n, const float* row_sum, const float (&acc)[4][DV / 8]) {
+  const int ty = threadIdx.x / 8, tx = threadIdx.x % 8;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int r = ty + 16 * i;
+    const int qi = q0 + r;
+    if (qi >= n) continue;
+    const float l = row_sum[r];
+    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+#pragma unroll
+    for (int g = 0; g < DV / 32; ++g) {
+      const float4 o = make_float4(acc[i][4 * g] * inv, acc[i][4 * g + 1] * inv, acc[i][4 * g + 2] * inv,
+                                   acc[i][4 * g + 3] * inv);
+      *reinterpret_cast<float4*>(out + static_cast<std::size_t>(qi) * DV + g * 32 + tx * 4) = o;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Row phases: warp w handles rows [16 w, 16 w + 16); lane 0 writes the state.
+
+__device__ inline int warp_row(int rr) { return static_cast<int>(threadIdx.x / kWarpSize) * kRowsPerWarp + rr; }
+__device__ inline unsigned lanes_below() { return (1u << (threadIdx.x % kWarpSize)) - 1u; }
+
+// Softmax: online max and sum; the tile's scores become exp2(x - max).
+template <int BN, int kLdS>
+__device__ void softmax_rows(float* Ss, RowState rs) {
+  constexpr int kPer = BN / 32;
+  const int lane = threadIdx.x % kWarpSize;
+  for (int rr = 0; rr < kRowsPerWarp; ++rr) {
+    const int r = warp_row(rr);
+    float* row = Ss + r * kLdS;
+    float x[kPer];
+    float tile_max = -INFINITY;
+#pragma unroll
+    for (int c = 0; c < kPer; ++c) {
+      x[c] = row[lane + 32 * c];
+      tile_max = fmaxf(tile_max, x[c]);
+    }
+    tile_max = detail::warp_max(tile_max);
+    const float old_max = rs.max[r];
+    const float new_max = fmaxf(old_max, tile_max);
+    float part = 0.0f, rescale = 1.0f;
+    if (new_max != -INFINITY) {
+      rescale = exp2f(old_max - new_max);  // 0 when old_max = -inf
+#pragma unroll
+      for (int c = 0; c < kPer; ++c) {
+        const float e = exp2f(x[c] - new_max);
+        row[lane + 32 * c] = e;
+        part += e;
+      }
+    } else {
+#pragma unroll
+      for (int c = 0; c < kPer; ++c) row[lane + 32 * c] = 0.0f;
+    }
+    part = detail::warp_sum(part);
+    __syncwarp();
+    if (lane == 0) {
+      rs.max[r] = new_max;
+      rs.sum[r] = rs.sum[r] * rescale + part;
+      rs.rescale[r] = rescale;
+    }
+  }
+}
+
+// Keeps the entries of list[0, count) that are >= thr, in order; returns how
+// many. Each chunk is read before any write reaches it (writes go to indices
+// at or below the reads already done).
+__device__ inline int compact_candidates(float* list, int count, float thr) {
+  const int lane = threadIdx.x % kWarpSize;
+  int kept = 0;
+  for (int base = 0; base < count; base += kWarpSize) {
+    const int t = base + lane;
+    const float x = t < count ? list[t] : -INFINITY;
+    const bool keep = t < count && x >= thr;
+    const unsigned bal = __ballot_sync(kFullWarp, keep);
+    __syncwarp();
+    if (keep) list[kept + __popc(bal & lanes_below())] = x;
+    kept += __popc(bal);
+    __syncwarp();
+  }
+  return kept;
+}
+
+// Entmax sweep 1: running max, and candidates x >= running max - 1.
+template <int BN, int kLdS>
+__device__ void collect_running(const float* Ss, RowState rs, const FusedParams& p, int q0) {
+  constexpr int kPer = BN / 32;
+  const int lane = threadIdx.x % kWarpSize;
+  for (int rr = 0; rr < kRowsPerWarp; ++rr) {
+    const int r = warp_row(rr);
+    const float* row = Ss + r * kLdS;
+    float x[kPer];
+    float tile_max = -INFINITY;
+#pragma unroll
+    for (int c = 0; c < kPer; ++c) {
+      x[c] = row[lane + 32 * c];
+      tile_max = fmaxf(tile_max, x[c]);
+    }
+    tile_max = detail::warp_max(tile_max);
+    const float new_max = fmaxf(rs.max[r], tile_max);
+    int status = rs.status[r];
+    int count = rs.count[r];
+    if (new_max != -INFINITY && status == kCollecting) {
+      const float thr = new_max - 1.0f;
+      unsigned bal[kPer];
+      int fresh = 0;
+#pragma unroll
+      for (int c = 0; c < kPer; ++c) {
+        bal[c] = __ballot_sync(kFullWarp, x[c] >= thr);
+        fresh += __popc(bal[c]);
+      }
+      float* list = p.cand + static_cast<std::size_t>(q0 + r) * static_cast<std::size_t>(p.cap);
+      if (count + fresh > p.cap) count = compact_candidates(list, count, thr);
+      if (count + fresh > p.cap) {
+        status = kOverflowed;
+      } else {
+#pragma unroll
+        for (int c = 0; c < kPer; ++c) {
+          if (x[c] >= thr) list[count + __popc(bal[c] & lanes_below())] = x[c];
+          count += __popc(bal[c]);
+        }
+      }
+    }
+    __syncwarp();
+    if (lane == 0) {
+      rs.max[r] = new_max;
+      rs.count[r] = count;
+      rs.status[r] = status;
+    }
+  }
+}
+
+// The g-th of the kTrials points of [lo, hi) (g = 0 is lo itself), in double
+// so that narrowing can go below float resolution (which alpha > 2 needs, see
+// detail::Tau). Rounded intrinsics, so that the narrowing sweep and the
+// decision after it compute the same value whatever the compiler contracts.
+__device__ inline double trial_point(double lo, double hi, int g) {
+  if (g == 0) return lo;
+  return __fma_rn(__dsub_rn(hi, lo), static_cast<double>(g) * (1.0 / kTrials), lo);
+}
+
+// x - max - t > 0, in double (exact differences of floats): the one test by
+// which narrowing counts the scores above a trial point and the collecting
+// sweep gathers them, so the two always agree.
+__device__ inline double above_trial(float x, float max, double t) {
+  return __dsub_rn(__dsub_rn(static_cast<double>(x), static_cast<double>(max)), t);
+}
+
+// After sweep 1: tau for the queries whose candidates fit; the others start
+// narrowing on [-1, 0).
+__device__ void solve_after_collect(RowState rs, double* mass, int* count_above, const FusedParams& p, int q0) {
+  const int lane = threadIdx.x % kWarpSize;
+  for (int rr = 0; rr < kRowsPerWarp; ++rr) {
+    const int r = warp_row(rr);
+    const float mx = rs.max[r];
+    int status = rs.status[r];
+    detail::Tau tau;
+    if (q0 + r >= p.n || mx == -INFINITY) {
+      status = kEmpty;
+    } else if (status == kCollecting) {
+      const float* list = p.cand + static_cast<std::size_t>(q0 + r) * static_cast<std::size_t>(p.cap);
+      tau = detail::warp_entmax_tau(list, static_cast<std::size_t>(rs.count[r]), mx, p.w, -1.0, 0.0);
+      status = kSolved;
+    } else {
+      status = kNarrowing;
+      if (lane < kTrials) {
+        mass[r * kTrials + lane] = 0.0;
+        count_above[r * kTrials + lane] = 0;
+      }
+    }
+    __syncwarp();
+    if (lane == 0) {
+      rs.status[r] = status;
+      rs.tau_hi[r] = tau.hi;
+      rs.tau_lo[r] = tau.lo;
+      rs.lo[r] = -1.0;
+      rs.hi[r] = 0.0;
+    }
+  }
+}
+
+// A narrowing or collecting sweep's row phase.
+template <int BN, int kLdS>
+__device__ void narrow_rows(const float* Ss, RowState rs, double* mass, int* count_above, const FusedParams& p,
+                            int q0) {
+  constexpr int kPer = BN / 32;
+  const int lane = threadIdx.x % kWarpSize;
+  for (int rr = 0; rr < kRowsPerWarp; ++rr) {
+    const int r = warp_row(rr);
+    const int status = rs.status[r];
+    const float* row = Ss + r * kLdS;
+    if (status == kNarrowing) {
+      // Lane g (and g + 16, on the other half of the columns) evaluates trial point g.
+      const float mx = rs.max[r];
+      const int g = lane % kTrials, half = lane / kTrials;
+      const double t = trial_point(rs.lo[r], rs.hi[r], g);
+      double f = 0.0;
+      int above = 0;
+      for (int c = half; c < BN; c += 2) {
+        const double w = above_trial(row[c], mx, t);
+        if (w > 0.0) {
+          f += detail::entmax_pow(w, p.w);
+          ++above;
+        }
+      }
+      f += __shfl_xor_sync(kFullWarp, f, kTrials);
+      above += __shfl_xor_sync(kFullWarp, above, kTrials);
+      if (lane < kTrials) {
+        mass[r * kTrials + g] += f;
+        count_above[r * kTrials + g] += above;
+      }
+    } else if (status == kCollectAbove) {
+      const float mx = rs.max[r];
+      const double lo = rs.lo[r];
+      float* list = p.cand + static_cast<std::size_t>(q0 + r) * static_cast<std::size_t>(p.cap);
+      int count = rs.count[r];
+#pragma unroll
+      for (int c = 0; c < kPer; ++c) {
+        const float x = row[lane + 32 * c];
+        const bool keep = above_trial(x, mx, lo) > 0.0;  // the narrowing sweep's test at t = lo
+        const unsigned bal = __ballot_sync(kFullWarp, keep);
+        const int pos = count + __popc(bal & lanes_below());
+        if (keep && pos < p.cap) list[pos] = x;
+        count += __popc(bal);
+      }
+      __syncwarp();
+      if (lane == 0) rs.count[r] = count;
+    }
+  }
+}
+
+// After a narrowing or collecting sweep: solve the collected rows, shrink the
+// brackets of the others.
+__device__ void after_narrowing(RowState rs, double* mass, int* count_above, const FusedParams& p, int q0,
+                                int sweep) {
+  const int lane = threadIdx.x % kWarpSize;
+  for (int rr = 0; rr < kRowsPerWarp; ++rr) {
+    const int r = warp_row(rr);
+    const int status = rs.status[r];
+    if (status == kCollectAbove) {
+      const int count = rs.count[r];
+      // count > cap cannot happen (the narrowing sweep counted them); lo would still be a valid tau.
+      detail::Tau tau = detail::split_tau(rs.lo[r]);
+      if (count <= p.cap) {
+        const float* list = p.cand + static_cast<std::size_t>(q0 + r) * static_cast<std::size_t>(p.cap);
+        tau = detail::warp_entmax_tau(list, static_cast<std::size_t>(count), rs.max[r], p.w, rs.lo[r], rs.hi[r]);
+      }
+      __syncwarp();
+      if (lane == 0) {
+        rs.tau_hi[r] = tau.hi;
+        rs.tau_lo[r] = tau.lo;
+        rs.status[r] = kSolved;
+      }
+    } else if (status == kNarrowing) {
+      const double lo = rs.lo[r], hi = rs.hi[r];
+      int best = 0;  // the largest trial point whose mass is still >= 1 (lo's is)
+      for (int g = 1; g < kTrials; ++g)
+        if (mass[r * kTrials + g] >= 1.0) best = g;
+      const double new_lo = trial_point(lo, hi, best);
+      const double new_hi = best + 1 < kTrials ? trial_point(lo, hi, best + 1) : hi;
+      const int above = count_above[r * kTrials + best];
+      int next;
+      if (above <= p.cap)
+        next = kCollectAbove;
+      else if (sweep + 1 >= (p.w.newton ? kMaxNarrowing : kMaxNarrowingSteep) || !(new_hi - new_lo > kNarrowedWidth))
+        next = kSolved;  // tau = new_lo, within the bracket's width of the root
+      else
+        next = kNarrowing;
+      __syncwarp();
+      if (next == kNarrowing && lane < kTrials) {
+        mass[r * kTrials + lane] = 0.0;
+        count_above[r * kTrials + lane] = 0;
+      }
+      if (lane == 0) {
+        const detail::Tau tau = detail::split_tau(new_lo);
+        rs.lo[r] = new_lo;
+        rs.hi[r] = new_hi;
+        rs.tau_hi[r] = tau.hi;
+        rs.tau_lo[r] = tau.lo;
+        rs.count[r] = 0;
+        rs.status[r] = next;
+      }
+    }
+  }
+}
+
+// Entmax output sweep: the tile's scores become weights; row sums accumulate.
+template <int BN, int kLdS>
+__device__ void entmax_weight_rows(float* Ss, RowState rs, const FusedParams& p) {
+  constexpr int kPer = BN / 32;
+  const int lane = threadIdx.x % kWarpSize;
+  for (int rr = 0; rr < kRowsPerWarp; ++rr) {
+    const int r = warp_row(rr);
+    float* row = Ss + r * kLdS;
+    const bool solved = rs.status[r] == kSolved;
+    const float mx = rs.max[r];
+    const detail::Tau tau{rs.tau_hi[r], rs.tau_lo[r]};
+    float part = 0.0f;
+#pragma unroll
+    for (int c = 0; c < kPer; ++c) {
+      const float w = solved ? detail::attention_weight(row[lane + 32 * c], mx, tau, p.w) : 0.0f;
+      row[lane + 32 * c] = w;
+      part += w;
+    }
+    part = detail::warp_sum(part);
+    if (lane == 0) rs.sum[r] += part;
+  }
+}
+
+template <int D, int DV, bool kSoftmax>
+__global__ void __launch_bounds__(kThreads) fused_attention_kernel(const FusedParams p) {
+  using L = Layout<D, DV, kSoftmax>;
+  constexpr int BN = L::kBlockN;
+  extern __shared__ float4 smem_vec[];
+  float* smem = reinterpret_cast<float*>(smem_vec);
+  float* Qs = smem + L::kQ;
+  float* Ks = smem + L::kK;
+  float* Vs = smem + L::kV;
+  float* Ss = smem + L::kS;
+  int* key_ok = reinterpret_cast<int*>(smem + L::kKeyOk);
+  const RowState rs = row_state(smem + L::kRows);
+  double* mass = reinterpret_cast<double*>(smem + L::kMass);
+  int* count_above = reinterpret_cast<int*>(smem + L::kCount);
+
+  const int q0 = static_cast<int>(blockIdx.x) * kBlockM;
+  const int last = min(q0 + kBlockM, p.n) - 1;
+  const int key_end = key_limit(last, p);  // causal: later queries see more keys
+  const int tiles = (key_end + BN - 1) / BN;
+
+  load_rows<D, kBlockM>(Qs, L::kLdQK, p.q, q0, p.n);
+  if (threadIdx.x < kBlockM) {
+    rs.max[threadIdx.x] = -INFINITY;
+    rs.sum[threadIdx.x] = 0.0f;
+    rs.rescale[threadIdx.x] = 1.0f;
+    rs.tau_hi[threadIdx.x] = 0.0f;
+    rs.tau_lo[threadIdx.x] = 0.0f;
+    rs.lo[threadIdx.x] = -1.0;
+    rs.hi[threadIdx.x] = 0.0;
+    rs.count[threadIdx.x] = 0;
+    rs.status[threadIdx.x] = kCollecting;
+  }
+  float acc[4][DV / 8];
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int c = 0; c < DV / 8; ++c) acc[i][c] = 0.0f;
+
+  if constexpr (kSoftmax) {
+    for (int t = 0; t < tiles; ++t) {
+      const int j0 = t * BN;
+      __syncthreads();  // the previous tile's P V is done with Ks, Vs, Ss
+      load_rows<D, BN>(Ks, L::kLdQK, p.k, j0, p.m);
+      load_rows<DV, BN>(Vs, L::kLdV, p.v, j0, p.m);
+      load_key_flags<BN>(key_ok, j0, p);
+      __syncthreads();
+      tile_scores<D, BN, L::kLdQK, L::kLdS>(Qs, Ks, key_ok, Ss, q0, j0, p);
+      __syncthreads();
+      softmax_rows<BN, L::kLdS>(Ss, rs);
+      __syncthreads();
+      tile_pv<DV, BN, L::kLdS, L::kLdV, true>(Ss, Vs, rs.rescale, acc);
+    }
+  } else {
+    // 1. Max and candidates.
+    for (int t = 0; t < tiles; ++t) {
+      const int j0 = t * BN;
+      __syncthreads();
+      load_rows<D, BN>(Ks, L::kLdQK, p.k, j0, p.m);
+      load_key_flags<BN>(key_ok, j0, p);
+      __syncthreads();
+      tile_scores<D, BN, L::kLdQK, L::kLdS>(Qs, Ks, key_ok, Ss, q0, j0, p);
+      __syncthreads();
+      collect_running<BN, L::kLdS>(Ss, rs, p, q0);
+    }
+    __syncthreads();
+    // 2. tau from the candidates.
+    solve_after_collect(rs, mass, count_above, p, q0);
+    // 3. Overflowed queries: narrowing sweeps, then one collecting sweep each.
+    for (int sweep = 0;; ++sweep) {
+      __syncthreads();
+      const int st = threadIdx.x < kBlockM ? rs.status[threadIdx.x] : kSolved;
+      if (!__syncthreads_or(st == kNarrowing || st == kCollectAbove)) break;
+      for (int t = 0; t < tiles; ++t) {
+        const int j0 = t * BN;
+        __syncthreads();
+        load_rows<D, BN>(Ks, L::kLdQK, p.k, j0, p.m);
+        load_key_flags<BN>(key_ok, j0, p);
+        __syncthreads();
+        tile_scores<D, BN, L::kLdQK, L::kLdS>(Qs, Ks, key_ok, Ss, q0, j0, p);
+        __syncthreads();
+        narrow_rows<BN, L::kLdS>(Ss, rs, mass, count_above, p, q0);
+      }
+      __syncthreads();
+      after_narrowing(rs, mass, count_above, p, q0, sweep);
+    }
+    // 4. Weights and P V.
+    for (int t = 0; t < tiles; ++t) {
+      const int j0 = t * BN;
+      __syncthreads();
+      load_rows<D, BN>(Ks, L::kLdQK, p.k, j0, p.m);
+      load_rows<DV, BN>(Vs, L::kLdV, p.v, j0, p.m);
+      load_key_flags<BN>(key_ok, j0, p);
+      __syncthreads();
+      tile_scores<D, BN, L::kLdQK, L::kLdS>(Qs, Ks, key_ok, Ss, q0, j0, p);
+      __syncthreads();
+      entmax_weight_rows<BN, L::kLdS>(Ss, rs, p);
+      __syncthreads();
+      tile_pv<DV, BN, L::kLdS, L::kLdV, false>(Ss, Vs, nullptr, acc);
+    }
+  }
+  __syncthreads();  // the last row sums are written
+  store_out<DV>(p.out, q0, p.n, rs.sum, acc);
+}
+
+template <int D, int DV, bool kSoftmax>
+void launch_fused(const FusedParams& p, cudaStream_t stream) {
+  constexpr std::size_t bytes = Layout<D, DV, kSoftmax>::kBytes;
+  const auto kernel = fused_attention_kernel<D, DV, kSoftmax>;
+  check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)),
+        "cuda::attention_forward (shared memory size)");
+  const unsigned blocks = static_cast<unsigned>((p.n + kBlockM - 1) / kBlockM);
+  kernel<<<blocks, kThreads, bytes, stream>>>(p);
+  check(cudaGetLastError(), "cuda::attention_forward (launch)");
+}
+
+// Calls f(integral_constant<int, d>, integral_constant<int, dv>) for the
+// supported head dimensions (checked by the caller).
+template <class F>
+void with_head_dims(std::size_t d, std::size_t dv, F&& f) {
+  auto inner = [&](auto dc) {
+    switch (dv) {
+      case 32:
+        f(dc, std::integral_constant<int, 32>{});
+        break;
+      case 64:
+        f(dc, std::integral_constant<int, 64>{});
+        break;
+      default:
+        f(dc, std::integral_constant<int, 128>{});
+        break;
+    }
+  };
+  switch (d) {
+    case 32:
+      inner(std::integral_constant<int, 32>{});
+      break;
+    case 64:
+      inner(std::integral_constant<int, 64>{});
+      break;
+    default:
+      inner(std::integral_constant<int, 128>{});
+      break;
+  }
+}
+
+bool supported_head_dim(std::size_t d) { return d == 32 || d == 64 || d == 128; }
+
+void check_head_dim(std::size_t d, const char* name) {
+  if (!supported_head_dim(d))
+    detail::argument_error(kOp, std::string(name) + " is not supported (got " + std::to_string(d) +
+                                    ", expected 32, 64 or 128)");
+}
+
+void check_sizes(std::size_t n, std::size_t m, std::size_t d, std::size_t dv) {
+  if (n == 0) detail::argument_error(kOp, "n is 0 (got 0 queries, expected n >= 1)");
+  if (m == 0) detail::argument_error(kOp, "m is 0 (got 0 keys, expected m >= 1)");
+  constexpr std::size_t kMax = static_cast<std::size_t>(INT_MAX) - kBlockM;
+  if (n > kMax || m > kMax)
+    detail::argument_error(kOp, "n or m is too large (got " + std::to_string(n) + " x " + std::to_string(m) +
+                                    ", expected at most " + std::to_string(kMax) + ")");
+  check_head_dim(d, "d");
+  check_head_dim(dv, "dv");
+}
+
+// The candidate capacity actually used (entmax).
+std::size_t capacity(std::size_t m, const FusedAttentionOptions& o) {
+  const std::size_t cap = o.candidate_capacity == 0 ? kDefaultCapacity : o.candidate_capacity;
+  return std::min(cap, m);
+}
+
+// Frees a stream-ordered allocation after the work queued before it.
+struct StreamScratch {
+  void* ptr = nullptr;
+  cudaStream_t stream = nullptr;
+  ~StreamScratch() {
+    if (ptr) cudaFreeAsync(ptr, stream);
+  }
+};
+
+}  // namespace
+
+std::size_t attention_workspace_bytes(std::size_t n, std::size_t m, const FusedAttentionOptions& options) {
+  const Weighting w =
+      detail::make_weighting(options.transform, 1.0, 1, "cuda::attention_workspace_bytes", "options.transform");
+  if (w.softmax) return 0;
+  return n * capacity(m, options) * sizeof(float);
+}
+
+void attention_forward(const float* q, const float* k, const float* v, float* out, std::size_t n, std::size_t m,
+                       std::size_t d, std::size_t dv, const FusedAttentionOptions& options, cudaStream_t stream) {
+  check_sizes(n, m, d, dv);
+  detail::check_device_pointer(q, kOp, "q");
+  detail::check_device_pointer(k, kOp, "k");
+  detail::check_device_pointer(v, kOp, "v");
+  detail::check_device_pointer(out, kOp, "out");
+  if (options.key_padding) detail::check_device_pointer(options.key_padding, kOp, "options.key_padding", false);
+  const Weighting w = detail::make_weighting(options.transform, options.scale, d, kOp, "options.transform");
+
+  FusedParams p{};
+  p.q = q;
+  p.k = k;
+  p.v = v;
+  p.out = out;
+  p.key_padding = options.key_padding;
+  p.n = static_cast<int>(n);
+  p.m = static_cast<int>(m);
+  p.causal = options.causal;
+  p.w = w;
+
+  StreamScratch scratch;
+  if (!w.softmax) {
+    const std::size_t cap = capacity(m, options);
+    if (cap > SIZE_MAX / sizeof(float) / n)
+      detail::argument_error(kOp, "options.candidate_capacity is too large (got " + std::to_string(cap) + ")");
+    const std::size_t bytes = n * cap * sizeof(float);
+    p.cap = static_cast<int>(cap);
+    if (options.workspace) {
+      if (options.workspace_bytes < bytes)
+        detail::argument_error(kOp, "options.workspace_bytes is too small (got " +
+                                        std::to_string(options.workspace_bytes) + ", expected at least " +
+                                        std::to_string(bytes) + ")");
+      detail::check_device_pointer(options.workspace, kOp, "options.workspace", false);
+      p.cand = static_cast<float*>(options.workspace);
+    } else {
+      scratch.stream = stream;
+      check(cudaMallocAsync(&scratch.ptr, bytes, stream), "cuda::attention_forward (candidate buffer)");
+      p.cand = static_cast<float*>(scratch.ptr);
+    }
+  }
+
+  with_head_dims(d, dv, [&](auto dc, auto dvc) {
+    constexpr int D = decltype(dc)::value, DV = decltype(dvc)::value;
+    if (w.softmax)
+      launch_fused<D, DV, true>(p, stream);
+    else
+      launch_fused<D, DV, false>(p, stream);
+  });
+}
+
+void attention_forward(ConstMatrix<float> q, ConstMatrix<float> k, ConstMatrix<float> v, MatrixView<float> out,
+                       const AttentionOptions<float>& options, std::size_t candidate_capacity) {
+  const std::size_t n = q.rows, m = k.rows, d = q.cols, dv = v.cols;
+  if (q.rows == 0) detail::argument_error(kOp, "q.rows is 0 (got 0 queries, expected n >= 1)");
+  if (k.rows == 0) detail::argument_error(kOp, "k.rows is 0 (got 0 keys, expected m >= 1)");
+  if (k.cols != q.cols)
+    detail::argument_error(kOp, "k.cols does not match q.cols (got " + std::to_string(k.cols) + ", expected " +
+                                    std::to_string(q.cols) + ")");
+  if (v.rows != k.rows)
+    detail::argument_error(kOp, "v.rows does not match k.rows (got " + std::to_string(v.rows) + ", expected " +
+                                    std::to_string(k.rows) + ")");
+  if (out.rows != n || out.cols != dv)
+    detail::argument_error(kOp, "out has the wrong shape (got " + std::to_string(out.rows) + " x " +
+                                    std::to_string(out.cols) + ", expected " + std::to_string(n) + " x " +
+                                    std::to_string(dv) + ")");
+  check_sizes(n, m, d, dv);
+  detail::check_view(q, kOp, "q");
+  detail::check_view(k, kOp, "k");
+  detail::check_view(v, kOp, "v");
+  detail::check_view(ConstMatrix<float>(out), kOp, "out");
+  detail::make_weighting(options.transform, options.scale, d, kOp, "options.transform");
+  detail::check_finite_host(q, kOp, "q");
+  detail::check_finite_host(k, kOp, "k");
+  detail::check_finite_host(v, kOp, "v");
+
+  DeviceArray<float> dq = detail::upload_matrix(q, "cuda::attention_forward (q)");
+  DeviceArray<float> dk = detail::upload_matrix(k, "cuda::attention_forward (k)");
+  DeviceArray<float> dv_ = detail::upload_matrix(v, "cuda::attention_forward (v)");
+  DeviceArray<std::uint8_t> pad;
+  if (options.key_padding) pad = DeviceArray<std::uint8_t>(options.key_padding, m, "cuda::attention_forward (key_padding)");
+  DeviceArray<float> dout(n * dv, "cuda::attention_forward (out)");
+
+  FusedAttentionOptions fo;
+  fo.transform = options.transform;
+  fo.scale = options.scale;
+  fo.causal = options.causal;
+  fo.key_padding = options.key_padding ? pad.data() : nullptr;
+  fo.candidate_capacity = candidate_capacity;
+  attention_forward(dq.data(), dk.data(), dv_.data(), dout.data(), n, m, d, dv, fo, nullptr);
+  synchronize(nullptr);
+  detail::download_matrix(dout, out);
+}
+
+// ---------------------------------------------------------------------------
+// The unfused middle step: one warp per row of S.
+
+constexpr int kProbWarps = 4;
+
+__global__ void __launch_bounds__(kProbWarps * 32)
+    scores_to_probs_kernel(float* scores, int n, int m, const std::uint8_t* key_padding, bool causal, Weighting w) {
+  const int lane = threadIdx.x % kWarpSize;
+  const int i = static_cast<int>(blockIdx.x) * kProbWarps + static_cast<int>(threadIdx.x / kWarpSize);
+  if (i >= n) return;  // whole warps
+  float* row = scores + static_cast<std::size_t>(i) * static_cast<std::size_t>(m);
+  const int limit = causal ? static_cast<int>(causal_key_limit(static_cast<std::size_t>(i), static_cast<std::size_t>(n),
+                                                               static_cast<std::size_t>(m)))
+                           : m;
+  float mx = -INFINITY;
+  for (int j = lane; j < m; j += kWarpSize) {
+    const bool ok = j < limit && (key_padding == nullptr || key_padding[j] != 0);
+    const float x = ok ? row[j] * w.factor : -INFINITY;
+    row[j] = x;
+    mx = fmaxf(mx, x);
+  }
+  mx = detail::warp_max(mx);
+  __syncwarp();  // every lane's x is in memory before the solve reads the row
+  if (mx == -INFINITY) {
+    for (int j = lane; j < m; j += kWarpSize) row[j] = 0.0f;
+    return;
+  }
+  const detail::Tau tau =
+      w.softmax ? detail::Tau{} : detail::warp_entmax_tau(row, static_cast<std::size_t>(m), mx, w, -1.0, 0.0);
+  float z = 0.0f;
+  for (int j = lane; j < m; j += kWarpSize) z += detail::attention_weight(row[j], mx, tau, w);
+  z = detail::warp_sum(z);
+  const float inv = 1.0f / z;  // z >= the max's weight > 0
+  for (int j = lane; j < m; j += kWarpSize) row[j] = detail::attention_weight(row[j], mx, tau, w) * inv;
+}
+
+void scores_to_probs(float* scores, std::size_t n, std::size_t m, std::size_t d, const FusedAttentionOptions& options,
+                     cudaStream_t stream) {
+  constexpr const char* op = "cuda::scores_to_probs";
+  if (n == 0) detail::argument_error(op, "n is 0 (got 0 rows, expected n >= 1)");
+  if (m == 0) detail::argument_error(op, "m is 0 (got 0 columns, expected m >= 1)");
+  if (d == 0) detail::argument_error(op, "d is 0 (got 0, expected the head dimension of the default scale)");
+  if (n > INT_MAX || m > INT_MAX)
+    detail::argument_error(op, "n or m is too large (got " + std::to_string(n) + " x " + std::to_string(m) + ")");
+  detail::check_device_pointer(scores, op, "scores", false);
+  if (options.key_padding) detail::check_device_pointer(options.key_padding, op, "options.key_padding", false);
+  const Weighting w = detail::make_weighting(options.transform, options.scale, d, op, "options.transform");
+  const unsigned blocks = static_cast<unsigned>((n + kProbWarps - 1) / kProbWarps);
+  scores_to_probs_kernel<<<blocks, kProbWarps * 32, 0, stream>>>(scores, static_cast<int>(n), static_cast<int>(m),
+                                                                  options.key_padding, options.causal, w);
+  check(cudaGetLastError(), "cuda::scores_to_probs (launch)");
+}
+
+}  // namespace entgraph::cuda

@@ -1,0 +1,232 @@
+// Graph attention on the GPU: against the CPU's graph attention (certify =
+// false) on the same graph, and against dense attention on the full graph and
+// on the true entmax support.
+#include <doctest/doctest.h>
+
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "entgraph/attention.hpp"
+#include "entgraph/cuda/attention.hpp"
+#include "entgraph/cuda/device.hpp"
+#include "entgraph/cuda/device_graph.hpp"
+#include "entgraph/cuda/graph_attention.hpp"
+#include "entgraph/error.hpp"
+#include "entgraph/graph.hpp"
+#include "entgraph/graph_attention.hpp"
+#include "support.hpp"
+
+namespace entgraph::cuda {
+namespace {
+
+using test::Matrix;
+using test::random_matrix;
+
+constexpr double kTol = 1e-4;
+
+std::vector<Transform> graph_transforms() {
+  return {Transform::softmax(), Transform::entmax15(), Transform::entmax(1.25), Transform::sparsemax(),
+          Transform::entmax(3.0)};
+}
+
+// Keys within w positions of the query's position i + (m - n), clipped to [0, m).
+Graph window_graph(std::size_t n, std::size_t m, std::size_t w) {
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> pairs;
+  for (std::size_t i = 0; i < n; ++i) {
+    const long pos = static_cast<long>(i + m) - static_cast<long>(n);
+    for (long j = pos - static_cast<long>(w); j <= pos + static_cast<long>(w); ++j)
+      if (j >= 0 && j < static_cast<long>(m))
+        pairs.emplace_back(static_cast<std::uint32_t>(i), static_cast<std::uint32_t>(j));
+  }
+  return Graph::from_pairs(n, m, std::move(pairs));
+}
+
+Matrix<double> cpu_graph_attention(const Matrix<float>& q, const Matrix<float>& k, const Matrix<float>& v,
+                                   const Graph& g, const AttentionOptions<float>& o) {
+  GraphAttentionOptions<double> go;
+  go.attention.transform = o.transform;
+  go.attention.scale = o.scale;
+  go.attention.causal = o.causal;
+  go.attention.key_padding = o.key_padding;
+  go.certify = false;
+  const Matrix<double> qd = q.cast<double>(), kd = k.cast<double>(), vd = v.cast<double>();
+  Matrix<double> out(q.rows, v.cols);
+  entgraph::graph_attention_forward<double>(qd.view(), kd.view(), vd.view(), g, out.view(), go);
+  return out;
+}
+
+Matrix<double> cpu_dense(const Matrix<float>& q, const Matrix<float>& k, const Matrix<float>& v,
+                         const AttentionOptions<float>& o, Matrix<double>* probs = nullptr) {
+  AttentionOptions<double> od;
+  od.transform = o.transform;
+  od.scale = o.scale;
+  od.causal = o.causal;
+  od.key_padding = o.key_padding;
+  const Matrix<double> qd = q.cast<double>(), kd = k.cast<double>(), vd = v.cast<double>();
+  Matrix<double> out(q.rows, v.cols);
+  entgraph::attention_forward<double>(qd.view(), kd.view(), vd.view(), out.view(), od,
+                                      probs ? probs->view() : MatrixView<double>{});
+  return out;
+}
+
+Matrix<double> gpu_graph_attention(const Matrix<float>& q, const Matrix<float>& k, const Matrix<float>& v,
+                                   const Graph& g, const AttentionOptions<float>& o) {
+  Matrix<float> out(q.rows, v.cols, -7.0f);
+  graph_attention_forward(q.view(), k.view(), v.view(), g, out.view(), o);
+  return out.cast<double>();
+}
+
+}  // namespace
+
+TEST_SUITE("cuda") {
+  TEST_CASE("graph attention: a window graph gives the CPU's graph attention") {
+    struct Shape {
+      std::size_t n, m, d, dv;
+    };
+    // d = 20 and dv = 24 take the scalar (non-float4) loads; dv = 200 takes two column passes.
+    for (const Shape& s : {Shape{1, 1, 32, 32}, Shape{17, 17, 64, 64}, Shape{128, 200, 20, 24},
+                           Shape{300, 120, 128, 200}, Shape{1000, 1000, 64, 32}})
+      for (std::size_t w : {0, 3, 40})
+        for (const Transform& t : graph_transforms())
+          for (bool causal : {false, true}) {
+            CAPTURE(s.n);
+            CAPTURE(s.m);
+            CAPTURE(s.d);
+            CAPTURE(s.dv);
+            CAPTURE(w);
+            CAPTURE(test::describe(t));
+            CAPTURE(causal);
+            const Matrix<float> q = random_matrix<float>(s.n, s.d, 1.0, 3 + s.n);
+            const Matrix<float> k = random_matrix<float>(s.m, s.d, 1.0, 4 + s.m);
+            const Matrix<float> v = random_matrix<float>(s.m, s.dv, 1.0, 5 + s.m);
+            const Graph g = window_graph(s.n, s.m, w);
+            AttentionOptions<float> o;
+            o.transform = t;
+            o.causal = causal;
+            CHECK(test::max_abs_diff(gpu_graph_attention(q, k, v, g, o), cpu_graph_attention(q, k, v, g, o)) <= kTol);
+          }
+  }
+
+  TEST_CASE("graph attention: the full graph gives dense attention (CPU and the fused GPU kernel)") {
+    for (std::size_t n : {17, 128, 333})
+      for (std::size_t m : {1, 64, 250})
+        for (const Transform& t : graph_transforms())
+          for (bool causal : {false, true}) {
+            CAPTURE(n);
+            CAPTURE(m);
+            CAPTURE(test::describe(t));
+            CAPTURE(causal);
+            const Matrix<float> q = random_matrix<float>(n, 64, 1.0, 7 + n);
+            const Matrix<float> k = random_matrix<float>(m, 64, 1.0, 8 + m);
+            const Matrix<float> v = random_matrix<float>(m, 32, 1.0, 9 + m);
+            AttentionOptions<float> o;
+            o.transform = t;
+            o.causal = causal;
+            const Matrix<double> got = gpu_graph_attention(q, k, v, Graph::full(n, m, causal), o);
+            CHECK(test::max_abs_diff(got, cpu_dense(q, k, v, o)) <= kTol);
+            Matrix<float> fused(n, 32);
+            attention_forward(q.view(), k.view(), v.view(), fused.view(), o);
+            CHECK(test::max_abs_diff(got, fused.cast<double>()) <= kTol);
+            // Edges the causal mask forbids are ignored: the full non-causal graph gives the same.
+            if (causal)
+              CHECK(test::max_abs_diff(gpu_graph_attention(q, k, v, Graph::full(n, m, false), o), got) <= 1e-5);
+          }
+  }
+
+  TEST_CASE("graph attention: on the true entmax support it equals dense attention (sparse consistency)") {
+    const std::size_t n = 200, m = 500, d = 64, dv = 64;
+    const Matrix<float> q = random_matrix<float>(n, d, 2.5, 81);
+    const Matrix<float> k = random_matrix<float>(m, d, 1.0, 82);
+    const Matrix<float> v = random_matrix<float>(m, dv, 1.0, 83);
+    for (const Transform& t : {Transform::entmax15(), Transform::sparsemax(), Transform::entmax(1.25)})
+      for (bool causal : {false, true}) {
+        CAPTURE(test::describe(t));
+        CAPTURE(causal);
+        AttentionOptions<float> o;
+        o.transform = t;
+        o.causal = causal;
+        Matrix<double> probs(n, m);
+        const Matrix<double> dense = cpu_dense(q, k, v, o, &probs);
+        Matrix<std::uint8_t> support(n, m);
+        for (std::size_t i = 0; i < probs.data.size(); ++i) support.data[i] = probs.data[i] > 0.0;
+        const Graph g = Graph::from_mask(support.view());
+        CHECK(g.edges() < n * m / 2);  // the test is about sparse rows
+        CHECK(test::max_abs_diff(gpu_graph_attention(q, k, v, g, o), dense) <= kTol);
+      }
+  }
+
+  TEST_CASE("graph attention: empty rows and key padding give zero rows where nothing is visible") {
+    const std::size_t n = 50, m = 40;
+    const Matrix<float> q = random_matrix<float>(n, 32, 1.0, 91);
+    const Matrix<float> k = random_matrix<float>(m, 32, 1.0, 92);
+    const Matrix<float> v = random_matrix<float>(m, 32, 1.0, 93);
+    std::vector<std::pair<std::uint32_t, std::uint32_t>> pairs;
+    for (std::uint32_t i = 0; i < n; ++i)
+      if (i % 4 != 0)
+        for (std::uint32_t j = i % 7; j < m; j += 5) pairs.emplace_back(i, j);
+    const Graph g = Graph::from_pairs(n, m, pairs);
+    std::vector<std::uint8_t> padding(m, 1);
+    for (std::size_t j = 0; j < m; j += 10) padding[j] = 0;  // rows with i % 7 == 0 lose key 0, 10, ...
+    for (const Transform& t : graph_transforms())
+      for (bool causal : {false, true}) {
+        CAPTURE(test::describe(t));
+        CAPTURE(causal);
+        AttentionOptions<float> o;
+        o.transform = t;
+        o.causal = causal;
+        o.key_padding = padding.data();
+        const Matrix<double> got = gpu_graph_attention(q, k, v, g, o);
+        CHECK(test::max_abs_diff(got, cpu_graph_attention(q, k, v, g, o)) <= kTol);
+        for (std::size_t i = 0; i < n; i += 4)
+          for (std::size_t c = 0; c < 32; ++c) CHECK(got(i, c) == 0.0);
+      }
+  }
+
+  TEST_CASE("graph attention: the device API on an uploaded graph, with a caller's workspace") {
+    const std::size_t n = 256, m = 256, d = 128, dv = 64;
+    const Matrix<float> q = random_matrix<float>(n, d, 1.0, 101);
+    const Matrix<float> k = random_matrix<float>(m, d, 1.0, 102);
+    const Matrix<float> v = random_matrix<float>(m, dv, 1.0, 103);
+    const Graph g = window_graph(n, m, 16);
+    const DeviceGraph dg = DeviceGraph::upload(g);
+    DeviceArray<float> dq(q.data.data(), q.data.size()), dk(k.data.data(), k.data.size()),
+        dv_(v.data.data(), v.data.size());
+    DeviceArray<float> dout(n * dv);
+    FusedAttentionOptions fo;
+    fo.transform = Transform::entmax15();
+    fo.causal = true;
+    DeviceArray<float> workspace(g.edges());
+    fo.workspace = workspace.data();
+    fo.workspace_bytes = graph_attention_workspace_bytes(g.edges());
+    graph_attention_forward(dq.data(), dk.data(), dv_.data(), dg, dout.data(), d, dv, fo);
+    synchronize();
+    Matrix<float> out(n, dv);
+    dout.download(out.data.data());
+    AttentionOptions<float> o;
+    o.transform = fo.transform;
+    o.causal = true;
+    CHECK(test::max_abs_diff(out.cast<double>(), cpu_graph_attention(q, k, v, g, o)) <= kTol);
+  }
+
+  TEST_CASE("graph attention: misuse throws entgraph::Error naming the argument") {
+    const Matrix<float> q = random_matrix<float>(6, 8, 1.0, 111);
+    const Matrix<float> k = random_matrix<float>(5, 8, 1.0, 112);
+    const Matrix<float> v = random_matrix<float>(5, 4, 1.0, 113);
+    Matrix<float> out(6, 4, 3.0f);
+    AttentionOptions<float> o;
+    CHECK_THROWS_WITH_AS(graph_attention_forward(q.view(), k.view(), v.view(), Graph::full(6, 4, false), out.view(), o),
+                         doctest::Contains("graph.keys"), Error);
+    CHECK_THROWS_WITH_AS(graph_attention_forward(q.view(), k.view(), v.view(), Graph::full(7, 5, false), out.view(), o),
+                         doctest::Contains("graph.queries"), Error);
+    Graph unsorted = Graph::full(6, 5, false);
+    std::swap(unsorted.indices[0], unsorted.indices[1]);
+    CHECK_THROWS_AS(graph_attention_forward(q.view(), k.view(), v.view(), unsorted, out.view(), o), Error);
+    o.transform = Transform::topk_softmax(2);
+    CHECK_THROWS_WITH_AS(graph_attention_forward(q.view(), k.view(), v.view(), Graph::full(6, 5, false), out.view(), o),
+                         doctest::Contains("options.transform"), Error);
+    for (float x : out.data) CHECK(x == 3.0f);
+  }
+}
+
+}  // namespace entgraph::cuda
