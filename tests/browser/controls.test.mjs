@@ -3,27 +3,14 @@
 // window.entgraphDemo; the union window adds edges; the teacher switch to the
 // bidirectional (masked) model works; the layer / head pickers and the grid of
 // heads choose the head. Screenshots: controls-*.png.
-import { after, before, test } from "node:test";
+import { test } from "node:test";
 import assert from "node:assert/strict";
 import {
-  afterUpdate, canvasInfo, demo, graphHashes, launchBrowser, openPage, screenshot, setSlider, shownNumbers, sliderMax,
-  startServer, typeText, waitPareto,
+  afterUpdate, canvasInfo, demo, graphHashes, openPage, screenshot, setSlider, shownNumbers, sliderMax, typeText, waitPareto,
+  useBrowserTab,
 } from "./helpers.mjs";
 
-let server;
-let browser;
-let tab;
-
-before(async () => {
-  server = await startServer();
-  browser = await launchBrowser();
-  tab = await openPage(browser, server.url);
-});
-
-after(async () => {
-  await browser?.close();
-  await server?.stop();
-});
+const session = useBrowserTab();
 
 // The numbers shown equal the state object's, to the last bit.
 async function assertShownMatchState(page, d) {
@@ -43,7 +30,7 @@ async function assertShownMatchState(page, d) {
 }
 
 test("the slider moves along the method's grid and trades recall for sparsity", async () => {
-  const { page } = tab;
+  const { page } = session.tab;
   const max = await sliderMax(page);
   assert.ok(max >= 5, `sparsefinder-distance has ${max + 1} values`);
   const low = await afterUpdate(page, () => setSlider(page, 0));
@@ -66,7 +53,7 @@ test("the slider moves along the method's grid and trades recall for sparsity", 
 });
 
 test("the keyboard moves the slider one step", async () => {
-  const { page } = tab;
+  const { page } = session.tab;
   const before = await demo(page);
   await page.focus("#param-slider");
   const d = await afterUpdate(page, () => page.keyboard.press("ArrowLeft"));
@@ -76,7 +63,7 @@ test("the keyboard moves the slider one step", async () => {
 });
 
 test("every method can be chosen and gives its own recall and sparsity", async () => {
-  const { page } = tab;
+  const { page } = session.tab;
   const methods = await page.$$eval("#method option", (os) => os.map((o) => o.value));
   assert.ok(methods.length >= 9, `methods: ${methods}`);
   const seen = new Map();
@@ -97,7 +84,7 @@ test("every method can be chosen and gives its own recall and sparsity", async (
 });
 
 test("a union window only adds edges: recall up, sparsity down", async () => {
-  const { page } = tab;
+  const { page } = session.tab;
   const d0 = await afterUpdate(page, () => page.selectOption("#method", "reformer"));
   assert.equal(d0.window, -1);
   const d1 = await afterUpdate(page, () => page.selectOption("#union-window", "5"));
@@ -115,7 +102,7 @@ test("a union window only adds edges: recall up, sparsity down", async () => {
 });
 
 test("the layer and head pickers and the grid choose the head", async () => {
-  const { page } = tab;
+  const { page } = session.tab;
   const d0 = await demo(page);
   const hashes0 = await graphHashes(page);
   const d1 = await afterUpdate(page, () => page.selectOption("#layer", "2"));
@@ -144,7 +131,7 @@ test("the layer and head pickers and the grid choose the head", async () => {
 });
 
 test("switching to the bidirectional (masked) teacher and back", async () => {
-  const { page } = tab;
+  const { page } = session.tab;
   // Not while the Pareto curves still compute: see the last test.
   await waitPareto(page);
   const causal = await demo(page);
@@ -184,7 +171,7 @@ test("switching to the bidirectional (masked) teacher and back", async () => {
 });
 
 test("no console or page errors", () => {
-  assert.deepEqual(tab.errors, []);
+  assert.deepEqual(session.tab.errors, []);
 });
 
 // A regression test: the Pareto computation's progress callback used to read
@@ -193,7 +180,7 @@ test("no console or page errors", () => {
 test(
   "switching the teacher while the Pareto curves compute gives no error",
   async () => {
-    const fresh = await openPage(browser, server.url);
+    const fresh = await openPage(session.browser, session.server.url);
     try {
       const { page } = fresh;
       await typeText(page, "Some new text, typed here to start the Pareto curves again. ".repeat(3));

@@ -18,6 +18,7 @@ import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import assert from "node:assert/strict";
+import { after, before } from "node:test";
 
 export const repoRoot = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..");
 export const webDir = resolve(repoRoot, process.env.ENTGRAPH_WEB || "build/web");
@@ -362,4 +363,20 @@ export function runCli(command, args, { isa = exactIsa } = {}) {
   } catch (e) {
     throw new Error(`entgraph ${argv.join(" ")} failed (exit ${e.status}): ${e.stderr || e.message}`);
   }
+}
+
+// The file's server, browser and one open page: started before its tests,
+// stopped after them. The fields are set once `before` has run.
+export function useBrowserTab() {
+  const session = { server: null, browser: null, tab: null };
+  before(async () => {
+    session.server = await startServer();
+    session.browser = await launchBrowser();
+    session.tab = await openPage(session.browser, session.server.url);
+  });
+  after(async () => {
+    await session.browser?.close();
+    await session.server?.stop();
+  });
+  return session;
 }

@@ -9,13 +9,12 @@
 // 50 ms per update; speed is reported here, not asserted (only that the updates
 // happened). Measured for both teachers at the default method and at the
 // settings that predict the most edges (the slowest ones found).
-import { after, before, test } from "node:test";
+import { test } from "node:test";
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import {
-  afterUpdate, chooseMethod, demo, launchBrowser, openPage, screenshot, startServer, typeText, waitPareto, webDir,
-  writeArtifact,
+  afterUpdate, chooseMethod, demo, screenshot, typeText, useBrowserTab, waitPareto, webDir, writeArtifact,
 } from "./helpers.mjs";
 
 const TARGET_MS = 50;
@@ -29,21 +28,8 @@ const SETTINGS = [
   ["reformer", "2"],
 ];
 
-let server;
-let browser;
-let tab;
+const session = useBrowserTab();
 const results = [];
-
-before(async () => {
-  server = await startServer();
-  browser = await launchBrowser();
-  tab = await openPage(browser, server.url);
-});
-
-after(async () => {
-  await browser?.close();
-  await server?.stop();
-});
 
 // Held-out text after the 4 KiB the predictors were fitted on: 320 ASCII bytes.
 function longText() {
@@ -79,7 +65,7 @@ async function keystroke(page, ch) {
 }
 
 async function measure(t, teacher, method, value) {
-  const { page } = tab;
+  const { page } = session.tab;
   let d = await demo(page);
   if (d.teacher !== teacher) {
     await waitPareto(page); // switching the teacher during the Pareto computation logs an error (see controls.test.mjs)
@@ -134,12 +120,12 @@ test("timings written to the artefacts folder, no console or page errors", async
   const path = writeArtifact("performance.json", {
     what: "demo page update on a keystroke, 256 tokens, window.entgraphDemo.updateMs and timings (ms)",
     targetMs: TARGET_MS,
-    userAgent: await tab.page.evaluate(() => navigator.userAgent),
-    isa: (await demo(tab.page)).isa,
+    userAgent: await session.tab.page.evaluate(() => navigator.userAgent),
+    isa: (await demo(session.tab.page)).isa,
     results,
   });
   t.diagnostic(`timings: ${path}`);
-  await screenshot(tab.page, "performance");
+  await screenshot(session.tab.page, "performance");
   assert.equal(results.length, 2 * SETTINGS.length);
-  assert.deepEqual(tab.errors, []);
+  assert.deepEqual(session.tab.errors, []);
 });

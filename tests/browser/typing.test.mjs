@@ -1,31 +1,18 @@
 // Typing text changes the graphs: the text the model reads, its token count,
 // the drawn graphs and the numbers all follow the text box. Screenshot: typing.png.
-import { after, before, test } from "node:test";
+import { test } from "node:test";
 import assert from "node:assert/strict";
 import {
-  afterUpdate, canvasInfo, demo, graphHashes, launchBrowser, openPage, screenshot, shownNumbers, startServer, typeText,
-  waitPareto,
+  afterUpdate, canvasInfo, demo, graphHashes, screenshot, shownNumbers, typeText, waitPareto,
+  useBrowserTab,
 } from "./helpers.mjs";
 
-let server;
-let browser;
-let tab;
-
-before(async () => {
-  server = await startServer();
-  browser = await launchBrowser();
-  tab = await openPage(browser, server.url);
-});
-
-after(async () => {
-  await browser?.close();
-  await server?.stop();
-});
+const session = useBrowserTab();
 
 const SENTENCE = "The quick brown fox jumps over the lazy dog, and the dog sleeps on.";
 
 test("filling the text box with a new sentence changes the text, tokens, graphs and numbers", async () => {
-  const { page } = tab;
+  const { page } = session.tab;
   const before = await demo(page);
   const beforeHashes = await graphHashes(page);
   const beforeShown = await shownNumbers(page);
@@ -59,7 +46,7 @@ test("filling the text box with a new sentence changes the text, tokens, graphs 
 });
 
 test("typing key by key updates after each keystroke", async () => {
-  const { page } = tab;
+  const { page } = session.tab;
   await page.focus("#text");
   await page.evaluate(() => {
     const t = document.getElementById("text");
@@ -79,7 +66,7 @@ test("typing key by key updates after each keystroke", async () => {
 });
 
 test("text over 256 bytes is cut at a character boundary", async () => {
-  const { page } = tab;
+  const { page } = session.tab;
   // 85 x "aé" = 255 bytes... then "é" would straddle byte 256: the cut keeps 255 bytes.
   const text = "aé".repeat(85) + "é" + " tail";
   const d = await typeText(page, text);
@@ -92,7 +79,7 @@ test("text over 256 bytes is cut at a character boundary", async () => {
 });
 
 test("emptying the text box shows no graph and no error", async () => {
-  const { page } = tab;
+  const { page } = session.tab;
   const d = await typeText(page, "");
   assert.equal(d.tokens, 0);
   assert.equal(d.recall, null, "no recall (NaN, null in JSON) without tokens");
@@ -104,7 +91,7 @@ test("emptying the text box shows no graph and no error", async () => {
 });
 
 test("the sample button loads another held-out passage", async () => {
-  const { page } = tab;
+  const { page } = session.tab;
   const before = await demo(page);
   const d = await afterUpdate(page, () => page.click("#sample"));
   assert.notEqual(d.text, before.text);
@@ -113,5 +100,5 @@ test("the sample button loads another held-out passage", async () => {
 });
 
 test("no console or page errors", () => {
-  assert.deepEqual(tab.errors, []);
+  assert.deepEqual(session.tab.errors, []);
 });

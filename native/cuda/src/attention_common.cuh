@@ -23,6 +23,7 @@
 
 #include "entgraph/cuda/device.hpp"
 #include "entgraph/error.hpp"
+#include "predictors_common.cuh"
 #include "entgraph/matrix_view.hpp"
 #include "entgraph/transforms.hpp"
 #include "reduce.cuh"
@@ -241,6 +242,31 @@ inline void download_matrix(const DeviceArray<float>& src, MatrixView<float> dst
   src.download(packed.data());
   for (std::size_t i = 0; i < dst.rows; ++i)
     std::copy(packed.data() + i * dst.cols, packed.data() + (i + 1) * dst.cols, dst.row(i));
+}
+
+// The host-memory overloads' shared checks: q (n x d), k (m x d), v (m x dv)
+// and out (n x dv) have matching, non-empty shapes, are valid views, and q,
+// k, v are finite; names the argument that is not.
+inline void check_host_attention_args(ConstMatrix<float> q, ConstMatrix<float> k, ConstMatrix<float> v,
+                                      MatrixView<float> out, const char* op) {
+  if (q.rows == 0) argument_error(op, "q.rows is 0 (got 0 queries, expected n >= 1)");
+  if (k.rows == 0) argument_error(op, "k.rows is 0 (got 0 keys, expected m >= 1)");
+  if (k.cols != q.cols)
+    argument_error(op, "k.cols does not match q.cols (got " + std::to_string(k.cols) + ", expected " +
+                           std::to_string(q.cols) + ")");
+  if (v.rows != k.rows)
+    argument_error(op, "v.rows does not match k.rows (got " + std::to_string(v.rows) + ", expected " +
+                           std::to_string(k.rows) + ")");
+  if (out.rows != q.rows || out.cols != v.cols)
+    argument_error(op, "out has the wrong shape (got " + std::to_string(out.rows) + " x " + std::to_string(out.cols) +
+                           ", expected " + std::to_string(q.rows) + " x " + std::to_string(v.cols) + ")");
+  check_view(q, op, "q");
+  check_view(k, op, "k");
+  check_view(v, op, "v");
+  check_view(ConstMatrix<float>(out), op, "out");
+  check_finite_host(q, op, "q");
+  check_finite_host(k, op, "k");
+  check_finite_host(v, op, "v");
 }
 
 }  // namespace entgraph::cuda::detail

@@ -815,27 +815,9 @@ void attention_forward(const float* q, const float* k, const float* v, float* ou
 void attention_forward(ConstMatrix<float> q, ConstMatrix<float> k, ConstMatrix<float> v, MatrixView<float> out,
                        const AttentionOptions<float>& options, std::size_t candidate_capacity) {
   const std::size_t n = q.rows, m = k.rows, d = q.cols, dv = v.cols;
-  if (q.rows == 0) detail::argument_error(kOp, "q.rows is 0 (got 0 queries, expected n >= 1)");
-  if (k.rows == 0) detail::argument_error(kOp, "k.rows is 0 (got 0 keys, expected m >= 1)");
-  if (k.cols != q.cols)
-    detail::argument_error(kOp, "k.cols does not match q.cols (got " + std::to_string(k.cols) + ", expected " +
-                                    std::to_string(q.cols) + ")");
-  if (v.rows != k.rows)
-    detail::argument_error(kOp, "v.rows does not match k.rows (got " + std::to_string(v.rows) + ", expected " +
-                                    std::to_string(k.rows) + ")");
-  if (out.rows != n || out.cols != dv)
-    detail::argument_error(kOp, "out has the wrong shape (got " + std::to_string(out.rows) + " x " +
-                                    std::to_string(out.cols) + ", expected " + std::to_string(n) + " x " +
-                                    std::to_string(dv) + ")");
+  detail::check_host_attention_args(q, k, v, out, kOp);
   check_sizes(n, m, d, dv);
-  detail::check_view(q, kOp, "q");
-  detail::check_view(k, kOp, "k");
-  detail::check_view(v, kOp, "v");
-  detail::check_view(ConstMatrix<float>(out), kOp, "out");
   detail::make_weighting(options.transform, options.scale, d, kOp, "options.transform");
-  detail::check_finite_host(q, kOp, "q");
-  detail::check_finite_host(k, kOp, "k");
-  detail::check_finite_host(v, kOp, "v");
 
   DeviceArray<float> dq = detail::upload_matrix(q, "cuda::attention_forward (q)");
   DeviceArray<float> dk = detail::upload_matrix(k, "cuda::attention_forward (k)");
