@@ -69,3 +69,9 @@ bench: build
 clean:
 	rm -rf build
 
+# WebAssembly vs native: native/bench/transform_timing.cpp built both ways,
+# the package's JavaScript API and the teacher, timed in one run on the same
+# inputs (tools/bench_wasm.mjs; docs/PERFORMANCE.md, "WebAssembly vs native").
+.PHONY: bench-wasm
+bench-wasm: build wasm
+	node tools/bench_wasm.mjs
