@@ -71,6 +71,7 @@ export function heatmap({ tokens, gold, predicted = null, probs = null, causal =
   for (let i = 0; i < n; ++i) {
     const keys = new Set([...goldRows[i], ...(predRows ? predRows[i] : [])]);
     for (const j of keys) {
+      if (causal && j > i) continue;  // the mask forbids the pair: nothing to draw over the grey
       const x = j * size, y = i * size;
       const isGold = goldRows[i].has(j), isPred = predRows ? predRows[i].has(j) : false;
       if (!predRows) {

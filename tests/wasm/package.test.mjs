@@ -47,6 +47,13 @@ test("render.js works without loading WebAssembly and is eg.render", async () =>
   assert.ok(svg.includes("<svg"));
   assert.ok(!svg.includes("t <&>"), "the title is escaped");
   assert.equal(eg.render.heatmap(options), svg);
+  // The predicted pair (0, 2) lies in the causal future: drawn without the
+  // mask, hidden under it (no cell at key 2 of query 0).
+  const size = 18;
+  const cellAt = (text, i, j) => text.includes(`<rect x="${j * size}" y="${i * size}" width="${size}" height="${size}"`);
+  assert.equal(cellAt(render.heatmap({ ...options, causal: false, cell: size }), 0, 2), true);
+  assert.equal(cellAt(render.heatmap({ ...options, cell: size }), 0, 2), false);
+  assert.equal(cellAt(render.heatmap({ ...options, cell: size }), 1, 0), true);
   const points = [
     { method: "window", sparsity: 0.5, recall: 0.6 },
     { method: "window", sparsity: 0.8, recall: 0.3 },
