@@ -8,6 +8,8 @@
 #                                    the first 4 KiB of heldout.txt (`entgraph sweep --save-params`)
 #   params/<kind>/index.json         manifest: per method its parameter and grid values in order
 #   sweep/<kind>/                    the native sweep (fitted on the first 4 KiB, tested on the last)
+# and, in build/web-work/, the captures and each sweep's printed Pareto table
+# (<kind>-sweep.txt), which `make demo` shows.
 # Needs `make build` (the native CLI) and `make wasm` (the package). Usage:
 #   tools/build_web.sh [OUT_DIR]        (default build/web)
 set -euo pipefail
@@ -46,7 +48,7 @@ fit() {
   "$ENTGRAPH" capture --model "data/teacher-$kind" --text "$WORK/train.txt" --out "$WORK/$kind-train" >/dev/null
   "$ENTGRAPH" capture --model "data/teacher-$kind" --text "$WORK/test.txt" --out "$WORK/$kind-test" >/dev/null
   "$ENTGRAPH" sweep --train "$WORK/$kind-train" --test "$WORK/$kind-test" \
-    --out "$OUT/sweep/$kind" --save-params "$OUT/params/$kind" --quiet >/dev/null
+    --out "$OUT/sweep/$kind" --save-params "$OUT/params/$kind" --quiet >"$WORK/$kind-sweep.txt"
 }
 echo "build_web: capture, sweep and fit every predictor for both teachers (a minute or two)"
 pids=()
