@@ -23,9 +23,9 @@
 
 #include "entgraph/cuda/device.hpp"
 #include "entgraph/error.hpp"
-#include "predictors_common.cuh"
 #include "entgraph/matrix_view.hpp"
 #include "entgraph/transforms.hpp"
+#include "predictors_common.cuh"
 #include "reduce.cuh"
 
 namespace entgraph::cuda::detail {
@@ -268,5 +268,37 @@ inline void check_host_attention_args(ConstMatrix<float> q, ConstMatrix<float> k
   check_finite_host(k, op, "k");
   check_finite_host(v, op, "v");
 }
+
+// An attention call's scratch of `bytes`: the caller's workspace (options.
+// workspace) when given, checked to be large enough, else stream-ordered
+// memory that is freed, on the same stream, when this goes out of scope.
+class AttentionScratch {
+ public:
+  AttentionScratch(void* workspace, std::size_t workspace_bytes, std::size_t bytes, cudaStream_t stream,
+                   const char* op, const char* what)
+      : stream_(stream) {
+    if (workspace) {
+      if (workspace_bytes < bytes)
+        argument_error(op, "options.workspace_bytes is too small (got " + std::to_string(workspace_bytes) +
+                               ", expected at least " + std::to_string(bytes) + ")");
+      check_device_pointer(workspace, op, "options.workspace", false);
+      data_ = static_cast<float*>(workspace);
+    } else if (bytes > 0) {
+      check(cudaMallocAsync(&owned_, bytes, stream), what);
+      data_ = static_cast<float*>(owned_);
+    }
+  }
+  AttentionScratch(const AttentionScratch&) = delete;
+  AttentionScratch& operator=(const AttentionScratch&) = delete;
+  ~AttentionScratch() {
+    if (owned_) cudaFreeAsync(owned_, stream_);
+  }
+  float* data() const { return data_; }
+
+ private:
+  cudaStream_t stream_;
+  void* owned_ = nullptr;
+  float* data_ = nullptr;
+};
 
 }  // namespace entgraph::cuda::detail

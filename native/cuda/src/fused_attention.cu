@@ -744,14 +744,6 @@ std::size_t capacity(std::size_t m, const FusedAttentionOptions& o) {
 }
 
 // Frees a stream-ordered allocation after the work queued before it.
-struct StreamScratch {
-  void* ptr = nullptr;
-  cudaStream_t stream = nullptr;
-  ~StreamScratch() {
-    if (ptr) cudaFreeAsync(ptr, stream);
-  }
-};
-
 }  // namespace
 
 std::size_t attention_workspace_bytes(std::size_t n, std::size_t m, const FusedAttentionOptions& options) {
@@ -782,26 +774,18 @@ void attention_forward(const float* q, const float* k, const float* v, float* ou
   p.causal = options.causal;
   p.w = w;
 
-  StreamScratch scratch;
+  std::size_t bytes = 0;
   if (!w.softmax) {
     const std::size_t cap = capacity(m, options);
     if (cap > SIZE_MAX / sizeof(float) / n)
       detail::argument_error(kOp, "options.candidate_capacity is too large (got " + std::to_string(cap) + ")");
-    const std::size_t bytes = n * cap * sizeof(float);
+    bytes = n * cap * sizeof(float);
     p.cap = static_cast<int>(cap);
-    if (options.workspace) {
-      if (options.workspace_bytes < bytes)
-        detail::argument_error(kOp, "options.workspace_bytes is too small (got " +
-                                        std::to_string(options.workspace_bytes) + ", expected at least " +
-                                        std::to_string(bytes) + ")");
-      detail::check_device_pointer(options.workspace, kOp, "options.workspace", false);
-      p.cand = static_cast<float*>(options.workspace);
-    } else {
-      scratch.stream = stream;
-      check(cudaMallocAsync(&scratch.ptr, bytes, stream), "cuda::attention_forward (candidate buffer)");
-      p.cand = static_cast<float*>(scratch.ptr);
-    }
   }
+  // Softmax needs no scratch and ignores a workspace.
+  const detail::AttentionScratch scratch(w.softmax ? nullptr : options.workspace, options.workspace_bytes, bytes, stream,
+                                         kOp, "cuda::attention_forward (candidate buffer)");
+  p.cand = scratch.data();
 
   with_head_dims(d, dv, [&](auto dc, auto dvc) {
     constexpr int D = decltype(dc)::value, DV = decltype(dvc)::value;

@@ -151,14 +151,6 @@ __global__ void __launch_bounds__(kGraphWarps * 32) graph_attention_kernel(const
   }
 }
 
-struct StreamScratch {
-  void* ptr = nullptr;
-  cudaStream_t stream = nullptr;
-  ~StreamScratch() {
-    if (ptr) cudaFreeAsync(ptr, stream);
-  }
-};
-
 void check_graph_sizes(std::size_t n, std::size_t m, std::size_t d, std::size_t dv) {
   if (n == 0) detail::argument_error(kOp, "n is 0 (got 0 queries, expected n >= 1)");
   if (m == 0) detail::argument_error(kOp, "m is 0 (got 0 keys, expected m >= 1)");
@@ -210,20 +202,10 @@ void graph_attention_forward(const float* q, const float* k, const float* v, con
   p.causal = options.causal;
   p.w = w;
 
-  StreamScratch scratch;
-  const std::size_t bytes = graph_attention_workspace_bytes(edges);
-  if (options.workspace) {
-    if (options.workspace_bytes < bytes)
-      detail::argument_error(kOp, "options.workspace_bytes is too small (got " +
-                                      std::to_string(options.workspace_bytes) + ", expected at least " +
-                                      std::to_string(bytes) + ")");
-    detail::check_device_pointer(options.workspace, kOp, "options.workspace", false);
-    p.scores = static_cast<float*>(options.workspace);
-  } else if (bytes > 0) {
-    scratch.stream = stream;
-    check(cudaMallocAsync(&scratch.ptr, bytes, stream), "cuda::graph_attention_forward (score scratch)");
-    p.scores = static_cast<float*>(scratch.ptr);
-  }
+  const detail::AttentionScratch scratch(options.workspace, options.workspace_bytes,
+                                         graph_attention_workspace_bytes(edges), stream, kOp,
+                                         "cuda::graph_attention_forward (score scratch)");
+  p.scores = scratch.data();
 
   const std::size_t smem = static_cast<std::size_t>(kGraphWarps) * p.ldq * sizeof(float);
   const unsigned blocks = static_cast<unsigned>((n + kGraphWarps - 1) / kGraphWarps);
