@@ -66,24 +66,29 @@ function settingsText(settings, name) {
   return JSON.stringify(out);
 }
 
-// Printable labels of a text's bytes: a multi-byte character labels its
-// first byte, its other bytes get "·"; blanks and controls get visible signs.
+// One short, visible label per byte token of a text: a space is "␣", a
+// newline "↵", a carriage return "⏎", a tab "⇥", other control bytes "¿"; a
+// multi-byte character labels its first byte and its continuation bytes get
+// "·" (a malformed sequence gets "¿").
+const utf8Encoder = new TextEncoder();
+const utf8Decoder = new TextDecoder();
 function tokenLabels(string) {
-  const utf8 = new TextEncoder().encode(string);
-  const labels = [];
-  const special = { 32: "␣", 10: "⏎", 9: "⇥", 13: "␍" };
-  for (let i = 0; i < utf8.length; ) {
-    const b = utf8[i];
-    const length = b < 0x80 ? 1 : b >= 0xf0 ? 4 : b >= 0xe0 ? 3 : b >= 0xc0 ? 2 : 1;
-    if (length === 1) {
-      labels.push(special[b] ?? (b < 32 || b === 127 || b >= 0x80 ? `\\x${b.toString(16).padStart(2, "0")}` : String.fromCharCode(b)));
-    } else {
-      labels.push(new TextDecoder().decode(utf8.subarray(i, i + length)));
-      for (let k = 1; k < length && i + k < utf8.length; ++k) labels.push("·");
+  const bytes = utf8Encoder.encode(string);
+  const special = { 0x20: "␣", 0x0a: "↵", 0x0d: "⏎", 0x09: "⇥" };
+  const labels = new Array(bytes.length);
+  for (let i = 0; i < bytes.length; i++) {
+    const b = bytes[i];
+    if (special[b]) labels[i] = special[b];
+    else if (b < 0x20 || b === 0x7f) labels[i] = "¿";
+    else if (b < 0x80) labels[i] = String.fromCharCode(b);
+    else if ((b & 0xc0) === 0x80) labels[i] = "·";
+    else {
+      const length = b >= 0xf0 ? 4 : b >= 0xe0 ? 3 : 2;
+      const ch = utf8Decoder.decode(bytes.subarray(i, Math.min(bytes.length, i + length)));
+      labels[i] = ch.length > 0 && !ch.includes("\ufffd") ? ch : "¿";
     }
-    i += length;
   }
-  return labels.slice(0, utf8.length);
+  return labels;
 }
 
 // ---- objects that own wasm memory ------------------------------------------

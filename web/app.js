@@ -12,7 +12,7 @@
 
 import { loadEntgraph } from "./entgraph/entgraph.js";
 import { Resources } from "./resources.js";
-import { cutUtf8, tokenGlyphs, snippet, byteHex, passages, utf8Bytes } from "./text.js";
+import { cutUtf8, snippet, byteHex, passages, utf8Bytes } from "./text.js";
 import { GraphView } from "./heatmap.js";
 import {
   ALLOWED, GOLD, PRED, allowedMask, allowedPairs, markGoldFromProbs, markGoldFromGraph, markPredicted,
@@ -183,7 +183,7 @@ function forward(entry, textInfo) {
     cut: textInfo.cut,
     inputBytes: textInfo.totalBytes,
     bytes: textInfo.bytes,
-    glyphs: tokenGlyphs(textInfo.bytes),
+    glyphs: out.tokenLabels,
     out,
     n,
     dim: out.headDim,

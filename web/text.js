@@ -1,5 +1,6 @@
 // Text and tokens: the teachers read bytes (one token per UTF-8 byte), at most
-// `context` of them. Helpers to cut the text box's text and to label tokens.
+// `context` of them. Helpers to cut the text box's text and show tokens in
+// context (their labels are TeacherOutput.tokenLabels of the package).
 
 const encoder = new TextEncoder();
 const decoder = new TextDecoder();
@@ -17,29 +18,6 @@ export function cutUtf8(text, maxBytes) {
   while (end > 0 && (all[end] & 0xc0) === 0x80) end--; // all[end] continues a character: cut before it
   const bytes = all.slice(0, end);
   return { text: decoder.decode(bytes), bytes, cut: true, totalBytes: all.length };
-}
-
-// One short, visible label per byte token: a space is "␣", a newline "↵", a tab
-// "⇥", other control bytes "¿"; a multi-byte character is shown on its first
-// byte, its continuation bytes as "·".
-export function tokenGlyphs(bytes) {
-  const labels = new Array(bytes.length);
-  for (let i = 0; i < bytes.length; i++) {
-    const b = bytes[i];
-    if (b === 0x20) labels[i] = "␣";
-    else if (b === 0x0a) labels[i] = "↵";
-    else if (b === 0x0d) labels[i] = "⏎";
-    else if (b === 0x09) labels[i] = "⇥";
-    else if (b < 0x20 || b === 0x7f) labels[i] = "¿";
-    else if (b < 0x80) labels[i] = String.fromCharCode(b);
-    else if ((b & 0xc0) === 0x80) labels[i] = "·";
-    else {
-      const len = b >= 0xf0 ? 4 : b >= 0xe0 ? 3 : 2;
-      const ch = decoder.decode(bytes.subarray(i, Math.min(bytes.length, i + len)));
-      labels[i] = ch.length > 0 && !ch.includes("\ufffd") ? ch : "¿";
-    }
-  }
-  return labels;
 }
 
 // A few characters of context around token i, the token itself bracketed:
