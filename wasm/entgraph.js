@@ -132,7 +132,6 @@ class Entgraph {
     this.#core = core;
     const api = this;
     const checked = (result) => this.#checked(result);
-    const coreRef = core;
 
     this.render = render;
     this.version = checked(core.version());
@@ -155,7 +154,7 @@ class Entgraph {
         const converted = {};
         for (const [name, content] of Object.entries(files))
           converted[name] = typeof content === "string" ? content : bytes(content, `files['${name}']`);
-        return new Capture(api.#checked(coreRef.Capture.fromFiles(converted)));
+        return new Capture(api.#checked(core.Capture.fromFiles(converted)));
       }
       toFiles({ dtype = "float32" } = {}) {
         return checked(this.handle.toFiles(text(dtype, "dtype")));
@@ -212,7 +211,7 @@ class Entgraph {
       }
       // configJson: the text of config.json; weights: the bytes of its safetensors file.
       static fromFiles(configJson, weights) {
-        return new Teacher(api.#checked(coreRef.Teacher.fromFiles(text(configJson, "configJson"), bytes(weights, "weights"))));
+        return new Teacher(api.#checked(core.Teacher.fromFiles(text(configJson, "configJson"), bytes(weights, "weights"))));
       }
       get config() { return { ...this.#config }; }
       forward(string, { probs = false } = {}) {
@@ -232,11 +231,11 @@ class Entgraph {
         this.learned = checked(handle.learned());
       }
       static create(method, settings = {}) {
-        return new Predictor(api.#checked(coreRef.Predictor.create(text(method, "method"), settingsText(settings, "settings"))));
+        return new Predictor(api.#checked(core.Predictor.create(text(method, "method"), settingsText(settings, "settings"))));
       }
       // A parameter file written by `entgraph fit` or serialize().
       static load(json) {
-        return new Predictor(api.#checked(coreRef.Predictor.load(text(json, "json"))));
+        return new Predictor(api.#checked(core.Predictor.load(text(json, "json"))));
       }
       get settings() { return JSON.parse(checked(this.handle.settings())); }
       fit(capture, { seed = 0 } = {}) {
