@@ -70,13 +70,13 @@ void run_dense(benchmark::State& state, std::size_t n) {
   }
 }
 
-void run_graph(benchmark::State& state, std::size_t n, const Predictor& predictor, bool certify) {
+void run_graph(benchmark::State& state, std::size_t n, const Predictor& predictor, GraphAttentionMode mode) {
   const ScopedRuntime runtime(1, default_isa());
   const Head& h = clustered_head(n);
   std::vector<float> out(n * kD);
   GraphAttentionOptions<float> options;
   options.attention = entmax_options();
-  options.certify = certify;
+  options.mode = mode;
   double sparsity = 0.0;
   for (auto _ : state) {
     const Graph g = predictor.predict({h.q.data(), n, kD}, {h.k.data(), n, kD}, 0, 0, false);
@@ -101,6 +101,12 @@ std::unique_ptr<Predictor> fitted_kmeans(std::size_t n) {
   return p;
 }
 
+constexpr GraphAttentionMode kModes[] = {GraphAttentionMode::fast, GraphAttentionMode::certify,
+                                         GraphAttentionMode::exact};
+std::string mode_suffix(GraphAttentionMode mode) {
+  return mode == GraphAttentionMode::fast ? "" : mode == GraphAttentionMode::certify ? "_certified" : "_exact";
+}
+
 }  // namespace
 
 void register_graph_benchmarks() {
@@ -116,11 +122,11 @@ void register_graph_benchmarks() {
       static std::vector<std::unique_ptr<Predictor>> keep;
       keep.push_back(make_predictor("window", {{"window", std::to_string(w)}}));
       const Predictor* p = keep.back().get();
-      for (bool certify : {false, true})
+      for (GraphAttentionMode mode : kModes)
         benchmark::RegisterBenchmark(("BM_graph_attention/window_sparsity:" + std::to_string(sparsity).substr(0, 4) +
-                                      (certify ? "_certified" : "") + suffix)
+                                      mode_suffix(mode) + suffix)
                                          .c_str(),
-                                     [n, p, certify](benchmark::State& s) { run_graph(s, n, *p, certify); })
+                                     [n, p, mode](benchmark::State& s) { run_graph(s, n, *p, mode); })
             ->UseRealTime()
             ->Unit(benchmark::kMillisecond);
     }
@@ -128,13 +134,11 @@ void register_graph_benchmarks() {
       static std::vector<std::unique_ptr<Predictor>> fitted;
       const std::size_t index = fitted.size();
       fitted.push_back(nullptr);
-      for (bool certify : {false, true})
-        benchmark::RegisterBenchmark(("BM_graph_attention/sparsefinder_kmeans16" +
-                                      std::string(certify ? "_certified" : "") + suffix)
-                                         .c_str(),
-                                     [n, index, certify](benchmark::State& s) {
+      for (GraphAttentionMode mode : kModes)
+        benchmark::RegisterBenchmark(("BM_graph_attention/sparsefinder_kmeans16" + mode_suffix(mode) + suffix).c_str(),
+                                     [n, index, mode](benchmark::State& s) {
                                        if (!fitted[index]) fitted[index] = fitted_kmeans(n);
-                                       run_graph(s, n, *fitted[index], certify);
+                                       run_graph(s, n, *fitted[index], mode);
                                      })
             ->UseRealTime()
             ->Unit(benchmark::kMillisecond);

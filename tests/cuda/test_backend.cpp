@@ -51,7 +51,7 @@ TEST_SUITE("cuda") {
       CHECK(max_diff(a_cpu, a_gpu) < 1e-4);
       GraphAttentionOptions<float> graph_options;
       graph_options.attention = options;
-      graph_options.certify = false;
+      graph_options.mode = GraphAttentionMode::fast;
       graph_attention_forward(Device::cuda, {q.data(), n, d}, {k.data(), n, d}, {v.data(), n, d}, Graph::full(n, n, true),
                               {g_gpu.data(), n, d}, graph_options);
       CHECK(max_diff(a_cpu, g_gpu) < 1e-4);
@@ -62,7 +62,8 @@ TEST_SUITE("cuda") {
     const std::size_t n = 4, d = 32;
     const std::vector<float> x = normal(n * d, 5);
     std::vector<float> out(n * d, 7.0f);
-    GraphAttentionOptions<float> options;  // certify = true by default
+    GraphAttentionOptions<float> options;
+    options.mode = GraphAttentionMode::certify;
     CHECK_THROWS_WITH_AS(graph_attention_forward(Device::cuda, {x.data(), n, d}, {x.data(), n, d}, {x.data(), n, d},
                                                  Graph::full(n, n, false), {out.data(), n, d}, options),
                          doctest::Contains("CPU features"), Error);

@@ -1,4 +1,4 @@
-// Graph attention on the GPU: against the CPU's graph attention (certify =
+// Graph attention on the GPU: against the CPU's graph attention (mode fast
 // false) on the same graph, and against dense attention on the full graph and
 // on the true entmax support.
 #include <doctest/doctest.h>
@@ -49,7 +49,7 @@ Matrix<double> cpu_graph_attention(const Matrix<float>& q, const Matrix<float>& 
   go.attention.scale = o.scale;
   go.attention.causal = o.causal;
   go.attention.key_padding = o.key_padding;
-  go.certify = false;
+  go.mode = GraphAttentionMode::fast;
   const Matrix<double> qd = q.cast<double>(), kd = k.cast<double>(), vd = v.cast<double>();
   Matrix<double> out(q.rows, v.cols);
   entgraph::graph_attention_forward<double>(qd.view(), kd.view(), vd.view(), g, out.view(), go);

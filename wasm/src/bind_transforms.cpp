@@ -99,22 +99,34 @@ val attention(const val& q, const val& k, const val& v, double n, double m, doub
 
 val graph_attention(const val& q, const val& k, const val& v, double n, double m, double d, double dv,
                     const val& graph, const std::string& name, double alpha, double topk, bool causal, double scale,
-                    bool certify, bool recompute) {
+                    const std::string& mode) {
   const Heads x(q, k, v, n, m, d, dv);
   const Graph g = graph_from_js(graph, "graph");
   GraphAttentionOptions<float> o;
   o.attention = attention_options(name, alpha, topk, causal, scale);
-  o.certify = certify;
-  o.recompute_uncertified = recompute;
+  if (mode == "fast")
+    o.mode = GraphAttentionMode::fast;
+  else if (mode == "certify")
+    o.mode = GraphAttentionMode::certify;
+  else if (mode == "exact")
+    o.mode = GraphAttentionMode::exact;
+  else
+    throw Error("graphAttention: mode must be \"fast\", \"certify\" or \"exact\" (got \"" + mode + "\")");
   std::vector<float> out(checked_product(x.n, x.dv, "out"));
   GraphAttentionReport report;
   graph_attention_forward<float>({x.q.data(), x.n, x.d}, {x.k.data(), x.m, x.d}, {x.v.data(), x.m, x.dv}, g,
                                  {out.data(), x.n, x.dv}, o, &report);
   val result = val::object();
   result.set("out", float_array(out.data(), out.size()));
-  result.set("certified", byte_array(report.certified.data(), report.certified.size()));
-  result.set("certifiedRows", static_cast<double>(report.certified_rows));
-  result.set("recomputedRows", static_cast<double>(report.recomputed_rows));
+  // Per row: 0 unsettled, 1 settled by the graph, 2 repaired, 3 dense.
+  result.set("settled", byte_array(reinterpret_cast<const std::uint8_t*>(report.settled.data()),
+                                   report.settled.size()));
+  result.set("graphRows", static_cast<double>(report.graph_rows));
+  result.set("repairedRows", static_cast<double>(report.repaired_rows));
+  result.set("denseRows", static_cast<double>(report.dense_rows));
+  result.set("graphPairs", static_cast<double>(report.graph_pairs));
+  result.set("repairPairs", static_cast<double>(report.repair_pairs));
+  result.set("boundPairs", static_cast<double>(report.bound_pairs));
   return result;
 }
 

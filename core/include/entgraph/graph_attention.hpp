@@ -8,42 +8,39 @@
 // and out_i = sum_j p_j v_j. Edges the masks forbid are ignored. A query with
 // no candidate keys gets a zero output row.
 //
-// Certificates (sparse consistency of alpha-entmax; Peters et al. 2019,
-// Treviso et al. 2022 "Sparsefinder"). With tau the threshold of the
-// restricted row, p_j = [(alpha - 1) s_j - tau]_+^(1 / (alpha - 1)), a key
-// left out of the row would get zero weight in the dense row iff
-// (alpha - 1) s_left <= tau, and then the restricted row is the dense row.
-// Every left-out score is bounded by U_i, the smaller of two cheap bounds:
-// - scale ||q_i|| max ||k_j|| over the allowed keys left out of row i (key
-//   norms are computed once; when the left-out key of largest norm is not
-//   among the 32 largest norms, the maximum over all allowed keys is used,
-//   still valid but then too loose to certify anything);
-// - the bound of scale q_i . k on the coordinate-wise box of each block of 16
-//   keys that holds a left-out key (boxes computed once; O(m / 16 * d) per
-//   query, where dense scores cost O(m * d)).
-// Query i is certified
-// (report->certified[i] = 1) iff
-// - its row holds every allowed key (any transform; also a query with no
-//   allowed key at all), or
-// - sparsemax / entmax15 / entmax with alpha > 1: (alpha - 1) U_i <= tau - margin,
-// - topk_softmax(k): at least k candidates and the k-th largest candidate
-//   score >= U_i + margin (every left-out key then ranks below the kept ones).
-// Softmax (and entmax with alpha = 1) is certified only in the first case.
-// The margin (a small multiple of the rounding error of the scores and of tau,
-// plus 1e-6 |tau|) makes a certified row exact up to the rounding of the
-// arithmetic: a certified row never differs from dense attention by more.
+// Three modes (GraphAttentionOptions::mode):
+// - fast: attention on the graph's edges only. A row is known exact only when
+//   it holds every allowed key (settled_by = graph); other rows are reported
+//   unsettled and may differ from dense attention.
+// - certify: the same output, plus a proof per row that nothing left out of
+//   it has weight (settled_by = graph) or not (unsettled). Costs the bounds.
+// - exact: bound and repair. Every row equals dense attention, to the
+//   rounding of the arithmetic.
 //
-// recompute_uncertified: queries that cannot be certified are recomputed over
-// all their allowed keys (the dense row), so the output always equals dense
-// attention; they are counted in recomputed_rows and keep certified[i] = 0.
+// Bound and repair (Peters et al. 2019 for the threshold; the bounds are
+// ScoreBounds, score_bounds.hpp). For alpha-entmax (sparsemax is alpha = 2),
+// p_j = [(alpha - 1) s_j - tau]_+^(1 / (alpha - 1)), so p_j = 0 iff
+// (alpha - 1) s_j <= tau; tau of a subset of a row's keys never exceeds tau of
+// the whole row. For each query: score the graph row, take a guaranteed lower
+// bound tau_lo of its tau (checked in double: F(tau_lo) >= 1), and compare
+// the score upper bound of every allowed key left out with tau_lo/(alpha - 1).
+// Keys at or below are exactly zero in the dense row. The others are scored
+// and added (repair), and the transform runs again on the enlarged row; its
+// tau can only be larger, so every key excluded before stays excluded and
+// one repair settles the row (no iteration is needed with per-key bounds).
+// top-k softmax: the k-th largest score plays tau's part (a left-out key
+// below it ranks after k kept ones). A row is settled by
+// - graph:    no key needed adding (the prediction alone was enough),
+// - repaired: keys were added, not all of them,
+// - dense:    the bounds excluded nothing, or the graph row was empty (or, for
+//             top-k, shorter than k): the whole allowed row was scored.
+// Softmax (and entmax with alpha = 1) has no threshold: every allowed key has
+// weight > 0, so exact and certify modes throw for it.
 //
-// Transforms: softmax, sparsemax, entmax15, entmax, topk_softmax. adaptive_span
-// and the constrained transforms (which need per-key arrays in the gathered
-// order) are rejected with an entgraph::Error.
+// Cost of exact mode per query: the graph row's scores, r + 2 multiply-adds
+// per allowed key for the bounds (one GEMM per tile of queries and block of
+// keys), the repaired keys' scores and the transform on the final row only.
 //
-// Errors (entgraph::Error naming the argument, thrown before anything is
-// written): everything attention_forward rejects, out not n x dv, a graph whose
-// queries != n or keys != m, a graph that fails Graph::validate.
 #pragma once
 
 #include <cstddef>
@@ -56,26 +53,63 @@
 
 namespace entgraph {
 
-struct GraphAttentionReport {
-  std::vector<std::uint8_t> certified;  // per query: 1 if provably equal to dense attention
-  std::size_t certified_rows = 0;       // number of certified queries
-  std::size_t recomputed_rows = 0;      // queries recomputed densely (recompute_uncertified)
+// How a query row was settled (see the modes above).
+enum class RowSettlement : std::uint8_t {
+  unsettled = 0,  // fast / certify: not proven equal to dense attention
+  graph = 1,      // proven by the graph row alone
+  repaired = 2,   // proven after adding the keys the bounds could not exclude
+  dense = 3,      // every allowed key scored
 };
+
+struct GraphAttentionReport {
+  std::vector<RowSettlement> settled;  // per query
+  std::size_t graph_rows = 0;          // rows settled by the graph alone
+  std::size_t repaired_rows = 0;
+  std::size_t dense_rows = 0;
+  std::size_t graph_pairs = 0;   // allowed (query, key) pairs of the graph that were scored
+  std::size_t repair_pairs = 0;  // pairs added by repair and dense rows (scored beyond the graph)
+  std::size_t bound_pairs = 0;   // pairs whose score was bounded (certify, exact)
+
+  // Rows provably equal to dense attention.
+  std::size_t exact_rows() const { return graph_rows + repaired_rows + dense_rows; }
+};
+
+enum class GraphAttentionMode { fast, certify, exact };
 
 template <class T>
 struct GraphAttentionOptions {
-  AttentionOptions<T> attention;        // transform, scale, causal, key_padding (block_rows, span, upper unused)
-  bool recompute_uncertified = false;   // true: uncertified queries are recomputed densely => always exact
-  // false: skip the bounds (O(m/16 * d) per query); only rows holding every
-  // allowed key are certified. The fast mode when exactness is not needed.
-  bool certify = true;
+  AttentionOptions<T> attention;  // transform, scale, causal, key_padding (block_rows, span, upper unused)
+  GraphAttentionMode mode = GraphAttentionMode::fast;
+  // Rank r of the score bounds (ScoreBounds; clamped to d). Larger r: tighter
+  // bounds, fewer repaired keys, r + 2 multiply-adds per bounded pair.
+  std::size_t bound_rank = 8;
 };
 
-// O = pi(scores restricted to the graph's edges) V. out is n x dv. report, if
-// not null, is overwritten (certified has n entries).
+// Whether exact and certify modes can use the transform: it must have a
+// threshold (every kind graph attention takes but softmax and entmax with
+// alpha = 1).
+bool has_threshold(const Transform& t);
+
+// O = pi(scores restricted to the graph's edges, plus repaired keys in exact
+// mode) V. out is n x dv. report, if not null, is overwritten (settled has n
+// entries).
 template <class T>
 void graph_attention_forward(ConstMatrix<T> q, ConstMatrix<T> k, ConstMatrix<T> v, const Graph& graph,
                              MatrixView<T> out, const GraphAttentionOptions<T>& options,
                              GraphAttentionReport* report = nullptr);
+
+// The backward of graph_attention_forward with the same arguments: given
+// dL/dO (n x dv), writes dL/dQ (n x d), dL/dK (m x d), dL/dV (m x dv) of the
+// forward's output (in exact mode: of dense attention). Each row is
+// recomputed as the forward computes it, and only its support (p > 0) is
+// touched. Key-side sums are reduced in a fixed order: the result does not
+// depend on the thread count. Transform parameters get no gradient here
+// (use attention_backward for dL/dalpha). Throws what the forward throws, and
+// for grad_out, grad_q, grad_k, grad_v of the wrong shape or non-finite grad_out.
+template <class T>
+void graph_attention_backward(ConstMatrix<T> q, ConstMatrix<T> k, ConstMatrix<T> v, const Graph& graph,
+                              ConstMatrix<T> grad_out, MatrixView<T> grad_q, MatrixView<T> grad_k,
+                              MatrixView<T> grad_v, const GraphAttentionOptions<T>& options,
+                              GraphAttentionReport* report = nullptr);
 
 }  // namespace entgraph

@@ -1,12 +1,14 @@
-// Attention on the edges of a graph, with per-query exactness certificates
-// (see graph_attention.hpp for the semantics and the certificate).
+// Attention on the edges of a graph, in three modes: fast, certify, and
+// exact by bound and repair (see graph_attention.hpp for the semantics).
 //
-// Per query: gather the allowed keys of its graph row, compute their scores
-// (dot products accumulated in double), apply the transform to that short row,
-// certify it against an upper bound on every left-out score, and, if asked,
-// recompute an uncertified query over all its allowed keys. Queries are
-// independent and run on the thread pool; each writes only its own output row
-// and flag, so the result does not depend on the thread count.
+// Queries are processed in tiles of consecutive rows (in the order of their
+// first key). Per tile: gather each row's allowed keys, score them (one GEMM
+// over the tile's key union when the rows share keys), transform each row;
+// in certify/exact mode take each row's threshold, bound the scores of every
+// allowed key in blocks (one small GEMM per block, ScoreBounds), and collect
+// the keys whose bound clears the threshold; exact mode scores those keys and
+// transforms the enlarged row. Tiles run on the thread pool; each writes only
+// its own rows, so the result does not depend on the thread count.
 #include "entgraph/graph_attention.hpp"
 
 #include <algorithm>
@@ -14,6 +16,7 @@
 #include <functional>
 #include <iterator>
 #include <limits>
+#include <memory>
 #include <numeric>
 #include <sstream>
 #include <string>
@@ -23,6 +26,7 @@
 
 #include "entgraph/error.hpp"
 #include "entgraph/runtime.hpp"
+#include "entgraph/score_bounds.hpp"
 #include "entgraph/transforms.hpp"
 #include "kernels/matmul_kernels.hpp"
 #include "runtime/parallel.hpp"
@@ -33,11 +37,11 @@ namespace {
 
 constexpr const char* kOp = "graph_attention_forward";
 
-[[noreturn]] void fail(const std::string& what) { throw Error(std::string(kOp) + ": " + what); }
+[[noreturn]] void fail(const std::string& what, const char* op = kOp) { throw Error(std::string(op) + ": " + what); }
 
 using detail::num;
 
-void check_transform(const Transform& t) {
+void check_transform(const char* op, const Transform& t) {
   switch (t.kind) {
     case TransformKind::softmax:
     case TransformKind::sparsemax:
@@ -45,7 +49,7 @@ void check_transform(const Transform& t) {
       return;
     case TransformKind::entmax:
     case TransformKind::topk_softmax:
-      detail::check_transform_scalars(t, kOp, "options.attention.transform");
+      detail::check_transform_scalars(t, op, "options.attention.transform");
       return;
     case TransformKind::adaptive_span:
     case TransformKind::constrained_softmax:
@@ -54,44 +58,58 @@ void check_transform(const Transform& t) {
            (t.kind == TransformKind::adaptive_span         ? "adaptive_span"
             : t.kind == TransformKind::constrained_softmax ? "constrained_softmax"
                                                            : "constrained_sparsemax") +
-           ", expected softmax, sparsemax, entmax15, entmax or topk_softmax)");
+           ", expected softmax, sparsemax, entmax15, entmax or topk_softmax)",
+           op);
   }
   fail("options.attention.transform.kind is not a transform (got " + num(static_cast<std::size_t>(t.kind)) +
-       ", expected a TransformKind)");
+           ", expected a TransformKind)",
+       op);
 }
 
 template <class T>
-void validate(ConstMatrix<T> q, ConstMatrix<T> k, ConstMatrix<T> v, const Graph& graph, MatrixView<T> out,
+void validate(const char* op, ConstMatrix<T> q, ConstMatrix<T> k, ConstMatrix<T> v, const Graph& graph,
               const GraphAttentionOptions<T>& options) {
   const AttentionOptions<T>& o = options.attention;
-  if (q.rows == 0) fail("q.rows is 0 (got 0 queries, expected n >= 1)");
-  if (k.rows == 0) fail("k.rows is 0 (got 0 keys, expected m >= 1)");
-  if (q.cols == 0) fail("q.cols is 0 (got d = 0, expected d >= 1)");
-  if (k.cols != q.cols) fail("k.cols does not match q.cols (got " + num(k.cols) + ", expected " + num(q.cols) + ")");
-  if (v.rows != k.rows) fail("v.rows does not match k.rows (got " + num(v.rows) + ", expected " + num(k.rows) + ")");
-  if (v.cols == 0) fail("v.cols is 0 (got dv = 0, expected dv >= 1)");
+  if (q.rows == 0) fail("q.rows is 0 (got 0 queries, expected n >= 1)", op);
+  if (k.rows == 0) fail("k.rows is 0 (got 0 keys, expected m >= 1)", op);
+  if (q.cols == 0) fail("q.cols is 0 (got d = 0, expected d >= 1)", op);
+  if (k.cols != q.cols) fail("k.cols does not match q.cols (got " + num(k.cols) + ", expected " + num(q.cols) + ")", op);
+  if (v.rows != k.rows) fail("v.rows does not match k.rows (got " + num(v.rows) + ", expected " + num(k.rows) + ")", op);
+  if (v.cols == 0) fail("v.cols is 0 (got dv = 0, expected dv >= 1)", op);
   if (k.rows > std::numeric_limits<std::uint32_t>::max())
-    fail("k.rows is too large for a graph (got " + num(k.rows) + ", expected < 2^32)");
-  detail::check_view(kOp, "q", q);
-  detail::check_view(kOp, "k", k);
-  detail::check_view(kOp, "v", v);
-  detail::check_shape(kOp, "out", out, q.rows, v.cols);
+    fail("k.rows is too large for a graph (got " + num(k.rows) + ", expected < 2^32)", op);
+  detail::check_view(op, "q", q);
+  detail::check_view(op, "k", k);
+  detail::check_view(op, "v", v);
   if (!std::isfinite(o.scale))
-    fail("options.attention.scale is not finite (got " + num(o.scale) + ", expected a finite number)");
-  check_transform(o.transform);
+    fail("options.attention.scale is not finite (got " + num(o.scale) + ", expected a finite number)", op);
+  check_transform(op, o.transform);
   if (graph.queries != q.rows)
-    fail("graph.queries does not match q.rows (got " + num(graph.queries) + ", expected " + num(q.rows) + ")");
+    fail("graph.queries does not match q.rows (got " + num(graph.queries) + ", expected " + num(q.rows) + ")", op);
   if (graph.keys != k.rows)
-    fail("graph.keys does not match k.rows (got " + num(graph.keys) + ", expected " + num(k.rows) + ")");
-  graph.validate("graph_attention_forward: graph");
-  detail::check_finite<T>(kOp, "q", q);
-  detail::check_finite<T>(kOp, "k", k);
-  detail::check_finite<T>(kOp, "v", v);
+    fail("graph.keys does not match k.rows (got " + num(graph.keys) + ", expected " + num(k.rows) + ")", op);
+  graph.validate((std::string(op) + ": graph").c_str());
+  detail::check_finite<T>(op, "q", q);
+  detail::check_finite<T>(op, "k", k);
+  detail::check_finite<T>(op, "v", v);
 }
 
-// The exponent parameter of the certificate: alpha of alpha-entmax (2 for
-// sparsemax), 1 for the transforms certified only when complete.
-double certificate_alpha(const Transform& t) {
+template <class T>
+void validate_mode(const char* op, const GraphAttentionOptions<T>& options) {
+  const Transform& t = options.attention.transform;
+  if (options.mode != GraphAttentionMode::fast && options.mode != GraphAttentionMode::certify &&
+      options.mode != GraphAttentionMode::exact)
+    fail("options.mode is not a GraphAttentionMode (got " + num(static_cast<std::size_t>(options.mode)) + ")", op);
+  if (options.mode != GraphAttentionMode::fast && !has_threshold(t))
+    fail(std::string("options.mode is ") + (options.mode == GraphAttentionMode::exact ? "exact" : "certify") +
+         " but " + t.name() +
+         " has no threshold: every allowed key gets weight > 0, so no left-out key can be proven zero "
+         "(use dense attention, or a sparse transform: sparsemax, entmax15, entmax with alpha > 1, topk_softmax)",
+         op);
+}
+
+// alpha of the threshold rule p_j = 0 iff (alpha - 1) s_j <= tau; 0 for top-k.
+double threshold_alpha(const Transform& t) {
   switch (t.kind) {
     case TransformKind::sparsemax:
       return 2.0;
@@ -100,16 +118,12 @@ double certificate_alpha(const Transform& t) {
     case TransformKind::entmax:
       return t.alpha;
     default:
-      return 1.0;
+      return 0.0;
   }
 }
 
-// Keys per block of the block-wise bound.
-constexpr std::size_t kBoundBlock = 16;
-
-// Left-out keys examined in decreasing norm order before falling back to the
-// largest norm among all allowed keys.
-constexpr std::size_t kNormWalk = 32;
+// Keys per block of bounds (one GEMM of tile rows x kBoundBlock).
+constexpr std::size_t kBoundBlock = 512;
 
 template <class T>
 struct Shared {
@@ -118,17 +132,13 @@ struct Shared {
   ConstMatrix<T> q, k, v;
   const Graph* graph = nullptr;
   const AttentionOptions<T>* o = nullptr;
-  bool certify = true;
-  std::vector<double> key_norm;           // ||k_j||
-  std::vector<std::uint32_t> by_norm;     // allowed-by-padding keys, decreasing norm
-  std::vector<double> prefix_max_norm;    // max norm over non-padding keys [0, j)
+  GraphAttentionMode mode = GraphAttentionMode::fast;
   std::vector<std::size_t> prefix_count;  // number of non-padding keys in [0, j)
-  // Per block of kBoundBlock keys: the coordinate-wise max and min of its
-  // non-padding keys (blocks x d each; a block without any is never read).
-  std::vector<double> block_max, block_min;
+  std::unique_ptr<ScoreBounds<T>> bounds; // certify / exact
 
   bool kept(std::size_t j) const { return o->key_padding == nullptr || o->key_padding[j] != 0; }
   std::size_t limit(std::size_t i) const { return o->causal ? causal_key_limit(i, n, m) : m; }
+  std::size_t allowed(std::size_t i) const { return prefix_count[limit(i)]; }
 };
 
 // float runs on the SIMD kernels of the current ISA, double on the reference.
@@ -140,134 +150,153 @@ const detail::MatmulKernels<T>& graph_kernels() {
     return detail::reference_matmul_kernels<T>();
 }
 
+// One query row of a tile: its keys (graph candidates first, then repaired
+// keys), their scores and weights, and how it was settled.
 template <class T>
-struct Scratch {
+struct Row {
   std::vector<std::uint32_t> keys;
-  std::vector<T> scores, probs, sorted;
+  std::vector<T> scores, probs;
+  std::size_t candidates = 0;  // keys from the graph
+  double offset = 0.0;         // the query's bound offset (ScoreBounds::prepare_query)
+  double threshold = 0.0;      // bound minus offset above which a left-out key must be scored
+  std::vector<T> pending;      // bounds (minus offset) of the keys appended by the scan
+  bool scan = false;           // whether the bounds are still to be checked
+  std::size_t cursor = 0;      // merge position in keys[0, candidates) during the scan
+  RowSettlement settled = RowSettlement::unsettled;
 };
 
-// Scores of query i on `keys` into s.scores, then the transform into s.probs.
 template <class T>
-void score_and_transform(const Shared<T>& c, std::size_t i, Scratch<T>& s) {
-  const std::size_t cnt = s.keys.size();
-  s.scores.resize(cnt);
-  s.probs.resize(cnt);
-  graph_kernels<T>().gather_dot(c.q.row(i), c.k.data, c.k.stride, s.keys.data(), cnt, c.d, static_cast<T>(c.scale),
-                                s.scores.data());
-  if (cnt == 0) return;  // nothing to attend to: a zero row
-  transform_forward<T>(c.o->transform, ConstMatrix<T>{s.scores.data(), 1, cnt}, MatrixView<T>{s.probs.data(), 1, cnt});
+void transform_row(const Shared<T>& c, Row<T>& r) {
+  const std::size_t cnt = r.keys.size();
+  r.probs.resize(cnt);
+  if (cnt == 0) return;
+  transform_forward<T>(c.o->transform, ConstMatrix<T>{r.scores.data(), 1, cnt}, MatrixView<T>{r.probs.data(), 1, cnt});
 }
 
-// out_i = sum_t p_t v_{keys[t]} (zero row when keys is empty).
+// Scores of query i on keys[from, end) of the row.
 template <class T>
-void write_output(const Shared<T>& c, std::size_t i, Scratch<T>& s, MatrixView<T> out) {
-  graph_kernels<T>().gather_axpy(s.probs.data(), c.v.data, c.v.stride, s.keys.data(), s.keys.size(), c.dv,
-                                 out.row(i));
+void score_keys(const Shared<T>& c, std::size_t i, Row<T>& r, std::size_t from) {
+  r.scores.resize(r.keys.size());
+  graph_kernels<T>().gather_dot(c.q.row(i), c.k.data, c.k.stride, r.keys.data() + from, r.keys.size() - from, c.d,
+                                static_cast<T>(c.scale), r.scores.data() + from);
 }
 
-// An upper bound on ||k_j|| over the allowed keys j < lim that are not in
-// graph row i (at least one exists).
+// A guaranteed lower bound on the threshold tau of the row's alpha-entmax
+// (p_j = [(alpha - 1) s_j - tau]_+^(1/(alpha - 1)), sum p = 1): the float
+// weights give an estimate, lowered until F(tau) = sum_j [(alpha-1) s_j - tau]_+^(1/(alpha-1)) >= 1
+// holds in double (F decreases in tau, F(tau) = 1 at the threshold). The
+// fallback (alpha - 1) max s - 1 always satisfies it.
 template <class T>
-double left_out_norm_bound(const Shared<T>& c, std::size_t i, std::size_t lim) {
-  const std::uint32_t* b = c.graph->row_begin(i);
-  const std::uint32_t* e = c.graph->row_end(i);
-  const std::size_t walk = std::min(kNormWalk, c.by_norm.size());
-  for (std::size_t t = 0; t < walk; ++t) {
-    const std::uint32_t j = c.by_norm[t];
-    if (j >= lim) continue;
-    if (std::binary_search(b, e, j)) continue;
-    return c.key_norm[j];  // the left-out key of largest norm
-  }
-  return c.prefix_max_norm[lim];
-}
-
-// An upper bound on scale q_i . k_j over the allowed keys j < lim that are
-// not in graph row i: the maximum, over the blocks of keys not entirely in the
-// row, of the bound of q_i . k on the block's coordinate box. -inf if every
-// block is covered (cannot happen when a key is left out).
-template <class T>
-double left_out_box_bound(const Shared<T>& c, std::size_t i, std::size_t lim) {
-  const T* qi = c.q.row(i);
-  const double sign = c.scale < 0 ? -1.0 : 1.0;
-  const std::uint32_t* p = c.graph->row_begin(i);
-  const std::uint32_t* e = c.graph->row_end(i);
-  double best = -std::numeric_limits<double>::infinity();
-  for (std::size_t b0 = 0, b = 0; b0 < lim; b0 += kBoundBlock, ++b) {
-    const std::size_t b1 = std::min(b0 + kBoundBlock, lim);
-    std::size_t in_row = 0;
-    for (; p != e && *p < b1; ++p) in_row += c.kept(*p) ? 1 : 0;
-    if (in_row == c.prefix_count[b1] - c.prefix_count[b0]) continue;  // no left-out key here
-    double sum = 0.0, slack = 0.0;
-    for (std::size_t x = 0; x < c.d; ++x) {
-      const double qx = sign * static_cast<double>(qi[x]);
-      const double t = std::max(qx * c.block_max[b * c.d + x], qx * c.block_min[b * c.d + x]);
-      sum += t;
-      slack += std::abs(t);
-    }
-    best = std::max(best, std::abs(c.scale) * (sum + 1e-12 * slack));
-  }
-  return best;
-}
-
-// Whether the restricted row of query i (scores/probs of s) provably equals
-// the dense row, given a bound `bound` on every left-out score.
-template <class T>
-bool certify(const Transform& t, Scratch<T>& s, double bound) {
-  constexpr double eps = std::numeric_limits<T>::epsilon();
-  const std::size_t cnt = s.scores.size();
-  if (cnt == 0) return false;
-  if (t.kind == TransformKind::topk_softmax) {
-    if (cnt < t.k) return false;  // the dense row would keep a left-out key
-    s.sorted.assign(s.scores.begin(), s.scores.end());
-    std::nth_element(s.sorted.begin(), s.sorted.begin() + static_cast<std::ptrdiff_t>(t.k - 1), s.sorted.end(),
-                     std::greater<T>());
-    const double kth = static_cast<double>(s.sorted[t.k - 1]);
-    const double margin = 64.0 * eps * (std::abs(kth) + std::abs(bound)) + 1e-6 * std::abs(kth);
-    return kth - bound > margin;  // every left-out score is strictly below the kept ones
-  }
-  const double alpha = certificate_alpha(t);
-  if (!(alpha > 1.0)) return false;  // softmax: only the complete row
-  const double am1 = alpha - 1.0;
-  // tau from the largest weight: p = ((alpha-1) s - tau)^(1/(alpha-1)).
+double tau_lower_bound(const Row<T>& r, double alpha) {
+  const double am1 = alpha - 1.0, inv = 1.0 / am1;
+  const std::size_t cnt = r.scores.size();
   std::size_t best = 0;
-  double smax = 0.0;
+  double smax = -std::numeric_limits<double>::infinity(), sabs = 0.0;
   for (std::size_t x = 0; x < cnt; ++x) {
-    if (s.probs[x] > s.probs[best]) best = x;
-    smax = std::max(smax, std::abs(static_cast<double>(s.scores[x])));
+    if (r.probs[x] > r.probs[best]) best = x;
+    smax = std::max(smax, static_cast<double>(r.scores[x]));
+    sabs = std::max(sabs, std::abs(static_cast<double>(r.scores[x])));
   }
-  const double p = static_cast<double>(s.probs[best]);
-  if (!(p > 0.0)) return false;
-  const double tau = am1 * static_cast<double>(s.scores[best]) - std::pow(p, am1);
-  const double margin = 64.0 * eps * (am1 * (smax + std::abs(bound)) + 1.0) + 1e-6 * std::abs(tau);
-  return tau - am1 * bound >= margin;
+  const double fallback = am1 * smax - 1.0;
+  const double p = static_cast<double>(r.probs[best]);
+  if (!(p > 0.0)) return fallback;
+  const double estimate = am1 * static_cast<double>(r.scores[best]) - std::pow(p, am1);
+  auto mass = [&](double tau) {
+    double f = 0.0;
+    for (std::size_t x = 0; x < cnt; ++x) {
+      const double g = am1 * static_cast<double>(r.scores[x]) - tau;
+      if (g <= 0.0) continue;
+      f += alpha == 2.0 ? g : alpha == 1.5 ? g * g : std::pow(g, inv);
+    }
+    return f;
+  };
+  double delta = 16.0 * std::numeric_limits<T>::epsilon() * (am1 * sabs + 1.0);
+  for (int tries = 0; tries < 4; ++tries, delta *= 64.0) {
+    const double tau = estimate - delta;
+    if (tau > fallback && mass(tau) >= 1.0) return tau;
+  }
+  return fallback;
 }
 
-// Queries are processed in tiles of kTile consecutive rows. When their key
-// lists overlap (windows, buckets of neighbours), the tile's scores are one
-// GEMM over the union of its keys, gathered once, instead of one gathered dot
-// product per edge; each row then takes its own scores out of the tile.
-constexpr std::size_t kTile = 16;
+// The score threshold of the row's current keys: a left-out key whose score
+// is at or below it has weight exactly 0 in the dense row; -inf when the row
+// cannot provide one (no keys, or fewer than k for top-k).
+template <class T>
+double score_threshold(const Shared<T>& c, const Row<T>& r) {
+  const Transform& t = c.o->transform;
+  if (t.kind == TransformKind::topk_softmax) {
+    if (r.keys.size() < t.k) return -std::numeric_limits<double>::infinity();
+    std::vector<T> sorted(r.scores);
+    std::nth_element(sorted.begin(), sorted.begin() + static_cast<std::ptrdiff_t>(t.k - 1), sorted.end(),
+                     std::greater<T>());
+    // Left-out keys must rank strictly below the k-th kept score.
+    return std::nextafter(static_cast<double>(sorted[t.k - 1]), -std::numeric_limits<double>::infinity());
+  }
+  if (r.keys.empty()) return -std::numeric_limits<double>::infinity();
+  const double alpha = threshold_alpha(t);
+  return tau_lower_bound(r, alpha) / (alpha - 1.0);
+}
 
+// Sets r.threshold to the row's score threshold minus its bound offset,
+// rounded down into T: a key with bound b (minus offset) <= threshold has
+// offset + b <= theta, so it can be skipped.
+template <class T>
+void update_threshold(const Shared<T>& c, Row<T>& r) {
+  const double thr = score_threshold(c, r) - r.offset;
+  T thr_t = static_cast<T>(thr);
+  if (static_cast<double>(thr_t) > thr) thr_t = std::nextafter(thr_t, -std::numeric_limits<T>::infinity());
+  r.threshold = static_cast<double>(thr_t);
+}
+
+// Repair: scores the pending keys (those whose bound cleared the graph row's
+// threshold) in decreasing bound order, in batches that double; after each
+// batch the threshold of the enlarged row (never lower) drops the pending
+// keys whose bound no longer clears it. Every dropped key has weight 0.
+template <class T>
+void repair_row(const Shared<T>& c, std::size_t i, Row<T>& r) {
+  const std::size_t pending = r.keys.size() - r.candidates;
+  std::vector<std::pair<T, std::uint32_t>> left(pending);  // (bound, key)
+  for (std::size_t x = 0; x < pending; ++x) left[x] = {r.pending[x], r.keys[r.candidates + x]};
+  r.keys.resize(r.candidates);
+  auto higher = [](const std::pair<T, std::uint32_t>& a, const std::pair<T, std::uint32_t>& b) {
+    return a.first != b.first ? a.first > b.first : a.second < b.second;
+  };
+  std::size_t batch = std::max<std::size_t>(16, r.candidates);
+  while (!left.empty()) {
+    const std::size_t take = std::min(batch, left.size()), from = r.keys.size();
+    if (take < left.size())
+      std::nth_element(left.begin(), left.begin() + static_cast<std::ptrdiff_t>(take), left.end(), higher);
+    for (std::size_t x = 0; x < take; ++x) r.keys.push_back(left[x].second);
+    left.erase(left.begin(), left.begin() + static_cast<std::ptrdiff_t>(take));
+    score_keys<T>(c, i, r, from);
+    transform_row<T>(c, r);
+    if (left.empty()) break;
+    update_threshold<T>(c, r);
+    const T thr = static_cast<T>(r.threshold);
+    left.erase(std::remove_if(left.begin(), left.end(), [&](const auto& e) { return !(e.first > thr); }), left.end());
+    batch *= 2;
+  }
+}
+
+// Per thread: the tile's candidate lists, key union and scores.
 template <class T>
 struct TileScratch {
-  std::vector<std::uint32_t> cand;      // the tile's candidate keys, row after row
-  std::vector<std::size_t> start;       // kTile + 1 offsets into cand
-  std::vector<std::uint32_t> keys;      // the union of the tile's candidates, sorted
-  std::vector<std::size_t> stamp;       // per key: 1 + the last tile that holds it
-  std::vector<std::uint32_t> pos;       // per key of the union: its index in keys
-  std::vector<T> ku, qt, scores;        // K of the union (|union| x d), Q^T of the tile (d x rows), S^T
-  std::vector<T> block, probs, vu, out; // fast path: scores and P (rows x |union|), V of the union, P V
+  std::vector<std::uint32_t> cand;       // the tile's candidate keys, row after row
+  std::vector<std::size_t> start;        // rows + 1 offsets into cand
+  std::vector<std::uint32_t> keys;       // the union of the tile's candidates, sorted
+  std::vector<std::size_t> stamp;        // per key: 1 + the last tile that holds it
+  std::vector<std::uint32_t> pos;        // per key of the union: its index in keys
+  std::vector<T> ku, qt, scores;         // K of the union (|union| x d), Q^T of the tile (d x rows), S^T
+  std::vector<T> block, probs, vu, out;  // fast path: scores and P (rows x |union|), V of the union, P V
+  std::vector<T> qb, bounds;             // bounds: the rows' query sides (rows x width), a block of bounds
+  std::vector<Row<T>> rows;
 };
 
-// Fills s.keys / s.scores of row r of the tile from the tile's block of
-// transposed scores (|union| x rows).
-template <class T>
-void take_row(const TileScratch<T>& t, std::size_t r, std::size_t rows, Scratch<T>& s) {
-  s.keys.assign(t.cand.begin() + static_cast<std::ptrdiff_t>(t.start[r]),
-                t.cand.begin() + static_cast<std::ptrdiff_t>(t.start[r + 1]));
-  s.scores.resize(s.keys.size());
-  for (std::size_t x = 0; x < s.keys.size(); ++x) s.scores[x] = t.scores[t.pos[s.keys[x]] * rows + r];
-}
+// Queries are processed in tiles of kTile rows. When their key lists overlap
+// (windows, buckets of neighbours), the tile's scores are one GEMM over the
+// union of its keys, gathered once, instead of one gathered dot product per
+// edge; each row then takes its own scores out of the tile.
+constexpr std::size_t kTile = 16;
 
 // Transforms for which -inf scores stand exactly for "not a candidate".
 bool tile_transform(const Transform& t) {
@@ -275,12 +304,86 @@ bool tile_transform(const Transform& t) {
          t.kind == TransformKind::entmax15 || t.kind == TransformKind::entmax;
 }
 
-// The fast path of a tile (no certificates): the tile's rows as one block of
-// scores over the union, -inf where a key is not a row's candidate, one
-// transform call for the block and one GEMM for P V_union.
+// Gathers the tile's candidates and their union; computes the union's scores
+// by GEMM when the rows share most keys. Returns whether it did.
+template <class T>
+bool gather_tile(const Shared<T>& c, TileScratch<T>& t, const std::uint32_t* ids, std::size_t rows,
+                 std::size_t tile) {
+  t.cand.clear();
+  t.start.assign(1, 0);
+  std::size_t widest = 0;
+  for (std::size_t r = 0; r < rows; ++r) {
+    const std::size_t lim = c.limit(ids[r]);
+    for (const std::uint32_t* p = c.graph->row_begin(ids[r]); p != c.graph->row_end(ids[r]) && *p < lim; ++p)
+      if (c.kept(*p)) t.cand.push_back(*p);
+    t.start.push_back(t.cand.size());
+    widest = std::max(widest, t.start[r + 1] - t.start[r]);
+  }
+  // The union: rows that are each one run of consecutive keys (windows) whose
+  // runs overlap or touch give one run; else stamp the candidates and scan
+  // the range they span when it is short, or sort them.
+  t.keys.clear();
+  bool runs = !t.cand.empty();
+  std::uint32_t run_lo = 0, run_hi = 0;
+  for (std::size_t r = 0; r < rows && runs; ++r) {
+    const std::size_t a = t.start[r], e = t.start[r + 1];
+    if (a == e) continue;
+    const std::uint32_t lo = t.cand[a], hi = t.cand[e - 1];
+    runs = hi - lo + 1 == e - a;
+    if (a == 0 || run_lo > run_hi) {
+      run_lo = lo;
+      run_hi = hi;
+    } else {
+      runs = runs && lo <= run_hi + 1 && hi + 1 >= run_lo;
+      run_lo = std::min(run_lo, lo);
+      run_hi = std::max(run_hi, hi);
+    }
+  }
+  if (runs) {
+    for (std::uint32_t j = run_lo; j <= run_hi; ++j) t.keys.push_back(j);
+  } else if (!t.cand.empty()) {
+    if (t.stamp.size() != c.m) t.stamp.assign(c.m, 0);
+    std::uint32_t lo = t.cand.front(), hi = t.cand.front();
+    for (std::uint32_t j : t.cand) {
+      lo = std::min(lo, j);
+      hi = std::max(hi, j);
+      t.stamp[j] = tile + 1;
+    }
+    if (hi - lo <= 4 * t.cand.size()) {
+      for (std::uint32_t j = lo; j <= hi; ++j)
+        if (t.stamp[j] == tile + 1) t.keys.push_back(j);
+    } else {
+      t.keys = t.cand;
+      std::sort(t.keys.begin(), t.keys.end());
+      t.keys.erase(std::unique(t.keys.begin(), t.keys.end()), t.keys.end());
+    }
+  }
+  // The tile GEMM pays for |union| scores per row: worth it when the rows
+  // share most of their keys.
+  const bool tiled = std::is_same_v<T, float> && rows > 1 && widest >= 8 && t.keys.size() <= 2 * widest;
+  if (!tiled) return false;
+  if (t.pos.size() != c.m) t.pos.assign(c.m, 0);
+  for (std::size_t x = 0; x < t.keys.size(); ++x) t.pos[t.keys[x]] = static_cast<std::uint32_t>(x);
+  // S^T (|union| x rows) = K_union Q_tile^T: K's rows are copied whole, only
+  // the small Q tile is transposed.
+  const std::size_t u = t.keys.size();
+  t.ku.resize(u * c.d);
+  for (std::size_t x = 0; x < u; ++x) std::copy_n(c.k.row(t.keys[x]), c.d, t.ku.data() + x * c.d);
+  t.qt.resize(c.d * rows);
+  for (std::size_t r = 0; r < rows; ++r)
+    for (std::size_t y = 0; y < c.d; ++y) t.qt[y * rows + r] = c.q(ids[r], y);
+  t.scores.resize(u * rows);
+  graph_kernels<T>().gemm_nn(u, rows, c.d, static_cast<T>(c.scale), t.ku.data(), c.d, t.qt.data(), rows,
+                             t.scores.data(), rows, false, false);
+  return true;
+}
+
+// The fast path of a tile: the tile's rows as one block of scores over the
+// union, -inf where a key is not a row's candidate, one transform call for
+// the block and one GEMM for P V_union.
 template <class T>
 void whole_tile(const Shared<T>& c, TileScratch<T>& t, const std::uint32_t* ids, std::size_t rows,
-                MatrixView<T> out, std::vector<std::uint8_t>& certified) {
+                MatrixView<T> out, std::vector<RowSettlement>& settled) {
   const std::size_t u = t.keys.size();
   t.block.assign(rows * u, -std::numeric_limits<T>::infinity());
   for (std::size_t r = 0; r < rows; ++r)
@@ -297,15 +400,110 @@ void whole_tile(const Shared<T>& c, TileScratch<T>& t, const std::uint32_t* ids,
                              true);
   for (std::size_t r = 0; r < rows; ++r) {
     std::copy_n(t.out.data() + r * c.dv, c.dv, out.row(ids[r]));
-    certified[ids[r]] = t.start[r + 1] - t.start[r] == c.prefix_count[c.limit(ids[r])] ? 1 : 0;
+    settled[ids[r]] = t.start[r + 1] - t.start[r] == c.allowed(ids[r]) ? RowSettlement::graph
+                                                                          : RowSettlement::unsettled;
   }
 }
 
+// Scans the bounds of every allowed key of the tile's rows that still need
+// it, block by block, and appends to each row the left-out keys whose bound
+// clears its threshold (in increasing key order).
 template <class T>
-void run(const Shared<T>& c, bool recompute, MatrixView<T> out, std::vector<std::uint8_t>& certified,
-         std::vector<std::uint8_t>& recomputed) {
-  const std::size_t avg_degree = c.graph->edges() / c.n + 1;
-  const std::size_t tiles = (c.n + kTile - 1) / kTile;
+void scan_bounds(const Shared<T>& c, TileScratch<T>& t, const std::uint32_t* ids, std::size_t rows) {
+  const ScoreBounds<T>& b = *c.bounds;
+  const std::size_t w = b.width();
+  std::size_t end = 0, active = 0;
+  t.qb.resize(rows * w);
+  // Only the rows to scan go into the GEMM: pack them first.
+  std::vector<std::size_t> scan_rows;
+  scan_rows.reserve(rows);
+  for (std::size_t r = 0; r < rows; ++r) {
+    if (!t.rows[r].scan) continue;
+    scan_rows.push_back(r);
+    end = std::max(end, c.limit(ids[r]));
+  }
+  active = scan_rows.size();
+  if (active == 0) return;
+  for (std::size_t a = 0; a < active; ++a) {
+    Row<T>& row = t.rows[scan_rows[a]];
+    row.offset = b.prepare_query(c.q.row(ids[scan_rows[a]]), t.qb.data() + a * w);
+    update_threshold<T>(c, row);
+    row.cursor = 0;
+    row.pending.clear();
+  }
+  t.bounds.resize(active * kBoundBlock);
+  for (std::size_t j0 = 0; j0 < end; j0 += kBoundBlock) {
+    const std::size_t j1 = std::min(end, j0 + kBoundBlock), width = j1 - j0;
+    b.bound_block(t.qb.data(), active, w, j0, j1, t.bounds.data(), width);
+    for (std::size_t a = 0; a < active; ++a) {
+      Row<T>& row = t.rows[scan_rows[a]];
+      const std::size_t stop = std::min(j1, c.limit(ids[scan_rows[a]]));
+      const T thr = static_cast<T>(row.threshold);
+      const T* bb = t.bounds.data() + a * width;
+      for (std::size_t j = j0; j < stop; ++j) {
+        if (!(bb[j - j0] > thr)) continue;
+        if (!c.kept(j)) continue;
+        while (row.cursor < row.candidates && row.keys[row.cursor] < j) ++row.cursor;
+        if (row.cursor < row.candidates && row.keys[row.cursor] == j) continue;
+        row.keys.push_back(static_cast<std::uint32_t>(j));
+        row.pending.push_back(bb[j - j0]);
+      }
+    }
+  }
+}
+
+// Runs one tile up to each row's final keys, scores and weights (and its
+// settlement). Returns false when the fast path wrote the tile's output itself.
+template <class T>
+bool settle_tile(const Shared<T>& c, TileScratch<T>& t, const std::uint32_t* ids, std::size_t rows,
+                 std::size_t tile, bool fast_output, MatrixView<T> out, std::vector<RowSettlement>& settled) {
+  const bool tiled = gather_tile<T>(c, t, ids, rows, tile);
+  if (tiled && fast_output && c.mode == GraphAttentionMode::fast && tile_transform(c.o->transform)) {
+    whole_tile<T>(c, t, ids, rows, out, settled);
+    return false;
+  }
+  if (t.rows.size() < rows) t.rows.resize(rows);
+  for (std::size_t r = 0; r < rows; ++r) {
+    Row<T>& row = t.rows[r];
+    row.keys.assign(t.cand.begin() + static_cast<std::ptrdiff_t>(t.start[r]),
+                    t.cand.begin() + static_cast<std::ptrdiff_t>(t.start[r + 1]));
+    row.candidates = row.keys.size();
+    if (tiled) {
+      row.scores.resize(row.keys.size());
+      for (std::size_t x = 0; x < row.keys.size(); ++x) row.scores[x] = t.scores[t.pos[row.keys[x]] * rows + r];
+    } else {
+      score_keys<T>(c, ids[r], row, 0);
+    }
+    transform_row<T>(c, row);
+    const bool complete = row.keys.size() == c.allowed(ids[r]);
+    row.settled = complete ? RowSettlement::graph : RowSettlement::unsettled;
+    row.scan = !complete && c.mode != GraphAttentionMode::fast;
+  }
+  if (c.mode == GraphAttentionMode::fast) return true;
+  scan_bounds<T>(c, t, ids, rows);
+  for (std::size_t r = 0; r < rows; ++r) {
+    Row<T>& row = t.rows[r];
+    if (!row.scan) continue;
+    const std::size_t added = row.keys.size() - row.candidates;
+    if (added == 0) {
+      row.settled = RowSettlement::graph;
+    } else if (c.mode == GraphAttentionMode::exact) {
+      repair_row<T>(c, ids[r], row);
+      row.settled = row.keys.size() == c.allowed(ids[r]) ? RowSettlement::dense : RowSettlement::repaired;
+    } else {
+      row.keys.resize(row.candidates);  // certify: the graph row stays as it is
+    }
+  }
+  return true;
+}
+
+// What a run of tiles reports.
+struct Counts {
+  std::size_t graph_pairs = 0, repair_pairs = 0, bound_pairs = 0;
+};
+
+template <class T>
+std::vector<std::uint32_t> tile_order(const Shared<T>& c) {
   // Tiles take queries in the order of their first key, then their degree
   // (stable): queries of one bucket, whose rows are equal, end up in the same
   // tiles; for windows this is the identity.
@@ -318,129 +516,36 @@ void run(const Shared<T>& c, bool recompute, MatrixView<T> out, std::vector<std:
     const std::uint32_t fa = first_key(a), fb = first_key(b);
     return fa != fb ? fa < fb : c.graph->degree(a) < c.graph->degree(b);
   });
-  detail::parallel_for(tiles, detail::grain_for(kTile * (avg_degree * (c.d + c.dv) + c.d)), [&](std::size_t b0,
-                                                                                               std::size_t b1) {
-    Scratch<T> s;
-    TileScratch<T> t;
-    for (std::size_t b = b0; b < b1; ++b) {
-      const std::size_t i0 = b * kTile, rows = std::min(kTile, c.n - i0);
-      const std::uint32_t* ids = order.data() + i0;  // the tile's queries
-      t.cand.clear();
-      t.start.assign(1, 0);
-      std::size_t widest = 0;
-      for (std::size_t r = 0; r < rows; ++r) {
-        const std::size_t lim = c.limit(ids[r]);
-        for (const std::uint32_t* p = c.graph->row_begin(ids[r]); p != c.graph->row_end(ids[r]) && *p < lim; ++p)
-          if (c.kept(*p)) t.cand.push_back(*p);
-        t.start.push_back(t.cand.size());
-        widest = std::max(widest, t.start[r + 1] - t.start[r]);
-      }
-      // The union: stamp the candidates, then scan the range they span when
-      // it is short (windows, neighbourhoods), else sort them.
-      t.keys.clear();
-      // Rows that are each one run of consecutive keys (windows): the union
-      // is one run too when the runs overlap or touch.
-      bool runs = !t.cand.empty();
-      std::uint32_t run_lo = 0, run_hi = 0;
-      for (std::size_t r = 0; r < rows && runs; ++r) {
-        const std::size_t a = t.start[r], e = t.start[r + 1];
-        if (a == e) continue;
-        const std::uint32_t lo = t.cand[a], hi = t.cand[e - 1];
-        runs = hi - lo + 1 == e - a;
-        if (a == 0 || run_lo > run_hi) {
-          run_lo = lo;
-          run_hi = hi;
-        } else {
-          runs = runs && lo <= run_hi + 1 && hi + 1 >= run_lo;
-          run_lo = std::min(run_lo, lo);
-          run_hi = std::max(run_hi, hi);
-        }
-      }
-      if (runs) {
-        for (std::uint32_t j = run_lo; j <= run_hi; ++j) t.keys.push_back(j);
-      } else if (!t.cand.empty()) {
-        if (t.stamp.size() != c.m) t.stamp.assign(c.m, 0);
-        std::uint32_t lo = t.cand.front(), hi = t.cand.front();
-        for (std::uint32_t j : t.cand) {
-          lo = std::min(lo, j);
-          hi = std::max(hi, j);
-          t.stamp[j] = b + 1;
-        }
-        if (hi - lo <= 4 * t.cand.size()) {
-          for (std::uint32_t j = lo; j <= hi; ++j)
-            if (t.stamp[j] == b + 1) t.keys.push_back(j);
-        } else {
-          t.keys = t.cand;
-          std::sort(t.keys.begin(), t.keys.end());
-          t.keys.erase(std::unique(t.keys.begin(), t.keys.end()), t.keys.end());
-        }
-      }
-      // The tile GEMM pays for |union| scores per row: worth it when the rows
-      // share most of their keys.
-      const bool tiled = std::is_same_v<T, float> && rows > 1 && widest >= 8 && t.keys.size() <= 2 * widest;
-      if (tiled) {
-        if (t.pos.size() != c.m) t.pos.assign(c.m, 0);
-        for (std::size_t x = 0; x < t.keys.size(); ++x) t.pos[t.keys[x]] = static_cast<std::uint32_t>(x);
-        // S^T (|union| x rows) = K_union Q_tile^T: K's rows are copied whole,
-        // only the small Q tile is transposed.
-        const std::size_t u = t.keys.size();
-        t.ku.resize(u * c.d);
-        for (std::size_t x = 0; x < u; ++x) std::copy_n(c.k.row(t.keys[x]), c.d, t.ku.data() + x * c.d);
-        t.qt.resize(c.d * rows);
-        for (std::size_t r = 0; r < rows; ++r)
-          for (std::size_t y = 0; y < c.d; ++y) t.qt[y * rows + r] = c.q(ids[r], y);
-        t.scores.resize(u * rows);
-        graph_kernels<T>().gemm_nn(u, rows, c.d, static_cast<T>(c.scale), t.ku.data(), c.d, t.qt.data(), rows,
-                                   t.scores.data(), rows, false, false);
-        if (!c.certify && !recompute && tile_transform(c.o->transform)) {
-          whole_tile<T>(c, t, ids, rows, out, certified);
-          continue;
-        }
-      }
-      for (std::size_t r = 0; r < rows; ++r) {
-        const std::size_t i = ids[r], lim = c.limit(i);
-        const std::size_t allowed = c.prefix_count[lim];
-        if (tiled) {
-          take_row<T>(t, r, rows, s);
-          s.probs.resize(s.keys.size());
-          if (!s.keys.empty())
-            transform_forward<T>(c.o->transform, ConstMatrix<T>{s.scores.data(), 1, s.keys.size()},
-                                 MatrixView<T>{s.probs.data(), 1, s.keys.size()});
-        } else {
-          s.keys.assign(t.cand.begin() + static_cast<std::ptrdiff_t>(t.start[r]),
-                        t.cand.begin() + static_cast<std::ptrdiff_t>(t.start[r + 1]));
-          score_and_transform<T>(c, i, s);
-        }
-        bool ok = s.keys.size() == allowed;  // every allowed key (or none at all)
-        if (!ok && c.certify) {
-          const double qn = std::sqrt(std::inner_product(c.q.row(i), c.q.row(i) + c.d, c.q.row(i), 0.0,
-                                                         std::plus<double>(), [](T a, T b) {
-                                                           return static_cast<double>(a) * static_cast<double>(b);
-                                                         }));
-          const double norm_bound = std::abs(c.scale) * qn * left_out_norm_bound<T>(c, i, lim) * (1.0 + 1e-12);
-          const double bound = std::min(norm_bound, left_out_box_bound<T>(c, i, lim));
-          ok = certify<T>(c.o->transform, s, bound);
-        }
-        certified[i] = ok ? 1 : 0;
-        if (!ok && recompute) {
-          s.keys.clear();
-          for (std::size_t j = 0; j < lim; ++j)
-            if (c.kept(j)) s.keys.push_back(static_cast<std::uint32_t>(j));
-          score_and_transform<T>(c, i, s);
-          recomputed[i] = 1;
-        }
-        write_output<T>(c, i, s, out);
-      }
-    }
-  });
+  return order;
 }
 
-}  // namespace
+// Runs every tile on the thread pool; per_row(query, row) consumes each
+// settled row (unless the fast path wrote the tile's output).
+template <class T, class PerRow>
+void run_tiles(const Shared<T>& c, bool fast_output, MatrixView<T> out, std::vector<RowSettlement>& settled,
+               PerRow per_row) {
+  const std::vector<std::uint32_t> order = tile_order(c);
+  const std::size_t avg_degree = c.graph->edges() / c.n + 1;
+  const std::size_t bound_cost = c.mode == GraphAttentionMode::fast ? 0 : c.m * (c.bounds->width() + 1);
+  const std::size_t tiles = (c.n + kTile - 1) / kTile;
+  detail::parallel_for(tiles, detail::grain_for(kTile * (avg_degree * (c.d + c.dv) + c.d + bound_cost)),
+                       [&](std::size_t b0, std::size_t b1) {
+                         TileScratch<T> t;
+                         for (std::size_t b = b0; b < b1; ++b) {
+                           const std::size_t i0 = b * kTile, rows = std::min(kTile, c.n - i0);
+                           const std::uint32_t* ids = order.data() + i0;
+                           if (!settle_tile<T>(c, t, ids, rows, b, fast_output, out, settled)) continue;
+                           for (std::size_t r = 0; r < rows; ++r) {
+                             settled[ids[r]] = t.rows[r].settled;
+                             per_row(ids[r], t.rows[r]);
+                           }
+                         }
+                       });
+}
 
 template <class T>
-void graph_attention_forward(ConstMatrix<T> q, ConstMatrix<T> k, ConstMatrix<T> v, const Graph& graph,
-                             MatrixView<T> out, const GraphAttentionOptions<T>& options, GraphAttentionReport* report) {
-  validate<T>(q, k, v, graph, out, options);
+Shared<T> make_shared_state(ConstMatrix<T> q, ConstMatrix<T> k, ConstMatrix<T> v, const Graph& graph,
+                            const GraphAttentionOptions<T>& options) {
   Shared<T> c;
   c.n = q.rows;
   c.m = k.rows;
@@ -451,52 +556,168 @@ void graph_attention_forward(ConstMatrix<T> q, ConstMatrix<T> k, ConstMatrix<T> 
   c.v = v;
   c.graph = &graph;
   c.o = &options.attention;
-  c.certify = options.certify;
+  c.mode = options.mode;
   c.scale = options.attention.scale == 0.0 ? 1.0 / std::sqrt(static_cast<double>(c.d)) : options.attention.scale;
-  c.key_norm.resize(c.m);
-  c.prefix_max_norm.assign(c.m + 1, 0.0);
   c.prefix_count.assign(c.m + 1, 0);
-  for (std::size_t j = 0; j < c.m; ++j) {
-    double acc = 0.0;
-    for (std::size_t x = 0; x < c.d; ++x) acc += static_cast<double>(k(j, x)) * static_cast<double>(k(j, x));
-    c.key_norm[j] = std::sqrt(acc);
-    const bool kept = c.kept(j);
-    c.prefix_max_norm[j + 1] = kept ? std::max(c.prefix_max_norm[j], c.key_norm[j]) : c.prefix_max_norm[j];
-    c.prefix_count[j + 1] = c.prefix_count[j] + (kept ? 1 : 0);
-    if (kept) c.by_norm.push_back(static_cast<std::uint32_t>(j));
-  }
-  const std::size_t blocks = (c.m + kBoundBlock - 1) / kBoundBlock;
-  c.block_max.assign(blocks * c.d, -std::numeric_limits<double>::infinity());
-  c.block_min.assign(blocks * c.d, std::numeric_limits<double>::infinity());
-  for (std::size_t j = 0; j < c.m; ++j) {
-    if (!c.kept(j)) continue;
-    double* bmax = c.block_max.data() + (j / kBoundBlock) * c.d;
-    double* bmin = c.block_min.data() + (j / kBoundBlock) * c.d;
-    for (std::size_t x = 0; x < c.d; ++x) {
-      bmax[x] = std::max(bmax[x], static_cast<double>(k(j, x)));
-      bmin[x] = std::min(bmin[x], static_cast<double>(k(j, x)));
-    }
-  }
-  // Only the first kNormWalk keys of the order are ever read.
-  const std::size_t head = std::min(kNormWalk, c.by_norm.size());
-  std::partial_sort(c.by_norm.begin(), c.by_norm.begin() + static_cast<std::ptrdiff_t>(head), c.by_norm.end(),
-                    [&](std::uint32_t a, std::uint32_t b) {
-                      return c.key_norm[a] != c.key_norm[b] ? c.key_norm[a] > c.key_norm[b] : a < b;
-                    });
-  std::vector<std::uint8_t> certified(c.n, 0), recomputed(c.n, 0);
-  run<T>(c, options.recompute_uncertified, out, certified, recomputed);
-  if (report != nullptr) {
-    report->certified_rows = static_cast<std::size_t>(std::count(certified.begin(), certified.end(), 1));
-    report->recomputed_rows = static_cast<std::size_t>(std::count(recomputed.begin(), recomputed.end(), 1));
-    report->certified = std::move(certified);
-  }
+  for (std::size_t j = 0; j < c.m; ++j) c.prefix_count[j + 1] = c.prefix_count[j] + (c.kept(j) ? 1 : 0);
+  if (c.mode != GraphAttentionMode::fast)
+    c.bounds = std::make_unique<ScoreBounds<T>>(k, c.scale, options.bound_rank, options.attention.key_padding);
+  return c;
 }
 
-template void graph_attention_forward<float>(ConstMatrix<float>, ConstMatrix<float>, ConstMatrix<float>, const Graph&,
-                                             MatrixView<float>, const GraphAttentionOptions<float>&,
-                                             GraphAttentionReport*);
-template void graph_attention_forward<double>(ConstMatrix<double>, ConstMatrix<double>, ConstMatrix<double>,
-                                              const Graph&, MatrixView<double>, const GraphAttentionOptions<double>&,
-                                              GraphAttentionReport*);
+// Fills the report from the per-row settlements and the rows' key counts.
+void fill_report(GraphAttentionReport* report, std::vector<RowSettlement>&& settled,
+                 const std::vector<std::size_t>& graph_keys, const std::vector<std::size_t>& final_keys,
+                 std::size_t bound_pairs) {
+  if (report == nullptr) return;
+  GraphAttentionReport r;
+  for (std::size_t i = 0; i < settled.size(); ++i) {
+    r.graph_rows += settled[i] == RowSettlement::graph ? 1 : 0;
+    r.repaired_rows += settled[i] == RowSettlement::repaired ? 1 : 0;
+    r.dense_rows += settled[i] == RowSettlement::dense ? 1 : 0;
+    r.graph_pairs += graph_keys[i];
+    r.repair_pairs += final_keys[i] - graph_keys[i];
+  }
+  r.bound_pairs = bound_pairs;
+  r.settled = std::move(settled);
+  *report = std::move(r);
+}
+
+// Pairs bounded: every allowed key of each row that was scanned.
+template <class T>
+std::size_t count_bound_pairs(const Shared<T>& c, const std::vector<std::size_t>& graph_keys) {
+  if (c.mode == GraphAttentionMode::fast) return 0;
+  std::size_t total = 0;
+  for (std::size_t i = 0; i < c.n; ++i)
+    if (graph_keys[i] < c.allowed(i)) total += c.limit(i);
+  return total;
+}
+
+}  // namespace
+
+bool has_threshold(const Transform& t) {
+  return t.kind != TransformKind::softmax && !(t.kind == TransformKind::entmax && t.alpha == 1.0);
+}
+
+template <class T>
+void graph_attention_forward(ConstMatrix<T> q, ConstMatrix<T> k, ConstMatrix<T> v, const Graph& graph,
+                             MatrixView<T> out, const GraphAttentionOptions<T>& options, GraphAttentionReport* report) {
+  validate<T>(kOp, q, k, v, graph, options);
+  detail::check_shape(kOp, "out", out, q.rows, v.cols);
+  validate_mode<T>(kOp, options);
+  const Shared<T> c = make_shared_state<T>(q, k, v, graph, options);
+  std::vector<RowSettlement> settled(c.n, RowSettlement::unsettled);
+  std::vector<std::size_t> graph_keys(c.n, 0), final_keys(c.n, 0);
+  run_tiles<T>(c, report == nullptr, out, settled, [&](std::size_t i, const Row<T>& row) {
+    graph_keys[i] = row.candidates;
+    final_keys[i] = row.keys.size();
+    graph_kernels<T>().gather_axpy(row.probs.data(), c.v.data, c.v.stride, row.keys.data(), row.keys.size(), c.dv,
+                                   out.row(i));
+  });
+  if (report == nullptr) return;
+  // The fast path of a tile records no key counts: take them from the graph.
+  for (std::size_t i = 0; i < c.n; ++i)
+    if (final_keys[i] == 0) {
+      const std::size_t lim = c.limit(i);
+      std::size_t cnt = 0;
+      for (const std::uint32_t* p = graph.row_begin(i); p != graph.row_end(i) && *p < lim; ++p) cnt += c.kept(*p);
+      graph_keys[i] = final_keys[i] = cnt;
+    }
+  fill_report(report, std::move(settled), graph_keys, final_keys, count_bound_pairs(c, graph_keys));
+}
+
+template <class T>
+void graph_attention_backward(ConstMatrix<T> q, ConstMatrix<T> k, ConstMatrix<T> v, const Graph& graph,
+                              ConstMatrix<T> grad_out, MatrixView<T> grad_q, MatrixView<T> grad_k,
+                              MatrixView<T> grad_v, const GraphAttentionOptions<T>& options,
+                              GraphAttentionReport* report) {
+  constexpr const char* op = "graph_attention_backward";
+  validate<T>(op, q, k, v, graph, options);
+  validate_mode<T>(op, options);
+  detail::check_shape(op, "grad_out", grad_out, q.rows, v.cols);
+  detail::check_shape(op, "grad_q", grad_q, q.rows, q.cols);
+  detail::check_shape(op, "grad_k", grad_k, k.rows, k.cols);
+  detail::check_shape(op, "grad_v", grad_v, v.rows, v.cols);
+  detail::check_finite<T>(op, "grad_out", grad_out);
+  const Shared<T> c = make_shared_state<T>(q, k, v, graph, options);
+  // Per row: its support (p > 0), the weights and dL/dscores there.
+  struct Support {
+    std::vector<std::uint32_t> keys;
+    std::vector<T> p, dz;
+  };
+  std::vector<Support> rows(c.n);
+  std::vector<RowSettlement> settled(c.n, RowSettlement::unsettled);
+  std::vector<std::size_t> graph_keys(c.n, 0), final_keys(c.n, 0);
+  run_tiles<T>(c, false, MatrixView<T>{}, settled, [&](std::size_t i, const Row<T>& row) {
+    graph_keys[i] = row.candidates;
+    final_keys[i] = row.keys.size();
+    Support& s = rows[i];
+    for (std::size_t x = 0; x < row.keys.size(); ++x)
+      if (row.probs[x] > T(0)) {
+        s.keys.push_back(row.keys[x]);
+        s.p.push_back(row.probs[x]);
+      }
+    const std::size_t cnt = s.keys.size();
+    std::vector<T> dp(cnt);
+    s.dz.resize(cnt);
+    T* gq = grad_q.row(i);
+    if (cnt == 0) {
+      std::fill(gq, gq + c.d, T(0));
+      return;
+    }
+    // dp_j = g_i . v_j on the support, then the transform's backward there.
+    graph_kernels<T>().gather_dot(grad_out.row(i), c.v.data, c.v.stride, s.keys.data(), cnt, c.dv, T(1), dp.data());
+    transform_backward<T>(c.o->transform, ConstMatrix<T>{s.p.data(), 1, cnt}, ConstMatrix<T>{dp.data(), 1, cnt},
+                          MatrixView<T>{s.dz.data(), 1, cnt});
+    graph_kernels<T>().gather_axpy(s.dz.data(), c.k.data, c.k.stride, s.keys.data(), cnt, c.d, gq);
+    for (std::size_t x = 0; x < c.d; ++x) gq[x] = static_cast<T>(c.scale * static_cast<double>(gq[x]));
+  });
+  // Key side: the supports transposed (rows in increasing order per key),
+  // then per key dK_j = scale sum_i dz_ij q_i and dV_j = sum_i p_ij g_i.
+  std::vector<std::size_t> start(c.m + 1, 0);
+  for (const Support& s : rows)
+    for (std::uint32_t j : s.keys) ++start[j + 1];
+  for (std::size_t j = 0; j < c.m; ++j) start[j + 1] += start[j];
+  std::vector<std::uint32_t> who(start[c.m]);
+  std::vector<T> pw(start[c.m]), dzw(start[c.m]);
+  {
+    std::vector<std::size_t> fill(start.begin(), start.end() - 1);
+    for (std::size_t i = 0; i < c.n; ++i)
+      for (std::size_t x = 0; x < rows[i].keys.size(); ++x) {
+        const std::size_t at = fill[rows[i].keys[x]]++;
+        who[at] = static_cast<std::uint32_t>(i);
+        pw[at] = rows[i].p[x];
+        dzw[at] = rows[i].dz[x];
+      }
+  }
+  detail::parallel_for(c.m, detail::grain_for((start[c.m] / c.m + 1) * (c.d + c.dv)), [&](std::size_t j0,
+                                                                                          std::size_t j1) {
+    std::vector<double> gk(c.d), gv(c.dv);
+    for (std::size_t j = j0; j < j1; ++j) {
+      std::fill(gk.begin(), gk.end(), 0.0);
+      std::fill(gv.begin(), gv.end(), 0.0);
+      for (std::size_t e = start[j]; e < start[j + 1]; ++e) {
+        const T* qi = c.q.row(who[e]);
+        const T* gi = grad_out.row(who[e]);
+        const double dz = static_cast<double>(dzw[e]), p = static_cast<double>(pw[e]);
+        for (std::size_t x = 0; x < c.d; ++x) gk[x] += dz * static_cast<double>(qi[x]);
+        for (std::size_t x = 0; x < c.dv; ++x) gv[x] += p * static_cast<double>(gi[x]);
+      }
+      for (std::size_t x = 0; x < c.d; ++x) grad_k(j, x) = static_cast<T>(c.scale * gk[x]);
+      for (std::size_t x = 0; x < c.dv; ++x) grad_v(j, x) = static_cast<T>(gv[x]);
+    }
+  });
+  fill_report(report, std::move(settled), graph_keys, final_keys, count_bound_pairs(c, graph_keys));
+}
+
+#define ENTGRAPH_GRAPH_ATTENTION(T)                                                                                  \
+  template void graph_attention_forward<T>(ConstMatrix<T>, ConstMatrix<T>, ConstMatrix<T>, const Graph&,           \
+                                           MatrixView<T>, const GraphAttentionOptions<T>&, GraphAttentionReport*); \
+  template void graph_attention_backward<T>(ConstMatrix<T>, ConstMatrix<T>, ConstMatrix<T>, const Graph&,          \
+                                            ConstMatrix<T>, MatrixView<T>, MatrixView<T>, MatrixView<T>,           \
+                                            const GraphAttentionOptions<T>&, GraphAttentionReport*);
+ENTGRAPH_GRAPH_ATTENTION(float)
+ENTGRAPH_GRAPH_ATTENTION(double)
+#undef ENTGRAPH_GRAPH_ATTENTION
 
 }  // namespace entgraph

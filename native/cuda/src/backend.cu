@@ -37,9 +37,9 @@ void attention_forward(Device device, ConstMatrix<float> q, ConstMatrix<float> k
 void graph_attention_forward(Device device, ConstMatrix<float> q, ConstMatrix<float> k, ConstMatrix<float> v,
                              const Graph& graph, MatrixView<float> out, const GraphAttentionOptions<float>& options) {
   if (device == Device::cuda) {
-    if (options.certify || options.recompute_uncertified)
-      throw Error("graph_attention_forward: certify and recompute_uncertified are CPU features (set both to false "
-                  "for device cuda)");
+    if (options.mode != GraphAttentionMode::fast)
+      throw Error("graph_attention_forward: options.mode certify and exact are CPU features (use "
+                  "GraphAttentionMode::fast for device cuda)");
     return cuda::graph_attention_forward(q, k, v, graph, out, options.attention);
   }
   graph_attention_forward<float>(q, k, v, graph, out, options);

@@ -31,7 +31,7 @@ void transform_backward(Device device, const Transform& t, ConstMatrix<float> pr
 void attention_forward(Device device, ConstMatrix<float> q, ConstMatrix<float> k, ConstMatrix<float> v,
                        MatrixView<float> out, const AttentionOptions<float>& options);
 // Attention on a graph. The GPU computes the graph's rows only (the CPU's
-// fast mode, certify = false); certificates are a CPU feature, so asking the
+// fast mode, GraphAttentionMode::fast); certify and exact modes are CPU features, so asking the
 // GPU for them is an error.
 void graph_attention_forward(Device device, ConstMatrix<float> q, ConstMatrix<float> k, ConstMatrix<float> v,
                              const Graph& graph, MatrixView<float> out, const GraphAttentionOptions<float>& options);

@@ -1,0 +1,70 @@
+// entgraph: rigorous upper bounds on attention scores that cost far less
+// than the scores themselves.
+//
+// For one head's keys K (m x d) and a score s_ij = scale q_i . k_j, the keys
+// are centred on their mean mu and split along the top-r principal
+// directions U (d x r, orthonormal, from the keys' covariance):
+//   k_j - mu = U k^_j + k⊥_j,      q = scale q_i:  q^ = U^T q,  q⊥ = q - U q^,
+//   s_ij = q . mu + q^ . k^_j + q⊥ . k⊥_j  <=  q . mu + q^ . k^_j + ||q⊥|| ||k⊥_j||
+// (Cauchy-Schwarz on the residuals, which are orthogonal to U). A bound costs
+// r + 2 multiply-adds per pair instead of d; computed for a tile of queries
+// it is one small GEMM. On the keys of a trained attention head most of the
+// key variance lies in a few directions, so the residual term is small.
+//
+// Floating point: mu, U, the projections and the norms are computed in double
+// and stored in T; each bound carries an extra c ||q|| (||k_j|| + ||k_j - mu||) with
+// c = 4 (d + 3 r + 16) eps(T), more than the rounding of a computed score
+// (at most d eps ||q|| ||k_j||) plus that of the bound itself, so a bound is
+// never below the score that any of the library's kernels computes.
+//
+// Used by graph attention's exact mode (graph_attention.hpp) to prove that
+// keys left out of a predicted graph have zero weight.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "entgraph/matrix_view.hpp"
+
+namespace entgraph {
+
+template <class T>
+class ScoreBounds {
+ public:
+  // Precomputes the keys' side: O(m d^2) for the covariance, O(d^2 r) for its
+  // principal directions, O(m d r) for the projections. rank is clamped to d (rank =
+  // d bounds every score to rounding; rank = 0 leaves the centred norm bound
+  // q . mu + ||q - mu-part|| ||k_j - mu||). key_padding (m flags, optional):
+  // keys flagged 0 do not shape the basis (their bounds stay valid).
+  // Throws entgraph::Error on an empty or non-finite k, or a non-finite or
+  // zero scale.
+  ScoreBounds(ConstMatrix<T> k, double scale, std::size_t rank, const std::uint8_t* key_padding = nullptr);
+
+  std::size_t rank() const { return rank_; }
+  std::size_t keys() const { return m_; }
+  // Columns of a query's bound vector: r projections, the residual norm and
+  // the rounding term.
+  std::size_t width() const { return rank_ + 2; }
+
+  // The query side of one query q (d values): width() values into qt and the
+  // offset q . mu returned; then bound(q, j) = offset + sum_x qt[x] kt(x, j).
+  double prepare_query(const T* q, T* qt) const;
+  // bounds (rows x (j1 - j0)) = qt (rows x width(), row stride ldq) times the
+  // keys' side of keys [j0, j1), without the per-row offsets. One GEMM on the
+  // library's kernels (SIMD for float).
+  void bound_block(const T* qt, std::size_t rows, std::size_t ldq, std::size_t j0, std::size_t j1, T* bounds,
+                   std::size_t ldb) const;
+  // Convenience for tests: the bound on scale q . k_j for every key j of one query.
+  std::vector<double> bound_all(const T* q) const;
+
+ private:
+  std::size_t m_ = 0, d_ = 0, rank_ = 0;
+  double scale_ = 1.0;
+  double margin_ = 0.0;       // c of the rounding term
+  std::vector<double> mean_;  // d
+  std::vector<double> basis_; // d x r, column x is the x-th principal direction
+  std::vector<T> kt_;         // width() x m: k^ rows, then ||k⊥||, then ||k|| + ||k - mu||
+};
+
+}  // namespace entgraph

@@ -1,0 +1,202 @@
+// Low-rank upper bounds on attention scores (see score_bounds.hpp).
+#include "entgraph/score_bounds.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+#include "entgraph/error.hpp"
+#include "entgraph/runtime.hpp"
+#include "kernels/matmul_kernels.hpp"
+#include "transforms/row_driver.hpp"
+
+namespace entgraph {
+namespace {
+
+constexpr const char* kOp = "ScoreBounds";
+
+// Orthonormalises the r columns of v (d x r, row-major) in place by modified
+// Gram-Schmidt, twice (the bounds need U^T U = I to rounding). A column that
+// vanishes is replaced by the first coordinate axis that survives.
+void orthonormalise(std::vector<double>& v, std::size_t d, std::size_t r) {
+  for (std::size_t y = 0; y < r; ++y) {
+    for (int pass = 0; pass < 2; ++pass)
+      for (std::size_t z = 0; z < y; ++z) {
+        double dot = 0.0;
+        for (std::size_t x = 0; x < d; ++x) dot += v[x * r + y] * v[x * r + z];
+        for (std::size_t x = 0; x < d; ++x) v[x * r + y] -= dot * v[x * r + z];
+      }
+    double norm = 0.0;
+    for (std::size_t x = 0; x < d; ++x) norm += v[x * r + y] * v[x * r + y];
+    if (norm > 1e-24) {
+      for (std::size_t x = 0; x < d; ++x) v[x * r + y] /= std::sqrt(norm);
+      continue;
+    }
+    for (std::size_t axis = 0; axis < d; ++axis) {  // degenerate: try the axes
+      for (std::size_t x = 0; x < d; ++x) v[x * r + y] = x == axis ? 1.0 : 0.0;
+      for (std::size_t z = 0; z < y; ++z) {
+        const double dot = v[axis * r + z];
+        for (std::size_t x = 0; x < d; ++x) v[x * r + y] -= dot * v[x * r + z];
+      }
+      norm = 0.0;
+      for (std::size_t x = 0; x < d; ++x) norm += v[x * r + y] * v[x * r + y];
+      if (norm > 0.25) {
+        for (std::size_t x = 0; x < d; ++x) v[x * r + y] /= std::sqrt(norm);
+        break;
+      }
+    }
+  }
+}
+
+// An orthonormal basis (d x r) of the top-r eigenspace of the symmetric
+// covariance c (d x d), approximately, by subspace iteration started from the
+// r coordinate axes of largest variance. Any orthonormal basis gives valid
+// bounds; a better one only makes them tighter, so a few iterations do:
+// O(d^2 r) each, next to the O(m d^2) covariance.
+std::vector<double> principal_basis(const std::vector<double>& c, std::size_t d, std::size_t r) {
+  std::vector<std::size_t> axes(d);
+  std::iota(axes.begin(), axes.end(), std::size_t{0});
+  std::stable_sort(axes.begin(), axes.end(), [&](std::size_t a, std::size_t b) { return c[a * d + a] > c[b * d + b]; });
+  std::vector<double> v(d * r, 0.0), w(d * r);
+  for (std::size_t y = 0; y < r; ++y) v[axes[y] * r + y] = 1.0;
+  for (int iteration = 0; iteration < 12; ++iteration) {
+    std::fill(w.begin(), w.end(), 0.0);
+    for (std::size_t x = 0; x < d; ++x)
+      for (std::size_t z = 0; z < d; ++z) {
+        const double cxz = c[x * d + z];
+        for (std::size_t y = 0; y < r; ++y) w[x * r + y] += cxz * v[z * r + y];
+      }
+    v.swap(w);
+    orthonormalise(v, d, r);
+  }
+  return v;
+}
+
+template <class T>
+const detail::MatmulKernels<T>& bound_kernels() {
+  if constexpr (std::is_same_v<T, float>)
+    return detail::matmul_kernels(cpu_isa());
+  else
+    return detail::reference_matmul_kernels<T>();
+}
+
+// x rounded away from zero by a few ulps of T, so that storing it in T never
+// makes a bound term smaller.
+template <class T>
+T round_up(double x) {
+  return static_cast<T>(x * (1.0 + 4.0 * std::numeric_limits<T>::epsilon()));
+}
+
+}  // namespace
+
+template <class T>
+ScoreBounds<T>::ScoreBounds(ConstMatrix<T> k, double scale, std::size_t rank, const std::uint8_t* key_padding)
+    : m_(k.rows), d_(k.cols), rank_(std::min(rank, k.cols)), scale_(scale) {
+  if (k.rows == 0 || k.cols == 0)
+    throw Error(std::string(kOp) + ": k is empty (got " + detail::num(k.rows) + " x " + detail::num(k.cols) +
+                ", expected m >= 1 keys of d >= 1)");
+  detail::check_view(kOp, "k", k);
+  detail::check_finite<T>(kOp, "k", k);
+  if (!std::isfinite(scale) || scale == 0.0)
+    throw Error(std::string(kOp) + ": scale is not a finite non-zero number (got " + detail::num(scale) + ")");
+  const std::size_t d = d_, r = rank_;
+  margin_ = 4.0 * static_cast<double>(d + 3 * r + 16) * std::numeric_limits<T>::epsilon();
+  auto kept = [&](std::size_t j) { return key_padding == nullptr || key_padding[j] != 0; };
+
+  mean_.assign(d, 0.0);
+  std::size_t count = 0;
+  for (std::size_t j = 0; j < m_; ++j) {
+    if (!kept(j)) continue;
+    ++count;
+    for (std::size_t x = 0; x < d; ++x) mean_[x] += static_cast<double>(k(j, x));
+  }
+  if (count > 0)
+    for (double& x : mean_) x /= static_cast<double>(count);
+  basis_.assign(d * r, 0.0);
+  if (r > 0) {
+    std::vector<double> cov(d * d, 0.0), c(d);
+    for (std::size_t j = 0; j < m_; ++j) {
+      if (!kept(j)) continue;
+      for (std::size_t x = 0; x < d; ++x) c[x] = static_cast<double>(k(j, x)) - mean_[x];
+      for (std::size_t x = 0; x < d; ++x)
+        for (std::size_t y = x; y < d; ++y) cov[x * d + y] += c[x] * c[y];
+    }
+    for (std::size_t x = 0; x < d; ++x)
+      for (std::size_t y = 0; y < x; ++y) cov[x * d + y] = cov[y * d + x];
+    basis_ = principal_basis(cov, d, r);
+  }
+  // The keys' side, one row per bound column, so a tile's bounds are qt times it.
+  kt_.assign(width() * m_, T(0));
+  std::vector<double> c(d), proj(r);
+  for (std::size_t j = 0; j < m_; ++j) {
+    double norm2 = 0.0, centred2 = 0.0;
+    for (std::size_t x = 0; x < d; ++x) {
+      c[x] = static_cast<double>(k(j, x)) - mean_[x];
+      norm2 += static_cast<double>(k(j, x)) * static_cast<double>(k(j, x));
+      centred2 += c[x] * c[x];
+    }
+    std::fill(proj.begin(), proj.end(), 0.0);
+    for (std::size_t x = 0; x < d; ++x)
+      for (std::size_t y = 0; y < r; ++y) proj[y] += basis_[x * r + y] * c[x];
+    double resid2 = 0.0;
+    for (std::size_t x = 0; x < d; ++x) {
+      double e = c[x];
+      for (std::size_t y = 0; y < r; ++y) e -= basis_[x * r + y] * proj[y];
+      resid2 += e * e;
+    }
+    for (std::size_t y = 0; y < r; ++y) kt_[y * m_ + j] = static_cast<T>(proj[y]);
+    kt_[r * m_ + j] = round_up<T>(std::sqrt(resid2));
+    // The rounding term scales with the larger of the score's terms (||k||)
+    // and the bound's terms (||k - mu||).
+    kt_[(r + 1) * m_ + j] = round_up<T>(std::sqrt(norm2) + std::sqrt(centred2));
+  }
+}
+
+template <class T>
+double ScoreBounds<T>::prepare_query(const T* q, T* qt) const {
+  const std::size_t d = d_, r = rank_;
+  double offset = 0.0, norm2 = 0.0, resid2 = 0.0;
+  std::vector<double> p(r, 0.0);
+  for (std::size_t x = 0; x < d; ++x) {
+    const double qx = scale_ * static_cast<double>(q[x]);
+    offset += qx * mean_[x];
+    norm2 += qx * qx;
+    for (std::size_t y = 0; y < r; ++y) p[y] += basis_[x * r + y] * qx;
+  }
+  for (std::size_t x = 0; x < d; ++x) {
+    double e = scale_ * static_cast<double>(q[x]);
+    for (std::size_t y = 0; y < r; ++y) e -= basis_[x * r + y] * p[y];
+    resid2 += e * e;
+  }
+  for (std::size_t y = 0; y < r; ++y) qt[y] = static_cast<T>(p[y]);
+  qt[r] = round_up<T>(std::sqrt(resid2));
+  // The rounding term, plus what the offset's own rounding may hide.
+  qt[r + 1] = round_up<T>(margin_ * std::sqrt(norm2));
+  return offset + margin_ * std::abs(offset);
+}
+
+template <class T>
+void ScoreBounds<T>::bound_block(const T* qt, std::size_t rows, std::size_t ldq, std::size_t j0, std::size_t j1,
+                                 T* bounds, std::size_t ldb) const {
+  // bounds = qt (rows x w) * kt[:, j0:j1] (w x (j1 - j0)), kt's rows m apart.
+  bound_kernels<T>().gemm_nn(rows, j1 - j0, width(), T(1), qt, ldq, kt_.data() + j0, m_, bounds, ldb, false, false);
+}
+
+template <class T>
+std::vector<double> ScoreBounds<T>::bound_all(const T* q) const {
+  std::vector<T> qt(width()), b(m_);
+  const double offset = prepare_query(q, qt.data());
+  bound_block(qt.data(), 1, width(), 0, m_, b.data(), m_);
+  std::vector<double> out(m_);
+  for (std::size_t j = 0; j < m_; ++j) out[j] = offset + static_cast<double>(b[j]);
+  return out;
+}
+
+template class ScoreBounds<float>;
+template class ScoreBounds<double>;
+
+}  // namespace entgraph
