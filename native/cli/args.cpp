@@ -126,4 +126,62 @@ void apply_runtime_options(const Args& args) {
   }
 }
 
+constexpr const char* kFnNames = "softmax, sparsemax, entmax15, entmax, topk";
+
+Transform parse_transform_option(const Args& args) {
+  const auto fn = args.get("fn");
+  if (!fn) throw args.error("--fn is required (one of " + std::string(kFnNames) + ")");
+  Transform t;
+  if (*fn == "softmax") {
+    t = Transform::softmax();
+  } else if (*fn == "sparsemax") {
+    t = Transform::sparsemax();
+  } else if (*fn == "entmax15") {
+    t = Transform::entmax15();
+  } else if (*fn == "entmax") {
+    const auto alpha = args.number("alpha");
+    if (!alpha) throw args.error("--fn entmax needs --alpha A (A in [1, 1000])");
+    if (!(*alpha >= 1.0 && *alpha <= kMaxEntmaxAlpha))
+      throw args.error("--alpha: must be in [1, 1000] (got " + *args.get("alpha") + ")");
+    t = Transform::entmax(*alpha);
+  } else if (*fn == "topk" || *fn == "topk_softmax") {
+    const auto k = args.integer("k");
+    if (!k) throw args.error("--fn topk needs --k K (K >= 1)");
+    if (*k == 0) throw args.error("--k: must be at least 1 (got 0)");
+    if (*k > std::numeric_limits<std::size_t>::max()) throw args.error("--k: too large (got " + *args.get("k") + ")");
+    t = Transform::topk_softmax(static_cast<std::size_t>(*k));
+  } else if (*fn == "adaptive_span" || *fn == "constrained_softmax" || *fn == "constrained_sparsemax") {
+    throw args.error("--fn: " + *fn + " needs extra inputs and is not available in 'transform' (expected one of " +
+                     kFnNames + "; 'entgraph demo' shows it)");
+  } else {
+    throw args.error("--fn: unknown transform '" + *fn + "' (expected one of " + kFnNames + ")");
+  }
+  if (args.has("alpha") && t.kind != TransformKind::entmax) throw args.error("--alpha applies only to --fn entmax");
+  if (args.has("k") && t.kind != TransformKind::topk_softmax) throw args.error("--k applies only to --fn topk");
+  return t;
+}
+
+std::map<std::string, std::string> take_settings(std::vector<std::string>& argv, const char* command) {
+  std::map<std::string, std::string> settings;
+  std::vector<std::string> rest;
+  for (std::size_t i = 0; i < argv.size(); ++i) {
+    std::string kv;
+    if (argv[i] == "--set") {
+      if (i + 1 >= argv.size()) throw UsageError(std::string(command) + ": --set needs key=value");
+      kv = argv[++i];
+    } else if (argv[i].rfind("--set=", 0) == 0) {
+      kv = argv[i].substr(6);
+    } else {
+      rest.push_back(argv[i]);
+      continue;
+    }
+    const std::size_t eq = kv.find('=');
+    if (eq == std::string::npos || eq == 0)
+      throw UsageError(std::string(command) + ": --set expects key=value (got '" + kv + "')");
+    settings[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  argv = rest;
+  return settings;
+}
+
 }  // namespace entgraph::cli

@@ -3,10 +3,13 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+#include "entgraph/transforms.hpp"
 
 namespace entgraph::cli {
 
@@ -69,5 +72,14 @@ inline constexpr const char* kRuntimeOptionsHelp =
 // Applies --isa and --threads if given. An unknown ISA name is a UsageError;
 // one this machine lacks is an entgraph::Error.
 void apply_runtime_options(const Args& args);
+
+// The transform named by --fn (softmax, sparsemax, entmax15, entmax with
+// --alpha A, topk with --k K). Throws UsageError naming the option.
+Transform parse_transform_option(const Args& args);
+
+// Removes every "--set key=value" (repeatable; Args rejects repeated
+// options) from argv and returns the settings. Throws UsageError for a
+// malformed pair.
+std::map<std::string, std::string> take_settings(std::vector<std::string>& argv, const char* command);
 
 }  // namespace entgraph::cli

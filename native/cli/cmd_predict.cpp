@@ -17,31 +17,6 @@
 namespace entgraph::cli {
 namespace {
 
-// --set key=value, repeatable: collected from the raw arguments because Args
-// rejects repeated options.
-PredictorSettings take_settings(std::vector<std::string>& argv, const char* command) {
-  PredictorSettings settings;
-  std::vector<std::string> rest;
-  for (std::size_t i = 0; i < argv.size(); ++i) {
-    std::string kv;
-    if (argv[i] == "--set") {
-      if (i + 1 >= argv.size()) throw UsageError(std::string(command) + ": --set needs key=value");
-      kv = argv[++i];
-    } else if (argv[i].rfind("--set=", 0) == 0) {
-      kv = argv[i].substr(6);
-    } else {
-      rest.push_back(argv[i]);
-      continue;
-    }
-    const std::size_t eq = kv.find('=');
-    if (eq == std::string::npos || eq == 0)
-      throw UsageError(std::string(command) + ": --set expects key=value (got '" + kv + "')");
-    settings[kv.substr(0, eq)] = kv.substr(eq + 1);
-  }
-  argv = rest;
-  return settings;
-}
-
 void write_text(const std::string& path, const std::string& text, const char* command) {
   detail::write_file_bytes(command, path, text.data(), text.size());
 }

@@ -46,41 +46,6 @@ constexpr const char* kUsage =
     "Example:\n"
     "  entgraph transform --fn entmax --alpha 1.25 data/sample_scores.npy p.npy\n";
 
-constexpr const char* kFnNames = "softmax, sparsemax, entmax15, entmax, topk";
-
-Transform parse_fn(const Args& args) {
-  const auto fn = args.get("fn");
-  if (!fn) throw args.error("--fn is required (one of " + std::string(kFnNames) + ")");
-  Transform t;
-  if (*fn == "softmax") {
-    t = Transform::softmax();
-  } else if (*fn == "sparsemax") {
-    t = Transform::sparsemax();
-  } else if (*fn == "entmax15") {
-    t = Transform::entmax15();
-  } else if (*fn == "entmax") {
-    const auto alpha = args.number("alpha");
-    if (!alpha) throw args.error("--fn entmax needs --alpha A (A in [1, 1000])");
-    if (!(*alpha >= 1.0 && *alpha <= kMaxEntmaxAlpha))
-      throw args.error("--alpha: must be in [1, 1000] (got " + *args.get("alpha") + ")");
-    t = Transform::entmax(*alpha);
-  } else if (*fn == "topk" || *fn == "topk_softmax") {
-    const auto k = args.integer("k");
-    if (!k) throw args.error("--fn topk needs --k K (K >= 1)");
-    if (*k == 0) throw args.error("--k: must be at least 1 (got 0)");
-    if (*k > std::numeric_limits<std::size_t>::max()) throw args.error("--k: too large (got " + *args.get("k") + ")");
-    t = Transform::topk_softmax(static_cast<std::size_t>(*k));
-  } else if (*fn == "adaptive_span" || *fn == "constrained_softmax" || *fn == "constrained_sparsemax") {
-    throw args.error("--fn: " + *fn + " needs extra inputs and is not available in 'transform' (expected one of " +
-                     kFnNames + "; 'entgraph demo' shows it)");
-  } else {
-    throw args.error("--fn: unknown transform '" + *fn + "' (expected one of " + kFnNames + ")");
-  }
-  if (args.has("alpha") && t.kind != TransformKind::entmax) throw args.error("--alpha applies only to --fn entmax");
-  if (args.has("k") && t.kind != TransformKind::topk_softmax) throw args.error("--k applies only to --fn topk");
-  return t;
-}
-
 // --device cuda: whether to run on the GPU (only float32 input has GPU kernels).
 bool on_gpu(const Args& args) {
   const auto device = args.get("device");
@@ -153,7 +118,7 @@ int run_transform(const std::vector<std::string>& argv) {
     std::printf(kUsage, kRuntimeOptionsHelp);
     return 0;
   }
-  const Transform t = parse_fn(args);
+  const Transform t = parse_transform_option(args);
   const bool gpu = on_gpu(args);
   const auto grad_path = args.get("grad");
   const auto grad_out_path = args.get("grad-out");

@@ -18,6 +18,7 @@ int run_capture(const std::vector<std::string>& args);
 int run_fit(const std::vector<std::string>& args);
 int run_eval(const std::vector<std::string>& args);
 int run_sweep(const std::vector<std::string>& args);
+int run_attend(const std::vector<std::string>& args);
 
 struct Command {
   const char* name;

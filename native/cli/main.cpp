@@ -26,6 +26,8 @@ const Command kCommands[] = {
     {"fit", "fit a graph predictor on a capture and write its parameter file", run_fit},
     {"eval", "compare a predictor's graphs with a capture's gold graphs (JSON report)", run_eval},
     {"sweep", "sweep every predictor over its grid: Pareto curves as JSON, CSV and SVG", run_sweep},
+    {"attend", "dense vs predicted-graph attention per head: time, exact rows, error (--exact: bound and repair)",
+     run_attend},
 };
 
 void print_usage(std::FILE* out) {
