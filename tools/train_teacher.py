@@ -10,6 +10,8 @@ with bible-kjv-text (the data). Run with Debian's interpreter:
     /usr/bin/python3 tools/train_teacher.py --kind causal --out data/teacher-causal
     /usr/bin/python3 tools/train_teacher.py --kind masked --out data/teacher-masked \
         --init data/teacher-causal/model.safetensors
+    /usr/bin/python3 tools/train_teacher.py --kind long --out data/teacher-long \
+        --init data/teacher-causal/model.safetensors
 
 Writes, in --out: model.safetensors (float16 weights), config.json (the
 architecture; docs/FORMATS.md), train.log, and fixture/ (a capture of the
@@ -21,11 +23,22 @@ reference BLAS a step is about 10x slower than with OpenBLAS, hence
 libopenblas0-pthread above.
 
 The architecture (mirrored by core/src/model/teacher.cpp):
-  x = tok_emb[byte] + pos_emb[position]
+  x = tok_emb[byte] + pos_emb[position]     (positions "learned": causal, masked)
+  x = tok_emb[byte]                         (positions "rotary": long)
   per layer:  x += o(attention(ln1(x)));  x += fc2(relu(fc1(ln2(x))))
   attention per head: p = entmax15(scale * q k^T) (causal mask for the causal
-                      model), out = p v; q, k, v, o: Linear with bias
+                      and long models), out = p v; q, k, v, o: Linear with bias;
+                      rotary models rotate q and k by their position first
   logits = head(ln_f(x)) over the 256 byte values
+
+The long teacher (--kind long) is causal, trained on 512-byte windows, with
+rotary positions (RoFormer, Su et al. 2021) in the half-split layout: for
+position t and i < h = head_dim/2, with theta_i = base^(-2i/head_dim),
+  x'[i]   = x[i] cos(t theta_i) - x[i+h] sin(t theta_i)
+  x'[i+h] = x[i] sin(t theta_i) + x[i+h] cos(t theta_i).
+base = 100 makes every frequency turn at least once within the training
+window (longest wavelength 2 pi 100^(15/16) = 471 bytes), so no rotation angle
+met beyond 512 bytes is new to the model (docs/decisions in data/README.md).
 """
 import argparse
 import json
@@ -46,6 +59,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from export_capture import write_capture  # noqa: E402
 
 MASK_TOKEN = 256  # the masked model's [MASK]; bytes are 0..255
+LONG_CONTEXT = 8192  # the longest sequence the long teacher is run on (and measured at)
+ROTARY_BASE = 100.0  # every rotary frequency turns within a 512-byte window
 
 
 # ---------------------------------------------------------------------------
@@ -112,10 +127,36 @@ class Entmax15(torch.autograd.Function):
 
 # ---------------------------------------------------------------------------
 
+def attention_probs(q, k, causal, rows=1024):
+    """entmax15(q k^T / sqrt(dh)) with the causal mask; long sequences in blocks of
+    query rows (the transform is row-wise) so that memory stays O(rows * n)."""
+    n = q.shape[-2]
+    blocks = []
+    for r0 in range(0, n, rows):
+        scores = (q[..., r0:r0 + rows, :] @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
+        if causal:
+            i = torch.arange(r0, min(n, r0 + rows))[:, None]
+            scores = scores.masked_fill(torch.arange(n)[None, :] > i, float("-inf"))
+        blocks.append(Entmax15.apply(scores))
+    return blocks[0] if len(blocks) == 1 else torch.cat(blocks, dim=-2)
+
+
+def rotate(t, base):
+    """Rotary positions on [B, H, T, dh], half-split layout (see the module doc)."""
+    n, dh = t.shape[-2], t.shape[-1]
+    h = dh // 2
+    theta = base ** (-2.0 * torch.arange(h, dtype=torch.float64) / dh)
+    angle = torch.arange(n, dtype=torch.float64)[:, None] * theta[None, :]
+    cos, sin = angle.cos().to(t.dtype), angle.sin().to(t.dtype)
+    a, b = t[..., :h], t[..., h:]
+    return torch.cat([a * cos - b * sin, a * sin + b * cos], dim=-1)
+
+
 class Block(torch.nn.Module):
-    def __init__(self, d, heads, d_mlp):
+    def __init__(self, d, heads, d_mlp, rotary_base=None):
         super().__init__()
         self.heads = heads
+        self.rotary_base = rotary_base
         self.ln1 = torch.nn.LayerNorm(d)
         self.q, self.k, self.v, self.o = (torch.nn.Linear(d, d) for _ in range(4))
         self.ln2 = torch.nn.LayerNorm(d)
@@ -129,11 +170,9 @@ class Block(torch.nn.Module):
     def forward(self, x, causal, record=None):
         h = self.ln1(x)
         q, k, v = self.split(self.q(h)), self.split(self.k(h)), self.split(self.v(h))
-        scores = (q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
-        if causal:
-            n = x.shape[1]
-            scores = scores.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))
-        p = Entmax15.apply(scores)
+        if self.rotary_base is not None:
+            q, k = rotate(q, self.rotary_base), rotate(k, self.rotary_base)
+        p = attention_probs(q, k, causal)
         if record is not None:
             record.append((q, k, v, p))
         a = (p @ v).transpose(1, 2).reshape(x.shape)
@@ -147,8 +186,11 @@ class Teacher(torch.nn.Module):
         self.cfg = cfg
         d = cfg["d_model"]
         self.tok_emb = torch.nn.Embedding(cfg["vocab"], d)
-        self.pos_emb = torch.nn.Embedding(cfg["context"], d)
-        self.layers = torch.nn.ModuleList(Block(d, cfg["heads"], cfg["d_mlp"]) for _ in range(cfg["layers"]))
+        self.rotary = cfg.get("positions", "learned") == "rotary"
+        if not self.rotary:
+            self.pos_emb = torch.nn.Embedding(cfg["context"], d)
+        base = cfg.get("rotary_base") if self.rotary else None
+        self.layers = torch.nn.ModuleList(Block(d, cfg["heads"], cfg["d_mlp"], base) for _ in range(cfg["layers"]))
         self.ln_f = torch.nn.LayerNorm(d)
         self.head = torch.nn.Linear(d, cfg["outputs"])
         for name, w in self.named_parameters():
@@ -159,7 +201,9 @@ class Teacher(torch.nn.Module):
 
     def forward(self, tokens, record=None):
         n = tokens.shape[1]
-        x = self.tok_emb(tokens) + self.pos_emb(torch.arange(n))
+        x = self.tok_emb(tokens)
+        if not self.rotary:
+            x = x + self.pos_emb(torch.arange(n))
         for layer in self.layers:
             x = layer(x, self.cfg["causal"], record)
         return self.head(self.ln_f(x))
@@ -210,7 +254,7 @@ def heldout_bits(model, data, context, kind, windows=64):
     with torch.no_grad():
         for w in range(windows):
             x = torch.from_numpy(data[w * context:(w + 1) * context].astype(np.int64))[None]
-            if kind == "causal":
+            if kind != "masked":
                 logits = model(x[:, :-1])
                 total += F.cross_entropy(logits[0], x[0, 1:], reduction="sum").item()
                 count += x.shape[1] - 1
@@ -289,13 +333,15 @@ def export(model, out, tensors, heldout_text, meta):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--kind", choices=["causal", "masked"], required=True)
+    ap.add_argument("--kind", choices=["causal", "masked", "long"], required=True,
+                    help="long: causal with rotary positions, trained on --window bytes, run up to 8192")
     ap.add_argument("--out", required=True)
     ap.add_argument("--init", help="start from these weights (safetensors written by this script)")
     ap.add_argument("--export-only", action="store_true",
                     help="no training: reload --out's weights, recompute the metrics, rewrite config and fixture")
     ap.add_argument("--steps", type=int, default=1500)
     ap.add_argument("--batch", type=int, default=24)
+    ap.add_argument("--window", type=int, help="training window in bytes (default 256; long: 512)")
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--mask-rate", type=float, default=0.15)
     ap.add_argument("--eval-every", type=int, default=250)
@@ -322,15 +368,23 @@ def main():
         with open(os.path.join(data_dir, "heldout.txt"), "wb") as f:
             f.write(heldout_bytes[:8192])
 
+    long = args.kind == "long"
+    window = args.window or (512 if long else 256)
     cfg = {"format": "entgraph-teacher", "version": 1, "name": f"entgraph-teacher-{args.kind}",
-           "kind": args.kind, "causal": args.kind == "causal", "vocab": 257, "outputs": 256,
-           "mask_token": MASK_TOKEN, "context": 256, "d_model": 128, "layers": 4, "heads": 4, "d_mlp": 512,
-           "alpha": 1.5, "layer_norm_eps": 1e-5, "weights": "model.safetensors"}
+           "kind": "masked" if args.kind == "masked" else "causal", "causal": args.kind != "masked",
+           "vocab": 257, "outputs": 256, "mask_token": MASK_TOKEN, "context": LONG_CONTEXT if long else window,
+           "d_model": 128, "layers": 4, "heads": 4, "d_mlp": 512, "alpha": 1.5, "layer_norm_eps": 1e-5,
+           "weights": "model.safetensors"}
+    if long:
+        cfg.update({"positions": "rotary", "rotary_base": ROTARY_BASE})
     model = Teacher(cfg)
     init = os.path.join(args.out, "model.safetensors") if args.export_only else args.init
     if init:
         from_file = read_safetensors(init)
-        model.load_state_dict({k: torch.from_numpy(v.astype(np.float32)) for k, v in from_file.items()})
+        weights = {k: torch.from_numpy(v.astype(np.float32)) for k, v in from_file.items()}
+        if model.rotary:  # a learned-position model's other weights are a warm start
+            weights.pop("pos_emb.weight", None)
+        model.load_state_dict(weights)
     if args.export_only:
         with open(os.path.join(args.out, "config.json")) as f:
             training = json.load(f)["training"]
@@ -348,8 +402,8 @@ def main():
         opt, lambda s: min(1.0, (s + 1) / warmup) * (0.1 + 0.45 * (1 + math.cos(math.pi * min(s, args.steps) / args.steps))))
     start = time.time()
     for step in range(1, args.steps + 1):
-        x = make_batch(train, args.batch, cfg["context"] + (1 if args.kind == "causal" else 0), rng)
-        if args.kind == "causal":
+        x = make_batch(train, args.batch, window + (1 if cfg["causal"] else 0), rng)
+        if cfg["causal"]:
             logits = model(x[:, :-1])
             loss = F.cross_entropy(logits.reshape(-1, 256), x[:, 1:].reshape(-1))
         else:
@@ -365,9 +419,9 @@ def main():
             say(f"step {step} loss {loss.item() / math.log(2):.3f} bits lr {sched.get_last_lr()[0]:.2e} "
                 f"elapsed {time.time() - start:.0f}s")
         if step % args.eval_every == 0 or step == args.steps:
-            say(f"step {step} held-out bits/byte {heldout_bits(model, heldout, cfg['context'], args.kind):.3f}")
+            say(f"step {step} held-out bits/byte {heldout_bits(model, heldout, window, args.kind):.3f}")
 
-    training = {"steps": args.steps, "batch": args.batch, "lr": args.lr, "seed": args.seed, "threads": args.threads,
+    training = {"steps": args.steps, "batch": args.batch, "window": window, "lr": args.lr, "seed": args.seed, "threads": args.threads,
                 "seconds": round(time.time() - start), "init": args.init,
                 "corpus": "King James Bible from Debian bible-kjv-text 4.38 (public domain), "
                           "chapters with index % 20 != 7"}
@@ -377,13 +431,25 @@ def main():
 def finish(model, args, training, train, heldout, heldout_bytes, say):
     """Rounds to float16, measures the shipped model, and exports it."""
     tensors = round_to_float16(model)
-    final = heldout_bits(model, heldout, model.cfg["context"], args.kind)
+    window = training.get("window", model.cfg["context"])
+    final = heldout_bits(model, heldout, window, args.kind)
     unigram = unigram_bits(train, heldout)
-    sparsity = gold_sparsity(model, heldout, model.cfg["context"])
+    sparsity = gold_sparsity(model, heldout, window)
     meta = {"training": training, "heldout_bits_per_byte": round(final, 4), "unigram_bits_per_byte": round(unigram, 4),
             "gold_sparsity_per_layer": [round(float(s), 4) for s in sparsity]}
     say(f"float16 model: held-out bits/byte {final:.3f} (unigram {unigram:.3f}); "
-        f"gold sparsity per layer {np.round(sparsity, 4).tolist()} (first 16 held-out windows of 256 bytes)")
+        f"gold sparsity per layer {np.round(sparsity, 4).tolist()} (first 16 held-out windows of {window} bytes)")
+    if model.rotary:
+        # Beyond the training window: the same first 64 KiB of held-out text
+        # scored in windows of each length; sparsity on its first 32 KiB.
+        bits, gold = {}, {}
+        for n in (512, 2048, 8192):
+            bits[str(n)] = round(heldout_bits(model, heldout, n, args.kind, windows=65536 // n), 4)
+            say(f"held-out bits/byte at {n} bytes: {bits[str(n)]:.3f} (first 64 KiB, {65536 // n} windows)")
+        for n in (1024, 4096, 8192):
+            gold[str(n)] = [round(float(s), 4) for s in gold_sparsity(model, heldout, n, windows=32768 // n)]
+            say(f"gold sparsity per layer at {n} bytes: {gold[str(n)]} (first 32 KiB, {32768 // n} windows)")
+        meta.update({"heldout_bits_per_byte_at": bits, "gold_sparsity_per_layer_at": gold})
     export(model, args.out, tensors, heldout_bytes, meta)
     say("exported " + args.out)
 
