@@ -1,0 +1,445 @@
+// ScoreBounds: low-rank upper bounds of scale q . k. Every bound, from
+// bound_all and from bound_block over tiles of queries, is checked against
+// the exact score (long double from the float inputs) and against the scores
+// that naive float loops and every compiled kernel of the library compute,
+// on random, clustered, low-rank and adversarial keys; plus tightness at
+// full rank and the constructor's errors.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "attention/attention_support.hpp"
+#include "clustered_capture.hpp"
+#include "entgraph/error.hpp"
+#include "entgraph/runtime.hpp"
+#include "entgraph/score_bounds.hpp"
+#include "kernels/matmul_kernels.hpp"
+#include "support.hpp"
+
+using namespace entgraph;
+using namespace entgraph::test;
+
+namespace {
+
+struct KeySet {
+  std::string name;
+  Matrix<float> k;
+  std::vector<std::uint8_t> padding;  // empty: none
+};
+
+Matrix<float> transpose(const Matrix<float>& a) {
+  Matrix<float> t(a.cols, a.rows);
+  for (std::size_t i = 0; i < a.rows; ++i)
+    for (std::size_t j = 0; j < a.cols; ++j) t(j, i) = a(i, j);
+  return t;
+}
+
+// Keys of the clustered synthetic capture (clusters of norm 4, spread 0.3).
+Matrix<float> clustered_keys(std::size_t m, std::size_t d, std::uint64_t seed, Matrix<float>* queries = nullptr) {
+  const Capture c = clustered_capture(1, 1, d, {m}, 4, false, seed);
+  Matrix<float> k(m, d);
+  std::copy(c.keys.begin(), c.keys.end(), k.data.begin());
+  if (queries) {
+    *queries = Matrix<float>(m, d);
+    std::copy(c.queries.begin(), c.queries.end(), queries->data.begin());
+  }
+  return k;
+}
+
+// Keys A B + noise: A m x r, B r x d.
+Matrix<float> low_rank_keys(std::size_t m, std::size_t d, std::size_t r, double noise, std::uint64_t seed) {
+  const Matrix<double> a = random_matrix<double>(m, r, 1.0, seed), b = random_matrix<double>(r, d, 1.0, seed + 1),
+                       e = random_matrix<double>(m, d, noise, seed + 2);
+  Matrix<float> k(m, d);
+  for (std::size_t j = 0; j < m; ++j)
+    for (std::size_t x = 0; x < d; ++x) {
+      double s = e(j, x);
+      for (std::size_t y = 0; y < r; ++y) s += a(j, y) * b(y, x);
+      k(j, x) = static_cast<float>(s);
+    }
+  return k;
+}
+
+std::vector<KeySet> key_sets() {
+  std::vector<KeySet> sets;
+  sets.push_back({"random", random_matrix<float>(50, 16, 1.0, 1), {}});
+  sets.push_back({"random d = 40", random_matrix<float>(37, 40, 1.0, 2), {}});
+  sets.push_back({"clustered", clustered_keys(64, 16, 3), {}});
+  sets.push_back({"low rank 3, no noise", low_rank_keys(48, 16, 3, 0.0, 4), {}});
+  sets.push_back({"low rank 3, noise 1e-3", low_rank_keys(48, 16, 3, 1e-3, 5), {}});
+  {
+    Matrix<float> k = random_matrix<float>(40, 8, 1.0, 6);
+    for (float& x : k.data) x += 1e4f;
+    sets.push_back({"huge mean offset (1e4)", k, {}});
+  }
+  {
+    Matrix<float> k = random_matrix<float>(40, 8, 1.0, 7);
+    for (std::size_t j = 0; j < k.rows; ++j)
+      for (std::size_t x = 0; x < k.cols; ++x) k(j, x) *= j % 3 == 0 ? 1e3f : 1e-6f;
+    sets.push_back({"tiny-norm keys next to big ones", k, {}});
+  }
+  {
+    Matrix<float> k = random_matrix<float>(30, 8, 1.0, 8);
+    for (std::size_t j = 0; j < k.rows; ++j)
+      for (std::size_t x = 0; x < k.cols; ++x) k(j, x) = j % 2 == 0 ? k(0, x) : k(j, x) * 1e-7f;
+    sets.push_back({"one key repeated, the rest almost zero", k, {}});
+  }
+  sets.push_back({"d = 1", random_matrix<float>(25, 1, 2.0, 9), {}});
+  {
+    Matrix<float> k = random_matrix<float>(1, 6, 1.0, 10);
+    sets.push_back({"a single key", k, {}});
+  }
+  {
+    Matrix<float> k(20, 5);
+    const Matrix<float> one = random_matrix<float>(1, 5, 1.0, 11);
+    for (std::size_t j = 0; j < k.rows; ++j)
+      for (std::size_t x = 0; x < k.cols; ++x) k(j, x) = one(0, x);
+    sets.push_back({"all keys equal (zero covariance)", k, {}});
+  }
+  {
+    Matrix<float> k = random_matrix<float>(30, 6, 1.0, 12);
+    for (float& x : k.data) x *= 1e15f;
+    sets.push_back({"huge magnitudes (1e15)", k, {}});
+  }
+  {
+    Matrix<float> k = random_matrix<float>(30, 6, 1.0, 13);
+    for (float& x : k.data) x *= 1e-12f;
+    sets.push_back({"tiny magnitudes (1e-12)", k, {}});
+  }
+  {
+    // Padded keys are outliers: they do not shape the basis, their bounds must still hold.
+    KeySet s{"key padding (padded keys are outliers)", random_matrix<float>(45, 12, 1.0, 14), {}};
+    for (std::size_t j = 0; j < s.k.rows; ++j) {
+      s.padding.push_back(j % 4 == 1 ? 0 : 1);
+      if (j % 4 == 1)
+        for (std::size_t x = 0; x < s.k.cols; ++x) s.k(j, x) = s.k(j, x) * 300.0f + 500.0f;
+    }
+    sets.push_back(s);
+  }
+  {
+    KeySet s{"every key padded", random_matrix<float>(12, 4, 1.0, 15), std::vector<std::uint8_t>(12, 0)};
+    for (float& x : s.k.data) x += 3.0f;
+    sets.push_back(s);
+  }
+  {
+    // Keys that differ only in one coordinate, and a key exactly at their mean.
+    Matrix<float> k(9, 4, 0.5f);
+    for (std::size_t j = 0; j < 9; ++j) k(j, 2) = static_cast<float>(j) - 4.0f;
+    sets.push_back({"collinear keys, one at the mean", k, {}});
+  }
+  return sets;
+}
+
+// Queries for a key set: random at several magnitudes, the keys themselves
+// and their negations, a zero query, and one of huge norm.
+Matrix<float> queries_for(const Matrix<float>& k, std::uint64_t seed) {
+  const std::size_t d = k.cols;
+  std::vector<std::vector<float>> rows;
+  const Matrix<float> r = random_matrix<float>(12, d, 1.0, seed);
+  for (std::size_t i = 0; i < r.rows; ++i) {
+    std::vector<float> q(r.data.begin() + static_cast<std::ptrdiff_t>(i * d),
+                         r.data.begin() + static_cast<std::ptrdiff_t>((i + 1) * d));
+    const float mag = i % 4 == 0 ? 1e-3f : i % 4 == 1 ? 1.0f : i % 4 == 2 ? 30.0f : 1e4f;
+    for (float& x : q) x *= mag;
+    rows.push_back(q);
+  }
+  for (std::size_t j = 0; j < std::min<std::size_t>(k.rows, 6); ++j) {
+    std::vector<float> q(k.data.begin() + static_cast<std::ptrdiff_t>(j * d),
+                         k.data.begin() + static_cast<std::ptrdiff_t>((j + 1) * d));
+    rows.push_back(q);
+    for (float& x : q) x = -x;
+    rows.push_back(q);
+  }
+  rows.emplace_back(d, 0.0f);
+  Matrix<float> q(rows.size(), d);
+  for (std::size_t i = 0; i < rows.size(); ++i) std::copy(rows[i].begin(), rows[i].end(), q.data.begin() + i * d);
+  return q;
+}
+
+// Every score of query i on key j that a computation could report: the exact
+// one (long double) and float ones in several orders and on every kernel.
+struct Scores {
+  Matrix<double> exact, computed_max;  // nq x m
+};
+
+Scores all_scores(const Matrix<float>& q, const Matrix<float>& k, double scale) {
+  const std::size_t nq = q.rows, m = k.rows, d = k.cols;
+  Scores s{Matrix<double>(nq, m), Matrix<double>(nq, m, -std::numeric_limits<double>::infinity())};
+  const float fscale = static_cast<float>(scale);
+  auto take = [&](std::size_t i, std::size_t j, double v) { s.computed_max(i, j) = std::max(s.computed_max(i, j), v); };
+  for (std::size_t i = 0; i < nq; ++i)
+    for (std::size_t j = 0; j < m; ++j) {
+      long double e = 0;
+      float fwd = 0, rev = 0, pre = 0, fused = 0;
+      double dbl = 0;
+      for (std::size_t x = 0; x < d; ++x) {
+        e += static_cast<long double>(q(i, x)) * static_cast<long double>(k(j, x));
+        fwd += q(i, x) * k(j, x);
+        rev += q(i, d - 1 - x) * k(j, d - 1 - x);
+        pre += (fscale * q(i, x)) * k(j, x);
+        fused = std::fma(q(i, x), k(j, x), fused);
+        dbl += static_cast<double>(q(i, x)) * static_cast<double>(k(j, x));
+      }
+      s.exact(i, j) = static_cast<double>(static_cast<long double>(scale) * e);
+      take(i, j, static_cast<double>(fscale * fwd));
+      take(i, j, static_cast<double>(fscale * rev));
+      take(i, j, static_cast<double>(pre));
+      take(i, j, static_cast<double>(fscale * fused));
+      take(i, j, static_cast<double>(static_cast<float>(scale * dbl)));
+    }
+  // The library's kernels on every instruction set: S = Q K^T (dense
+  // attention), S^T = K Q^T (graph attention's tiles), gathered dots (rows).
+  const Matrix<float> kt = transpose(k), qt = transpose(q);
+  std::vector<std::uint32_t> idx(m);
+  for (std::size_t j = 0; j < m; ++j) idx[j] = static_cast<std::uint32_t>(j);
+  for (CpuIsa isa : available_cpu_isas()) {
+    const detail::MatmulKernels<float>& mk = detail::matmul_kernels(isa);
+    Matrix<float> sq(nq, m), st(m, nq), g(nq, m);
+    mk.gemm_nn(nq, m, d, fscale, q.data.data(), d, kt.data.data(), m, sq.data.data(), m, false, false);
+    mk.gemm_nn(m, nq, d, fscale, k.data.data(), d, qt.data.data(), nq, st.data.data(), nq, false, false);
+    for (std::size_t i = 0; i < nq; ++i)
+      mk.gather_dot(q.data.data() + i * d, k.data.data(), d, idx.data(), m, d, fscale, g.data.data() + i * m);
+    for (std::size_t i = 0; i < nq; ++i)
+      for (std::size_t j = 0; j < m; ++j) {
+        take(i, j, sq(i, j));
+        take(i, j, st(j, i));
+        take(i, j, g(i, j));
+      }
+  }
+  return s;
+}
+
+struct Violation {
+  std::size_t count = 0;
+  std::size_t i = 0, j = 0;
+  double bound = 0, score = 0;
+  void check(std::size_t qi, std::size_t kj, double b, double sc) {
+    if (b >= sc) return;
+    if (count++ == 0) {
+      i = qi;
+      j = kj;
+      bound = b;
+      score = sc;
+    }
+  }
+};
+
+// Checks bound_all and bound_block (tiles of 5 queries, blocks of 7 keys,
+// query sides with a row stride wider than width()) against every score.
+void check_sound(const KeySet& ks, double scale, std::size_t rank) {
+  const Matrix<float>& k = ks.k;
+  const std::size_t m = k.rows, d = k.cols;
+  CAPTURE(ks.name);
+  CAPTURE(scale);
+  CAPTURE(rank);
+  const ScoreBounds<float> b(k.view(), scale, rank, ks.padding.empty() ? nullptr : ks.padding.data());
+  CHECK(b.rank() == std::min(rank, d));
+  CHECK(b.keys() == m);
+  CHECK(b.width() == b.rank() + 2);
+  const Matrix<float> q = queries_for(k, 100 + rank);
+  const Scores s = all_scores(q, k, scale);
+  Violation vs_exact, vs_computed, block_exact, block_computed;
+  std::size_t not_finite = 0;
+  for (std::size_t i = 0; i < q.rows; ++i) {
+    const std::vector<double> all = b.bound_all(q.data.data() + i * d);
+    REQUIRE(all.size() == m);
+    for (std::size_t j = 0; j < m; ++j) {
+      not_finite += std::isfinite(all[j]) ? 0 : 1;
+      vs_exact.check(i, j, all[j], s.exact(i, j));
+      vs_computed.check(i, j, all[j], s.computed_max(i, j));
+    }
+  }
+  const std::size_t w = b.width(), ldq = w + 3, tile = 5, block = 7;
+  for (std::size_t i0 = 0; i0 < q.rows; i0 += tile) {
+    const std::size_t rows = std::min(tile, q.rows - i0);
+    std::vector<float> qt(rows * ldq, std::nanf(""));
+    std::vector<double> offset(rows);
+    for (std::size_t r = 0; r < rows; ++r)
+      offset[r] = b.prepare_query(q.data.data() + (i0 + r) * d, qt.data() + r * ldq);
+    for (std::size_t j0 = 0; j0 < m; j0 += block) {
+      const std::size_t j1 = std::min(m, j0 + block), ldb = block + 2;
+      std::vector<float> out(rows * ldb, std::nanf(""));
+      b.bound_block(qt.data(), rows, ldq, j0, j1, out.data(), ldb);
+      for (std::size_t r = 0; r < rows; ++r)
+        for (std::size_t j = j0; j < j1; ++j) {
+          const double bound = offset[r] + static_cast<double>(out[r * ldb + (j - j0)]);
+          block_exact.check(i0 + r, j, bound, s.exact(i0 + r, j));
+          block_computed.check(i0 + r, j, bound, s.computed_max(i0 + r, j));
+        }
+    }
+  }
+  CHECK(not_finite == 0);
+  for (const auto& [what, v] : {std::pair<const char*, const Violation*>{"bound_all vs exact", &vs_exact},
+                                {"bound_all vs computed", &vs_computed},
+                                {"bound_block vs exact", &block_exact},
+                                {"bound_block vs computed", &block_computed}}) {
+    CAPTURE(what);
+    CHECK_MESSAGE(v->count == 0, v->count, " bounds below a score; first: query ", v->i, " key ", v->j, " bound ",
+                  v->bound, " score ", v->score);
+  }
+}
+
+TEST_SUITE("attention") {
+  TEST_CASE("score bounds: every bound is at least the exact and every computed score (float)") {
+    for (const KeySet& ks : key_sets())
+      for (std::size_t rank :
+           {std::size_t{0}, std::size_t{1}, std::size_t{3}, std::size_t{8}, ks.k.cols, ks.k.cols + 5})
+        for (double scale : {0.25, 1.0, -0.7}) check_sound(ks, scale, rank);
+  }
+
+  TEST_CASE("score bounds: every bound is at least the exact score in float64") {
+    for (const KeySet& ks : key_sets())
+      for (std::size_t rank : {std::size_t{0}, std::size_t{2}, ks.k.cols})
+        for (double scale : {0.5, -1.3}) {
+          CAPTURE(ks.name);
+          CAPTURE(rank);
+          CAPTURE(scale);
+          const Matrix<double> k = ks.k.cast<double>();
+          const Matrix<double> q = queries_for(ks.k, 7).cast<double>();
+          const ScoreBounds<double> b(k.view(), scale, rank, ks.padding.empty() ? nullptr : ks.padding.data());
+          std::size_t below = 0;
+          double worst = 0;
+          for (std::size_t i = 0; i < q.rows; ++i) {
+            const std::vector<double> all = b.bound_all(q.data.data() + i * q.cols);
+            for (std::size_t j = 0; j < k.rows; ++j) {
+              long double e = 0;
+              double naive = 0;
+              for (std::size_t x = 0; x < k.cols; ++x) {
+                e += static_cast<long double>(q(i, x)) * static_cast<long double>(k(j, x));
+                naive += q(i, x) * k(j, x);
+              }
+              const double exact = static_cast<double>(static_cast<long double>(scale) * e);
+              const double score = std::max(exact, scale * naive);
+              if (all[j] < score) {
+                ++below;
+                worst = std::max(worst, score - all[j]);
+              }
+            }
+          }
+          CHECK_MESSAGE(below == 0, below, " bounds below the score, worst by ", worst);
+        }
+  }
+
+  TEST_CASE("score bounds: at full rank a bound exceeds the score by rounding only; low-rank keys are bound tightly") {
+    struct Setup {
+      std::string name;
+      Matrix<float> k;
+      std::size_t rank;
+    };
+    const std::vector<Setup> setups = {{"random, rank = d", random_matrix<float>(50, 16, 1.0, 21), 16},
+                                       {"random, rank > d", random_matrix<float>(50, 6, 1.0, 22), 9},
+                                       {"low rank 3, rank 3", low_rank_keys(48, 16, 3, 0.0, 23), 3},
+                                       {"clustered, rank = d", clustered_keys(40, 8, 24), 8}};
+    for (const Setup& s : setups) {
+      CAPTURE(s.name);
+      const std::size_t m = s.k.rows, d = s.k.cols;
+      const double scale = 0.5;
+      const ScoreBounds<float> b(s.k.view(), scale, s.rank);
+      std::vector<double> mean(d, 0.0);
+      for (std::size_t j = 0; j < m; ++j)
+        for (std::size_t x = 0; x < d; ++x) mean[x] += s.k(j, x) / static_cast<double>(m);
+      const Matrix<float> q = random_matrix<float>(10, d, 1.0, 25);
+      double worst = 0;  // (bound - score) / (|scale| ||q|| (||k|| + ||k - mu||))
+      for (std::size_t i = 0; i < q.rows; ++i) {
+        const std::vector<double> all = b.bound_all(q.data.data() + i * d);
+        double qn = 0;
+        for (std::size_t x = 0; x < d; ++x) qn += static_cast<double>(q(i, x)) * q(i, x);
+        for (std::size_t j = 0; j < m; ++j) {
+          double e = 0, kn = 0, cn = 0;
+          for (std::size_t x = 0; x < d; ++x) {
+            e += static_cast<double>(q(i, x)) * s.k(j, x);
+            kn += static_cast<double>(s.k(j, x)) * s.k(j, x);
+            cn += (s.k(j, x) - mean[x]) * (s.k(j, x) - mean[x]);
+          }
+          const double gap = all[j] - scale * e;
+          CHECK(gap >= 0);
+          worst = std::max(worst, gap / (scale * std::sqrt(qn) * (std::sqrt(kn) + std::sqrt(cn))));
+        }
+      }
+      MESSAGE(s.name << ": worst relative gap " << worst);
+      CHECK(worst <= 1e-4);  // the rounding term is 4 (d + 3r + 16) eps, ~2e-5 here
+    }
+    // Rank 0 is looser than rank 3 on rank-3 keys (on average).
+    const Matrix<float> k = low_rank_keys(48, 16, 3, 1e-3, 26), q = random_matrix<float>(8, 16, 1.0, 27);
+    const ScoreBounds<float> loose(k.view(), 1.0, 0), tight(k.view(), 1.0, 3);
+    double gap0 = 0, gap3 = 0;
+    for (std::size_t i = 0; i < q.rows; ++i) {
+      const std::vector<double> a = loose.bound_all(q.data.data() + i * 16),
+                                c = tight.bound_all(q.data.data() + i * 16);
+      for (std::size_t j = 0; j < k.rows; ++j) {
+        double e = 0;
+        for (std::size_t x = 0; x < 16; ++x) e += static_cast<double>(q(i, x)) * k(j, x);
+        gap0 += a[j] - e;
+        gap3 += c[j] - e;
+      }
+    }
+    CHECK(gap3 * 100 < gap0);
+  }
+
+  TEST_CASE("score bounds: the basis ignores padded keys, whose bounds still hold") {
+    // Kept keys lie on a line; padded ones are everywhere. At rank 1 the kept
+    // keys are bound to rounding only if the padded keys did not shape the basis.
+    const std::size_t m = 30, d = 6;
+    Matrix<float> k = random_matrix<float>(m, d, 5.0, 31);
+    const Matrix<float> dir = random_matrix<float>(1, d, 1.0, 32);
+    std::vector<std::uint8_t> padding(m, 1);
+    for (std::size_t j = 0; j < m; ++j) {
+      if (j % 3 == 0) {
+        padding[j] = 0;
+        continue;
+      }
+      for (std::size_t x = 0; x < d; ++x) k(j, x) = static_cast<float>(j) * 0.25f * dir(0, x);
+    }
+    const ScoreBounds<float> b(k.view(), 1.0, 1, padding.data());
+    const Matrix<float> q = random_matrix<float>(6, d, 1.0, 33);
+    for (std::size_t i = 0; i < q.rows; ++i) {
+      const std::vector<double> all = b.bound_all(q.data.data() + i * d);
+      for (std::size_t j = 0; j < m; ++j) {
+        double e = 0, kn = 0;
+        for (std::size_t x = 0; x < d; ++x) {
+          e += static_cast<double>(q(i, x)) * k(j, x);
+          kn += static_cast<double>(k(j, x)) * k(j, x);
+        }
+        CAPTURE(i);
+        CAPTURE(j);
+        CHECK(all[j] >= e);
+        if (padding[j]) CHECK(all[j] - e <= 1e-3 * (1.0 + std::sqrt(kn)));
+      }
+    }
+  }
+
+  TEST_CASE("score bounds reject an empty or non-finite k and a zero or non-finite scale") {
+    const Matrix<float> k = random_matrix<float>(5, 3, 1.0, 41);
+    Matrix<float> k_nan = k, k_inf = k;
+    k_nan(2, 1) = std::nanf("");
+    k_inf(4, 0) = -std::numeric_limits<float>::infinity();
+    const Matrix<float> none(0, 3), flat(5, 0);
+    struct Case {
+      const char* name;
+      const Matrix<float>* k;
+      double scale;
+      const char* expect;
+    };
+    const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
+    for (const Case& c :
+         {Case{"no keys", &none, 1.0, "k is empty"}, Case{"d = 0", &flat, 1.0, "k is empty"},
+          Case{"NaN key", &k_nan, 1.0, "k"}, Case{"inf key", &k_inf, 1.0, "k"}, Case{"scale 0", &k, 0.0, "scale"},
+          Case{"scale NaN", &k, nan, "scale"}, Case{"scale inf", &k, -inf, "scale"}}) {
+      CAPTURE(c.name);
+      const std::string msg = error_message([&] { ScoreBounds<float> b(c.k->view(), c.scale, 2); });
+      CAPTURE(msg);
+      CHECK(msg.rfind("ScoreBounds: ", 0) == 0);
+      CHECK(msg.find(c.expect) != std::string::npos);
+    }
+    const Matrix<double> kd(0, 2);
+    CHECK(error_message([&] { ScoreBounds<double> b(kd.view(), 1.0, 1); }).find("k is empty") != std::string::npos);
+  }
+}
+
+}  // namespace
