@@ -24,16 +24,18 @@
 // the whole row. For each query: score the graph row, take a guaranteed lower
 // bound tau_lo of its tau (checked in double: F(tau_lo) >= 1), and compare
 // the score upper bound of every allowed key left out with tau_lo/(alpha - 1).
-// Keys at or below are exactly zero in the dense row. The others are scored
-// and added (repair), and the transform runs again on the enlarged row; its
-// tau can only be larger, so every key excluded before stays excluded and
-// one repair settles the row (no iteration is needed with per-key bounds).
+// Keys at or below are exactly zero in the dense row. The others are pending:
+// repair scores them in decreasing bound order, in batches that double,
+// running the transform on the enlarged row after each batch; its tau can
+// only be larger, so every key excluded before stays excluded, and the
+// pending keys whose bound no longer clears the new threshold are dropped.
 // top-k softmax: the k-th largest score plays tau's part (a left-out key
 // below it ranks after k kept ones). A row is settled by
 // - graph:    no key needed adding (the prediction alone was enough),
 // - repaired: keys were added, not all of them,
-// - dense:    the bounds excluded nothing, or the graph row was empty (or, for
-//             top-k, shorter than k): the whole allowed row was scored.
+// - dense:    every allowed key ended up scored (the bounds excluded nothing).
+// An empty graph row (or, for top-k, one shorter than k) has no threshold:
+// all its allowed keys are pending, and the first batches provide one.
 // Softmax (and entmax with alpha = 1) has no threshold: every allowed key has
 // weight > 0, so exact and certify modes throw for it.
 //

@@ -58,6 +58,13 @@ class ScoreBounds {
   // Convenience for tests: the bound on scale q . k_j for every key j of one query.
   std::vector<double> bound_all(const T* q) const;
 
+  // Keys per box: the keys [b kBoxKeys, (b + 1) kBoxKeys) form box b.
+  static constexpr std::size_t kBoxKeys = 64;
+  // A bound (without the offset) on every key of box b at once, from the
+  // coordinate-wise box of their bound columns: sum_x max(qt_x lo_x, qt_x hi_x)
+  // in double. At least the largest bound_block value of the box's keys.
+  double box_bound(const T* qt, std::size_t box) const;
+
  private:
   std::size_t m_ = 0, d_ = 0, rank_ = 0;
   double scale_ = 1.0;
@@ -65,6 +72,7 @@ class ScoreBounds {
   std::vector<double> mean_;  // d
   std::vector<double> basis_; // d x r, column x is the x-th principal direction
   std::vector<T> kt_;         // width() x m: k^ rows, then ||k⊥||, then ||k|| + ||k - mu||
+  std::vector<T> box_lo_, box_hi_;  // per box, width() values each: the min and max of kt over its keys
 };
 
 }  // namespace entgraph

@@ -122,9 +122,6 @@ double threshold_alpha(const Transform& t) {
   }
 }
 
-// Keys per block of bounds (one GEMM of tile rows x kBoundBlock).
-constexpr std::size_t kBoundBlock = 512;
-
 template <class T>
 struct Shared {
   std::size_t n = 0, m = 0, d = 0, dv = 0;
@@ -361,8 +358,12 @@ bool gather_tile(const Shared<T>& c, TileScratch<T>& t, const std::uint32_t* ids
     }
   }
   // The tile GEMM pays for |union| scores per row: worth it when the rows
-  // share most of their keys.
-  const bool tiled = std::is_same_v<T, float> && rows > 1 && widest >= 8 && t.keys.size() <= 2 * widest;
+  // share most of their keys. Never for top-k: repaired keys are scored by
+  // gather_dot, and a row scored by two kernels can break a tie that dense
+  // attention keeps (top-k keeps every key tied with the k-th; one ulp apart,
+  // it would not); fast and certify modes score the same way as exact mode.
+  const bool tiled = std::is_same_v<T, float> && c.o->transform.kind != TransformKind::topk_softmax && rows > 1 &&
+                     widest >= 8 && t.keys.size() <= 2 * widest;
   if (!tiled) return false;
   if (t.pos.size() != c.m) t.pos.assign(c.m, 0);
   for (std::size_t x = 0; x < t.keys.size(); ++x) t.pos[t.keys[x]] = static_cast<std::uint32_t>(x);
@@ -433,14 +434,26 @@ void scan_bounds(const Shared<T>& c, TileScratch<T>& t, const std::uint32_t* ids
     row.cursor = 0;
     row.pending.clear();
   }
-  t.bounds.resize(active * kBoundBlock);
-  for (std::size_t j0 = 0; j0 < end; j0 += kBoundBlock) {
-    const std::size_t j1 = std::min(end, j0 + kBoundBlock), width = j1 - j0;
+  // Key blocks of one box each: a block whose box bound is at or below the
+  // threshold of every row that reaches it is skipped, bounds and scan; a row
+  // skips the scan of a block its own box bound excludes.
+  constexpr std::size_t kBlock = ScoreBounds<T>::kBoxKeys;
+  t.bounds.resize(active * kBlock);
+  std::vector<std::uint8_t> needs(active);
+  for (std::size_t j0 = 0; j0 < end; j0 += kBlock) {
+    const std::size_t j1 = std::min(end, j0 + kBlock), width = j1 - j0;
+    bool any = false;
+    for (std::size_t a = 0; a < active; ++a) {
+      const Row<T>& row = t.rows[scan_rows[a]];
+      needs[a] = c.limit(ids[scan_rows[a]]) > j0 && b.box_bound(t.qb.data() + a * w, j0 / kBlock) > row.threshold;
+      any = any || needs[a];
+    }
+    if (!any) continue;
     b.bound_block(t.qb.data(), active, w, j0, j1, t.bounds.data(), width);
     for (std::size_t a = 0; a < active; ++a) {
+      if (!needs[a]) continue;
       Row<T>& row = t.rows[scan_rows[a]];
       const std::size_t stop = std::min(j1, c.limit(ids[scan_rows[a]]));
-      if (stop <= j0) continue;
       const T thr = static_cast<T>(row.threshold);
       const T* bb = t.bounds.data() + a * width;
       const std::uint8_t* padding = c.o->key_padding;
@@ -620,14 +633,15 @@ void graph_attention_forward(ConstMatrix<T> q, ConstMatrix<T> k, ConstMatrix<T> 
   const Shared<T> c = make_shared_state<T>(q, k, v, graph, options);
   std::vector<RowSettlement> settled(c.n, RowSettlement::unsettled);
   std::vector<std::size_t> graph_keys(c.n, 0), final_keys(c.n, 0);
-  run_tiles<T>(c, report == nullptr, out, settled, [&](std::size_t i, const Row<T>& row) {
+  run_tiles<T>(c, true, out, settled, [&](std::size_t i, const Row<T>& row) {
     graph_keys[i] = row.candidates;
     final_keys[i] = row.keys.size();
     graph_kernels<T>().gather_axpy(row.probs.data(), c.v.data, c.v.stride, row.keys.data(), row.keys.size(), c.dv,
                                    out.row(i));
   });
   if (report == nullptr) return;
-  // The fast path of a tile records no key counts: take them from the graph.
+  // The fast path of a tile records no key counts: take them from the graph
+  // (so the output never depends on whether a report is asked for).
   for (std::size_t i = 0; i < c.n; ++i)
     if (final_keys[i] == 0) {
       const std::size_t lim = c.limit(i);

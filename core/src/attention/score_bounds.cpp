@@ -117,16 +117,17 @@ ScoreBounds<T>::ScoreBounds(ConstMatrix<T> k, double scale, std::size_t rank, co
   if (count > 0)
     for (double& x : mean_) x /= static_cast<double>(count);
   basis_.assign(d * r, 0.0);
-  if (r > 0) {
-    std::vector<double> cov(d * d, 0.0), c(d);
-    for (std::size_t j = 0; j < m_; ++j) {
+  if (r > 0 && count > 0) {
+    // Covariance of the centred keys, C = Kc^T Kc, as one GEMM on the
+    // library's kernels: the basis only needs to be good, not exact.
+    std::vector<T> centred(count * d), cov_t(d * d);
+    for (std::size_t j = 0, row = 0; j < m_; ++j) {
       if (!kept(j)) continue;
-      for (std::size_t x = 0; x < d; ++x) c[x] = static_cast<double>(k(j, x)) - mean_[x];
-      for (std::size_t x = 0; x < d; ++x)
-        for (std::size_t y = x; y < d; ++y) cov[x * d + y] += c[x] * c[y];
+      for (std::size_t x = 0; x < d; ++x) centred[row * d + x] = static_cast<T>(static_cast<double>(k(j, x)) - mean_[x]);
+      ++row;
     }
-    for (std::size_t x = 0; x < d; ++x)
-      for (std::size_t y = 0; y < x; ++y) cov[x * d + y] = cov[y * d + x];
+    bound_kernels<T>().gemm_tn(d, d, count, T(1), centred.data(), d, centred.data(), d, cov_t.data(), d, false, false);
+    std::vector<double> cov(cov_t.begin(), cov_t.end());
     basis_ = principal_basis(cov, d, r);
   }
   // The keys' side, one row per bound column, so a tile's bounds are qt times it.
@@ -154,6 +155,17 @@ ScoreBounds<T>::ScoreBounds(ConstMatrix<T> k, double scale, std::size_t rank, co
     // and the bound's terms (||k - mu||).
     kt_[(r + 1) * m_ + j] = round_up<T>(std::sqrt(norm2) + std::sqrt(centred2));
   }
+  const std::size_t boxes = (m_ + kBoxKeys - 1) / kBoxKeys, w = width();
+  box_lo_.assign(boxes * w, std::numeric_limits<T>::infinity());
+  box_hi_.assign(boxes * w, -std::numeric_limits<T>::infinity());
+  for (std::size_t x = 0; x < w; ++x)
+    for (std::size_t j = 0; j < m_; ++j) {
+      const T value = kt_[x * m_ + j];
+      T& lo = box_lo_[(j / kBoxKeys) * w + x];
+      T& hi = box_hi_[(j / kBoxKeys) * w + x];
+      lo = std::min(lo, value);
+      hi = std::max(hi, value);
+    }
 }
 
 template <class T>
@@ -184,6 +196,21 @@ void ScoreBounds<T>::bound_block(const T* qt, std::size_t rows, std::size_t ldq,
                                  T* bounds, std::size_t ldb) const {
   // bounds = qt (rows x w) * kt[:, j0:j1] (w x (j1 - j0)), kt's rows m apart.
   bound_kernels<T>().gemm_nn(rows, j1 - j0, width(), T(1), qt, ldq, kt_.data() + j0, m_, bounds, ldb, false, false);
+}
+
+template <class T>
+double ScoreBounds<T>::box_bound(const T* qt, std::size_t box) const {
+  const std::size_t w = width();
+  const T* lo = box_lo_.data() + box * w;
+  const T* hi = box_hi_.data() + box * w;
+  double sum = 0.0;
+  for (std::size_t x = 0; x < w; ++x) {
+    const double q = static_cast<double>(qt[x]);
+    sum += std::max(q * static_cast<double>(lo[x]), q * static_cast<double>(hi[x]));
+  }
+  // Rounding of the w products and sums in double, far below the rounding
+  // term every per-key bound already carries.
+  return sum;
 }
 
 template <class T>

@@ -132,14 +132,23 @@ void Graph::validate(const char* what) const {
   if (offsets[queries] != indices.size())
     throw Error(name + ": offsets[queries] = " + std::to_string(offsets[queries]) + " but there are " +
                 std::to_string(indices.size()) + " indices");
-  for (std::size_t i = 0; i < queries; ++i) {
+  for (std::size_t i = 0; i < queries; ++i)
     if (offsets[i + 1] < offsets[i]) throw Error(name + ": offsets decrease at query " + std::to_string(i));
-    for (std::size_t p = offsets[i]; p < offsets[i + 1]; ++p) {
+  // Every graph attention call validates its graph: one branch-free pass per
+  // row (sorted, unique, and so in range if its last key is), and only a bad
+  // row is looked at again to say what is wrong.
+  for (std::size_t i = 0; i < queries; ++i) {
+    const std::size_t b = offsets[i], e = offsets[i + 1];
+    if (b == e) continue;
+    bool bad = indices[e - 1] >= keys;
+    for (std::size_t p = b + 1; p < e; ++p) bad |= indices[p] <= indices[p - 1];
+    if (!bad) continue;
+    for (std::size_t p = b; p < e; ++p) {
+      if (p > b && indices[p] <= indices[p - 1])
+        throw Error(name + ": the keys of query " + std::to_string(i) + " are not sorted and unique");
       if (indices[p] >= keys)
         throw Error(name + ": query " + std::to_string(i) + " has key " + std::to_string(indices[p]) +
                     ", not below keys = " + std::to_string(keys));
-      if (p > offsets[i] && indices[p] <= indices[p - 1])
-        throw Error(name + ": the keys of query " + std::to_string(i) + " are not sorted and unique");
     }
   }
 }
