@@ -19,9 +19,11 @@ constexpr const char* kUsage =
     "\n"
     "Runs the teacher model in --model (a folder with config.json and its\n"
     "weights, e.g. data/teacher-causal) on the bytes of --text, cut into\n"
-    "sequences of at most the model's context (256 bytes for the shipped\n"
-    "teachers), and writes the capture: capture.json, queries.npy, keys.npy and\n"
-    "values.npy, [layers, heads, tokens, head_dim].\n"
+    "sequences of at most the model's context (256 bytes for teacher-causal and\n"
+    "teacher-masked, 8192 for teacher-long), and writes the capture:\n"
+    "capture.json, queries.npy, keys.npy and values.npy, [layers, heads, tokens,\n"
+    "head_dim]. Sequences are computed and written one at a time, so memory\n"
+    "does not grow with their number; capture.json is written last.\n"
     "\n"
     "Options:\n"
     "  --model DIR        teacher folder (required)\n"
@@ -64,10 +66,14 @@ int run_capture(const std::vector<std::string>& argv) {
     if (*max == 0) throw args.error("--max-sequences: must be >= 1");
     if (texts.size() > *max) texts.resize(*max);
   }
-  const Capture capture = teacher.capture(texts);
-  write_capture(*args.get("out"), capture, dtype_name == "float16" ? NpyDtype::float16 : NpyDtype::float32);
-  std::printf("%s: %zu sequences, %zu tokens, %zu layers x %zu heads (%s)\n", args.get("out")->c_str(),
-              capture.sequences(), capture.tokens(), capture.layers, capture.heads, teacher.config().name.c_str());
+  // One sequence in memory at a time: captures of many long sequences
+  // (8192 bytes with the long teacher) need no more memory than one.
+  teacher.capture_to(*args.get("out"), texts, dtype_name == "float16" ? NpyDtype::float16 : NpyDtype::float32);
+  std::size_t tokens = 0;
+  for (const std::string& t : texts) tokens += t.size();
+  const TeacherConfig& c = teacher.config();
+  std::printf("%s: %zu sequences, %zu tokens, %zu layers x %zu heads (%s)\n", args.get("out")->c_str(), texts.size(),
+              tokens, c.layers, c.heads, c.name.c_str());
   return 0;
 }
 

@@ -273,6 +273,33 @@ case "$CASE" in
     contains "$OUT" "lengths: 100 100"
     ;;
 
+  capture-long)
+    # The long teacher (rotary positions, context 8192) through the streaming
+    # capture, read back by `entgraph info`; its gold sparsity per layer near
+    # what PyTorch measured at 1024 bytes (config.json, over 32 windows; 2 here).
+    model=$SRC/data/teacher-long
+    expect_ok capture --model "$model" --text "$SRC/data/heldout.txt" --sequence-bytes 1024 --max-sequences 2 --out cap
+    contains "$OUT" "cap: 2 sequences, 2048 tokens, 4 layers x 4 heads (entgraph-teacher-long)"
+    expect_ok info cap
+    echo "$OUT" >&2
+    contains "$OUT" "cap: capture, 4 layers x 4 heads, head_dim 32, 2 sequences, 2048 tokens, with values"
+    contains "$OUT" "lengths: 1024 1024"
+    want=$(tr -d ' \n' <"$model/config.json" | sed -n 's/.*"gold_sparsity_per_layer_at":{[^}]*"1024":\[\([^]]*\)\].*/\1/p' | tr ',' ' ')
+    [ -n "$want" ] || fail "no gold_sparsity_per_layer_at 1024 in $model/config.json"
+    layer=0
+    for w in $want; do
+      got=$(echo "$OUT" | sed -n "s/^  layer $layer: mean gold sparsity \([0-9.]*\)$/\1/p")
+      [ -n "$got" ] || fail "no gold sparsity printed for layer $layer"
+      awk -v g="$got" -v w="$w" 'BEGIN { d = g - w; if (d < 0) d = -d; exit !(d <= 0.01) }' ||
+        fail "layer $layer: CLI gold sparsity $got, PyTorch $w"
+      echo "  layer $layer: CLI $got, PyTorch $w" >&2
+      layer=$((layer + 1))
+    done
+    [ "$layer" -eq 4 ] || fail "expected 4 layers of gold sparsity in config.json, got $layer"
+    expect_fail 2 "--sequence-bytes: must be in [1, 8192]" \
+      capture --model "$model" --text "$SRC/data/heldout.txt" --out cap2 --sequence-bytes 8193
+    ;;
+
   capture-errors)
     model=$SRC/data/teacher-causal
     printf 'Some text.' >text.txt

@@ -1,6 +1,7 @@
 // Tests of the capture reader and writer (entgraph/io/capture.hpp).
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -60,6 +61,25 @@ Capture sample(bool with_values, std::uint64_t seed = 7) {
 // Index of element (layer, head, token, dim) in an array of sample().
 std::size_t at(std::size_t layer, std::size_t head, std::size_t token, std::size_t dim) {
   return ((layer * 3 + head) * 5 + token) * 4 + dim;
+}
+
+// One sequence of a whole-capture array, [layers, heads, lengths[s], head_dim]:
+// what CaptureWriter::write_sequence takes.
+std::vector<float> sequence_of(const Capture& c, const std::vector<float>& a, std::size_t s) {
+  if (a.empty()) return {};
+  std::vector<float> out;
+  const std::size_t first = c.offset(s), tokens = c.tokens();
+  for (std::size_t hi = 0; hi < c.layers * c.heads; ++hi) {
+    const float* src = a.data() + (hi * tokens + first) * c.head_dim;
+    out.insert(out.end(), src, src + c.lengths[s] * c.head_dim);
+  }
+  return out;
+}
+
+// A CaptureWriter for the sizes, settings, texts and provenance of c.
+entgraph::CaptureWriter writer_for(const std::string& dir, const Capture& c, NpyDtype dtype = NpyDtype::float32) {
+  return entgraph::CaptureWriter(dir, c.layers, c.heads, c.head_dim, c.lengths, c.has_values(), c.settings, c.texts,
+                                 c.provenance, dtype);
 }
 
 // capture.json of sample() as a list of (key, JSON text) pairs; changes
@@ -610,5 +630,153 @@ TEST_SUITE("io") {
     CHECK_ERROR_CONTAINS(
         entgraph::validate_capture(c),
         "validate_capture: provenance is nested too deeply (more than 64 levels of arrays and objects)");
+  }
+
+  TEST_CASE("capture: CaptureWriter writes the files of write_capture, byte for byte, in any sequence order") {
+    TempDir tmp;
+    int n = 0;
+    for (NpyDtype dtype : {NpyDtype::float32, NpyDtype::float16}) {
+      for (bool with_values : {false, true}) {
+        for (bool per_head : {false, true}) {
+          CAPTURE(entgraph::npy_dtype_name(dtype));
+          CAPTURE(with_values);
+          CAPTURE(per_head);
+          // Three sequences of different lengths (so that slices of one
+          // (layer, head) land at distinct offsets), written 2, 0, 1.
+          Capture c = Capture::make(2, 3, 4, {3, 1, 4}, with_values);
+          std::mt19937_64 rng(100 + static_cast<std::uint64_t>(n));
+          std::normal_distribution<float> dist(0.0f, 3.0f);
+          for (auto* a : {&c.queries, &c.keys, &c.values})
+            for (float& x : *a) x = dist(rng);
+          c.texts = {"abc", "\xc3\xa9", "wxyz"};
+          c.provenance = R"({"model":"tiny","nested":{"x":[1,2]}})";
+          for (std::size_t i = 0; i < c.settings.size(); ++i)
+            if (per_head) c.settings[i] = {1.0 + 0.5 * static_cast<double>(i), i % 2 == 0, 0.25 + 0.01 * i};
+          const std::string want = tmp.file("want_" + std::to_string(n)), got = tmp.file("got_" + std::to_string(n));
+          ++n;
+          entgraph::write_capture(want, c, dtype);
+          entgraph::CaptureWriter w = writer_for(got, c, dtype);
+          CHECK(w.sequences() == 3);
+          for (std::size_t s : {2, 0, 1}) {
+            CHECK_FALSE(fs::exists(got + "/capture.json"));  // only finish() writes it
+            w.write_sequence(s, sequence_of(c, c.queries, s), sequence_of(c, c.keys, s), sequence_of(c, c.values, s));
+          }
+          CHECK(w.sequences_written() == 3);
+          w.finish();
+          for (const char* name : {"capture.json", "queries.npy", "keys.npy", "values.npy"}) {
+            CAPTURE(name);
+            CHECK(fs::exists(got + "/" + name) == fs::exists(want + "/" + name));
+            if (fs::exists(want + "/" + name)) CHECK(read_bytes(got + "/" + name) == read_bytes(want + "/" + name));
+          }
+        }
+      }
+    }
+  }
+
+  TEST_CASE("capture: CaptureWriter checks each sequence before writing it, and writes capture.json only when complete") {
+    TempDir tmp;
+    Capture c = sample(true);
+    c.texts = {"a", "b"};
+    const std::string dir = tmp.file("cap");
+    const std::string prefix = "CaptureWriter: " + dir + ": ";
+    // An old capture in the folder: its capture.json goes at once, since its arrays are about to be overwritten.
+    entgraph::write_capture(dir, sample(true, 9));
+    REQUIRE(fs::exists(dir + "/capture.json"));
+    entgraph::CaptureWriter w = writer_for(dir, c);
+    CHECK_FALSE(fs::exists(dir + "/capture.json"));
+    const std::vector<float> q0 = sequence_of(c, c.queries, 0), k0 = sequence_of(c, c.keys, 0),
+                             v0 = sequence_of(c, c.values, 0);
+    CHECK(q0.size() == 2 * 3 * 3 * 4);
+    CHECK_ERROR_CONTAINS(w.write_sequence(2, q0, k0, v0), prefix + "sequence out of range (got 2, expected < 2)");
+    CHECK_ERROR_CONTAINS(w.write_sequence(1, q0, k0, v0),
+                         prefix + "queries of sequence 1 has 72 elements (expected layers * heads * lengths[1] * "
+                                  "head_dim = 2 * 3 * 2 * 4 = 48)");
+    CHECK_ERROR_CONTAINS(w.write_sequence(0, q0, k0), prefix + "values: missing (the capture has values)");
+    std::vector<float> bad = k0;
+    bad[((1 * 3 + 0) * 3 + 2) * 4 + 3] = std::numeric_limits<float>::quiet_NaN();  // layer 1, head 0, position 2, dim 3
+    CHECK_ERROR_CONTAINS(w.write_sequence(0, q0, bad, v0),
+                         prefix + "keys: non-finite value nan at layer 1, head 0, token 2 (sequence 0, position 2), dim 3");
+    CHECK(w.sequences_written() == 0);
+    CHECK_ERROR_CONTAINS(w.finish(), prefix + "sequence 0 was never written (0 of 2 written)");
+    w.write_sequence(0, q0, k0, v0);
+    CHECK_ERROR_CONTAINS(w.write_sequence(0, q0, k0, v0), prefix + "sequence 0 was written already");
+    CHECK_ERROR_CONTAINS(w.finish(), prefix + "sequence 1 was never written (1 of 2 written)");
+    CHECK_FALSE(fs::exists(dir + "/capture.json"));
+    w.write_sequence(1, sequence_of(c, c.queries, 1), sequence_of(c, c.keys, 1), sequence_of(c, c.values, 1));
+    w.finish();
+    const Capture r = entgraph::read_capture(dir);
+    CHECK(same_bits(r.queries, c.queries));
+    CHECK(same_bits(r.values, c.values));
+    CHECK(r.texts == c.texts);
+    CHECK_ERROR_CONTAINS(w.finish(), prefix + "finish() called twice");
+    CHECK_ERROR_CONTAINS(w.write_sequence(0, q0, k0, v0), prefix + "write_sequence after finish()");
+
+    // A writer dropped half-way leaves no capture.json: no reader sees incomplete arrays.
+    const std::string half = tmp.file("half");
+    {
+      entgraph::CaptureWriter partial = writer_for(half, c);
+      partial.write_sequence(0, q0, k0, v0);
+    }
+    CHECK(fs::exists(half + "/queries.npy"));
+    CHECK_FALSE(fs::exists(half + "/capture.json"));
+    CHECK_ERROR_CONTAINS(entgraph::read_capture(half), "capture.json");
+
+    // Values given to a capture without them; float16 overflow, named like write_capture names it.
+    const Capture no_values = sample(false);
+    entgraph::CaptureWriter nv = writer_for(tmp.file("nv"), no_values, NpyDtype::float16);
+    const std::vector<float> nq = sequence_of(no_values, no_values.queries, 1), nk = sequence_of(no_values, no_values.keys, 1);
+    CHECK_ERROR_CONTAINS(nv.write_sequence(1, nq, nk, nk), "values: given, but the capture has no values");
+    std::vector<float> huge = nq;
+    huge[((1 * 3 + 2) * 2 + 1) * 4 + 3] = 1e6f;  // layer 1, head 2, position 1, dim 3
+    CHECK_ERROR_CONTAINS(nv.write_sequence(1, huge, nk),
+                         "queries: value 1000000 at layer 1, head 2, token 4 (sequence 1, position 1), dim 3 is beyond "
+                         "the float16 range");
+    CHECK(nv.sequences_written() == 0);
+
+    // The constructor checks what validate_capture checks, bar the arrays, before touching the folder.
+    const std::string refused = tmp.file("refused");
+    std::vector<HeadSettings> settings = c.settings;
+    settings[4].alpha = 0.5;
+    CHECK_ERROR_CONTAINS(entgraph::CaptureWriter(refused, 2, 3, 4, {3, 2}, true, settings),
+                         "CaptureWriter: " + refused + ": alpha of layer 1, head 1 is 0.5 (expected a finite value >= 1)");
+    CHECK_ERROR_CONTAINS(entgraph::CaptureWriter(refused, 2, 3, 4, {3, 0}, true, c.settings), "lengths[1] is 0");
+    CHECK_ERROR_CONTAINS(entgraph::CaptureWriter(refused, 2, 3, 4, {3, 2}, true, c.settings, {"one"}),
+                         "texts has 1 entries");
+    CHECK_ERROR_CONTAINS(entgraph::CaptureWriter(refused, 2, 3, 4, {3, 2}, true, c.settings, {}, "[1]"),
+                         "provenance is not a JSON object");
+    CHECK_ERROR_CONTAINS(entgraph::CaptureWriter(refused, 2, 3, 4, {3, 2}, true, c.settings, {}, "{}", NpyDtype::int32),
+                         "unsupported dtype int32 (expected float32 or float16)");
+    CHECK_FALSE(fs::exists(refused));
+    write_text(tmp.file("a_file"), "x");
+    CHECK_ERROR_CONTAINS(writer_for(tmp.file("a_file") + "/sub", c), "cannot create the folder");
+
+    // A write that fails half-way (values.npy is a folder) leaves no
+    // capture.json, for write_capture as for the writer.
+    const std::string blocked = tmp.file("blocked");
+    entgraph::write_capture(blocked, c);
+    fs::remove(blocked + "/values.npy");
+    fs::create_directory(blocked + "/values.npy");
+    CHECK_ERROR_CONTAINS(entgraph::write_capture(blocked, c), "write_capture: " + blocked + ": values.npy: cannot open");
+    CHECK_FALSE(fs::exists(blocked + "/capture.json"));
+    entgraph::write_capture(blocked, sample(false));  // no values: fine
+    REQUIRE(fs::exists(blocked + "/capture.json"));
+    CHECK_ERROR_CONTAINS(writer_for(blocked, c), "CaptureWriter: " + blocked + ": values.npy: cannot open file for writing");
+    CHECK_FALSE(fs::exists(blocked + "/capture.json"));
+  }
+
+  TEST_CASE("npy: encode_npy_header is what encode_npy puts before the data") {
+    const std::vector<float> v(2 * 3 * 5, 1.5f);
+    for (int version : {0, 1, 2, 3}) {
+      CAPTURE(version);
+      const NpyArray a = NpyArray::from_data(v.data(), {2, 3, 5});
+      const std::vector<unsigned char> whole = entgraph::encode_npy(a, version);
+      const std::vector<unsigned char> header = entgraph::encode_npy_header(NpyDtype::float32, {2, 3, 5}, version);
+      REQUIRE(header.size() + a.bytes.size() == whole.size());
+      CHECK(std::equal(header.begin(), header.end(), whole.begin()));
+      CHECK(header.size() % 64 == 0);
+    }
+    const std::size_t huge = std::numeric_limits<std::size_t>::max() / 2;
+    CHECK_ERROR_CONTAINS(entgraph::encode_npy_header(NpyDtype::float16, {huge, 4}), "encode_npy_header: <memory>: shape");
+    CHECK_ERROR_CONTAINS(entgraph::encode_npy_header(NpyDtype::float16, {4}, 9), "unsupported format version 9");
   }
 }

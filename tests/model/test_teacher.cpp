@@ -1,8 +1,9 @@
 // The teacher's C++ forward pass against PyTorch: each shipped teacher has a
 // fixture (a capture of its Q, K, V on two sequences, plus the logits),
 // exported by tools/train_teacher.py from the same float16 weights evaluated
-// in float32. Also invariants of the attention it computes, loading errors,
-// and split_text.
+// in float32. Also invariants of the attention it computes, rotary positions
+// (teacher-long) far beyond the fixture, loading errors, the streaming
+// capture, and split_text.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <random>
 #include <unistd.h>
 #include <string>
 #include <vector>
@@ -26,7 +28,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const std::string kTeachers[] = {"teacher-causal", "teacher-masked"};
+const std::string kTeachers[] = {"teacher-causal", "teacher-masked", "teacher-long"};
 
 std::string teacher_dir(const std::string& name) { return std::string(ENTGRAPH_SOURCE_DIR) + "/data/" + name; }
 
@@ -199,6 +201,20 @@ TEST_SUITE("model") {
         {R"({"format": "entgraph-teacher", "version": 1, "mask_token": 300})", "'mask_token'"},
         {R"({"format": "entgraph-teacher", "version": 1, "layer_norm_eps": 0})", "'layer_norm_eps'"},
         {R"({"format": "entgraph-teacher", "version": 1, "weights": "../../etc/passwd"})", "'weights'"},
+        {R"({"format": "entgraph-teacher", "version": 1, "positions": "sinusoidal"})",
+         "'positions' must be \"learned\" or \"rotary\", got \"sinusoidal\""},
+        {R"({"format": "entgraph-teacher", "version": 1, "positions": 2})", "'positions' must be"},
+        {R"({"format": "entgraph-teacher", "version": 1, "positions": "rotary"})", "'rotary_base' is required"},
+        {R"({"format": "entgraph-teacher", "version": 1, "positions": "rotary", "rotary_base": 1})",
+         "'rotary_base' must be a finite number > 1, got 1"},
+        {R"({"format": "entgraph-teacher", "version": 1, "positions": "rotary", "rotary_base": 0.5})", "'rotary_base'"},
+        {R"({"format": "entgraph-teacher", "version": 1, "positions": "rotary", "rotary_base": -100})", "'rotary_base'"},
+        {R"({"format": "entgraph-teacher", "version": 1, "positions": "rotary", "rotary_base": "100"})",
+         "'rotary_base' must be a finite number > 1, got \"100\""},
+        {R"({"format": "entgraph-teacher", "version": 1, "positions": "rotary", "rotary_base": 100, "d_model": 12,
+             "heads": 4})",
+         "rotary positions need an even head dimension"},
+        {R"({"format": "entgraph-teacher", "version": 1, "rotary_base": 100})", "'rotary_base' applies only"},
     };
     for (const Case& c : cases) {
       const std::string json = c.json;
@@ -241,7 +257,166 @@ TEST_SUITE("model") {
     write_safetensors(path, nan);
     CHECK_THROWS_WITH_AS(Teacher::from_parts(config, path), doctest::Contains("'ln_f.bias' holds NaN"), Error);
 
+    // Positions: a rotary config has no position table, a learned one needs it.
+    const TeacherConfig rotary = parse_teacher_config(
+        R"({"format": "entgraph-teacher", "version": 1, "positions": "rotary", "rotary_base": 100})", "rotary.json");
+    CHECK(rotary.positions == PositionScheme::rotary);
+    CHECK(rotary.rotary_base == 100.0);
+    CHECK(config.positions == PositionScheme::learned);
+    CHECK_THROWS_WITH_AS(Teacher::from_parts(rotary, dir + "/" + config.weights),
+                         doctest::Contains("unexpected tensor 'pos_emb.weight'"), Error);
+    SafetensorsFile no_table = weights;
+    no_table.tensors.erase(std::find_if(no_table.tensors.begin(), no_table.tensors.end(),
+                                        [](const SafeTensor& t) { return t.name == "pos_emb.weight"; }));
+    write_safetensors(path, no_table);
+    CHECK_THROWS_WITH_AS(Teacher::from_parts(config, path), doctest::Contains("missing tensor 'pos_emb.weight'"), Error);
+    CHECK_NOTHROW(Teacher::from_parts(rotary, path));
+    TeacherConfig odd = rotary;
+    odd.rotary_base = 0.5;
+    CHECK_THROWS_WITH_AS(Teacher::from_parts(odd, path), doctest::Contains("rotary_base > 1"), Error);
+
     CHECK_THROWS_WITH_AS(Teacher::load((scratch.path / "nowhere").string()), doctest::Contains("config.json"), Error);
+  }
+
+  TEST_CASE("the long teacher: rotary positions, no position table, its whole context of 8192 bytes in one pass") {
+    const Teacher teacher = Teacher::load(teacher_dir("teacher-long"));
+    const TeacherConfig& c = teacher.config();
+    CHECK(c.positions == PositionScheme::rotary);
+    CHECK(c.rotary_base == 100.0);
+    CHECK(c.causal);
+    REQUIRE(c.context == 8192);
+    CHECK_THROWS_WITH_AS(teacher.forward(std::string(c.context + 1, 'a')),
+                         doctest::Contains("more than the model's context of 8192"), Error);
+    // data/heldout.txt is 8192 held-out bytes and the fixture's first
+    // sequence is its first 160: a causal model's outputs on a prefix do not
+    // depend on what follows, so the full-length pass must agree with PyTorch
+    // there too.
+    std::ifstream in(std::string(ENTGRAPH_SOURCE_DIR) + "/data/heldout.txt", std::ios::binary);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    REQUIRE(text.size() == c.context);
+    const Capture fixture = read_capture(teacher_dir("teacher-long") + "/fixture");
+    REQUIRE(text.compare(0, fixture.lengths[0], fixture.texts[0]) == 0);
+    const std::vector<float> logits = read_npy(teacher_dir("teacher-long") + "/fixture/logits.npy").values<float>();
+    const TeacherOutput out = teacher.forward(text);
+    REQUIRE(out.tokens == c.context);
+    const std::size_t n0 = fixture.lengths[0];
+    auto prefix = [n0](MatrixView<const float> m) { return MatrixView<const float>(m.data, n0, m.cols, m.stride); };
+    double worst = 0.0;
+    for (std::size_t l = 0; l < c.layers; ++l)
+      for (std::size_t h = 0; h < c.heads; ++h) {
+        worst = std::max(worst, max_diff(prefix(out.queries_of(l, h)), fixture.queries_of(l, h, 0)));
+        worst = std::max(worst, max_diff(prefix(out.keys_of(l, h)), fixture.keys_of(l, h, 0)));
+        worst = std::max(worst, max_diff(prefix(out.values_of(l, h)), fixture.values_of(l, h, 0)));
+      }
+    worst = std::max(worst, max_diff(prefix(out.logits_view()), {logits.data(), n0, c.outputs}));
+    MESSAGE("teacher-long at 8192 bytes: max |first 160 rows - torch| = " << worst);
+    CHECK(worst <= 1e-4);
+    bool finite = true;
+    for (float v : out.logits) finite = finite && std::isfinite(v);
+    CHECK(finite);
+  }
+
+  TEST_CASE("rotary positions rotate q and k by t * base^(-2i/head_dim), with angles in double, up to position 8191") {
+    // A one-layer model whose q, k and v projections are the same Linear:
+    // v is then q and k before rotation, so every row of Q and K can be
+    // checked against the formula applied to V, at every position. (Angles
+    // computed in float would be off by about 5e-4 radians at t = 8000.)
+    TeacherConfig c;
+    c.name = "rotary-check";
+    c.context = 8192;
+    c.d_model = 8;
+    c.heads = 2;
+    c.layers = 1;
+    c.d_mlp = 4;
+    c.positions = PositionScheme::rotary;
+    c.rotary_base = 100.0;
+    const std::size_t d = c.d_model, hd = c.head_dim(), half = hd / 2;
+    std::mt19937_64 rng(5);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    SafetensorsFile file;
+    auto add = [&](const std::string& name, std::vector<std::size_t> shape, float scale, float offset = 0.0f) {
+      std::size_t count = 1;
+      for (std::size_t k : shape) count *= k;
+      std::vector<float> v(count);
+      for (float& x : v) x = offset + scale * normal(rng);
+      file.tensors.push_back(make_f32_tensor(name, v.data(), shape));
+      return v;
+    };
+    add("tok_emb.weight", {c.vocab, d}, 1.0f);
+    add("layers.0.ln1.weight", {d}, 0.1f, 1.0f);
+    add("layers.0.ln1.bias", {d}, 0.1f);
+    const std::vector<float> w = add("layers.0.q.weight", {d, d}, 0.5f), b = add("layers.0.q.bias", {d}, 0.5f);
+    for (const char* p : {"layers.0.k", "layers.0.v"}) {
+      file.tensors.push_back(make_f32_tensor(std::string(p) + ".weight", w.data(), {d, d}));
+      file.tensors.push_back(make_f32_tensor(std::string(p) + ".bias", b.data(), {d}));
+    }
+    for (const char* p : {"layers.0.ln2", "ln_f"}) {
+      add(std::string(p) + ".weight", {d}, 0.1f, 1.0f);
+      add(std::string(p) + ".bias", {d}, 0.1f);
+    }
+    add("layers.0.o.weight", {d, d}, 0.3f);
+    add("layers.0.o.bias", {d}, 0.1f);
+    add("layers.0.fc1.weight", {c.d_mlp, d}, 0.3f);
+    add("layers.0.fc1.bias", {c.d_mlp}, 0.1f);
+    add("layers.0.fc2.weight", {d, c.d_mlp}, 0.3f);
+    add("layers.0.fc2.bias", {d}, 0.1f);
+    add("head.weight", {c.outputs, d}, 0.3f);
+    add("head.bias", {c.outputs}, 0.1f);
+    ScratchDir scratch("rotary");
+    const std::string path = (scratch.path / "w.safetensors").string();
+    write_safetensors(path, file);
+    const Teacher teacher = Teacher::from_parts(c, path);
+
+    std::string text(c.context, ' ');
+    for (char& ch : text) ch = static_cast<char>('a' + rng() % 26);
+    const TeacherOutput out = teacher.forward(text);
+    double worst = 0.0, moved = 0.0;
+    for (std::size_t h = 0; h < c.heads; ++h) {
+      const MatrixView<const float> q = out.queries_of(0, h), k = out.keys_of(0, h), v = out.values_of(0, h);
+      for (std::size_t t = 0; t < c.context; ++t)
+        for (std::size_t i = 0; i < half; ++i) {
+          const double angle = static_cast<double>(t) * std::pow(100.0, -2.0 * static_cast<double>(i) / hd);
+          const double cs = static_cast<float>(std::cos(angle)), sn = static_cast<float>(std::sin(angle));
+          const double a = v(t, i), bb = v(t, i + half);
+          const double want_a = a * cs - bb * sn, want_b = a * sn + bb * cs;
+          worst = std::max({worst, std::abs(q(t, i) - want_a), std::abs(q(t, i + half) - want_b),
+                            std::abs(k(t, i) - want_a), std::abs(k(t, i + half) - want_b)});
+          moved = std::max(moved, std::abs(q(t, i) - a));
+        }
+    }
+    MESSAGE("rotary: max |Q, K - rotate(V)| over 8192 positions = " << worst);
+    CHECK(worst <= 2e-6);
+    CHECK(moved > 0.1);  // the rotation did something
+  }
+
+  TEST_CASE("Teacher::capture_to writes, one text at a time, the files write_capture writes for Teacher::capture") {
+    const Teacher teacher = Teacher::load(teacher_dir("teacher-causal"));
+    const std::vector<std::string> texts = {"In the beginning God created the heaven and the earth.", "x",
+                                            std::string(teacher.config().context, 'z')};
+    ScratchDir scratch("capture_to");
+    for (NpyDtype dtype : {NpyDtype::float32, NpyDtype::float16}) {
+      CAPTURE(npy_dtype_name(dtype));
+      const std::string want = (scratch.path / "want").string(), got = (scratch.path / "got").string();
+      write_capture(want, teacher.capture(texts), dtype);
+      std::vector<std::size_t> done;
+      teacher.capture_to(got, texts, dtype, [&](std::size_t i, std::size_t total) {
+        CHECK(total == texts.size());
+        done.push_back(i);
+      });
+      CHECK(done == std::vector<std::size_t>{1, 2, 3});
+      for (const char* name : {"capture.json", "queries.npy", "keys.npy", "values.npy"}) {
+        CAPTURE(name);
+        std::ifstream a(want + "/" + name, std::ios::binary), b(got + "/" + name, std::ios::binary);
+        const std::string bytes_a((std::istreambuf_iterator<char>(a)), {}), bytes_b((std::istreambuf_iterator<char>(b)), {});
+        CHECK(bytes_a.size() > 100);
+        CHECK(bytes_a == bytes_b);
+      }
+    }
+    const std::string none = (scratch.path / "none").string();
+    CHECK_THROWS_WITH_AS(teacher.capture_to(none, {}), doctest::Contains("Teacher::capture_to: texts is empty"), Error);
+    CHECK_THROWS_WITH_AS(teacher.capture_to(none, {"ok", std::string(teacher.config().context + 1, 'a')}),
+                         doctest::Contains("texts[1] has 257 bytes; each text must have 1 to 256"), Error);
+    CHECK_FALSE(fs::exists(none));
   }
 
   TEST_CASE("split_text cuts at most max_bytes, keeps every byte, and does not cut UTF-8 characters") {

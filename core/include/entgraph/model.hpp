@@ -1,29 +1,47 @@
 // entgraph: the teacher model's forward pass.
 //
 // A teacher is a small byte-level transformer with entmax attention, trained
-// by tools/train_teacher.py; data/teacher-causal and data/teacher-masked ship
-// with entgraph. A teacher folder holds config.json (the architecture, see
-// docs/FORMATS.md) and the weights as safetensors (float16 or float32).
+// by tools/train_teacher.py; data/teacher-causal, data/teacher-masked and
+// data/teacher-long ship with entgraph. A teacher folder holds config.json
+// (the architecture, see docs/FORMATS.md) and the weights as safetensors
+// (float16 or float32).
 //
 // The architecture (pre-LayerNorm; Linear(x) = x W^T + b as in PyTorch):
-//   x_t = tok_emb[byte_t] + pos_emb[t]
+//   x_t = tok_emb[byte_t] + pos_emb[t]     (positions "learned")
+//   x_t = tok_emb[byte_t]                  (positions "rotary": no pos_emb)
 //   per layer: h = ln1(x);  q, k, v = Linear_q/k/v(h), split into heads;
+//              rotary: q and k of every head rotated by their position t;
 //              per head a = entmax_alpha(scale q k^T [causal mask]) v;
 //              x += Linear_o(concat heads a);
 //              x += Linear_fc2(relu(Linear_fc1(ln2(x))))
 //   logits = Linear_head(ln_f(x))   (one per byte value)
+// Rotary positions (RoFormer) use the half-split layout: with dh = head_dim,
+// h = dh / 2 and theta_i = rotary_base^(-2i / dh), for i < h
+//   q'[i]   = q[i] cos(t theta_i) - q[i+h] sin(t theta_i)
+//   q'[i+h] = q[i] sin(t theta_i) + q[i+h] cos(t theta_i)
+// (angles in double, cos and sin rounded to float, as PyTorch does), and the
+// same for k. The rotated q and k are what TeacherOutput and captures hold:
+// the scores are their plain scaled dot products, so everything downstream of
+// a capture (gold graphs, predictors, graph attention) needs no position logic.
 //
 // The forward pass runs in float32 on the library's own kernels (SIMD matmul
 // and the entmax transforms of transforms.hpp) and reproduces PyTorch's
-// float32 forward of the same weights to about 1e-5 (tests/model).
+// float32 forward of the same weights to about 1e-5 (tests/model). Attention
+// runs in blocks of query rows, so memory grows linearly with the length n
+// (the outputs take 4 * layers * d_model + outputs floats per token, 9 KiB
+// for the shipped sizes) unless attention_probs asks for the n x n weights
+// of every head.
 //
 // Errors (entgraph::Error, naming the file and the field or tensor): a
-// missing or malformed config, sizes out of range, a weights file missing a
-// tensor, holding an unexpected one, or one of the wrong shape or with
-// NaN/Inf; empty text, or text longer than the context.
+// missing or malformed config, sizes out of range, an unknown position
+// scheme or a bad rotary_base, a weights file missing a tensor (pos_emb.weight
+// for learned positions), holding an unexpected one (pos_emb.weight for
+// rotary ones), or one of the wrong shape or with NaN/Inf; empty text, or
+// text longer than the context.
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -36,6 +54,15 @@ namespace entgraph {
 
 struct SafetensorsFile;
 
+// How a teacher knows where a token is.
+enum class PositionScheme {
+  learned,  // a [context, d_model] table pos_emb added to the token embeddings
+  rotary,   // q and k rotated by the position (see above); no table
+};
+
+// "learned" or "rotary", the config.json spelling.
+const char* position_scheme_name(PositionScheme scheme);
+
 struct TeacherConfig {
   std::string name;             // e.g. "entgraph-teacher-causal"
   std::string kind;             // "causal" (language model) or "masked" (bidirectional)
@@ -43,13 +70,15 @@ struct TeacherConfig {
   std::size_t vocab = 257;      // token embeddings: 256 bytes + [MASK]
   std::size_t outputs = 256;    // logits per token
   std::size_t mask_token = 256; // id of [MASK] (masked models)
-  std::size_t context = 256;    // longest sequence (position embeddings)
+  std::size_t context = 256;    // longest sequence (rows of pos_emb for learned positions)
   std::size_t d_model = 128;
   std::size_t layers = 4;
   std::size_t heads = 4;
   std::size_t d_mlp = 512;
   double alpha = 1.5;           // entmax alpha of every head
   double layer_norm_eps = 1e-5;
+  PositionScheme positions = PositionScheme::learned;
+  double rotary_base = 10000.0;  // rotary positions: theta_i = rotary_base^(-2i/head_dim); finite, > 1
   std::string weights = "model.safetensors";  // relative to the folder
 
   std::size_t head_dim() const { return d_model / heads; }
@@ -109,6 +138,12 @@ class Teacher {
   // A capture of the model's Q, K and V on each text (one sequence per text,
   // each 1..context bytes) with the model's alpha, causal flag and scale.
   Capture capture(const std::vector<std::string>& texts) const;
+  // The same capture written to dir as write_capture(dir, capture(texts),
+  // dtype) writes it, byte for byte, but one text at a time (a CaptureWriter):
+  // memory is that of one forward pass, whatever the number of texts.
+  // progress, if set, is called after each text with (done, total).
+  void capture_to(const std::string& dir, const std::vector<std::string>& texts, NpyDtype dtype = NpyDtype::float32,
+                  const std::function<void(std::size_t, std::size_t)>& progress = {}) const;
 
  private:
   struct Weights;

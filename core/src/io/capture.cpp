@@ -9,6 +9,7 @@
 // validate_capture().
 #include "entgraph/io/capture.hpp"
 
+#include <cerrno>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -171,14 +172,20 @@ std::string locate(const Capture& c, const Sizes& s, std::size_t i) {
          ", position " + str(token - first) + "), dim " + str(dim);
 }
 
-void check_finite(const Capture& c, const Sizes& s, const std::vector<float>& a, const char* name,
+// n values of an array of the capture, the first at element first.
+void check_finite(const Capture& c, const Sizes& s, const float* a, std::size_t n, std::size_t first, const char* name,
                   const std::string& prefix) {
-  for (std::size_t i = 0; i < a.size(); ++i) {
+  for (std::size_t i = 0; i < n; ++i) {
     if (!std::isfinite(a[i])) {
       const char* what = std::isnan(a[i]) ? "nan" : a[i] > 0 ? "inf" : "-inf";
-      fail(prefix, std::string(name) + ": non-finite value " + what + " at " + locate(c, s, i));
+      fail(prefix, std::string(name) + ": non-finite value " + what + " at " + locate(c, s, first + i));
     }
   }
+}
+
+void check_finite(const Capture& c, const Sizes& s, const std::vector<float>& a, const char* name,
+                  const std::string& prefix) {
+  check_finite(c, s, a.data(), a.size(), 0, name, prefix);
 }
 
 std::string head_name(const Capture& c, std::size_t index) {
@@ -195,9 +202,14 @@ std::string number(double v) {
   return buf;
 }
 
-// Everything validate_capture() promises, with the given message prefix.
-Sizes validate(const Capture& c, const std::string& prefix) {
+Sizes validate_settings(const Capture& c, const Sizes& s, const std::string& prefix);
+
+// Everything validate_capture() promises, with the given message prefix;
+// without arrays, all but the arrays' sizes and values (a CaptureWriter's
+// capture, whose data arrive later).
+Sizes validate(const Capture& c, const std::string& prefix, bool arrays = true) {
   const Sizes s = checked_sizes(c.layers, c.heads, c.head_dim, c.lengths, prefix);
+  if (!arrays) return validate_settings(c, s, prefix);
   auto check_size = [&](const std::vector<float>& a, const char* name) {
     if (a.size() != s.count)
       fail(prefix, std::string(name) + " has " + str(a.size()) + " elements (expected layers * heads * tokens * " +
@@ -207,6 +219,15 @@ Sizes validate(const Capture& c, const std::string& prefix) {
   check_size(c.queries, "queries");
   check_size(c.keys, "keys");
   if (!c.values.empty()) check_size(c.values, "values");
+  validate_settings(c, s, prefix);
+  check_finite(c, s, c.queries, "queries", prefix);
+  check_finite(c, s, c.keys, "keys", prefix);
+  check_finite(c, s, c.values, "values", prefix);
+  return s;
+}
+
+// The settings, texts and provenance of a capture of sizes s.
+Sizes validate_settings(const Capture& c, const Sizes& s, const std::string& prefix) {
   if (c.settings.size() != s.heads_total)
     fail(prefix,
          "settings has " + str(c.settings.size()) + " entries (expected layers * heads = " + str(s.heads_total) + ")");
@@ -226,9 +247,6 @@ Sizes validate(const Capture& c, const std::string& prefix) {
   if (!parse_json(c.provenance, prefix, "provenance", kMaxJsonDepth).is_object())
     fail(prefix,
          "provenance is not a JSON object (got '" + detail::printable(c.provenance.data(), c.provenance.size()) + "')");
-  check_finite(c, s, c.queries, "queries", prefix);
-  check_finite(c, s, c.keys, "keys", prefix);
-  check_finite(c, s, c.values, "values", prefix);
   return s;
 }
 
@@ -384,19 +402,88 @@ Json per_head_json(const Capture& c, bool (*same)(const HeadSettings&, const Hea
   return rows;
 }
 
-// float16 bytes of an array, or an error naming the first value that rounds
-// past the float16 range.
+// n values of an array of the capture, the first at element first, as
+// float16 bytes at out, or an error naming the first value that rounds past
+// the float16 range.
+void encode_half(const Capture& c, const Sizes& s, const float* a, std::size_t n, std::size_t first, unsigned char* out,
+                 const char* name, const std::string& prefix) {
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::uint16_t h = detail::float_to_half(a[i]);
+    if ((h & 0x7c00u) == 0x7c00u)  // finite input (validated) rounded to infinity
+      fail(prefix, std::string(name) + ": value " + number(a[i]) + " at " + locate(c, s, first + i) +
+                       " is beyond the float16 range (largest finite 65504)");
+    detail::store_le(out + 2 * i, h, 2);
+  }
+}
+
+// A whole array as float16 bytes.
 std::vector<unsigned char> encode_half(const Capture& c, const Sizes& s, const std::vector<float>& a, const char* name,
                                        const std::string& prefix) {
   std::vector<unsigned char> bytes(a.size() * 2);
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    const std::uint16_t h = detail::float_to_half(a[i]);
-    if ((h & 0x7c00u) == 0x7c00u)  // finite input (validated) rounded to infinity
-      fail(prefix, std::string(name) + ": value " + number(a[i]) + " at " + locate(c, s, i) +
-                       " is beyond the float16 range (largest finite 65504)");
-    detail::store_le(bytes.data() + 2 * i, h, 2);
-  }
+  encode_half(c, s, a.data(), a.size(), 0, bytes.data(), name, prefix);
   return bytes;
+}
+
+// capture.json of a capture (its arrays in queries.npy, keys.npy and, if
+// has_values, values.npy): one key per line, each value on one line, which
+// reads well and diffs well. The capture has passed validate().
+std::string capture_json_text(const Capture& c, bool has_values, const std::string& prefix) {
+  Json j;
+  j["format"] = kFormat;
+  j["version"] = kVersion;
+  j["layers"] = c.layers;
+  j["heads"] = c.heads;
+  j["head_dim"] = c.head_dim;
+  j["lengths"] = c.lengths;
+  j["queries"] = "queries.npy";
+  j["keys"] = "keys.npy";
+  if (has_values) j["values"] = "values.npy";
+  j["alpha"] = per_head_json(
+      c, [](const HeadSettings& a, const HeadSettings& b) { return a.alpha == b.alpha; },
+      [](const HeadSettings& h) { return h.alpha; });
+  j["causal"] = per_head_json(
+      c, [](const HeadSettings& a, const HeadSettings& b) { return a.causal == b.causal; },
+      [](const HeadSettings& h) { return h.causal; });
+  j["scale"] = per_head_json(
+      c, [](const HeadSettings& a, const HeadSettings& b) { return a.scale == b.scale; },
+      [](const HeadSettings& h) { return h.scale; });
+  if (!c.texts.empty()) j["texts"] = c.texts;
+  j["provenance"] = parse_json(c.provenance, prefix, "provenance", kMaxJsonDepth);
+  std::string text = "{\n";
+  bool first = true;
+  for (const auto& item : j.items()) {
+    if (!first) text += ",\n";
+    first = false;
+    text += "  " + Json(item.key()).dump() + ": " + item.value().dump(-1, ' ', false);
+  }
+  return text + "\n}\n";
+}
+
+// Writes capture.json, the last file of a capture: a folder whose
+// capture.json is new has all its arrays.
+void write_capture_json(const std::string& dir, const std::string& text, const std::string& prefix) {
+  const std::string json_path = (fs::path(dir) / "capture.json").string();
+  try {
+    detail::write_file_bytes("write_capture", json_path, text.data(), text.size());
+  } catch (const Error& e) {
+    restate(e, "write_capture", json_path, "capture.json", prefix);
+  }
+}
+
+// Removes dir/capture.json, if any, before the arrays it may describe are
+// overwritten: if writing fails half-way, no capture.json points at them.
+void remove_old_json(const std::string& dir, const std::string& prefix) {
+  std::error_code ec;
+  fs::remove(fs::path(dir) / "capture.json", ec);
+  if (ec) fail(prefix, "capture.json: cannot remove the old one (" + ec.message() + ")");
+}
+
+// Creates dir and its parents if needed.
+void make_folder(const std::string& dir, const std::string& prefix) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) fail(prefix, "cannot create the folder (" + ec.message() + ")");
+  if (!fs::is_directory(dir, ec)) fail(prefix, "is not a folder");
 }
 
 }  // namespace
@@ -508,39 +595,10 @@ void write_capture(const std::string& dir, const Capture& c, NpyDtype dtype) {
     }
   }
 
-  Json j;
-  j["format"] = kFormat;
-  j["version"] = kVersion;
-  j["layers"] = c.layers;
-  j["heads"] = c.heads;
-  j["head_dim"] = c.head_dim;
-  j["lengths"] = c.lengths;
-  for (const Out& a : arrays) j[a.role] = std::string(a.role) + ".npy";
-  j["alpha"] = per_head_json(
-      c, [](const HeadSettings& a, const HeadSettings& b) { return a.alpha == b.alpha; },
-      [](const HeadSettings& h) { return h.alpha; });
-  j["causal"] = per_head_json(
-      c, [](const HeadSettings& a, const HeadSettings& b) { return a.causal == b.causal; },
-      [](const HeadSettings& h) { return h.causal; });
-  j["scale"] = per_head_json(
-      c, [](const HeadSettings& a, const HeadSettings& b) { return a.scale == b.scale; },
-      [](const HeadSettings& h) { return h.scale; });
-  if (!c.texts.empty()) j["texts"] = c.texts;
-  j["provenance"] = parse_json(c.provenance, prefix, "provenance", kMaxJsonDepth);
-  // One key per line, each value on one line: readable, and diffs well.
-  std::string text = "{\n";
-  bool first = true;
-  for (const auto& item : j.items()) {
-    if (!first) text += ",\n";
-    first = false;
-    text += "  " + Json(item.key()).dump() + ": " + item.value().dump(-1, ' ', false);
-  }
-  text += "\n}\n";
+  const std::string text = capture_json_text(c, c.has_values(), prefix);
 
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) fail(prefix, "cannot create the folder (" + ec.message() + ")");
-  if (!fs::is_directory(dir, ec)) fail(prefix, "is not a folder");
+  make_folder(dir, prefix);
+  remove_old_json(dir, prefix);
   for (const Out& a : arrays) {
     const std::string name = std::string(a.role) + ".npy";
     const std::string path = (fs::path(dir) / name).string();
@@ -553,13 +611,188 @@ void write_capture(const std::string& dir, const Capture& c, NpyDtype dtype) {
       restate(e, "write_npy", path, name, prefix);
     }
   }
-  // Last, so that a folder whose capture.json is new has all its arrays.
-  const std::string json_path = (fs::path(dir) / "capture.json").string();
-  try {
-    detail::write_file_bytes("write_capture", json_path, text.data(), text.size());
-  } catch (const Error& e) {
-    restate(e, "write_capture", json_path, "capture.json", prefix);
+  write_capture_json(dir, text, prefix);  // last
+}
+
+// ---------------------------------------------------------------------------
+// CaptureWriter: write_capture's checks and bytes, one sequence at a time.
+
+struct CaptureWriter::State {
+  struct Array {
+    const char* role;  // "queries", "keys", "values"
+    std::string name, path;
+    detail::File file;
+  };
+  std::string dir, prefix;
+  Capture meta;  // sizes, settings, texts and provenance; no arrays
+  Sizes sizes;
+  bool with_values = false;
+  NpyDtype dtype = NpyDtype::float32;
+  std::size_t item = 4;         // bytes per element in the files
+  std::size_t data_start = 0;   // the .npy header's size: where element 0 is
+  std::string json;             // capture.json, written by finish()
+  std::vector<Array> arrays;
+  std::vector<std::size_t> offsets;  // first token of each sequence
+  std::vector<bool> written;
+  std::size_t written_count = 0;
+  bool failed = false, finished = false;
+  std::vector<unsigned char> buffer;  // one encoded (layer, head) slice
+
+  [[noreturn]] void write_failed(const Array& a, const std::string& what) {
+    failed = true;
+    fail(prefix, a.name + ": " + what + " (" + detail::strerror_string(errno) + ")");
   }
+
+  // Encodes n values (element first of the array) into buffer; for float16
+  // fails on a value beyond its range.
+  void encode(const float* src, std::size_t n, std::size_t first, const char* role) {
+    buffer.resize(n * item);
+    if (dtype == NpyDtype::float16) {
+      encode_half(meta, sizes, src, n, first, buffer.data(), role, prefix);
+    } else {
+      for (std::size_t i = 0; i < n; ++i) detail::store_f32(buffer.data() + 4 * i, src[i]);
+    }
+  }
+};
+
+CaptureWriter::CaptureWriter(const std::string& dir, std::size_t layers, std::size_t heads, std::size_t head_dim,
+                             std::vector<std::size_t> lengths, bool with_values, std::vector<HeadSettings> settings,
+                             std::vector<std::string> texts, std::string provenance, NpyDtype dtype)
+    : state_(std::make_unique<State>()) {
+  State& w = *state_;
+  w.dir = dir;
+  w.prefix = "CaptureWriter: " + dir + ": ";
+  if (dtype != NpyDtype::float32 && dtype != NpyDtype::float16)
+    fail(w.prefix, std::string("unsupported dtype ") + npy_dtype_name(dtype) + " (expected float32 or float16)");
+  w.meta.layers = layers;
+  w.meta.heads = heads;
+  w.meta.head_dim = head_dim;
+  w.meta.lengths = std::move(lengths);
+  w.meta.settings = std::move(settings);
+  w.meta.texts = std::move(texts);
+  w.meta.provenance = std::move(provenance);
+  w.sizes = validate(w.meta, w.prefix, /*arrays=*/false);
+  w.with_values = with_values;
+  w.dtype = dtype;
+  w.item = npy_dtype_size(dtype);
+  w.json = capture_json_text(w.meta, with_values, w.prefix);
+  std::size_t first = 0;
+  for (std::size_t n : w.meta.lengths) {
+    w.offsets.push_back(first);
+    first += n;  // no overflow: checked_sizes
+  }
+  w.written.assign(w.meta.lengths.size(), false);
+  std::size_t bytes = 0;
+  if (!checked_mul(w.sizes.count, w.item, bytes)) fail(w.prefix, "the arrays' byte count overflows");
+
+  const std::vector<unsigned char> header =
+      encode_npy_header(dtype, {layers, heads, w.sizes.tokens, head_dim});
+  w.data_start = header.size();
+  if (bytes > static_cast<std::size_t>(std::numeric_limits<long>::max()) - w.data_start)
+    fail(w.prefix, "the arrays are too large for this platform's file offsets");
+
+  make_folder(dir, w.prefix);
+  remove_old_json(dir, w.prefix);
+  std::vector<const char*> roles = {"queries", "keys"};
+  if (with_values) roles.push_back("values");
+  for (const char* role : roles) {
+    State::Array a;
+    a.role = role;
+    a.name = std::string(role) + ".npy";
+    a.path = (fs::path(dir) / a.name).string();
+    errno = 0;
+    a.file.reset(std::fopen(a.path.c_str(), "wb"));
+    if (!a.file) w.write_failed(a, "cannot open file for writing");
+    if (std::fwrite(header.data(), 1, header.size(), a.file.get()) != header.size() ||
+        std::fflush(a.file.get()) != 0)
+      w.write_failed(a, "write failed");
+    // The file at its final size from the start; the sequences fill it in.
+    std::error_code ec;
+    fs::resize_file(a.path, w.data_start + bytes, ec);
+    if (ec) {
+      fail(w.prefix, a.name + ": cannot extend the file to " + str(w.data_start + bytes) + " bytes (" + ec.message() +
+                         ")");
+    }
+    w.arrays.push_back(std::move(a));
+  }
+}
+
+CaptureWriter::CaptureWriter(CaptureWriter&&) noexcept = default;
+CaptureWriter& CaptureWriter::operator=(CaptureWriter&&) noexcept = default;
+CaptureWriter::~CaptureWriter() = default;
+
+std::size_t CaptureWriter::sequences() const { return state_ ? state_->meta.lengths.size() : 0; }
+std::size_t CaptureWriter::sequences_written() const { return state_ ? state_->written_count : 0; }
+
+void CaptureWriter::write_sequence(std::size_t sequence, const std::vector<float>& queries,
+                                   const std::vector<float>& keys, const std::vector<float>& values) {
+  if (!state_) throw Error("CaptureWriter::write_sequence: the writer was moved from");
+  State& w = *state_;
+  const std::string& prefix = w.prefix;
+  if (w.finished) fail(prefix, "write_sequence after finish()");
+  if (w.failed) fail(prefix, "an earlier write failed; the capture cannot be completed");
+  const Capture& c = w.meta;
+  if (sequence >= c.lengths.size())
+    fail(prefix, "sequence out of range (got " + str(sequence) + ", expected < " + str(c.lengths.size()) + ")");
+  if (w.written[sequence]) fail(prefix, "sequence " + str(sequence) + " was written already");
+  const std::size_t n = c.lengths[sequence];
+  const std::size_t slice = n * c.head_dim;
+  const std::size_t expected = w.sizes.heads_total * slice;  // <= sizes.count: no overflow
+  if (w.with_values && values.empty()) fail(prefix, "values: missing (the capture has values)");
+  if (!w.with_values && !values.empty()) fail(prefix, "values: given, but the capture has no values");
+  const std::vector<float>* given[3] = {&queries, &keys, &values};  // in the order of w.arrays
+  for (std::size_t i = 0; i < w.arrays.size(); ++i) {
+    const State::Array& a = w.arrays[i];
+    const std::vector<float>& data = *given[i];
+    if (data.size() != expected)
+      fail(prefix, std::string(a.role) + " of sequence " + str(sequence) + " has " + str(data.size()) +
+                       " elements (expected layers * heads * lengths[" + str(sequence) + "] * head_dim = " +
+                       str(c.layers) + " * " + str(c.heads) + " * " + str(n) + " * " + str(c.head_dim) + " = " +
+                       str(expected) + ")");
+  }
+  // Element (head index hi, row 0) of this sequence in a whole array.
+  auto first_of = [&](std::size_t hi) { return (hi * w.sizes.tokens + w.offsets[sequence]) * c.head_dim; };
+  // Everything that can fail on the data, before any of it is written.
+  for (std::size_t i = 0; i < w.arrays.size(); ++i) {
+    const State::Array& a = w.arrays[i];
+    const std::vector<float>& data = *given[i];
+    for (std::size_t hi = 0; hi < w.sizes.heads_total; ++hi) {
+      check_finite(c, w.sizes, data.data() + hi * slice, slice, first_of(hi), a.role, prefix);
+      if (w.dtype == NpyDtype::float16) w.encode(data.data() + hi * slice, slice, first_of(hi), a.role);
+    }
+  }
+  for (std::size_t i = 0; i < w.arrays.size(); ++i) {
+    State::Array& a = w.arrays[i];
+    const std::vector<float>& data = *given[i];
+    for (std::size_t hi = 0; hi < w.sizes.heads_total; ++hi) {
+      w.encode(data.data() + hi * slice, slice, first_of(hi), a.role);
+      const std::size_t at = w.data_start + first_of(hi) * w.item;  // < file size, checked to fit long
+      errno = 0;
+      if (std::fseek(a.file.get(), static_cast<long>(at), SEEK_SET) != 0) w.write_failed(a, "seek failed");
+      if (std::fwrite(w.buffer.data(), 1, w.buffer.size(), a.file.get()) != w.buffer.size())
+        w.write_failed(a, "write failed");
+    }
+  }
+  w.written[sequence] = true;
+  ++w.written_count;
+}
+
+void CaptureWriter::finish() {
+  if (!state_) throw Error("CaptureWriter::finish: the writer was moved from");
+  State& w = *state_;
+  if (w.finished) fail(w.prefix, "finish() called twice");
+  if (w.failed) fail(w.prefix, "an earlier write failed; the capture cannot be completed");
+  for (std::size_t s = 0; s < w.written.size(); ++s)
+    if (!w.written[s])
+      fail(w.prefix, "sequence " + str(s) + " was never written (" + str(w.written_count) + " of " +
+                         str(w.written.size()) + " written)");
+  for (State::Array& a : w.arrays) {
+    errno = 0;
+    if (std::fflush(a.file.get()) != 0) w.write_failed(a, "write failed");
+    if (std::fclose(a.file.release()) != 0) w.write_failed(a, "write failed");
+  }
+  write_capture_json(w.dir, w.json, w.prefix);
+  w.finished = true;
 }
 
 Capture read_capture(const std::string& dir) {

@@ -331,25 +331,26 @@ void check_data_size(const Layout& layout, std::size_t total, const std::string&
              " bytes, expected " + std::to_string(layout.data_bytes) + ")");
 }
 
-std::vector<unsigned char> encode(const NpyArray& array, int version, const char* op, const std::string& name) {
+// Magic, version and padded header of an array of that dtype and shape, with
+// room for data_bytes more bytes (filled in by the caller).
+std::vector<unsigned char> encode_header(NpyDtype dtype, const std::vector<std::size_t>& shape, int version,
+                                         std::size_t data_bytes, const char* op, const std::string& name) {
   if (version < 0 || version > 3)
     fail(op, name, "unsupported format version " + std::to_string(version) + " (expected 1, 2, 3 or 0 for auto)");
   std::size_t count = 0;
-  if (array.shape.size() > kNpyMaxDims)
+  if (shape.size() > kNpyMaxDims)
     fail(op, name,
-         "too many dimensions (" + std::to_string(array.shape.size()) + ", at most " + std::to_string(kNpyMaxDims) +
-             ")");
-  const std::size_t item = npy_dtype_size(array.dtype);
-  if (!checked_count(array.shape, count) || count > std::numeric_limits<std::size_t>::max() / item)
-    fail(op, name, "shape " + npy_shape_string(array.shape) + " has too many elements (overflow)");
-  if (array.bytes.size() != count * item)
+         "too many dimensions (" + std::to_string(shape.size()) + ", at most " + std::to_string(kNpyMaxDims) + ")");
+  const std::size_t item = npy_dtype_size(dtype);
+  if (!checked_count(shape, count) || count > std::numeric_limits<std::size_t>::max() / item)
+    fail(op, name, "shape " + npy_shape_string(shape) + " has too many elements (overflow)");
+  if (data_bytes != count * item)
     fail(op, name,
-         "data size does not match the shape (got " + std::to_string(array.bytes.size()) + " bytes, expected " +
-             std::to_string(count * item) + " for " + npy_dtype_name(array.dtype) + " " +
-             npy_shape_string(array.shape) + ")");
+         "data size does not match the shape (got " + std::to_string(data_bytes) + " bytes, expected " +
+             std::to_string(count * item) + " for " + npy_dtype_name(dtype) + " " + npy_shape_string(shape) + ")");
 
-  std::string dict = std::string("{'descr': '") + npy_dtype_descr(array.dtype) +
-                     "', 'fortran_order': False, 'shape': " + npy_shape_string(array.shape) + ", }";
+  std::string dict = std::string("{'descr': '") + npy_dtype_descr(dtype) +
+                     "', 'fortran_order': False, 'shape': " + npy_shape_string(shape) + ", }";
   auto padded_len = [&](std::size_t offset) {
     const std::size_t unpadded = offset + dict.size() + 1;  // + '\n'
     return dict.size() + 1 + (kAlign - unpadded % kAlign) % kAlign;
@@ -360,15 +361,22 @@ std::vector<unsigned char> encode(const NpyArray& array, int version, const char
   if (version == 1 && header_len > 0xffff)
     fail(op, name, "header of " + std::to_string(header_len) + " bytes does not fit format version 1.0");
 
-  // Sized once and filled in place (GCC 12 warns falsely on insert-after-reserve).
-  std::vector<unsigned char> out(offset + header_len + array.bytes.size(), ' ');
+  std::vector<unsigned char> out(offset + header_len, ' ');
   std::memcpy(out.data(), kMagic, 6);
   out[6] = static_cast<unsigned char>(version);
   out[7] = 0;
   store_le(out.data() + 8, header_len, offset - 8);
   std::memcpy(out.data() + offset, dict.data(), dict.size());
   out[offset + header_len - 1] = '\n';
-  if (!array.bytes.empty()) std::memcpy(out.data() + offset + header_len, array.bytes.data(), array.bytes.size());
+  return out;
+}
+
+std::vector<unsigned char> encode(const NpyArray& array, int version, const char* op, const std::string& name) {
+  std::vector<unsigned char> out = encode_header(array.dtype, array.shape, version, array.bytes.size(), op, name);
+  const std::size_t header_bytes = out.size();
+  // Sized once and filled in place (GCC 12 warns falsely on insert-after-reserve).
+  out.resize(header_bytes + array.bytes.size());
+  if (!array.bytes.empty()) std::memcpy(out.data() + header_bytes, array.bytes.data(), array.bytes.size());
   return out;
 }
 
@@ -595,6 +603,14 @@ NpyArray read_npy(const std::string& path) {
 
 std::vector<unsigned char> encode_npy(const NpyArray& array, int version) {
   return encode(array, version, "encode_npy", "<memory>");
+}
+
+std::vector<unsigned char> encode_npy_header(NpyDtype dtype, const std::vector<std::size_t>& shape, int version) {
+  std::size_t count = 0;
+  const std::size_t item = npy_dtype_size(dtype);
+  const bool fits = checked_count(shape, count) && count <= std::numeric_limits<std::size_t>::max() / item;
+  // An overflowing shape is reported by encode_header (the byte count given here is then irrelevant).
+  return encode_header(dtype, shape, version, fits ? count * item : 0, "encode_npy_header", "<memory>");
 }
 
 void write_npy(const std::string& path, const NpyArray& array) {

@@ -4,7 +4,8 @@
 // product is one row-major GEMM (x W^T = x Wt) on the library's matmul
 // kernels; Q, K and V share one [d, 3d] matrix so that a layer's projections
 // are a single GEMM. Attention is attention_forward of attention.hpp, per
-// head, on strided views into the [n, 3d] projection buffer.
+// head, on strided views into the [n, 3d] projection buffer; rotary models
+// rotate q and k in that buffer first, from one cos/sin table per forward.
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -45,7 +46,7 @@ struct Layer {
 
 struct Teacher::Weights {
   std::vector<float> tok_emb;  // [vocab, d]
-  std::vector<float> pos_emb;  // [context, d]
+  std::vector<float> pos_emb;  // [context, d]; empty for rotary positions
   std::vector<Layer> layers;
   LayerNorm ln_f;
   Linear head;
@@ -149,6 +150,47 @@ void layer_norm(const LayerNorm& ln, const float* x, std::size_t n, std::size_t 
   }
 }
 
+// cos(t theta_i) and sin(t theta_i) for positions t < n and i < head_dim / 2,
+// theta_i = base^(-2i / head_dim): the angles in double, then rounded to
+// float, as tools/train_teacher.py computes them in PyTorch.
+class RotaryTable {
+ public:
+  RotaryTable() = default;
+  RotaryTable(std::size_t n, std::size_t head_dim, double base) : half_(head_dim / 2), cos_(n * half_), sin_(n * half_) {
+    for (std::size_t i = 0; i < half_; ++i) {
+      const double theta = std::pow(base, -2.0 * static_cast<double>(i) / static_cast<double>(head_dim));
+      for (std::size_t t = 0; t < n; ++t) {
+        const double angle = static_cast<double>(t) * theta;
+        cos_[t * half_ + i] = static_cast<float>(std::cos(angle));
+        sin_[t * half_ + i] = static_cast<float>(std::sin(angle));
+      }
+    }
+  }
+
+  // Rotates the first width columns of n rows (row stride ld), taken as
+  // consecutive heads of 2 * half_ columns each, by the row's position.
+  void rotate(float* x, std::size_t n, std::size_t width, std::size_t ld) const {
+    const std::size_t h = half_;
+    for (std::size_t t = 0; t < n; ++t) {
+      const float* c = cos_.data() + t * h;
+      const float* s = sin_.data() + t * h;
+      for (std::size_t head = 0; head < width; head += 2 * h) {
+        float* a = x + t * ld + head;
+        float* b = a + h;
+        for (std::size_t i = 0; i < h; ++i) {
+          const float ai = a[i], bi = b[i];
+          a[i] = ai * c[i] - bi * s[i];
+          b[i] = ai * s[i] + bi * c[i];
+        }
+      }
+    }
+  }
+
+ private:
+  std::size_t half_ = 0;
+  std::vector<float> cos_, sin_;  // [n, half]
+};
+
 }  // namespace
 
 Teacher::Teacher(TeacherConfig config, std::unique_ptr<Weights> weights)
@@ -175,11 +217,17 @@ Teacher Teacher::from_memory(const TeacherConfig& c, const void* weights, std::s
 }
 
 Teacher Teacher::from_safetensors(const TeacherConfig& c, const SafetensorsFile& file, const std::string& name) {
+  // parse_teacher_config checks these; a config built in code may not have been.
+  if (c.positions == PositionScheme::rotary &&
+      (c.heads == 0 || c.head_dim() % 2 != 0 || !(std::isfinite(c.rotary_base) && c.rotary_base > 1.0)))
+    throw Error("teacher config: " + name + ": rotary positions need an even head dimension and a finite rotary_base > 1");
   TensorSource src(file, name);
   auto w = std::make_unique<Weights>();
   const std::size_t d = c.d_model;
   w->tok_emb = src.take("tok_emb.weight", {c.vocab, d});
-  w->pos_emb = src.take("pos_emb.weight", {c.context, d});
+  // A rotary model has no position table; one in its weights would mean the
+  // config and the weights disagree (check_all_used reports it).
+  if (c.positions == PositionScheme::learned) w->pos_emb = src.take("pos_emb.weight", {c.context, d});
   for (std::size_t i = 0; i < c.layers; ++i) {
     const std::string p = "layers." + std::to_string(i) + ".";
     Layer layer;
@@ -217,6 +265,7 @@ TeacherOutput Teacher::forward_tokens(const std::vector<std::size_t>& tokens, co
       throw Error("Teacher::forward: token " + std::to_string(t) + " is outside the vocab of " + std::to_string(c.vocab));
 
   const std::size_t d = c.d_model, hd = c.head_dim(), heads = c.heads;
+  const bool rotary = c.positions == PositionScheme::rotary;
   TeacherOutput out;
   out.layers = c.layers;
   out.heads = heads;
@@ -232,7 +281,9 @@ TeacherOutput Teacher::forward_tokens(const std::vector<std::size_t>& tokens, co
 
   std::vector<float> x(n * d), h(n * d), qkv(n * 3 * d), a(n * d), mlp(n * c.d_mlp);
   for (std::size_t t = 0; t < n; ++t)
-    for (std::size_t j = 0; j < d; ++j) x[t * d + j] = weights_->tok_emb[tokens[t] * d + j] + weights_->pos_emb[t * d + j];
+    for (std::size_t j = 0; j < d; ++j)
+      x[t * d + j] = weights_->tok_emb[tokens[t] * d + j] + (rotary ? 0.0f : weights_->pos_emb[t * d + j]);
+  const RotaryTable table = rotary ? RotaryTable(n, hd, c.rotary_base) : RotaryTable();
 
   AttentionOptions<float> attention;
   attention.transform = c.alpha == 1.5 ? Transform::entmax15() : Transform::entmax(c.alpha);
@@ -243,6 +294,7 @@ TeacherOutput Teacher::forward_tokens(const std::vector<std::size_t>& tokens, co
     const Layer& layer = weights_->layers[l];
     layer_norm(layer.ln1, x.data(), n, d, c.layer_norm_eps, h.data());
     apply(layer.qkv, h.data(), n, qkv.data());
+    if (rotary) table.rotate(qkv.data(), n, 2 * d, 3 * d);  // q | k, every head, in place
     for (std::size_t hh = 0; hh < heads; ++hh) {
       const MatrixView<const float> q(qkv.data() + hh * hd, n, hd, 3 * d);
       const MatrixView<const float> k(qkv.data() + d + hh * hd, n, hd, 3 * d);
@@ -271,23 +323,39 @@ TeacherOutput Teacher::forward_tokens(const std::vector<std::size_t>& tokens, co
   return out;
 }
 
-Capture Teacher::capture(const std::vector<std::string>& texts) const {
-  if (texts.empty()) throw Error("Teacher::capture: texts is empty");
+namespace {
+// What capture and capture_to share: the lengths of the texts, checked (op
+// names the caller in errors), every head's settings, and the provenance.
+std::vector<std::size_t> capture_lengths(const TeacherConfig& c, const std::vector<std::string>& texts, const char* op) {
+  if (texts.empty()) throw Error(std::string(op) + ": texts is empty");
   std::vector<std::size_t> lengths;
-  for (const std::string& t : texts) lengths.push_back(t.size());
-  const TeacherConfig& c = config_;
-  Capture cap;
   for (std::size_t s = 0; s < texts.size(); ++s) {
     if (texts[s].empty() || texts[s].size() > c.context)
-      throw Error("Teacher::capture: texts[" + std::to_string(s) + "] has " + std::to_string(texts[s].size()) +
-                  " bytes; each text must have 1 to " + std::to_string(c.context));
+      throw Error(std::string(op) + ": texts[" + std::to_string(s) + "] has " + std::to_string(texts[s].size()) +
+                  " bytes; each text must have 1 to " + std::to_string(c.context) + " (the model's context)");
+    lengths.push_back(texts[s].size());
   }
-  cap = Capture::make(c.layers, c.heads, c.head_dim(), lengths, /*with_values=*/true);
-  for (HeadSettings& hs : cap.settings) {
-    hs.alpha = c.alpha;
-    hs.causal = c.causal;
-    hs.scale = 1.0 / std::sqrt(static_cast<double>(c.head_dim()));
-  }
+  return lengths;
+}
+
+HeadSettings capture_settings(const TeacherConfig& c) {
+  HeadSettings hs;
+  hs.alpha = c.alpha;
+  hs.causal = c.causal;
+  hs.scale = 1.0 / std::sqrt(static_cast<double>(c.head_dim()));
+  return hs;
+}
+
+std::string capture_provenance(const TeacherConfig& c) {
+  return nlohmann::json{{"model", c.name}, {"made_by", "entgraph Teacher::capture"}}.dump();
+}
+}  // namespace
+
+Capture Teacher::capture(const std::vector<std::string>& texts) const {
+  const TeacherConfig& c = config_;
+  Capture cap = Capture::make(c.layers, c.heads, c.head_dim(), capture_lengths(c, texts, "Teacher::capture"),
+                              /*with_values=*/true);
+  for (HeadSettings& hs : cap.settings) hs = capture_settings(c);
   for (std::size_t s = 0; s < texts.size(); ++s) {
     const TeacherOutput o = forward(texts[s]);
     for (std::size_t l = 0; l < c.layers; ++l)
@@ -302,8 +370,22 @@ Capture Teacher::capture(const std::vector<std::string>& texts) const {
       }
   }
   cap.texts = texts;
-  cap.provenance = nlohmann::json{{"model", c.name}, {"made_by", "entgraph Teacher::capture"}}.dump();
+  cap.provenance = capture_provenance(c);
   return cap;
+}
+
+void Teacher::capture_to(const std::string& dir, const std::vector<std::string>& texts, NpyDtype dtype,
+                         const std::function<void(std::size_t, std::size_t)>& progress) const {
+  const TeacherConfig& c = config_;
+  CaptureWriter writer(dir, c.layers, c.heads, c.head_dim(), capture_lengths(c, texts, "Teacher::capture_to"),
+                       /*with_values=*/true, std::vector<HeadSettings>(c.layers * c.heads, capture_settings(c)), texts,
+                       capture_provenance(c), dtype);
+  for (std::size_t s = 0; s < texts.size(); ++s) {
+    const TeacherOutput o = forward(texts[s]);  // [layers, heads, tokens, head_dim]: the writer's layout
+    writer.write_sequence(s, o.queries, o.keys, o.values);
+    if (progress) progress(s + 1, texts.size());
+  }
+  writer.finish();
 }
 
 namespace {

@@ -1,5 +1,6 @@
 // entgraph: parsing and checking a teacher's config.json (see model.hpp and
 // docs/FORMATS.md).
+#include <cmath>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -27,6 +28,10 @@ std::size_t size_field(const json& j, const char* key, std::size_t fallback, std
 
 }  // namespace
 
+const char* position_scheme_name(PositionScheme scheme) {
+  return scheme == PositionScheme::rotary ? "rotary" : "learned";
+}
+
 TeacherConfig parse_teacher_config(const std::string& json_text, const std::string& name) {
   json j;
   try {
@@ -40,6 +45,7 @@ TeacherConfig parse_teacher_config(const std::string& json_text, const std::stri
   if (!j.contains("version") || j.at("version") != 1) fail(name, "unsupported 'version' (expected 1)");
 
   TeacherConfig c;
+  std::string positions = "learned";  // absent: the first teachers, which predate the field
   try {
     c.name = j.value("name", std::string("teacher"));
     c.kind = j.value("kind", std::string("causal"));
@@ -71,6 +77,32 @@ TeacherConfig parse_teacher_config(const std::string& json_text, const std::stri
                    std::to_string(c.heads) + ")");
   if (!(c.alpha >= 1.0 && c.alpha <= 1000.0)) fail(name, "'alpha' must be in [1, 1000]");
   if (!(c.layer_norm_eps > 0.0 && c.layer_norm_eps < 1.0)) fail(name, "'layer_norm_eps' must be in (0, 1)");
+  if (j.contains("positions")) {
+    if (!j.at("positions").is_string())
+      fail(name, "'positions' must be \"learned\" or \"rotary\", got " + j.at("positions").dump());
+    positions = j.at("positions").get<std::string>();
+  }
+  if (positions == "rotary")
+    c.positions = PositionScheme::rotary;
+  else if (positions != "learned")
+    fail(name, "'positions' must be \"learned\" or \"rotary\", got \"" + positions + "\"");
+  if (c.positions == PositionScheme::rotary) {
+    // PyTorch's model reads a missing base as "no rotation": require it
+    // rather than guess a default the weights were not trained with.
+    if (!j.contains("rotary_base")) fail(name, "'rotary_base' is required with \"positions\": \"rotary\"");
+    const json& base = j.at("rotary_base");
+    if (base.is_number()) c.rotary_base = base.get<double>();
+    // A base <= 1 gives every pair of dimensions a frequency of 1 radian per
+    // token or more (all the same at 1): no usable position code. A
+    // non-finite one gives NaN angles.
+    if (!base.is_number() || !(std::isfinite(c.rotary_base) && c.rotary_base > 1.0))
+      fail(name, "'rotary_base' must be a finite number > 1, got " + j.at("rotary_base").dump());
+    if (c.head_dim() % 2 != 0)
+      fail(name, "rotary positions need an even head dimension ('d_model' / 'heads' = " +
+                     std::to_string(c.head_dim()) + ")");
+  } else if (j.contains("rotary_base")) {
+    fail(name, "'rotary_base' applies only to \"positions\": \"rotary\" (positions are \"learned\")");
+  }
   if (c.weights.empty() || c.weights.find("..") != std::string::npos || c.weights.front() == '/')
     fail(name, "'weights' must be a file name inside the teacher's folder, got \"" + c.weights + "\"");
   return c;

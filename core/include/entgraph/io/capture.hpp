@@ -30,6 +30,7 @@
 #pragma once
 
 #include <cstddef>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -112,7 +113,9 @@ void validate_capture(const Capture& capture);
 
 // Writes dir/capture.json, dir/queries.npy, dir/keys.npy and, if the capture
 // has values, dir/values.npy (each created or truncated; other files in dir
-// are left alone), creating dir and its parents if needed. dtype is
+// are left alone), creating dir and its parents if needed. An old
+// capture.json is removed before the arrays are written and the new one is
+// written last, so a failure half-way leaves no capture.json. dtype is
 // NpyDtype::float32 (exact) or NpyDtype::float16 (rounded to nearest even).
 // "alpha", "causal" and "scale" are written as one value when every head
 // agrees, else as [layers][heads] arrays. The capture is validated, and for
@@ -122,6 +125,62 @@ void validate_capture(const Capture& capture);
 // rounds beyond the float16 range (naming the array, layer, head and token),
 // or a file or the folder cannot be written.
 void write_capture(const std::string& dir, const Capture& capture, NpyDtype dtype = NpyDtype::float32);
+
+// Writes a capture one sequence at a time, so that memory does not grow with
+// the number of sequences (e.g. a teacher run over many long texts; see
+// Teacher::capture_to in model.hpp). The files are byte-identical to what
+// write_capture writes for the same capture.
+//
+//   CaptureWriter w(dir, layers, heads, head_dim, lengths, /*with_values=*/true, settings, texts, provenance);
+//   for (s = 0; s < lengths.size(); ++s) w.write_sequence(s, queries_s, keys_s, values_s);
+//   w.finish();  // writes capture.json
+//
+// The constructor removes dir/capture.json if there is one (its arrays are
+// about to be overwritten), then creates queries.npy, keys.npy and, with
+// values, values.npy at their full size; write_sequence puts each (layer,
+// head) slice of a sequence at its final place in them; finish() writes
+// capture.json, last. A writer destroyed before finish() (an error, an
+// exception elsewhere) leaves the arrays but no capture.json, so no reader
+// ever sees a capture with incomplete arrays.
+//
+// Errors are entgraph::Error "CaptureWriter: <dir>: <what>", in the words of
+// write_capture's and validate_capture's: from the constructor for what
+// validate_capture checks except the arrays (sizes, lengths, settings, texts,
+// provenance), an unsupported dtype, or a folder or file that cannot be
+// written; from write_sequence for a sequence out of range or written
+// already, arrays of the wrong size, or with no values where the capture has
+// them (or the reverse), NaN or infinity or (float16) a value beyond its
+// range, naming the array, layer, head and token (nothing of that sequence
+// is written then), and write errors; from finish() for a sequence never
+// written. After a write error, every later call fails.
+class CaptureWriter {
+ public:
+  // settings: layers * heads entries (index layer * heads + head); texts:
+  // empty, or one per sequence; provenance: a JSON object. dtype is
+  // NpyDtype::float32 or NpyDtype::float16 (rounded to nearest even).
+  CaptureWriter(const std::string& dir, std::size_t layers, std::size_t heads, std::size_t head_dim,
+                std::vector<std::size_t> lengths, bool with_values, std::vector<HeadSettings> settings,
+                std::vector<std::string> texts = {}, std::string provenance = "{}",
+                NpyDtype dtype = NpyDtype::float32);
+  CaptureWriter(CaptureWriter&&) noexcept;
+  CaptureWriter& operator=(CaptureWriter&&) noexcept;
+  ~CaptureWriter();
+
+  // One sequence's arrays, each [layers, heads, lengths[sequence], head_dim]
+  // in C order (what Teacher::forward returns for one text); values empty
+  // unless the capture has values. Sequences may come in any order.
+  void write_sequence(std::size_t sequence, const std::vector<float>& queries, const std::vector<float>& keys,
+                      const std::vector<float>& values = {});
+  // Closes the arrays and writes capture.json. Once only.
+  void finish();
+
+  std::size_t sequences() const;          // lengths.size()
+  std::size_t sequences_written() const;  // how many write_sequence has taken
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
 
 // Reads the capture in dir (float16 files are widened to float32 exactly).
 // Throws entgraph::Error ("read_capture: <dir>: <what>") if dir or

@@ -115,6 +115,12 @@ NpyArray read_npy_bytes(const void* data, std::size_t size, const std::string& n
 // the shape, or if version is 1 and the header does not fit, or is not 0-3.
 std::vector<unsigned char> encode_npy(const NpyArray& array, int version = 0);
 
+// What encode_npy puts before the data of an array of that dtype and shape
+// (magic, version, padded header), for writers that put the data into the
+// file themselves, piece by piece (e.g. CaptureWriter). Throws
+// entgraph::Error as encode_npy does for the shape and version.
+std::vector<unsigned char> encode_npy_header(NpyDtype dtype, const std::vector<std::size_t>& shape, int version = 0);
+
 // Writes an array to path (created or truncated). The whole file is encoded
 // before the file is opened, so an invalid array leaves an existing file
 // untouched. Throws entgraph::Error ("write_npy: <path>: ...") if the array
