@@ -48,7 +48,8 @@ constexpr const char* kUsage =
     "  --fn NAME          transform instead of the capture's entmax alpha: softmax,\n"
     "                     sparsemax, entmax15, entmax (--alpha A), topk (--k K)\n"
     "  --exact            bound and repair: every row equals dense attention\n"
-    "  --rank R           rank of the score bounds (default 8)\n"
+    "  --rank R           rank of the score bounds, or auto (default: per head, 8 or\n"
+    "                     16 when the keys are nearly that low-rank, else d)\n"
     "  --repeat N         time each run N times, keep the fastest (default 1)\n"
     "  --json             one JSON object: totals (dense_s, graph_s, ratio, rows,\n"
     "                     rows_exact, rows_certified, max_abs_err, ...) and heads\n";
@@ -200,8 +201,11 @@ int run_attend(const std::vector<std::string>& raw) {
       args.has("fn") ? std::optional<Transform>(parse_transform_option(args)) : std::nullopt;
   if (!args.has("fn") && (args.has("alpha") || args.has("k"))) throw args.error("--alpha and --k need --fn");
   const bool exact = args.has("exact");
-  const std::size_t rank = static_cast<std::size_t>(args.integer("rank").value_or(8));
-  if (rank > 4096) throw args.error("--rank: too large (got " + *args.get("rank") + ", expected at most 4096)");
+  std::size_t rank = kAutoBoundRank;
+  if (args.has("rank") && *args.get("rank") != "auto") {
+    rank = static_cast<std::size_t>(*args.integer("rank"));
+    if (rank > 4096) throw args.error("--rank: too large (got " + *args.get("rank") + ", expected auto or at most 4096)");
+  }
   const std::uint64_t repeat = args.integer("repeat").value_or(1);
   if (repeat < 1 || repeat > 1000) throw args.error("--repeat: must be in [1, 1000] (got " + *args.get("repeat") + ")");
 

@@ -1,9 +1,12 @@
 // The gathered kernels of graph attention (kernels/matmul_kernels.hpp) on
 // every instruction set against a float64 loop: dot products with indexed
-// rows, and weighted sums of indexed rows, for lengths around the SIMD widths.
+// rows, weighted sums of indexed rows, and threshold selection, for lengths
+// around the SIMD widths.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <cstdint>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -44,6 +47,30 @@ TEST_SUITE("attention") {
             CHECK(sum[j] == doctest::Approx(s).epsilon(1e-5).scale(1.0));
           }
           CHECK(sum[k] == -7.0f);
+        }
+    }
+  }
+
+  TEST_CASE("select_above lists exactly the entries above the threshold, in order, on every ISA") {
+    std::mt19937_64 rng(11);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    for (CpuIsa isa : available_cpu_isas()) {
+      const auto& mm = isa == CpuIsa::reference ? detail::reference_matmul_kernels<float>() : detail::matmul_kernels(isa);
+      CAPTURE(cpu_isa_name(isa));
+      for (std::size_t n : {0u, 1u, 3u, 4u, 15u, 16u, 17u, 64u, 100u})
+        for (float threshold : {-10.0f, 0.0f, 1.5f, 10.0f}) {
+          std::vector<float> x(n);
+          for (float& v : x) v = normal(rng);
+          if (n > 2) x[1] = threshold;  // equal is not above
+          if (n > 3) x[2] = std::nextafter(threshold, 100.0f);
+          if (n > 4) x[3] = std::numeric_limits<float>::quiet_NaN();
+          std::vector<std::uint32_t> idx(n + 1, 999u), want;
+          for (std::size_t j = 0; j < n; ++j)
+            if (x[j] > threshold) want.push_back(static_cast<std::uint32_t>(j + 40));
+          const std::size_t count = mm.select_above(x.data(), n, threshold, 40u, idx.data());
+          REQUIRE(count == want.size());
+          for (std::size_t c = 0; c < count; ++c) CHECK(idx[c] == want[c]);
+          CHECK(idx[count] == 999u);  // nothing written past count
         }
     }
   }

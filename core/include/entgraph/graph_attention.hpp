@@ -52,6 +52,7 @@
 #include "entgraph/attention.hpp"
 #include "entgraph/graph.hpp"
 #include "entgraph/matrix_view.hpp"
+#include "entgraph/score_bounds.hpp"
 
 namespace entgraph {
 
@@ -83,8 +84,10 @@ struct GraphAttentionOptions {
   AttentionOptions<T> attention;  // transform, scale, causal, key_padding (block_rows, span, upper unused)
   GraphAttentionMode mode = GraphAttentionMode::fast;
   // Rank r of the score bounds (ScoreBounds; clamped to d). Larger r: tighter
-  // bounds, fewer repaired keys, r + 2 multiply-adds per bounded pair.
-  std::size_t bound_rank = 8;
+  // bounds, fewer repaired keys, r + 2 multiply-adds per bounded pair. The
+  // default chooses per head: 8 or 16 when the keys are that close to
+  // low-rank, else d (kAutoBoundRank, score_bounds.hpp).
+  std::size_t bound_rank = kAutoBoundRank;
 };
 
 // Whether exact and certify modes can use the transform: it must have a

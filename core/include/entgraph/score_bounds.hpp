@@ -29,13 +29,20 @@
 
 namespace entgraph {
 
+// ScoreBounds' rank "auto": the smallest of 8 and 16 whose directions hold at
+// least kAutoRankVariance of the keys' variance, else d (exact scores up to
+// rounding). Keys with rotary positions spread their variance over every
+// dimension; keys of learned-position models keep most of it in a few.
+inline constexpr std::size_t kAutoBoundRank = static_cast<std::size_t>(-1);
+inline constexpr double kAutoRankVariance = 0.9;
+
 template <class T>
 class ScoreBounds {
  public:
   // Precomputes the keys' side: O(m d^2) for the covariance, O(d^2 r) for its
   // principal directions, O(m d r) for the projections. rank is clamped to d (rank =
   // d bounds every score to rounding; rank = 0 leaves the centred norm bound
-  // q . mu + ||q - mu-part|| ||k_j - mu||). key_padding (m flags, optional):
+  // q . mu + ||q - mu-part|| ||k_j - mu||); kAutoBoundRank chooses it (above). key_padding (m flags, optional):
   // keys flagged 0 do not shape the basis (their bounds stay valid).
   // Throws entgraph::Error on an empty or non-finite k, or a non-finite or
   // zero scale.
@@ -64,6 +71,9 @@ class ScoreBounds {
   // coordinate-wise box of their bound columns: sum_x max(qt_x lo_x, qt_x hi_x)
   // in double. At least the largest bound_block value of the box's keys.
   double box_bound(const T* qt, std::size_t box) const;
+  // Whether boxes are kept: only for low-rank bounds (rank < d / 2); in more
+  // dimensions a box is too loose to exclude anything and costs 2 width() per check.
+  bool has_boxes() const { return !box_lo_.empty(); }
 
  private:
   std::size_t m_ = 0, d_ = 0, rank_ = 0;
@@ -71,6 +81,7 @@ class ScoreBounds {
   double margin_ = 0.0;       // c of the rounding term
   std::vector<double> mean_;  // d
   std::vector<double> basis_; // d x r, column x is the x-th principal direction
+  bool identity_ = false;     // r = d with U = I: q^ = scale q, no residual
   std::vector<T> kt_;         // width() x m: k^ rows, then ||k⊥||, then ||k|| + ||k - mu||
   std::vector<T> box_lo_, box_hi_;  // per box, width() values each: the min and max of kt over its keys
 };

@@ -130,17 +130,6 @@ Dims validate(const char* op, ConstMatrix<T> q, ConstMatrix<T> k, ConstMatrix<T>
 // ---------------------------------------------------------------------------
 // Computation.
 
-template <class T>
-const detail::MatmulKernels<T>& matmul_table();
-template <>
-const detail::MatmulKernels<float>& matmul_table<float>() {
-  return detail::matmul_kernels(cpu_isa());
-}
-template <>
-const detail::MatmulKernels<double>& matmul_table<double>() {
-  return detail::reference_matmul_kernels<double>();
-}
-
 // A leading stride for a transposed copy with `cols` columns that is not a
 // multiple of 4 KiB, so that the rows of a column panel do not all compete for
 // the same L1 sets.
@@ -175,7 +164,7 @@ struct Context {
   std::vector<std::size_t> padded_keys;  // ascending
 
   Context(const Dims& dm, const AttentionOptions<T>& opt, ConstMatrix<T> q_, ConstMatrix<T> k_, ConstMatrix<T> v_)
-      : dims(dm), o(&opt), q(q_), k(k_), v(v_), mk(&matmul_table<T>()) {
+      : dims(dm), o(&opt), q(q_), k(k_), v(v_), mk(&detail::matmul_kernels_for<T>()) {
     scale = static_cast<T>(opt.scale == 0.0 ? 1.0 / std::sqrt(static_cast<double>(dims.d)) : opt.scale);
     ldkt = padded_stride(dims.m);
     kt = transposed<T>(k, ldkt);

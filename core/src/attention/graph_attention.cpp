@@ -30,6 +30,8 @@
 #include "entgraph/transforms.hpp"
 #include "kernels/matmul_kernels.hpp"
 #include "runtime/parallel.hpp"
+#include "kernels/reference/transforms_reference.hpp"
+#include "kernels/transform_kernels.hpp"
 #include "transforms/row_driver.hpp"
 
 namespace entgraph {
@@ -138,15 +140,6 @@ struct Shared {
   std::size_t allowed(std::size_t i) const { return prefix_count[limit(i)]; }
 };
 
-// float runs on the SIMD kernels of the current ISA, double on the reference.
-template <class T>
-const detail::MatmulKernels<T>& graph_kernels() {
-  if constexpr (std::is_same_v<T, float>)
-    return detail::matmul_kernels(cpu_isa());
-  else
-    return detail::reference_matmul_kernels<T>();
-}
-
 // One query row of a tile: its keys (graph candidates first, then repaired
 // keys), their scores and weights, and how it was settled.
 template <class T>
@@ -156,25 +149,56 @@ struct Row {
   std::size_t candidates = 0;  // keys from the graph
   double offset = 0.0;         // the query's bound offset (ScoreBounds::prepare_query)
   double threshold = 0.0;      // bound minus offset above which a left-out key must be scored
-  std::vector<T> pending;      // bounds (minus offset) of the keys appended by the scan
+  bool active = false;         // still scanning (certify stops at the first pending key)
+  std::size_t budget = 0;      // pending keys that trigger a repair step during the scan
+  // Left-out keys whose bound (minus offset) clears the threshold, not yet
+  // scored: (bound, key).
+  std::vector<std::pair<T, std::uint32_t>> pending;
+  std::vector<T> scratch;      // the row kernel's
   bool scan = false;           // whether the bounds are still to be checked
   std::size_t cursor = 0;      // merge position in keys[0, candidates) during the scan
   RowSettlement settled = RowSettlement::unsettled;
 };
 
+// The transform on one row, straight on its row kernel: the scores come from
+// finite Q and K, so transform_forward's checks and thread-pool dispatch
+// (which dominate on short rows) are not needed.
 template <class T>
 void transform_row(const Shared<T>& c, Row<T>& r) {
   const std::size_t cnt = r.keys.size();
   r.probs.resize(cnt);
   if (cnt == 0) return;
-  transform_forward<T>(c.o->transform, ConstMatrix<T>{r.scores.data(), 1, cnt}, MatrixView<T>{r.probs.data(), 1, cnt});
+  const Transform& t = c.o->transform;
+  const auto& kernels = detail::kernels_for<T>();
+  detail::RowParams params;
+  params.alpha = t.alpha;
+  params.k = t.k;
+  auto kernel = kernels.softmax;
+  switch (t.kind) {
+    case TransformKind::sparsemax:
+      kernel = kernels.sparsemax;
+      break;
+    case TransformKind::entmax15:
+      kernel = kernels.entmax15;
+      break;
+    case TransformKind::entmax:
+      kernel = t.alpha == 1.0 ? kernels.softmax : kernels.entmax;
+      break;
+    case TransformKind::topk_softmax:
+      kernel = kernels.topk_softmax;
+      break;
+    default:
+      break;
+  }
+  r.scratch.resize(detail::scratch_floats(cnt));
+  kernel(r.scores.data(), r.probs.data(), cnt, params, r.scratch.data());
 }
 
 // Scores of query i on keys[from, end) of the row.
 template <class T>
 void score_keys(const Shared<T>& c, std::size_t i, Row<T>& r, std::size_t from) {
   r.scores.resize(r.keys.size());
-  graph_kernels<T>().gather_dot(c.q.row(i), c.k.data, c.k.stride, r.keys.data() + from, r.keys.size() - from, c.d,
+  detail::matmul_kernels_for<T>().gather_dot(c.q.row(i), c.k.data, c.k.stride, r.keys.data() + from, r.keys.size() - from, c.d,
                                 static_cast<T>(c.scale), r.scores.data() + from);
 }
 
@@ -245,34 +269,36 @@ void update_threshold(const Shared<T>& c, Row<T>& r) {
   r.threshold = static_cast<double>(thr_t);
 }
 
-// Repair: scores the pending keys (those whose bound cleared the graph row's
-// threshold) in decreasing bound order, in batches that double; after each
-// batch the threshold of the enlarged row (never lower) drops the pending
-// keys whose bound no longer clears it. Every dropped key has weight 0.
+// One repair step: scores the `batch` pending keys of largest bound, runs the
+// transform on the enlarged row, and drops the pending keys whose bound no
+// longer clears its threshold (which never decreases). Every dropped key has
+// weight 0 in the dense row.
 template <class T>
-void repair_row(const Shared<T>& c, std::size_t i, Row<T>& r) {
-  const std::size_t pending = r.keys.size() - r.candidates;
-  std::vector<std::pair<T, std::uint32_t>> left(pending);  // (bound, key); [head, end) still pending
-  for (std::size_t x = 0; x < pending; ++x) left[x] = {r.pending[x], r.keys[r.candidates + x]};
-  r.keys.resize(r.candidates);
+void repair_step(const Shared<T>& c, std::size_t i, Row<T>& r, std::size_t batch) {
   auto higher = [](const std::pair<T, std::uint32_t>& a, const std::pair<T, std::uint32_t>& b) {
     return a.first != b.first ? a.first > b.first : a.second < b.second;
   };
-  auto head = left.begin(), end = left.end();
+  auto& p = r.pending;
+  const std::size_t take = std::min(batch, p.size()), from = r.keys.size();
+  if (take < p.size()) std::nth_element(p.begin(), p.begin() + static_cast<std::ptrdiff_t>(take), p.end(), higher);
+  for (std::size_t x = 0; x < take; ++x) r.keys.push_back(p[x].second);
+  p.erase(p.begin(), p.begin() + static_cast<std::ptrdiff_t>(take));
+  score_keys<T>(c, i, r, from);
+  transform_row<T>(c, r);
+  if (p.empty()) return;
+  update_threshold<T>(c, r);
+  const T thr = static_cast<T>(r.threshold);
+  p.erase(std::remove_if(p.begin(), p.end(), [&](const std::pair<T, std::uint32_t>& e) { return !(e.first > thr); }),
+          p.end());
+}
+
+// Repair: scores the pending keys in decreasing bound order, in batches that
+// double, until none is left.
+template <class T>
+void repair_row(const Shared<T>& c, std::size_t i, Row<T>& r) {
   std::size_t batch = std::max<std::size_t>(16, r.candidates);
-  while (head != end) {
-    const std::size_t take = std::min<std::size_t>(batch, static_cast<std::size_t>(end - head));
-    const std::size_t from = r.keys.size();
-    if (head + static_cast<std::ptrdiff_t>(take) != end)
-      std::nth_element(head, head + static_cast<std::ptrdiff_t>(take), end, higher);
-    for (auto e = head; e != head + static_cast<std::ptrdiff_t>(take); ++e) r.keys.push_back(e->second);
-    head += static_cast<std::ptrdiff_t>(take);
-    score_keys<T>(c, i, r, from);
-    transform_row<T>(c, r);
-    if (head == end) break;
-    update_threshold<T>(c, r);
-    const T thr = static_cast<T>(r.threshold);
-    end = std::remove_if(head, end, [&](const std::pair<T, std::uint32_t>& e) { return !(e.first > thr); });
+  while (!r.pending.empty()) {
+    repair_step<T>(c, i, r, batch);
     batch *= 2;
   }
 }
@@ -288,6 +314,7 @@ struct TileScratch {
   std::vector<T> ku, qt, scores;         // K of the union (|union| x d), Q^T of the tile (d x rows), S^T
   std::vector<T> block, probs, vu, out;  // fast path: scores and P (rows x |union|), V of the union, P V
   std::vector<T> qb, bounds;             // bounds: the rows' query sides (rows x width), a block of bounds
+  std::vector<std::uint32_t> hits;       // keys of a block whose bound clears a row's threshold
   std::vector<Row<T>> rows;
 };
 
@@ -376,7 +403,7 @@ bool gather_tile(const Shared<T>& c, TileScratch<T>& t, const std::uint32_t* ids
   for (std::size_t r = 0; r < rows; ++r)
     for (std::size_t y = 0; y < c.d; ++y) t.qt[y * rows + r] = c.q(ids[r], y);
   t.scores.resize(u * rows);
-  graph_kernels<T>().gemm_nn(u, rows, c.d, static_cast<T>(c.scale), t.ku.data(), c.d, t.qt.data(), rows,
+  detail::matmul_kernels_for<T>().gemm_nn(u, rows, c.d, static_cast<T>(c.scale), t.ku.data(), c.d, t.qt.data(), rows,
                              t.scores.data(), rows, false, false);
   return true;
 }
@@ -399,7 +426,7 @@ void whole_tile(const Shared<T>& c, TileScratch<T>& t, const std::uint32_t* ids,
   t.vu.resize(u * c.dv);
   for (std::size_t x = 0; x < u; ++x) std::copy_n(c.v.row(t.keys[x]), c.dv, t.vu.data() + x * c.dv);
   t.out.resize(rows * c.dv);
-  graph_kernels<T>().gemm_nn(rows, c.dv, u, T(1), t.probs.data(), u, t.vu.data(), c.dv, t.out.data(), c.dv, false,
+  detail::matmul_kernels_for<T>().gemm_nn(rows, c.dv, u, T(1), t.probs.data(), u, t.vu.data(), c.dv, t.out.data(), c.dv, false,
                              true);
   for (std::size_t r = 0; r < rows; ++r) {
     std::copy_n(t.out.data() + r * c.dv, c.dv, out.row(ids[r]));
@@ -433,19 +460,25 @@ void scan_bounds(const Shared<T>& c, TileScratch<T>& t, const std::uint32_t* ids
     update_threshold<T>(c, row);
     row.cursor = 0;
     row.pending.clear();
+    row.active = true;
+    row.budget = std::max<std::size_t>(64, 2 * row.candidates);
   }
   // Key blocks of one box each: a block whose box bound is at or below the
   // threshold of every row that reaches it is skipped, bounds and scan; a row
   // skips the scan of a block its own box bound excludes.
   constexpr std::size_t kBlock = ScoreBounds<T>::kBoxKeys;
   t.bounds.resize(active * kBlock);
+  t.hits.resize(kBlock);
   std::vector<std::uint8_t> needs(active);
+  const detail::MatmulKernels<T>& mk = detail::matmul_kernels_for<T>();
+  const std::uint8_t* padding = c.o->key_padding;
   for (std::size_t j0 = 0; j0 < end; j0 += kBlock) {
     const std::size_t j1 = std::min(end, j0 + kBlock), width = j1 - j0;
     bool any = false;
     for (std::size_t a = 0; a < active; ++a) {
       const Row<T>& row = t.rows[scan_rows[a]];
-      needs[a] = c.limit(ids[scan_rows[a]]) > j0 && b.box_bound(t.qb.data() + a * w, j0 / kBlock) > row.threshold;
+      needs[a] = row.active && c.limit(ids[scan_rows[a]]) > j0 &&
+                 (!b.has_boxes() || b.box_bound(t.qb.data() + a * w, j0 / kBlock) > row.threshold);
       any = any || needs[a];
     }
     if (!any) continue;
@@ -454,24 +487,23 @@ void scan_bounds(const Shared<T>& c, TileScratch<T>& t, const std::uint32_t* ids
       if (!needs[a]) continue;
       Row<T>& row = t.rows[scan_rows[a]];
       const std::size_t stop = std::min(j1, c.limit(ids[scan_rows[a]]));
-      const T thr = static_cast<T>(row.threshold);
       const T* bb = t.bounds.data() + a * width;
-      const std::uint8_t* padding = c.o->key_padding;
-      // Most bounds fall below the threshold: test 16 at a time (a loop the
-      // compiler vectorises) and look closer only at groups with a hit.
-      for (std::size_t g = 0; g < stop - j0; g += 16) {
-        const std::size_t ge = std::min(stop - j0, g + 16);
-        bool hit = false;
-        for (std::size_t x = g; x < ge; ++x) hit |= bb[x] > thr;
-        if (!hit) continue;
-        for (std::size_t x = g; x < ge; ++x) {
-          const std::size_t j = j0 + x;
-          if (!(bb[x] > thr) || (padding != nullptr && padding[j] == 0)) continue;
-          while (row.cursor < row.candidates && row.keys[row.cursor] < j) ++row.cursor;
-          if (row.cursor < row.candidates && row.keys[row.cursor] == j) continue;
-          row.keys.push_back(static_cast<std::uint32_t>(j));
-          row.pending.push_back(bb[x]);
-        }
+      const std::size_t hits =
+          mk.select_above(bb, stop - j0, static_cast<T>(row.threshold), static_cast<std::uint32_t>(j0), t.hits.data());
+      for (std::size_t h = 0; h < hits; ++h) {
+        const std::uint32_t j = t.hits[h];
+        if (padding != nullptr && padding[j] == 0) continue;
+        while (row.cursor < row.candidates && row.keys[row.cursor] < j) ++row.cursor;
+        if (row.cursor < row.candidates && row.keys[row.cursor] == j) continue;
+        row.pending.emplace_back(bb[j - j0], j);
+      }
+      if (c.mode == GraphAttentionMode::certify) {
+        row.active = row.pending.empty();  // one pending key leaves the row unsettled
+      } else if (row.pending.size() > row.budget) {
+        // A low threshold lets many keys through: raise it now, so that the
+        // rest of the scan keeps fewer.
+        repair_step<T>(c, ids[scan_rows[a]], row, row.budget / 2);
+        row.budget *= 2;
       }
     }
   }
@@ -509,15 +541,12 @@ bool settle_tile(const Shared<T>& c, TileScratch<T>& t, const std::uint32_t* ids
   for (std::size_t r = 0; r < rows; ++r) {
     Row<T>& row = t.rows[r];
     if (!row.scan) continue;
-    const std::size_t added = row.keys.size() - row.candidates;
-    if (added == 0) {
+    if (row.pending.empty() && row.keys.size() == row.candidates) {
       row.settled = RowSettlement::graph;
     } else if (c.mode == GraphAttentionMode::exact) {
       repair_row<T>(c, ids[r], row);
       row.settled = row.keys.size() == c.allowed(ids[r]) ? RowSettlement::dense : RowSettlement::repaired;
-    } else {
-      row.keys.resize(row.candidates);  // certify: the graph row stays as it is
-    }
+    }  // certify: unsettled, the graph row stays as it is
   }
   return true;
 }
@@ -636,7 +665,7 @@ void graph_attention_forward(ConstMatrix<T> q, ConstMatrix<T> k, ConstMatrix<T> 
   run_tiles<T>(c, true, out, settled, [&](std::size_t i, const Row<T>& row) {
     graph_keys[i] = row.candidates;
     final_keys[i] = row.keys.size();
-    graph_kernels<T>().gather_axpy(row.probs.data(), c.v.data, c.v.stride, row.keys.data(), row.keys.size(), c.dv,
+    detail::matmul_kernels_for<T>().gather_axpy(row.probs.data(), c.v.data, c.v.stride, row.keys.data(), row.keys.size(), c.dv,
                                    out.row(i));
   });
   if (report == nullptr) return;
@@ -692,10 +721,10 @@ void graph_attention_backward(ConstMatrix<T> q, ConstMatrix<T> k, ConstMatrix<T>
       return;
     }
     // dp_j = g_i . v_j on the support, then the transform's backward there.
-    graph_kernels<T>().gather_dot(grad_out.row(i), c.v.data, c.v.stride, s.keys.data(), cnt, c.dv, T(1), dp.data());
+    detail::matmul_kernels_for<T>().gather_dot(grad_out.row(i), c.v.data, c.v.stride, s.keys.data(), cnt, c.dv, T(1), dp.data());
     transform_backward<T>(c.o->transform, ConstMatrix<T>{s.p.data(), 1, cnt}, ConstMatrix<T>{dp.data(), 1, cnt},
                           MatrixView<T>{s.dz.data(), 1, cnt});
-    graph_kernels<T>().gather_axpy(s.dz.data(), c.k.data, c.k.stride, s.keys.data(), cnt, c.d, gq);
+    detail::matmul_kernels_for<T>().gather_axpy(s.dz.data(), c.k.data, c.k.stride, s.keys.data(), cnt, c.d, gq);
     for (std::size_t x = 0; x < c.d; ++x) gq[x] = static_cast<T>(c.scale * static_cast<double>(gq[x]));
   });
   // Key side: the supports transposed (rows in increasing order per key),

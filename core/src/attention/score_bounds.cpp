@@ -76,14 +76,6 @@ std::vector<double> principal_basis(const std::vector<double>& c, std::size_t d,
   return v;
 }
 
-template <class T>
-const detail::MatmulKernels<T>& bound_kernels() {
-  if constexpr (std::is_same_v<T, float>)
-    return detail::matmul_kernels(cpu_isa());
-  else
-    return detail::reference_matmul_kernels<T>();
-}
-
 // x rounded away from zero by a few ulps of T, so that storing it in T never
 // makes a bound term smaller.
 template <class T>
@@ -103,8 +95,7 @@ ScoreBounds<T>::ScoreBounds(ConstMatrix<T> k, double scale, std::size_t rank, co
   detail::check_finite<T>(kOp, "k", k);
   if (!std::isfinite(scale) || scale == 0.0)
     throw Error(std::string(kOp) + ": scale is not a finite non-zero number (got " + detail::num(scale) + ")");
-  const std::size_t d = d_, r = rank_;
-  margin_ = 4.0 * static_cast<double>(d + 3 * r + 16) * std::numeric_limits<T>::epsilon();
+  const std::size_t d = d_, requested = rank_;  // min(rank, d); auto decides below
   auto kept = [&](std::size_t j) { return key_padding == nullptr || key_padding[j] != 0; };
 
   mean_.assign(d, 0.0);
@@ -116,8 +107,7 @@ ScoreBounds<T>::ScoreBounds(ConstMatrix<T> k, double scale, std::size_t rank, co
   }
   if (count > 0)
     for (double& x : mean_) x /= static_cast<double>(count);
-  basis_.assign(d * r, 0.0);
-  if (r > 0 && count > 0) {
+  if (requested > 0 && count > 0) {
     // Covariance of the centred keys, C = Kc^T Kc, as one GEMM on the
     // library's kernels: the basis only needs to be good, not exact.
     std::vector<T> centred(count * d), cov_t(d * d);
@@ -126,11 +116,50 @@ ScoreBounds<T>::ScoreBounds(ConstMatrix<T> k, double scale, std::size_t rank, co
       for (std::size_t x = 0; x < d; ++x) centred[row * d + x] = static_cast<T>(static_cast<double>(k(j, x)) - mean_[x]);
       ++row;
     }
-    bound_kernels<T>().gemm_tn(d, d, count, T(1), centred.data(), d, centred.data(), d, cov_t.data(), d, false, false);
-    std::vector<double> cov(cov_t.begin(), cov_t.end());
-    basis_ = principal_basis(cov, d, r);
+    detail::matmul_kernels_for<T>().gemm_tn(d, d, count, T(1), centred.data(), d, centred.data(), d, cov_t.data(), d,
+                                            false, false);
+    const std::vector<double> cov(cov_t.begin(), cov_t.end());
+    if (rank == kAutoBoundRank) {
+      // The smallest of 8 and 16 directions holding enough of the variance
+      // (trace of U^T C U over trace of C), else every dimension.
+      double total = 0.0;
+      for (std::size_t x = 0; x < d; ++x) total += cov[x * d + x];
+      rank_ = d;
+      for (std::size_t trial : {std::size_t{8}, std::size_t{16}}) {
+        if (trial >= d) break;
+        std::vector<double> u = principal_basis(cov, d, trial);
+        double held = 0.0;
+        for (std::size_t y = 0; y < trial; ++y)
+          for (std::size_t x = 0; x < d; ++x) {
+            double cu = 0.0;
+            for (std::size_t z = 0; z < d; ++z) cu += cov[x * d + z] * u[z * trial + y];
+            held += u[x * trial + y] * cu;
+          }
+        if (held >= kAutoRankVariance * total) {
+          rank_ = trial;
+          basis_ = std::move(u);
+          break;
+        }
+      }
+      if (rank_ == d) {  // the identity: bounds are the centred scores themselves
+        basis_.assign(d * d, 0.0);
+        for (std::size_t x = 0; x < d; ++x) basis_[x * d + x] = 1.0;
+      }
+    } else {
+      basis_ = principal_basis(cov, d, requested);
+    }
+  } else {
+    rank_ = rank == kAutoBoundRank ? 0 : requested;
+    basis_.assign(d * rank_, 0.0);
+    if (rank_ == d)
+      for (std::size_t x = 0; x < d; ++x) basis_[x * d + x] = 1.0;
   }
+  margin_ = 4.0 * static_cast<double>(d + 3 * rank_ + 16) * std::numeric_limits<T>::epsilon();
+  identity_ = rank_ == d;
+  for (std::size_t x = 0; x < d && identity_; ++x)
+    for (std::size_t y = 0; y < d && identity_; ++y) identity_ = basis_[x * d + y] == (x == y ? 1.0 : 0.0);
   // The keys' side, one row per bound column, so a tile's bounds are qt times it.
+  const std::size_t r = rank_;
   kt_.assign(width() * m_, T(0));
   std::vector<double> c(d), proj(r);
   for (std::size_t j = 0; j < m_; ++j) {
@@ -140,9 +169,13 @@ ScoreBounds<T>::ScoreBounds(ConstMatrix<T> k, double scale, std::size_t rank, co
       norm2 += static_cast<double>(k(j, x)) * static_cast<double>(k(j, x));
       centred2 += c[x] * c[x];
     }
-    std::fill(proj.begin(), proj.end(), 0.0);
-    for (std::size_t x = 0; x < d; ++x)
-      for (std::size_t y = 0; y < r; ++y) proj[y] += basis_[x * r + y] * c[x];
+    if (identity_) {
+      std::copy(c.begin(), c.end(), proj.begin());
+    } else {
+      std::fill(proj.begin(), proj.end(), 0.0);
+      for (std::size_t x = 0; x < d; ++x)
+        for (std::size_t y = 0; y < r; ++y) proj[y] += basis_[x * r + y] * c[x];
+    }
     double resid2 = 0.0;
     for (std::size_t x = 0; x < d; ++x) {
       double e = c[x];
@@ -156,6 +189,7 @@ ScoreBounds<T>::ScoreBounds(ConstMatrix<T> k, double scale, std::size_t rank, co
     kt_[(r + 1) * m_ + j] = round_up<T>(std::sqrt(norm2) + std::sqrt(centred2));
   }
   const std::size_t boxes = (m_ + kBoxKeys - 1) / kBoxKeys, w = width();
+  if (2 * r >= d) return;  // no boxes (has_boxes)
   box_lo_.assign(boxes * w, std::numeric_limits<T>::infinity());
   box_hi_.assign(boxes * w, -std::numeric_limits<T>::infinity());
   for (std::size_t x = 0; x < w; ++x)
@@ -172,6 +206,17 @@ template <class T>
 double ScoreBounds<T>::prepare_query(const T* q, T* qt) const {
   const std::size_t d = d_, r = rank_;
   double offset = 0.0, norm2 = 0.0, resid2 = 0.0;
+  if (identity_) {  // q^ = scale q: O(d), not O(d^2)
+    for (std::size_t x = 0; x < d; ++x) {
+      const double qx = scale_ * static_cast<double>(q[x]);
+      offset += qx * mean_[x];
+      norm2 += qx * qx;
+      qt[x] = static_cast<T>(qx);
+    }
+    qt[d] = T(0);
+    qt[d + 1] = round_up<T>(margin_ * std::sqrt(norm2));
+    return offset + margin_ * std::abs(offset);
+  }
   std::vector<double> p(r, 0.0);
   for (std::size_t x = 0; x < d; ++x) {
     const double qx = scale_ * static_cast<double>(q[x]);
@@ -195,7 +240,7 @@ template <class T>
 void ScoreBounds<T>::bound_block(const T* qt, std::size_t rows, std::size_t ldq, std::size_t j0, std::size_t j1,
                                  T* bounds, std::size_t ldb) const {
   // bounds = qt (rows x w) * kt[:, j0:j1] (w x (j1 - j0)), kt's rows m apart.
-  bound_kernels<T>().gemm_nn(rows, j1 - j0, width(), T(1), qt, ldq, kt_.data() + j0, m_, bounds, ldb, false, false);
+  detail::matmul_kernels_for<T>().gemm_nn(rows, j1 - j0, width(), T(1), qt, ldq, kt_.data() + j0, m_, bounds, ldb, false, false);
 }
 
 template <class T>

@@ -18,6 +18,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "entgraph/runtime.hpp"
 
@@ -51,6 +52,12 @@ template <class T>
 using GatherAxpy = void (*)(const T* w, const T* b, std::size_t ldb, const std::uint32_t* idx, std::size_t count,
                             std::size_t n, T* out);
 
+// Threshold selection, for attention's bound scans: writes base + j for every
+// j < n with x[j] > threshold (NaN never is), in increasing order, into idx
+// (room for n), and returns their count.
+template <class T>
+using SelectAbove = std::size_t (*)(const T* x, std::size_t n, T threshold, std::uint32_t base, std::uint32_t* idx);
+
 template <class T>
 struct MatmulKernels {
   CpuIsa isa;
@@ -59,6 +66,7 @@ struct MatmulKernels {
   GemmNTSampled<T> gemm_nt_sampled;
   GatherDot<T> gather_dot;
   GatherAxpy<T> gather_axpy;
+  SelectAbove<T> select_above;
 };
 
 // The scalar reference (accumulates in double), for float and double.
@@ -68,6 +76,16 @@ const MatmulKernels<T>& reference_matmul_kernels();
 // The float table of an available instruction set (reference gives the
 // reference table); throws entgraph::Error if it is not compiled in.
 const MatmulKernels<float>& matmul_kernels(CpuIsa isa);
+
+// The table that the T API runs on: the current ISA's SIMD table for float,
+// the reference for double.
+template <class T>
+const MatmulKernels<T>& matmul_kernels_for() {
+  if constexpr (std::is_same_v<T, float>)
+    return matmul_kernels(cpu_isa());
+  else
+    return reference_matmul_kernels<T>();
+}
 
 // Per-ISA tables, defined in kernels/simd/matmul_arch_<isa>.cpp.
 extern const MatmulKernels<float> kSse2Matmul;

@@ -418,8 +418,24 @@ struct Matmul {
     }
   }
 
+  static std::size_t select_above(const float* x, std::size_t n, float threshold, std::uint32_t base,
+                                  std::uint32_t* idx) {
+    std::size_t count = 0, j = 0;
+    const B t(threshold);
+    // Hits are rare in a bound scan: a vector compare per W values, and a
+    // look at the lanes only when one of them is above.
+    for (; j + W <= n; j += W) {
+      if (!xsimd::any(B::load_unaligned(x + j) > t)) continue;
+      for (std::size_t l = j; l < j + W; ++l)
+        if (x[l] > threshold) idx[count++] = base + static_cast<std::uint32_t>(l);
+    }
+    for (; j < n; ++j)
+      if (x[j] > threshold) idx[count++] = base + static_cast<std::uint32_t>(j);
+    return count;
+  }
+
   static MatmulKernels<float> table(CpuIsa isa) {
-    return {isa, &gemm_nn, &gemm_tn, &gemm_nt_sampled, &gather_dot, &gather_axpy};
+    return {isa, &gemm_nn, &gemm_tn, &gemm_nt_sampled, &gather_dot, &gather_axpy, &select_above};
   }
 };
 
