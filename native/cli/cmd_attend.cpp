@@ -231,9 +231,9 @@ int run_attend(const std::vector<std::string>& raw) {
     for (std::size_t h : heads) {
       const Transform t = head_transform(chosen, capture.head(l, h).alpha);
       if (exact && !has_threshold(t))
-        throw args.error("--exact needs a transform with a threshold, and " + t.name() + " (layer " +
-                         std::to_string(l) + ", head " + std::to_string(h) +
-                         ") has none: every key gets weight > 0 (use --fn sparsemax, entmax15, entmax or topk)");
+        throw args.error("--exact: " + t.name() + " (layer " + std::to_string(l) + ", head " + std::to_string(h) +
+                         ") has no threshold: every key gets weight > 0, so no key can be skipped (use --fn "
+                         "sparsemax, entmax15, entmax or topk)");
     }
 
   const bool json = args.has("json");

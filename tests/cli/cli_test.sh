@@ -322,6 +322,60 @@ case "$CASE" in
     expect_fail 1 "keys.npy" info cap
     ;;
 
+  attend)
+    # A small capture of the causal teacher: two sequences of 96 bytes.
+    head -c 192 "$SRC/data/heldout.txt" >text.txt
+    expect_ok capture --model "$SRC/data/teacher-causal" --text text.txt --sequence-bytes 96 --out cap
+    expect_ok attend --capture cap --method window --set window=4 --exact --json
+    json=$OUT
+    num() { sed -n "s/.*\"$1\": \([0-9.e+-]*\).*/\1/p" <<<"${json%%\"heads\"*}" | head -1; }
+    [ "$(num rows)" = 3072 ] || fail "rows: got $(num rows), expected 16 heads x 192 queries = 3072"
+    [ "$(num rows_exact)" = 3072 ] || fail "exact mode left rows unproven: $json"
+    awk -v e="$(num max_abs_err)" -v s="$(num max_abs_dense)" 'BEGIN{exit !(e <= 1e-5 * (s > 1 ? s : 1))}' ||
+      fail "exact mode differs from dense attention: max_abs_err $(num max_abs_err), scale $(num max_abs_dense)"
+    for key in dense_s graph_s ratio rows_certified repaired_rows dense_rows repair_pairs graph_pairs; do
+      [ -n "$(num $key)" ] || fail "no \"$key\" in $json"
+    done
+    # Fast mode: the rows the graph alone settles are exact; a window of 4
+    # misses true edges, so the output differs from dense attention.
+    expect_ok attend --capture cap --method window --set window=4 --json
+    json=$OUT
+    [ "$(num rows_exact)" = "$(num rows_certified)" ] || fail "fast mode: rows_exact != rows_certified: $json"
+    [ "$(num rows_certified)" -lt 3072 ] || fail "fast mode settled every row with a window of 4: $json"
+    awk -v e="$(num max_abs_err)" 'BEGIN{exit !(e > 1e-4)}' || fail "fast mode unexpectedly exact: $json"
+    # A fitted predictor's parameter file, one head, text output.
+    expect_ok fit --quiet --capture cap --method sparsefinder-kmeans --set clusters=4 --out kmeans.json
+    expect_ok attend --capture cap --params kmeans.json --layer 1 --head 2 --exact
+    contains "$OUT" "exact mode, sparsefinder-kmeans: 192 of 192 rows exact"
+    # Top-k with k larger than some rows, and general alpha.
+    expect_ok attend --capture cap --method window --set window=2 --exact --fn topk --k 8 --json
+    json=$OUT
+    [ "$(num rows_exact)" = 3072 ] || fail "top-k exact mode left rows unproven: $json"
+    expect_ok attend --capture cap --method bigbird --exact --fn entmax --alpha 1.25 --json
+    json=$OUT
+    [ "$(num rows_exact)" = 3072 ] || fail "alpha 1.25 exact mode left rows unproven: $json"
+    ;;
+
+  attend-errors)
+    head -c 64 "$SRC/data/heldout.txt" >text.txt
+    expect_ok capture --model "$SRC/data/teacher-causal" --text text.txt --out cap
+    expect_fail 1 "unknown" attend --capture cap --method bogus
+    expect_fail 2 "no threshold" attend --capture cap --method window --exact --fn softmax
+    expect_fail 2 "exactly one of --params FILE and --method M" attend --capture cap
+    expect_fail 2 "exactly one of --params FILE and --method M" attend --capture cap --method window --params p.json
+    expect_fail 2 "--capture is required" attend --method window
+    expect_fail 2 "--layer: out of range" attend --capture cap --method window --layer 4
+    expect_fail 2 "--set applies to --method" attend --capture cap --params p.json --set window=3
+    expect_fail 2 "fit it first" attend --capture cap --method sparsefinder-distance
+    mkdir -p novalues && cp cap/capture.json cap/queries.npy cap/keys.npy novalues/ &&
+      sed -i 's/, *"values": *"values.npy"//; s/"values": *"values.npy", *//' novalues/capture.json
+    expect_fail 1 "no values" attend --capture novalues --method window
+    expect_fail 1 "missing: cannot open the folder" attend --capture missing --method window
+    # A sequence longer than the teacher supports is refused before any work.
+    expect_fail 2 "--sequence-bytes: must be in [1, 256]" capture --model "$SRC/data/teacher-causal" \
+      --text text.txt --out cap2 --sequence-bytes 1024
+    ;;
+
   demo)
     expect_ok demo
     echo "$OUT" >&2
