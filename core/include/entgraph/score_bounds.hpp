@@ -21,6 +21,7 @@
 // keys left out of a predicted graph have zero weight.
 #pragma once
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -71,6 +72,13 @@ class ScoreBounds {
   // coordinate-wise box of their bound columns: sum_x max(qt_x lo_x, qt_x hi_x)
   // in double. At least the largest bound_block value of the box's keys.
   double box_bound(const T* qt, std::size_t box) const;
+  // The slack of key j's bound for the query side qt: the residual and
+  // rounding terms, ||q⊥|| ||k⊥_j|| + c ||q|| (||k_j|| + ||k_j - mu||), rounded
+  // up. bound - 2 slack is a lower bound of the score (minus the offset).
+  double slack(const T* qt, std::size_t j) const;
+  // The offset of prepare_query lowered so that it never exceeds q . mu.
+  double lower_offset(double offset) const { return offset - 2.0 * margin_ * std::abs(offset); }
+
   // Whether boxes are kept: only for low-rank bounds (rank < d / 2); in more
   // dimensions a box is too loose to exclude anything and costs 2 width() per check.
   bool has_boxes() const { return !box_lo_.empty(); }

@@ -140,6 +140,15 @@ struct Shared {
   std::size_t allowed(std::size_t i) const { return prefix_count[limit(i)]; }
 };
 
+// A left-out key whose bound clears its row's threshold: the bound (minus
+// the row's offset) and a lower bound of its score (offset included).
+template <class T>
+struct Pending {
+  T bound;
+  T lower;
+  std::uint32_t key;
+};
+
 // One query row of a tile: its keys (graph candidates first, then repaired
 // keys), their scores and weights, and how it was settled.
 template <class T>
@@ -151,9 +160,8 @@ struct Row {
   double threshold = 0.0;      // bound minus offset above which a left-out key must be scored
   bool active = false;         // still scanning (certify stops at the first pending key)
   std::size_t budget = 0;      // pending keys that trigger a repair step during the scan
-  // Left-out keys whose bound (minus offset) clears the threshold, not yet
-  // scored: (bound, key).
-  std::vector<std::pair<T, std::uint32_t>> pending;
+  // Left-out keys whose bound clears the threshold, not yet scored.
+  std::vector<Pending<T>> pending;
   std::vector<T> scratch;      // the row kernel's
   bool scan = false;           // whether the bounds are still to be checked
   std::size_t cursor = 0;      // merge position in keys[0, candidates) during the scan
@@ -165,7 +173,7 @@ struct Row {
 // (which dominate on short rows) are not needed.
 template <class T>
 void transform_row(const Shared<T>& c, Row<T>& r) {
-  const std::size_t cnt = r.keys.size();
+  const std::size_t cnt = r.scores.size();
   r.probs.resize(cnt);
   if (cnt == 0) return;
   const Transform& t = c.o->transform;
@@ -246,16 +254,25 @@ template <class T>
 double score_threshold(const Shared<T>& c, const Row<T>& r) {
   const Transform& t = c.o->transform;
   if (t.kind == TransformKind::topk_softmax) {
-    if (r.keys.size() < t.k) return -std::numeric_limits<double>::infinity();
+    if (r.scores.size() < t.k) return -std::numeric_limits<double>::infinity();
     std::vector<T> sorted(r.scores);
     std::nth_element(sorted.begin(), sorted.begin() + static_cast<std::ptrdiff_t>(t.k - 1), sorted.end(),
                      std::greater<T>());
     // Left-out keys must rank strictly below the k-th kept score.
     return std::nextafter(static_cast<double>(sorted[t.k - 1]), -std::numeric_limits<double>::infinity());
   }
-  if (r.keys.empty()) return -std::numeric_limits<double>::infinity();
+  if (r.scores.empty()) return -std::numeric_limits<double>::infinity();
   const double alpha = threshold_alpha(t);
   return tau_lower_bound(r, alpha) / (alpha - 1.0);
+}
+
+// Drops the pending keys whose bound no longer clears the row's threshold.
+template <class T>
+void drop_excluded(Row<T>& r) {
+  const T thr = static_cast<T>(r.threshold);
+  r.pending.erase(std::remove_if(r.pending.begin(), r.pending.end(),
+                                 [&](const Pending<T>& e) { return !(e.bound > thr); }),
+                  r.pending.end());
 }
 
 // Sets r.threshold to the row's score threshold minus its bound offset,
@@ -275,27 +292,42 @@ void update_threshold(const Shared<T>& c, Row<T>& r) {
 // weight 0 in the dense row.
 template <class T>
 void repair_step(const Shared<T>& c, std::size_t i, Row<T>& r, std::size_t batch) {
-  auto higher = [](const std::pair<T, std::uint32_t>& a, const std::pair<T, std::uint32_t>& b) {
-    return a.first != b.first ? a.first > b.first : a.second < b.second;
+  auto higher = [](const Pending<T>& a, const Pending<T>& b) {
+    return a.bound != b.bound ? a.bound > b.bound : a.key < b.key;
   };
   auto& p = r.pending;
   const std::size_t take = std::min(batch, p.size()), from = r.keys.size();
   if (take < p.size()) std::nth_element(p.begin(), p.begin() + static_cast<std::ptrdiff_t>(take), p.end(), higher);
-  for (std::size_t x = 0; x < take; ++x) r.keys.push_back(p[x].second);
+  for (std::size_t x = 0; x < take; ++x) r.keys.push_back(p[x].key);
   p.erase(p.begin(), p.begin() + static_cast<std::ptrdiff_t>(take));
   score_keys<T>(c, i, r, from);
   transform_row<T>(c, r);
   if (p.empty()) return;
   update_threshold<T>(c, r);
-  const T thr = static_cast<T>(r.threshold);
-  p.erase(std::remove_if(p.begin(), p.end(), [&](const std::pair<T, std::uint32_t>& e) { return !(e.first > thr); }),
-          p.end());
+  drop_excluded(r);
+}
+
+// Raises the row's threshold without scoring anything: the threshold of its
+// scored keys together with lower bounds of its pending keys' scores is
+// valid (a threshold only grows with the scores and with the keys), and when
+// the bounds are tight it is close to the dense row's. probe is scratch.
+template <class T>
+void tighten(const Shared<T>& c, Row<T>& r, Row<T>& probe) {
+  probe.scores.assign(r.scores.begin(), r.scores.end());
+  for (const Pending<T>& p : r.pending) probe.scores.push_back(p.lower);
+  transform_row<T>(c, probe);
+  probe.offset = r.offset;
+  update_threshold<T>(c, probe);
+  if (!(probe.threshold > r.threshold)) return;
+  r.threshold = probe.threshold;
+  drop_excluded(r);
 }
 
 // Repair: scores the pending keys in decreasing bound order, in batches that
 // double, until none is left.
 template <class T>
-void repair_row(const Shared<T>& c, std::size_t i, Row<T>& r) {
+void repair_row(const Shared<T>& c, std::size_t i, Row<T>& r, Row<T>& probe) {
+  tighten<T>(c, r, probe);
   std::size_t batch = std::max<std::size_t>(16, r.candidates);
   while (!r.pending.empty()) {
     repair_step<T>(c, i, r, batch);
@@ -316,6 +348,7 @@ struct TileScratch {
   std::vector<T> qb, bounds;             // bounds: the rows' query sides (rows x width), a block of bounds
   std::vector<std::uint32_t> hits;       // keys of a block whose bound clears a row's threshold
   std::vector<Row<T>> rows;
+  Row<T> probe;  // tighten's scratch row
 };
 
 // Queries are processed in tiles of kTile rows. When their key lists overlap
@@ -472,6 +505,8 @@ void scan_bounds(const Shared<T>& c, TileScratch<T>& t, const std::uint32_t* ids
   std::vector<std::uint8_t> needs(active);
   const detail::MatmulKernels<T>& mk = detail::matmul_kernels_for<T>();
   const std::uint8_t* padding = c.o->key_padding;
+  std::vector<double> lower_offset(active);
+  for (std::size_t a = 0; a < active; ++a) lower_offset[a] = b.lower_offset(t.rows[scan_rows[a]].offset);
   for (std::size_t j0 = 0; j0 < end; j0 += kBlock) {
     const std::size_t j1 = std::min(end, j0 + kBlock), width = j1 - j0;
     bool any = false;
@@ -495,15 +530,19 @@ void scan_bounds(const Shared<T>& c, TileScratch<T>& t, const std::uint32_t* ids
         if (padding != nullptr && padding[j] == 0) continue;
         while (row.cursor < row.candidates && row.keys[row.cursor] < j) ++row.cursor;
         if (row.cursor < row.candidates && row.keys[row.cursor] == j) continue;
-        row.pending.emplace_back(bb[j - j0], j);
+        const T* qa = t.qb.data() + a * w;
+        const double lower = static_cast<double>(bb[j - j0]) - 2.0 * b.slack(qa, j) + lower_offset[a];
+        T lower_t = static_cast<T>(lower);
+        if (static_cast<double>(lower_t) > lower) lower_t = std::nextafter(lower_t, -std::numeric_limits<T>::infinity());
+        row.pending.push_back({bb[j - j0], lower_t, j});
       }
       if (c.mode == GraphAttentionMode::certify) {
         row.active = row.pending.empty();  // one pending key leaves the row unsettled
       } else if (row.pending.size() > row.budget) {
-        // A low threshold lets many keys through: raise it now, so that the
-        // rest of the scan keeps fewer.
-        repair_step<T>(c, ids[scan_rows[a]], row, row.budget / 2);
-        row.budget *= 2;
+        // A low threshold lets many keys through: raise it now from their
+        // lower bounds, so that the rest of the scan keeps fewer.
+        tighten<T>(c, row, t.probe);
+        row.budget = std::max(row.budget, 2 * row.pending.size());
       }
     }
   }
@@ -544,7 +583,7 @@ bool settle_tile(const Shared<T>& c, TileScratch<T>& t, const std::uint32_t* ids
     if (row.pending.empty() && row.keys.size() == row.candidates) {
       row.settled = RowSettlement::graph;
     } else if (c.mode == GraphAttentionMode::exact) {
-      repair_row<T>(c, ids[r], row);
+      repair_row<T>(c, ids[r], row, t.probe);
       row.settled = row.keys.size() == c.allowed(ids[r]) ? RowSettlement::dense : RowSettlement::repaired;
     }  // certify: unsettled, the graph row stays as it is
   }

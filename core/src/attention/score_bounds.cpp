@@ -259,6 +259,13 @@ double ScoreBounds<T>::box_bound(const T* qt, std::size_t box) const {
 }
 
 template <class T>
+double ScoreBounds<T>::slack(const T* qt, std::size_t j) const {
+  const double s = static_cast<double>(qt[rank_]) * static_cast<double>(kt_[rank_ * m_ + j]) +
+                   static_cast<double>(qt[rank_ + 1]) * static_cast<double>(kt_[(rank_ + 1) * m_ + j]);
+  return s * (1.0 + 4.0 * std::numeric_limits<double>::epsilon());
+}
+
+template <class T>
 std::vector<double> ScoreBounds<T>::bound_all(const T* q) const {
   std::vector<T> qt(width()), b(m_);
   const double offset = prepare_query(q, qt.data());
