@@ -51,6 +51,21 @@ expect_fail() {
   echo "  ok: $ERR" >&2
 }
 
+# check_layer_sparsity "W0 W1 ..." TOL: each "layer L: mean gold sparsity G"
+# line of `entgraph info` in $OUT is within TOL of the Lth expected value.
+check_layer_sparsity() {
+  local layer=0 w got
+  for w in $1; do
+    got=$(echo "$OUT" | sed -n "s/^  layer $layer: mean gold sparsity \([0-9.]*\)$/\1/p")
+    [ -n "$got" ] || fail "no gold sparsity printed for layer $layer"
+    awk -v g="$got" -v w="$w" -v t="$2" 'BEGIN { d = g - w; if (d < 0) d = -d; exit !(d <= t) }' ||
+      fail "layer $layer: CLI gold sparsity $got, PyTorch $w"
+    echo "  layer $layer: CLI $got, PyTorch $w" >&2
+    layer=$((layer + 1))
+  done
+  [ "$layer" -eq 4 ] || fail "expected 4 layers of gold sparsity, got $layer"
+}
+
 contains() {
   case "$1" in
     *"$2"*) ;;
@@ -254,15 +269,7 @@ case "$CASE" in
     contains "$OUT" "lengths: 256 256 256"
     want=$(tr -d ' \n' <"$model/config.json" | sed -n 's/.*"gold_sparsity_per_layer":\[\([^]]*\)\].*/\1/p' | tr ',' ' ')
     [ -n "$want" ] || fail "no gold_sparsity_per_layer in $model/config.json"
-    layer=0
-    for w in $want; do
-      got=$(echo "$OUT" | sed -n "s/^  layer $layer: mean gold sparsity \([0-9.]*\)$/\1/p")
-      [ -n "$got" ] || fail "no gold sparsity printed for layer $layer"
-      awk -v g="$got" -v w="$w" 'BEGIN { d = g - w; if (d < 0) d = -d; exit !(d <= 0.005) }' ||
-        fail "layer $layer: CLI gold sparsity $got, PyTorch $w"
-      echo "  layer $layer: CLI $got, PyTorch $w" >&2
-      layer=$((layer + 1))
-    done
+    check_layer_sparsity "$want" 0.005
     mean=$(echo "$OUT" | sed -n 's/^  mean gold sparsity \([0-9.]*\) over 16 heads$/\1/p')
     awk -v m="$mean" 'BEGIN { exit !(m > 0.8) }' || fail "mean gold sparsity $mean is not above 0.8"
     # float16 captures hold the same graph up to rounding.
@@ -286,16 +293,7 @@ case "$CASE" in
     contains "$OUT" "lengths: 1024 1024"
     want=$(tr -d ' \n' <"$model/config.json" | sed -n 's/.*"gold_sparsity_per_layer_at":{[^}]*"1024":\[\([^]]*\)\].*/\1/p' | tr ',' ' ')
     [ -n "$want" ] || fail "no gold_sparsity_per_layer_at 1024 in $model/config.json"
-    layer=0
-    for w in $want; do
-      got=$(echo "$OUT" | sed -n "s/^  layer $layer: mean gold sparsity \([0-9.]*\)$/\1/p")
-      [ -n "$got" ] || fail "no gold sparsity printed for layer $layer"
-      awk -v g="$got" -v w="$w" 'BEGIN { d = g - w; if (d < 0) d = -d; exit !(d <= 0.01) }' ||
-        fail "layer $layer: CLI gold sparsity $got, PyTorch $w"
-      echo "  layer $layer: CLI $got, PyTorch $w" >&2
-      layer=$((layer + 1))
-    done
-    [ "$layer" -eq 4 ] || fail "expected 4 layers of gold sparsity in config.json, got $layer"
+    check_layer_sparsity "$want" 0.01
     expect_fail 2 "--sequence-bytes: must be in [1, 8192]" \
       capture --model "$model" --text "$SRC/data/heldout.txt" --out cap2 --sequence-bytes 8193
     ;;
