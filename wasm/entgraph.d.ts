@@ -26,6 +26,34 @@ export interface Disposable {
   readonly disposed: boolean;
 }
 
+/** "fast": the graph's edges only; "certify": the same output and a proof per row that nothing left out
+ *  has weight; "exact": bound and repair, every row equals dense attention. */
+export type GraphAttentionMode = "fast" | "certify" | "exact";
+
+/** How graphAttention settled each row: 0 unsettled (not proven equal to dense attention; fast and certify
+ *  only), 1 by the graph alone, 2 repaired (keys the bounds could not exclude were added), 3 dense (every
+ *  allowed key scored). */
+export type RowSettlement = 0 | 1 | 2 | 3;
+
+export interface GraphAttentionResult {
+  /** queries x valueDim. */
+  out: Float32Array;
+  /** Per query, a RowSettlement code. */
+  settled: Uint8Array;
+  /** Rows settled by the graph alone (code 1). */
+  graphRows: number;
+  /** Rows settled after repair (code 2). */
+  repairedRows: number;
+  /** Rows computed densely (code 3). */
+  denseRows: number;
+  /** Allowed (query, key) pairs of the graph whose scores were computed. */
+  graphPairs: number;
+  /** Pairs scored beyond the graph, by repair (exact mode; 0 otherwise). */
+  repairPairs: number;
+  /** Pairs whose score was bounded (certify, exact). */
+  boundPairs: number;
+}
+
 export interface AttentionInputs {
   q: Float32Array; k: Float32Array; v: Float32Array;
   queries: number; keys: number; dim: number;
@@ -153,8 +181,9 @@ export interface Entgraph {
   transformBackward(name: TransformName, probs: Float32Array, gradProbs: Float32Array,
                     options?: { cols?: number; alpha?: number; k?: number }): Float32Array;
   attention(inputs: AttentionInputs & { probs?: boolean }): { out: Float32Array; probs?: Float32Array };
-  graphAttention(inputs: AttentionInputs & { graph: Graph; certify?: boolean; recomputeUncertified?: boolean }):
-      { out: Float32Array; certified: Uint8Array; certifiedRows: number; recomputedRows: number };
+  /** Attention on the graph's edges; mode "exact" makes every row equal dense attention (bound and repair).
+   *  "certify" and "exact" need a transform with a threshold: softmax throws ("no threshold"). */
+  graphAttention(inputs: AttentionInputs & { graph: Graph; mode?: GraphAttentionMode }): GraphAttentionResult;
 
   goldGraph(q: Float32Array, k: Float32Array,
             options: { queries: number; keys: number; dim: number; alpha?: number; causal?: boolean; scale?: number }): Graph;

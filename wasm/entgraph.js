@@ -309,12 +309,17 @@ class Entgraph {
                                               count(topk, "topk"), Boolean(causal), number(scale, "scale"), Boolean(probs)));
   }
 
+  // mode: "fast" (the graph's edges only), "certify" (the same output, and a proof per row that nothing
+  // left out has weight) or "exact" (bound and repair: every row equals dense attention).
+  // settled per row: 0 unsettled, 1 by the graph alone, 2 repaired, 3 dense (graph_attention.hpp).
   graphAttention(options) {
-    const { graph, transform = "entmax15", alpha = 1.5, topk = 0, causal = false, scale = 0, certify = true,
-            recomputeUncertified = false } = options;
+    const { graph, transform = "entmax15", alpha = 1.5, topk = 0, causal = false, scale = 0, mode = "fast" } = options;
+    for (const old of ["certify", "recomputeUncertified"])
+      if (options[old] !== undefined)
+        throw new Error(`graphAttention: ${old} is gone; use mode: "fast", "certify" or "exact"`);
     return this.#checked(this.#core.graphAttention(...this.#heads(options), graph, text(transform, "transform"),
                                                    number(alpha, "alpha"), count(topk, "topk"), Boolean(causal),
-                                                   number(scale, "scale"), Boolean(certify), Boolean(recomputeUncertified)));
+                                                   number(scale, "scale"), text(mode, "mode")));
   }
 
   goldGraph(q, k, { queries, keys, dim, alpha = 1.5, causal = false, scale } = {}) {

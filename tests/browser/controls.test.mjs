@@ -2,11 +2,13 @@
 // sparsity shown (#recall, #sparsity and their data-value attributes) and
 // window.entgraphDemo; the union window adds edges; the teacher switch to the
 // bidirectional (masked) model works; the layer / head pickers and the grid of
-// heads choose the head. Screenshots: controls-*.png.
+// heads choose the head; bound and repair (graph attention in mode "exact") makes
+// every row of the chosen head exact, and the page shows by how much it needed
+// repair. Screenshots: controls-*.png.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import {
-  afterUpdate, canvasInfo, demo, graphHashes, openPage, screenshot, setSlider, shownNumbers, sliderMax, typeText, waitPareto,
+  afterUpdate, canvasInfo, chooseMethod, demo, graphHashes, openPage, screenshot, setSlider, shownNumbers, sliderMax, typeText, waitPareto,
   useBrowserTab,
 } from "./helpers.mjs";
 
@@ -130,6 +132,62 @@ test("the layer and head pickers and the grid choose the head", async () => {
   await assertShownMatchState(page, d3);
 });
 
+// Bound and repair on the chosen head (graph attention in mode "exact"): every row is
+// exact, by the graph alone or after repair; the numbers shown are the state's; the
+// predicted graph alone (mode "fast") is exact where recall is 1.
+async function assertRepairShown(page, d, label) {
+  const n = d.tokens;
+  const fixed = d.repairedRows + d.denseRows;
+  assert.equal(d.graphRows + fixed, n, `${label}: rows by the graph alone + repaired + dense = ${n}`);
+  assert.ok(d.graphRows <= d.coveredRows, `${label}: a row proven by the graph alone holds every true edge`);
+  assert.ok(d.exactMaxAbsDiff <= 1e-5, `${label}: exact mode's largest error ${d.exactMaxAbsDiff}`);
+  if (d.recall === 1) assert.ok(d.maxAbsDiff <= 1e-5, `${label}: recall 1, the graph alone is exact (${d.maxAbsDiff})`);
+  // An empty predicted graph (a strict setting on a quiet head) leaves everything to repair: no share to show.
+  assert.equal(d.repairShare, d.graphPairs > 0 ? d.repairPairs / d.graphPairs : null);
+  if (fixed === 0) assert.equal(d.repairPairs, 0, `${label}: nothing repaired, nothing added`);
+  else assert.ok(d.repairPairs > 0, `${label}: ${fixed} rows repaired by adding pairs`);
+  const shown = await shownNumbers(page, ["max-diff", "covered-rows", "graph-rows", "repaired-rows", "repair-cost", "exact-diff"]);
+  assert.equal(shown["max-diff"], d.maxAbsDiff);
+  assert.equal(shown["covered-rows"], d.coveredRows);
+  assert.equal(shown["graph-rows"], d.graphRows);
+  assert.equal(shown["repaired-rows"], fixed);
+  assert.equal(shown["repair-cost"], d.repairShare ?? NaN);
+  assert.equal(shown["exact-diff"], d.exactMaxAbsDiff);
+  assert.equal((await page.textContent("#graph-rows")).trim(), `${d.graphRows}/${n}`);
+  assert.equal((await page.textContent("#repaired-rows")).trim(), `${fixed}/${n}`);
+  const cost = (await page.textContent("#repair-cost")).trim();
+  if (d.graphPairs > 0) assert.match(cost, /^\+(0|<0\.1|\d\.\d|\d+)%$/);
+  else assert.equal(cost, `${d.repairPairs} pairs`);
+  const summary = (await page.textContent("#repair-summary")).trim();
+  if (d.repairPairs === 0) assert.match(summary, new RegExp(`all ${n} rows proven exact from the predicted graph alone`));
+  else {
+    assert.ok(summary.includes(`${d.graphRows} of ${n} rows proven exact by the graph alone; ${fixed} repaired`), summary);
+    assert.ok(summary.includes(`scoring ${d.repairPairs} extra pairs (`), summary);
+    assert.match(summary, /Every row then equals full attention\.$/);
+  }
+}
+
+test("bound and repair: every row exact, by the graph alone or after repair, and what repair cost", async () => {
+  const { page } = session.tab;
+  const seen = [];
+  for (const [method, at] of [["sparsefinder-distance", 0], ["sparsefinder-distance", "max"], ["window", 0], ["reformer", 0]]) {
+    let d = await chooseMethod(page, method);
+    const index = at === "max" ? await sliderMax(page) : at;
+    if (d.valueIndex !== index) d = await afterUpdate(page, () => setSlider(page, index));
+    for (const [layer, head] of [[0, 0], [2, 1], [3, 3]]) {
+      if (d.layer !== layer || d.head !== head) d = await afterUpdate(page, () => page.click(`#thumb-${layer}-${head}`));
+      const label = `${method} ${d.value} L${layer}H${head}`;
+      await assertRepairShown(page, d, label);
+      seen.push({ label, recall: d.recall, graphRows: d.graphRows, repaired: d.repairedRows + d.denseRows, share: d.repairShare });
+    }
+  }
+  assert.ok(seen.some((x) => x.repaired > 0), `some setting needed repair: ${JSON.stringify(seen)}`);
+  assert.ok(seen.some((x) => x.graphRows > 0), `some rows were settled by the graph alone: ${JSON.stringify(seen)}`);
+  await afterUpdate(page, () => page.click("#thumb-0-0"));
+  await chooseMethod(page, "sparsefinder-distance");
+  await screenshot(page, "controls-repair");
+});
+
 test("switching to the bidirectional (masked) teacher and back", async () => {
   const { page } = session.tab;
   // Not while the Pareto curves still compute: see the last test.
@@ -142,6 +200,7 @@ test("switching to the bidirectional (masked) teacher and back", async () => {
   assert.equal(masked.layer, causal.layer);
   assert.equal(masked.head, causal.head);
   await assertShownMatchState(page, masked);
+  await assertRepairShown(page, masked, "masked teacher");
   assert.notEqual(masked.meanRecall, causal.meanRecall);
   assert.notEqual(masked.goldSparsity, causal.goldSparsity);
   assert.equal(await page.evaluate(() => document.body.classList.contains("bidirectional")), true);

@@ -31,6 +31,8 @@ test("the page becomes ready with the default text, teacher and method", async (
   assert.ok(d.updateMs > 0 && Number.isFinite(d.updateMs));
   assert.match(await session.tab.page.textContent("#status"), /^\s*$/, "no status line once loaded");
   assert.equal(await session.tab.page.isHidden("#status"), true);
+  assert.equal(d.graphRows + d.repairedRows + d.denseRows, d.tokens, "bound and repair settles every row of the chosen head");
+  assert.match(await session.tab.page.textContent("#graph-rows"), new RegExp(`^${d.graphRows}/${d.tokens}$`));
   for (const id of ["recall", "sparsity", "gold-sparsity", "precision", "mean-recall", "mean-sparsity"]) {
     const text = (await session.tab.page.textContent(`#${id}`)).trim();
     assert.match(text, /^[01]\.\d{3}$/, `#${id} shows a number (${text})`);
@@ -86,8 +88,11 @@ test("the Pareto plot draws every setting as a dot", async () => {
 
 test("the explanation for students is present", async () => {
   const text = await session.tab.page.textContent("#explain");
-  for (const words of ["Attention", "entmax", "Recall", "sparsity", "Exactness", "Pareto"])
+  for (const words of ["Attention", "entmax", "Recall", "sparsity", "Exactness", "Bound and repair", "Pareto"])
     assert.ok(text.includes(words), `#explain mentions ${words}`);
+  // Bound and repair, as the runtime does it: a bound below the threshold proves a left-out key zero.
+  assert.match(text.replace(/\s+/g, " "), /upper bound on its score .*falls below the row's threshold/);
+  assert.match(text.replace(/\s+/g, " "), /so every row equals full attention/);
   assert.ok(text.length > 1500, `#explain holds ${text.length} characters`);
   assert.equal(await session.tab.page.isVisible("#explain"), true);
 });

@@ -3,6 +3,7 @@
 // the <= 256 bytes the model read) goes through
 //   entgraph capture --model data/teacher-<kind> --text FILE --sequence-bytes 256 --max-sequences 1
 //   entgraph eval --capture DIR --params build/web/params/<kind>/<paramFile>
+//   entgraph attend --capture DIR --params ... --layer L --head H --exact --json   (bound and repair)
 // with --isa sse2 (ENTGRAPH_TEST_NATIVE_ISA): the page's wasm SIMD128 kernels do the
 // same arithmetic as the native SSE2 ones, so every per-head recall, sparsity, true
 // sparsity and precision must be bit-identical, and so must the means over heads.
@@ -129,7 +130,34 @@ async function compareWithCli(page, isa, label) {
   assert.equal(shown["mean-sparsity"], report.sparsity, `${label}: #mean-sparsity data-value`);
   assert.equal((await page.textContent("#recall")).trim(), chosen.recall.toFixed(3));
   assert.equal((await page.textContent("#sparsity")).trim(), chosen.sparsity.toFixed(3));
+  await compareExactWithCli(page, d, dir, isa, label);
   return report;
+}
+
+// The chosen head's bound and repair numbers (graph attention in mode "exact") vs
+// `entgraph attend --exact --json` on the same capture, head and parameter file: how
+// each row was settled and how many pairs were scored and bounded, exactly.
+async function compareExactWithCli(page, d, dir, isa, label) {
+  const attend = JSON.parse(runCli("attend", [
+    "--capture", dir, "--params", paramsOf(d.teacher, d.paramFile, d.window), "--layer", String(d.layer),
+    "--head", String(d.head), "--exact", "--json",
+  ], { isa }));
+  assert.equal(attend.mode, "exact");
+  const cli = attend.heads[0];
+  assert.equal(cli.rows, d.tokens);
+  assert.equal(cli.rows_exact, d.tokens, `${label}: the CLI's exact mode settles every row`);
+  assert.deepEqual(
+    { graphRows: d.graphRows, repairedRows: d.repairedRows, denseRows: d.denseRows, graphPairs: d.graphPairs,
+      repairPairs: d.repairPairs, boundPairs: d.boundPairs },
+    { graphRows: cli.rows_certified, repairedRows: cli.repaired_rows, denseRows: cli.dense_rows, graphPairs: cli.graph_pairs,
+      repairPairs: cli.repair_pairs, boundPairs: cli.bound_pairs },
+    `${label}: page vs entgraph attend --exact --isa ${isa}, L${d.layer}H${d.head}`,
+  );
+  assert.ok(d.exactMaxAbsDiff <= 1e-5, `${label}: exact mode's largest error ${d.exactMaxAbsDiff}`);
+  const shown = await shownNumbers(page, ["graph-rows", "repaired-rows", "repair-cost"]);
+  assert.equal(shown["graph-rows"], cli.rows_certified, `${label}: #graph-rows data-value`);
+  assert.equal(shown["repaired-rows"], cli.repaired_rows + cli.dense_rows, `${label}: #repaired-rows data-value`);
+  if (cli.graph_pairs > 0) assert.equal(shown["repair-cost"], cli.repair_pairs / cli.graph_pairs, `${label}: #repair-cost data-value`);
 }
 
 async function checkAll(page, kind, textName, isa, settings = SETTINGS) {

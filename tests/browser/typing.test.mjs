@@ -85,6 +85,9 @@ test("emptying the text box shows no graph and no error", async () => {
   assert.equal(d.recall, null, "no recall (NaN, null in JSON) without tokens");
   assert.match(await page.textContent("#exactness"), /Type some text/);
   assert.equal((await page.textContent("#recall")).trim(), "–");
+  for (const id of ["max-diff", "graph-rows", "repaired-rows", "repair-cost", "exact-diff"])
+    assert.equal((await page.textContent(`#${id}`)).trim(), "–", `#${id} without tokens`);
+  assert.equal((await page.textContent("#repair-summary")).trim(), "");
   const back = await typeText(page, SENTENCE);
   assert.equal(back.tokens, SENTENCE.length);
   assert.ok(back.recall >= 0 && back.recall <= 1);

@@ -1,20 +1,57 @@
 // Attention in the package: dense eg.attention vs a float64 JavaScript
-// reference (softmax, sparsemax, entmax15), vs eg.graphAttention on the full
-// graph (every row certified), graph attention on a sparse graph (certified
-// rows exact, recomputeUncertified makes every row exact), and the graph
-// helpers (goldGraph, compareGraphs, graphUnion) against plain JavaScript.
+// reference (softmax, sparsemax, entmax15), vs eg.graphAttention in its three
+// modes: on the full graph (every row settled by the graph), on a window graph
+// (fast: only complete rows settled; certify: the same output, certified rows
+// exact; exact: every row equals dense attention, settled codes 1-3 adding up
+// to the rows; softmax has no threshold and throws), exact mode on every head
+// of both teachers with a predicted graph, and the graph helpers (goldGraph,
+// compareGraphs, graphUnion) against plain JavaScript.
 import assert from "node:assert/strict";
-import { before, describe, test } from "node:test";
+import { after, before, describe, test } from "node:test";
 
-import { assertClose, fullGraph, loadPackage, plainGraph, randomNormal } from "./helpers.mjs";
+import { assertClose, fullGraph, heldoutText, loadPackage, loadTeacher, plainGraph, randomNormal } from "./helpers.mjs";
 
 // float32 attention vs float64: scores of a few units, rows of tens of keys.
 const REF_TOL = 1e-5;
 // Graph attention vs dense attention, two float32 computations of the same
 // rows (gathered dot products vs the blocked matmul, other summation orders):
 // 1e-5, the bound of the core's own tests (tests/attention). Measured here:
-// up to 4.5e-6 on rows recomputed densely with recomputeUncertified.
+// up to 4.5e-6 on rows repaired or computed densely by mode "exact".
 const TOL = 1e-5;
+
+// Allowed (query, key) pairs: query i of n sees keys j < i + 1 + (m - n) when causal.
+function allowedPairs(n, m, causal) {
+  let total = 0;
+  for (let i = 0; i < n; ++i) total += causal ? Math.max(0, Math.min(m, i + 1 + m - n)) : m;
+  return total;
+}
+
+const count = (codes, code) => codes.reduce((a, c) => a + (c === code ? 1 : 0), 0);
+const row = (out, i, cols) => out.subarray(i * cols, (i + 1) * cols);
+
+// An exact-mode report: every row settled (1 graph, 2 repaired, 3 dense), the counts are the codes'.
+function checkExactReport(r, queries, what = "exact") {
+  assert.ok(r.settled instanceof Uint8Array, `${what}: settled is a Uint8Array`);
+  assert.equal(r.settled.length, queries, `${what}: settled per row`);
+  assert.ok(r.settled.every((c) => c === 1 || c === 2 || c === 3), `${what}: settled codes in {1, 2, 3}`);
+  assert.equal(r.graphRows, count(r.settled, 1), `${what}: graphRows`);
+  assert.equal(r.repairedRows, count(r.settled, 2), `${what}: repairedRows`);
+  assert.equal(r.denseRows, count(r.settled, 3), `${what}: denseRows`);
+  assert.equal(r.graphRows + r.repairedRows + r.denseRows, queries, `${what}: the counts add up to the rows`);
+  if (r.repairedRows + r.denseRows === 0) assert.equal(r.repairPairs, 0, `${what}: nothing repaired, nothing added`);
+}
+
+function assertThrowsMatching(fn, pattern, what) {
+  let error = null;
+  try {
+    fn();
+  } catch (e) {
+    error = e;
+  }
+  assert.ok(error !== null, `${what}: did not throw`);
+  assert.ok(error instanceof Error, `${what}: threw ${Object.prototype.toString.call(error)}, not an Error`);
+  assert.match(error.message, pattern, `${what}: message`);
+}
 
 // ---------------------------------------------------------------------------
 // float64 reference transforms on one row (entries of -Infinity excluded).
@@ -151,43 +188,67 @@ describe("attention", () => {
     ];
     for (const t of transforms) {
       const label = `${t.transform}${t.alpha ? ` alpha=${t.alpha}` : ""}${t.topk ? ` k=${t.topk}` : ""}`;
+      const threshold = t.transform !== "softmax";
       test(`${spec.name}, ${label}: graph attention on the full graph equals dense attention`, () => {
         const dense = eg.attention({ ...base, ...t, scale });
-        const g = eg.graphAttention({ ...base, ...t, scale, graph: fullGraph(queries, keys) });
-        assertClose(g.out, dense.out, TOL, "out");
-        assert.ok(g.certified instanceof Uint8Array);
-        assert.equal(g.certified.length, queries);
-        assert.equal(g.certifiedRows, queries, "every row holds every allowed key, so every row is certified");
-        assert.ok(g.certified.every((c) => c === 1));
-        assert.equal(g.recomputedRows, 0);
+        const allowed = allowedPairs(queries, keys, causal);
+        for (const mode of threshold ? [undefined, "fast", "certify", "exact"] : [undefined, "fast"]) {
+          const g = eg.graphAttention({ ...base, ...t, scale, graph: fullGraph(queries, keys), mode });
+          assertClose(g.out, dense.out, TOL, `out, mode ${mode}`);
+          assert.ok(g.settled instanceof Uint8Array);
+          assert.equal(g.settled.length, queries);
+          assert.ok(g.settled.every((c) => c === 1), "every row holds every allowed key, so the graph settles it");
+          assert.equal(g.graphRows, queries);
+          assert.equal(g.repairedRows, 0);
+          assert.equal(g.denseRows, 0);
+          assert.equal(g.graphPairs, allowed);
+          assert.equal(g.repairPairs, 0);
+          assert.equal(g.boundPairs, 0, "complete rows need no bounds");
+        }
       });
 
-      test(`${spec.name}, ${label}: graph attention on a window graph: certified rows exact, recomputed rows exact`, () => {
+      test(`${spec.name}, ${label}: graph attention on a window graph: fast, certify and exact`, () => {
         const dense = eg.attention({ ...base, ...t, scale });
         const graph = windowGraph(queries, keys, 6);
-        const g = eg.graphAttention({ ...base, ...t, scale, graph });
+        const limitOf = (i) => (causal ? Math.max(0, Math.min(keys, i + 1 + keys - queries)) : keys);
+        let windowPairs = 0;
         for (let i = 0; i < queries; ++i)
-          if (g.certified[i])
-            assertClose(
-              g.out.subarray(i * valueDim, (i + 1) * valueDim),
-              dense.out.subarray(i * valueDim, (i + 1) * valueDim),
-              TOL,
-              `certified row ${i}`,
-            );
-        assert.equal(
-          g.certifiedRows,
-          g.certified.reduce((a, b) => a + b, 0),
-        );
-        const r = eg.graphAttention({ ...base, ...t, scale, graph, recomputeUncertified: true });
-        assertClose(r.out, dense.out, TOL, "out with recomputeUncertified");
-        assert.equal(r.certifiedRows + r.recomputedRows, queries);
-        // certify: false certifies only the rows holding every allowed key.
-        const fast = eg.graphAttention({ ...base, ...t, scale, graph, certify: false });
+          for (let e = graph.offsets[i]; e < graph.offsets[i + 1]; ++e) windowPairs += graph.indices[e] < limitOf(i) ? 1 : 0;
+        // fast (the default): only the rows holding every allowed key are settled, by the graph.
+        const fast = eg.graphAttention({ ...base, ...t, scale, graph });
+        assert.deepEqual(eg.graphAttention({ ...base, ...t, scale, graph, mode: "fast" }), fast);
         for (let i = 0; i < queries; ++i) {
-          const limit = causal ? Math.max(0, Math.min(keys, i + 1 + keys - queries)) : keys;
-          const full = Math.max(0, i - 6) === 0 && Math.min(keys - 1, i + 6) >= limit - 1;
-          assert.equal(fast.certified[i], full ? 1 : 0, `certify: false, row ${i}`);
+          const full = Math.max(0, i - 6) === 0 && Math.min(keys - 1, i + 6) >= limitOf(i) - 1;
+          assert.equal(fast.settled[i], full ? 1 : 0, `fast, row ${i}`);
         }
+        assert.equal(fast.graphRows, count(fast.settled, 1));
+        assert.deepEqual([fast.repairedRows, fast.denseRows, fast.repairPairs, fast.boundPairs], [0, 0, 0, 0]);
+        assert.equal(fast.graphPairs, windowPairs);
+        if (!threshold) {
+          for (const mode of ["certify", "exact"])
+            assertThrowsMatching(() => eg.graphAttention({ ...base, ...t, scale, graph, mode }), /no threshold/, `softmax, ${mode}`);
+          return;
+        }
+        // certify: the same output; rows settled by the graph are dense attention.
+        const cert = eg.graphAttention({ ...base, ...t, scale, graph, mode: "certify" });
+        assert.deepEqual(cert.out, fast.out);
+        assert.ok(cert.settled.every((c) => c === 0 || c === 1), "certify settles by the graph or not at all");
+        assert.equal(cert.graphRows, count(cert.settled, 1));
+        assert.ok(cert.graphRows >= fast.graphRows);
+        assert.deepEqual([cert.repairedRows, cert.denseRows, cert.repairPairs], [0, 0, 0]);
+        assert.equal(cert.graphPairs, windowPairs);
+        for (let i = 0; i < queries; ++i)
+          if (cert.settled[i]) assertClose(row(cert.out, i, valueDim), row(dense.out, i, valueDim), TOL, `certified row ${i}`);
+        // exact: every row is dense attention, settled by the graph (as certify), repaired, or dense.
+        const exact = eg.graphAttention({ ...base, ...t, scale, graph, mode: "exact" });
+        assertClose(exact.out, dense.out, TOL, "out, mode exact");
+        checkExactReport(exact, queries);
+        for (let i = 0; i < queries; ++i)
+          assert.equal(exact.settled[i] === 1, cert.settled[i] === 1, `row ${i}: settled by the graph in exact iff in certify`);
+        assert.equal(exact.graphPairs, windowPairs);
+        assert.equal(exact.boundPairs, cert.boundPairs);
+        assert.ok(exact.graphPairs + exact.repairPairs <= allowedPairs(queries, keys, causal));
+        if (exact.repairedRows + exact.denseRows > 0) assert.ok(exact.repairPairs > 0);
       });
     }
 
@@ -228,3 +289,73 @@ describe("attention", () => {
     });
   }
 });
+
+// Exact mode on real heads: every head of both teachers over held-out text the
+// predictors were not fitted on, with a window predictor's graph (it misses
+// most long-range edges, so rows need repair) and the empty graph (repair
+// alone), against the package's dense attention.
+for (const model of ["teacher-causal", "teacher-masked"]) {
+  describe(`${model}: exact graph attention equals dense attention on every head`, () => {
+    let eg;
+    let teacher;
+    let out;
+    let predictor;
+    before(async () => {
+      eg = await loadPackage();
+      teacher = loadTeacher(eg, model);
+      out = teacher.forward(heldoutText(4096, 256));
+      predictor = eg.Predictor.create("window", { window: 8 });
+    });
+    after(() => {
+      for (const o of [predictor, out, teacher]) o?.dispose();
+    });
+
+    test("mode exact: settled codes 1-3, counts add up, out equals eg.attention to 1e-5", (t) => {
+      const n = out.tokens;
+      const dim = out.headDim;
+      const allowed = allowedPairs(n, n, out.causal);
+      const empty = { queries: n, keys: n, offsets: new Uint32Array(n + 1), indices: new Uint32Array(0) };
+      const totals = { graphRows: 0, repairedRows: 0, denseRows: 0, graphPairs: 0, repairPairs: 0, maxDiff: 0 };
+      for (let layer = 0; layer < out.layers; ++layer)
+        for (let head = 0; head < out.heads; ++head) {
+          const what = `layer ${layer} head ${head}`;
+          const q = out.queries(layer, head);
+          const k = out.keys(layer, head);
+          const inputs = { q, k, v: out.values(layer, head), queries: n, keys: n, dim, valueDim: dim,
+                          transform: "entmax", alpha: out.alpha, causal: out.causal, scale: out.scale };
+          const dense = eg.attention(inputs);
+          const graph = predictor.predict(q, k, { queries: n, keys: n, dim, layer, head, causal: out.causal });
+          const exact = eg.graphAttention({ ...inputs, graph, mode: "exact" });
+          assertClose(exact.out, dense.out, TOL, `${what}: out`);
+          checkExactReport(exact, n, what);
+          assert.ok(exact.graphPairs + exact.repairPairs <= allowed, `${what}: scored pairs within the allowed ones`);
+          for (let x = 0; x < dense.out.length; ++x)
+            totals.maxDiff = Math.max(totals.maxDiff, Math.abs(exact.out[x] - dense.out[x]));
+          for (const key of ["graphRows", "repairedRows", "denseRows", "graphPairs", "repairPairs"]) totals[key] += exact[key];
+          // softmax has no threshold: certify and exact throw, fast does not.
+          eg.graphAttention({ ...inputs, graph, transform: "softmax" });
+          for (const mode of ["certify", "exact"])
+            assertThrowsMatching(() => eg.graphAttention({ ...inputs, graph, transform: "softmax", mode }), /no threshold/,
+                                 `${what}: softmax, ${mode}`);
+          if (layer === 0 && head === 0) {
+            // The empty graph: repair alone finds every row's keys (in decreasing bound order,
+            // until the bounds exclude the rest), so no row is settled by the graph.
+            const e = eg.graphAttention({ ...inputs, graph: empty, mode: "exact" });
+            assertClose(e.out, dense.out, TOL, `${what}, empty graph: out`);
+            checkExactReport(e, n, `${what}, empty graph`);
+            assert.equal(e.graphRows, 0);
+            assert.equal(e.graphPairs, 0);
+            assert.ok(e.repairPairs > 0 && e.repairPairs <= allowed, `${what}, empty graph: ${e.repairPairs} pairs repaired`);
+            t.diagnostic(`empty graph, ${what}: ${e.repairedRows} rows repaired, ${e.denseRows} dense, ` +
+                         `${e.repairPairs} of ${allowed} allowed pairs scored`);
+          }
+        }
+      t.diagnostic(`window 8 over ${out.layers * out.heads} heads of ${n} tokens: ${JSON.stringify(totals)}`);
+      // The window graph misses edges, so repair happened; the bounds excluded keys, so it was not all dense.
+      assert.ok(totals.repairedRows > 0, "some rows were repaired");
+      // Causal: the first 9 rows hold every allowed key, so the window alone settles them.
+      if (out.causal) assert.ok(totals.graphRows >= 9 * out.layers * out.heads, "the complete rows are settled by the window alone");
+      assert.ok(totals.repairPairs < out.layers * out.heads * allowed - totals.graphPairs, "the bounds excluded keys");
+    });
+  });
+}

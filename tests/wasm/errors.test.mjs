@@ -111,6 +111,17 @@ describe("errors", () => {
     const wrongShape = { queries: 3, keys: 5, offsets: new Uint32Array([0, 0, 0, 0]), indices: new Uint32Array([]) };
     assertThrowsMatching(() => eg.graphAttention({ ...ok, graph: wrongShape }), /graph/, "graph of 3 queries");
     const valid = { queries: 4, keys: 5, offsets: new Uint32Array([0, 2, 2, 2, 2]), indices: new Uint32Array([1, 3]) };
+    // Modes: softmax has no threshold (certify and exact need one), unknown modes, the options modes replaced.
+    eg.graphAttention({ ...ok, graph: valid });
+    for (const mode of ["certify", "exact"])
+      assertThrowsMatching(() => eg.graphAttention({ ...ok, graph: valid, mode }), /no threshold/, `softmax, mode ${mode}`);
+    eg.graphAttention({ ...ok, transform: "sparsemax", graph: valid, mode: "exact" });
+    assertThrowsMatching(() => eg.graphAttention({ ...ok, graph: valid, mode: "dense" }), /mode must be "fast", "certify" or "exact"/,
+                         "unknown mode");
+    assertThrowsMatching(() => eg.graphAttention({ ...ok, graph: valid, mode: true }), /^mode: expected a string/, "mode true");
+    assertThrowsMatching(() => eg.graphAttention({ ...ok, graph: valid, certify: true }), /certify is gone; use mode/, "certify: true");
+    assertThrowsMatching(() => eg.graphAttention({ ...ok, graph: valid, recomputeUncertified: true }),
+                         /recomputeUncertified is gone; use mode/, "recomputeUncertified: true");
     assertThrowsMatching(() => eg.graphUnion(wrongShape, valid), /^graph_union: graphs of different shapes/, "union of different shapes");
     assertThrowsMatching(() => eg.graphUnion(valid, unsorted), /not sorted and unique/, "union with an unsorted graph");
     assertThrowsMatching(() => eg.compareGraphs(outOfRange, valid), /key 9/, "compareGraphs with a key out of range");
