@@ -36,14 +36,10 @@ PREDICTORS=(
   "window w=256|--method window --set window=256"
   "sparsefinder-kmeans|--params $W/kmeans.json"
   "sparsefinder-distance|--params $W/distance.json"
-  "sparsefinder-quantization|--params $W/quantization.json"
-  "routing|--params $W/routing.json"
 )
 fit() { [ -f "$W/$1.json" ] || $E fit --quiet --capture "$W/fit" --method "$2" "${@:3}" --out "$W/$1.json" >/dev/null; }
 fit kmeans sparsefinder-kmeans --set clusters=8 --set extra_window=32
 fit distance sparsefinder-distance --set t=2.0 --set extra_window=32
-fit quantization sparsefinder-quantization --set extra_window=32
-fit routing routing --set clusters=8 --set extra_window=32
 
 field() { sed -n "s/.*\"$1\": \([0-9.e+-]*\).*/\1/p" | head -1; }
 echo "| n | predictor | threads | mode | dense s | graph s | ratio | rows | by graph | repaired | dense rows | extra pairs / graph pairs | max abs err | max abs dense |"
@@ -62,7 +58,7 @@ for n in $SIZES; do
         certified=$(field rows_certified <<<"$total")
         repaired=$(field repaired_rows <<<"$total")
         dense_rows=$(field dense_rows <<<"$total")
-        extra=$(awk -v a="$(field repair_pairs <<<"$total")" -v b="$(field graph_pairs <<<"$total")" 'BEGIN{printf "%.2f", b > 0 ? a / b : 0}')
+        extra=$(awk -v a="$(field repair_pairs <<<"$total")" -v b="$(field graph_pairs <<<"$total")" 'BEGIN{printf "%.2f", (b > 0 ? a / b : 0)}')
         printf "| %s | %s | %s | %s | %.4f | %.4f | %.3f | %s | %s | %s | %s | %s | %.2g | %.3g |\n" "$n" "$name" \
           "$([ "$t" = 0 ] && echo all || echo "$t")" "$mode" "$(field dense_s <<<"$total")" "$(field graph_s <<<"$total")" \
           "$(field ratio <<<"$total")" "$rows" "$certified" "$repaired" "$dense_rows" "$extra" \
