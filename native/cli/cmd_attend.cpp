@@ -185,9 +185,20 @@ int run_attend(const std::vector<std::string>& raw) {
   std::vector<std::string> argv = raw;
   const PredictorSettings settings = take_settings(argv, "attend");
   const Args args("attend", argv,
-                  {{"capture", true}, {"params", true}, {"method", true}, {"layer", true}, {"head", true},
-                   {"fn", true}, {"alpha", true}, {"k", true}, {"exact", false}, {"rank", true}, {"repeat", true},
-                   {"json", false}, kIsaOption, kThreadsOption});
+                  {{"capture", true},
+                   {"params", true},
+                   {"method", true},
+                   {"layer", true},
+                   {"head", true},
+                   {"fn", true},
+                   {"alpha", true},
+                   {"k", true},
+                   {"exact", false},
+                   {"rank", true},
+                   {"repeat", true},
+                   {"json", false},
+                   kIsaOption,
+                   kThreadsOption});
   if (args.help()) {
     std::printf("%s%s", kUsage, kRuntimeOptionsHelp);
     return 0;
@@ -204,7 +215,8 @@ int run_attend(const std::vector<std::string>& raw) {
   std::size_t rank = kAutoBoundRank;
   if (args.has("rank") && *args.get("rank") != "auto") {
     rank = static_cast<std::size_t>(*args.integer("rank"));
-    if (rank > 4096) throw args.error("--rank: too large (got " + *args.get("rank") + ", expected auto or at most 4096)");
+    if (rank > 4096)
+      throw args.error("--rank: too large (got " + *args.get("rank") + ", expected auto or at most 4096)");
   }
   const std::uint64_t repeat = args.integer("repeat").value_or(1);
   if (repeat < 1 || repeat > 1000) throw args.error("--repeat: must be in [1, 1000] (got " + *args.get("repeat") + ")");
@@ -222,7 +234,8 @@ int run_attend(const std::vector<std::string>& raw) {
   }
   const Capture capture = read_capture(*args.get("capture"));
   if (!capture.has_values())
-    throw Error("attend: --capture " + *args.get("capture") + ": the capture has no values (values.npy); attention "
+    throw Error("attend: --capture " + *args.get("capture") +
+                ": the capture has no values (values.npy); attention "
                 "needs V");
   const std::vector<std::size_t> layers = selection(args, "layer", capture.layers);
   const std::vector<std::size_t> heads = selection(args, "head", capture.heads);
@@ -240,8 +253,8 @@ int run_attend(const std::vector<std::string>& raw) {
   Tally total;
   std::ostringstream per_head;
   if (!json)
-    std::printf("%-5s %-4s %7s %10s %10s %7s %7s %8s %7s %11s\n", "layer", "head", "rows", "dense_s", "graph_s", "ratio",
-                "by_graph", "repaired", "dense", "max_abs_err");
+    std::printf("%-5s %-4s %7s %10s %10s %7s %7s %8s %7s %11s\n", "layer", "head", "rows", "dense_s", "graph_s",
+                "ratio", "by_graph", "repaired", "dense", "max_abs_err");
   for (std::size_t l : layers)
     for (std::size_t h : heads) {
       const Transform t = head_transform(chosen, capture.head(l, h).alpha);
@@ -265,11 +278,12 @@ int run_attend(const std::vector<std::string>& raw) {
     std::printf("%-10s %7zu %10.6f %10.6f %7.3f %8zu %8zu %7zu %11.3g\n", "total", total.rows, total.dense_s,
                 total.graph_s, total.ratio(), total.rows_certified, total.repaired_rows, total.dense_rows,
                 total.max_abs_err);
-    std::printf("%s mode, %s: %zu of %zu rows exact (%zu by the graph alone); predicted sparsity %.4f; "
-                "repair scored %zu pairs beyond the graph's %zu\n",
-                exact ? "exact" : "fast", predictor->method().c_str(), total.rows_exact, total.rows,
-                total.rows_certified, total.allowed_pairs ? 1.0 - double(total.predicted_pairs) / total.allowed_pairs : 0.0,
-                total.repair_pairs, total.graph_pairs);
+    std::printf(
+        "%s mode, %s: %zu of %zu rows exact (%zu by the graph alone); predicted sparsity %.4f; "
+        "repair scored %zu pairs beyond the graph's %zu\n",
+        exact ? "exact" : "fast", predictor->method().c_str(), total.rows_exact, total.rows, total.rows_certified,
+        total.allowed_pairs ? 1.0 - double(total.predicted_pairs) / total.allowed_pairs : 0.0, total.repair_pairs,
+        total.graph_pairs);
   }
   return 0;
 }

@@ -71,7 +71,7 @@ struct GraphAttentionReport {
   std::size_t dense_rows = 0;
   std::size_t graph_pairs = 0;   // allowed (query, key) pairs of the graph that were scored
   std::size_t repair_pairs = 0;  // pairs added by repair and dense rows (scored beyond the graph)
-  std::size_t bound_pairs = 0;   // pairs whose score was bounded (certify, exact)
+  std::size_t bound_pairs = 0;   // allowed pairs of the rows whose bounds were checked (certify, exact)
 
   // Rows provably equal to dense attention.
   std::size_t exact_rows() const { return graph_rows + repaired_rows + dense_rows; }
@@ -113,8 +113,7 @@ void graph_attention_forward(ConstMatrix<T> q, ConstMatrix<T> k, ConstMatrix<T> 
 // for grad_out, grad_q, grad_k, grad_v of the wrong shape or non-finite grad_out.
 template <class T>
 void graph_attention_backward(ConstMatrix<T> q, ConstMatrix<T> k, ConstMatrix<T> v, const Graph& graph,
-                              ConstMatrix<T> grad_out, MatrixView<T> grad_q, MatrixView<T> grad_k,
-                              MatrixView<T> grad_v, const GraphAttentionOptions<T>& options,
-                              GraphAttentionReport* report = nullptr);
+                              ConstMatrix<T> grad_out, MatrixView<T> grad_q, MatrixView<T> grad_k, MatrixView<T> grad_v,
+                              const GraphAttentionOptions<T>& options, GraphAttentionReport* report = nullptr);
 
 }  // namespace entgraph

@@ -86,11 +86,11 @@ class ScoreBounds {
  private:
   std::size_t m_ = 0, d_ = 0, rank_ = 0;
   double scale_ = 1.0;
-  double margin_ = 0.0;       // c of the rounding term
-  std::vector<double> mean_;  // d
-  std::vector<double> basis_; // d x r, column x is the x-th principal direction
-  bool identity_ = false;     // r = d with U = I: q^ = scale q, no residual
-  std::vector<T> kt_;         // width() x m: k^ rows, then ||k⊥||, then ||k|| + ||k - mu||
+  double margin_ = 0.0;             // c of the rounding term
+  std::vector<double> mean_;        // d
+  std::vector<double> basis_;       // d x r, column x is the x-th principal direction
+  bool identity_ = false;           // r = d with U = I: q^ = scale q, no residual
+  std::vector<T> kt_;               // width() x m: k^ rows, then ||k⊥||, then ||k|| + ||k - mu||
   std::vector<T> box_lo_, box_hi_;  // per box, width() values each: the min and max of kt over its keys
 };
 

@@ -29,9 +29,9 @@
 #include "entgraph/score_bounds.hpp"
 #include "entgraph/transforms.hpp"
 #include "kernels/matmul_kernels.hpp"
-#include "runtime/parallel.hpp"
 #include "kernels/reference/transforms_reference.hpp"
 #include "kernels/transform_kernels.hpp"
+#include "runtime/parallel.hpp"
 #include "transforms/row_driver.hpp"
 
 namespace entgraph {
@@ -57,10 +57,10 @@ void check_transform(const char* op, const Transform& t) {
     case TransformKind::constrained_softmax:
     case TransformKind::constrained_sparsemax:
       fail(std::string("options.attention.transform is not supported on a graph (got ") +
-           (t.kind == TransformKind::adaptive_span         ? "adaptive_span"
-            : t.kind == TransformKind::constrained_softmax ? "constrained_softmax"
-                                                           : "constrained_sparsemax") +
-           ", expected softmax, sparsemax, entmax15, entmax or topk_softmax)",
+               (t.kind == TransformKind::adaptive_span         ? "adaptive_span"
+                : t.kind == TransformKind::constrained_softmax ? "constrained_softmax"
+                                                               : "constrained_sparsemax") +
+               ", expected softmax, sparsemax, entmax15, entmax or topk_softmax)",
            op);
   }
   fail("options.attention.transform.kind is not a transform (got " + num(static_cast<std::size_t>(t.kind)) +
@@ -75,8 +75,10 @@ void validate(const char* op, ConstMatrix<T> q, ConstMatrix<T> k, ConstMatrix<T>
   if (q.rows == 0) fail("q.rows is 0 (got 0 queries, expected n >= 1)", op);
   if (k.rows == 0) fail("k.rows is 0 (got 0 keys, expected m >= 1)", op);
   if (q.cols == 0) fail("q.cols is 0 (got d = 0, expected d >= 1)", op);
-  if (k.cols != q.cols) fail("k.cols does not match q.cols (got " + num(k.cols) + ", expected " + num(q.cols) + ")", op);
-  if (v.rows != k.rows) fail("v.rows does not match k.rows (got " + num(v.rows) + ", expected " + num(k.rows) + ")", op);
+  if (k.cols != q.cols)
+    fail("k.cols does not match q.cols (got " + num(k.cols) + ", expected " + num(q.cols) + ")", op);
+  if (v.rows != k.rows)
+    fail("v.rows does not match k.rows (got " + num(v.rows) + ", expected " + num(k.rows) + ")", op);
   if (v.cols == 0) fail("v.cols is 0 (got dv = 0, expected dv >= 1)", op);
   if (k.rows > std::numeric_limits<std::uint32_t>::max())
     fail("k.rows is too large for a graph (got " + num(k.rows) + ", expected < 2^32)", op);
@@ -103,10 +105,10 @@ void validate_mode(const char* op, const GraphAttentionOptions<T>& options) {
       options.mode != GraphAttentionMode::exact)
     fail("options.mode is not a GraphAttentionMode (got " + num(static_cast<std::size_t>(options.mode)) + ")", op);
   if (options.mode != GraphAttentionMode::fast && !has_threshold(t))
-    fail(std::string("options.mode is ") + (options.mode == GraphAttentionMode::exact ? "exact" : "certify") +
-         " but " + t.name() +
-         " has no threshold: every allowed key gets weight > 0, so no left-out key can be proven zero "
-         "(use dense attention, or a sparse transform: sparsemax, entmax15, entmax with alpha > 1, topk_softmax)",
+    fail(std::string("options.mode is ") + (options.mode == GraphAttentionMode::exact ? "exact" : "certify") + " but " +
+             t.name() +
+             " has no threshold: every allowed key gets weight > 0, so no left-out key can be proven zero "
+             "(use dense attention, or a sparse transform: sparsemax, entmax15, entmax with alpha > 1, topk_softmax)",
          op);
 }
 
@@ -133,7 +135,7 @@ struct Shared {
   const AttentionOptions<T>* o = nullptr;
   GraphAttentionMode mode = GraphAttentionMode::fast;
   std::vector<std::size_t> prefix_count;  // number of non-padding keys in [0, j)
-  std::unique_ptr<ScoreBounds<T>> bounds; // certify / exact
+  std::unique_ptr<ScoreBounds<T>> bounds;  // certify / exact
 
   bool kept(std::size_t j) const { return o->key_padding == nullptr || o->key_padding[j] != 0; }
   std::size_t limit(std::size_t i) const { return o->causal ? causal_key_limit(i, n, m) : m; }
@@ -162,9 +164,9 @@ struct Row {
   std::size_t budget = 0;      // pending keys that trigger a repair step during the scan
   // Left-out keys whose bound clears the threshold, not yet scored.
   std::vector<Pending<T>> pending;
-  std::vector<T> scratch;      // the row kernel's
-  bool scan = false;           // whether the bounds are still to be checked
-  std::size_t cursor = 0;      // merge position in keys[0, candidates) during the scan
+  std::vector<T> scratch;  // the row kernel's
+  bool scan = false;       // whether the bounds are still to be checked
+  std::size_t cursor = 0;  // merge position in keys[0, candidates) during the scan
   RowSettlement settled = RowSettlement::unsettled;
 };
 
@@ -206,8 +208,9 @@ void transform_row(const Shared<T>& c, Row<T>& r) {
 template <class T>
 void score_keys(const Shared<T>& c, std::size_t i, Row<T>& r, std::size_t from) {
   r.scores.resize(r.keys.size());
-  detail::matmul_kernels_for<T>().gather_dot(c.q.row(i), c.k.data, c.k.stride, r.keys.data() + from, r.keys.size() - from, c.d,
-                                static_cast<T>(c.scale), r.scores.data() + from);
+  detail::matmul_kernels_for<T>().gather_dot(c.q.row(i), c.k.data, c.k.stride, r.keys.data() + from,
+                                             r.keys.size() - from, c.d, static_cast<T>(c.scale),
+                                             r.scores.data() + from);
 }
 
 // A guaranteed lower bound on the threshold tau of the row's alpha-entmax
@@ -270,9 +273,9 @@ double score_threshold(const Shared<T>& c, const Row<T>& r) {
 template <class T>
 void drop_excluded(Row<T>& r) {
   const T thr = static_cast<T>(r.threshold);
-  r.pending.erase(std::remove_if(r.pending.begin(), r.pending.end(),
-                                 [&](const Pending<T>& e) { return !(e.bound > thr); }),
-                  r.pending.end());
+  r.pending.erase(
+      std::remove_if(r.pending.begin(), r.pending.end(), [&](const Pending<T>& e) { return !(e.bound > thr); }),
+      r.pending.end());
 }
 
 // Sets r.threshold to the row's score threshold minus its bound offset,
@@ -366,8 +369,7 @@ bool tile_transform(const Transform& t) {
 // Gathers the tile's candidates and their union; computes the union's scores
 // by GEMM when the rows share most keys. Returns whether it did.
 template <class T>
-bool gather_tile(const Shared<T>& c, TileScratch<T>& t, const std::uint32_t* ids, std::size_t rows,
-                 std::size_t tile) {
+bool gather_tile(const Shared<T>& c, TileScratch<T>& t, const std::uint32_t* ids, std::size_t rows, std::size_t tile) {
   t.cand.clear();
   t.start.assign(1, 0);
   std::size_t widest = 0;
@@ -437,7 +439,7 @@ bool gather_tile(const Shared<T>& c, TileScratch<T>& t, const std::uint32_t* ids
     for (std::size_t y = 0; y < c.d; ++y) t.qt[y * rows + r] = c.q(ids[r], y);
   t.scores.resize(u * rows);
   detail::matmul_kernels_for<T>().gemm_nn(u, rows, c.d, static_cast<T>(c.scale), t.ku.data(), c.d, t.qt.data(), rows,
-                             t.scores.data(), rows, false, false);
+                                          t.scores.data(), rows, false, false);
   return true;
 }
 
@@ -445,8 +447,8 @@ bool gather_tile(const Shared<T>& c, TileScratch<T>& t, const std::uint32_t* ids
 // union, -inf where a key is not a row's candidate, one transform call for
 // the block and one GEMM for P V_union.
 template <class T>
-void whole_tile(const Shared<T>& c, TileScratch<T>& t, const std::uint32_t* ids, std::size_t rows,
-                MatrixView<T> out, std::vector<RowSettlement>& settled) {
+void whole_tile(const Shared<T>& c, TileScratch<T>& t, const std::uint32_t* ids, std::size_t rows, MatrixView<T> out,
+                std::vector<RowSettlement>& settled) {
   const std::size_t u = t.keys.size();
   t.block.assign(rows * u, -std::numeric_limits<T>::infinity());
   for (std::size_t r = 0; r < rows; ++r)
@@ -459,12 +461,12 @@ void whole_tile(const Shared<T>& c, TileScratch<T>& t, const std::uint32_t* ids,
   t.vu.resize(u * c.dv);
   for (std::size_t x = 0; x < u; ++x) std::copy_n(c.v.row(t.keys[x]), c.dv, t.vu.data() + x * c.dv);
   t.out.resize(rows * c.dv);
-  detail::matmul_kernels_for<T>().gemm_nn(rows, c.dv, u, T(1), t.probs.data(), u, t.vu.data(), c.dv, t.out.data(), c.dv, false,
-                             true);
+  detail::matmul_kernels_for<T>().gemm_nn(rows, c.dv, u, T(1), t.probs.data(), u, t.vu.data(), c.dv, t.out.data(), c.dv,
+                                          false, true);
   for (std::size_t r = 0; r < rows; ++r) {
     std::copy_n(t.out.data() + r * c.dv, c.dv, out.row(ids[r]));
-    settled[ids[r]] = t.start[r + 1] - t.start[r] == c.allowed(ids[r]) ? RowSettlement::graph
-                                                                          : RowSettlement::unsettled;
+    settled[ids[r]] =
+        t.start[r + 1] - t.start[r] == c.allowed(ids[r]) ? RowSettlement::graph : RowSettlement::unsettled;
   }
 }
 
@@ -533,7 +535,8 @@ void scan_bounds(const Shared<T>& c, TileScratch<T>& t, const std::uint32_t* ids
         const T* qa = t.qb.data() + a * w;
         const double lower = static_cast<double>(bb[j - j0]) - 2.0 * b.slack(qa, j) + lower_offset[a];
         T lower_t = static_cast<T>(lower);
-        if (static_cast<double>(lower_t) > lower) lower_t = std::nextafter(lower_t, -std::numeric_limits<T>::infinity());
+        if (static_cast<double>(lower_t) > lower)
+          lower_t = std::nextafter(lower_t, -std::numeric_limits<T>::infinity());
         row.pending.push_back({bb[j - j0], lower_t, j});
       }
       if (c.mode == GraphAttentionMode::certify) {
@@ -551,8 +554,8 @@ void scan_bounds(const Shared<T>& c, TileScratch<T>& t, const std::uint32_t* ids
 // Runs one tile up to each row's final keys, scores and weights (and its
 // settlement). Returns false when the fast path wrote the tile's output itself.
 template <class T>
-bool settle_tile(const Shared<T>& c, TileScratch<T>& t, const std::uint32_t* ids, std::size_t rows,
-                 std::size_t tile, bool fast_output, MatrixView<T> out, std::vector<RowSettlement>& settled) {
+bool settle_tile(const Shared<T>& c, TileScratch<T>& t, const std::uint32_t* ids, std::size_t rows, std::size_t tile,
+                 bool fast_output, MatrixView<T> out, std::vector<RowSettlement>& settled) {
   const bool tiled = gather_tile<T>(c, t, ids, rows, tile);
   if (tiled && fast_output && c.mode == GraphAttentionMode::fast && tile_transform(c.o->transform)) {
     whole_tile<T>(c, t, ids, rows, out, settled);
@@ -704,8 +707,8 @@ void graph_attention_forward(ConstMatrix<T> q, ConstMatrix<T> k, ConstMatrix<T> 
   run_tiles<T>(c, true, out, settled, [&](std::size_t i, const Row<T>& row) {
     graph_keys[i] = row.candidates;
     final_keys[i] = row.keys.size();
-    detail::matmul_kernels_for<T>().gather_axpy(row.probs.data(), c.v.data, c.v.stride, row.keys.data(), row.keys.size(), c.dv,
-                                   out.row(i));
+    detail::matmul_kernels_for<T>().gather_axpy(row.probs.data(), c.v.data, c.v.stride, row.keys.data(),
+                                                row.keys.size(), c.dv, out.row(i));
   });
   if (report == nullptr) return;
   // The fast path of a tile records no key counts: take them from the graph
@@ -722,9 +725,8 @@ void graph_attention_forward(ConstMatrix<T> q, ConstMatrix<T> k, ConstMatrix<T> 
 
 template <class T>
 void graph_attention_backward(ConstMatrix<T> q, ConstMatrix<T> k, ConstMatrix<T> v, const Graph& graph,
-                              ConstMatrix<T> grad_out, MatrixView<T> grad_q, MatrixView<T> grad_k,
-                              MatrixView<T> grad_v, const GraphAttentionOptions<T>& options,
-                              GraphAttentionReport* report) {
+                              ConstMatrix<T> grad_out, MatrixView<T> grad_q, MatrixView<T> grad_k, MatrixView<T> grad_v,
+                              const GraphAttentionOptions<T>& options, GraphAttentionReport* report) {
   constexpr const char* op = "graph_attention_backward";
   validate<T>(op, q, k, v, graph, options);
   validate_mode<T>(op, options);
@@ -760,7 +762,8 @@ void graph_attention_backward(ConstMatrix<T> q, ConstMatrix<T> k, ConstMatrix<T>
       return;
     }
     // dp_j = g_i . v_j on the support, then the transform's backward there.
-    detail::matmul_kernels_for<T>().gather_dot(grad_out.row(i), c.v.data, c.v.stride, s.keys.data(), cnt, c.dv, T(1), dp.data());
+    detail::matmul_kernels_for<T>().gather_dot(grad_out.row(i), c.v.data, c.v.stride, s.keys.data(), cnt, c.dv, T(1),
+                                               dp.data());
     transform_backward<T>(c.o->transform, ConstMatrix<T>{s.p.data(), 1, cnt}, ConstMatrix<T>{dp.data(), 1, cnt},
                           MatrixView<T>{s.dz.data(), 1, cnt});
     detail::matmul_kernels_for<T>().gather_axpy(s.dz.data(), c.k.data, c.k.stride, s.keys.data(), cnt, c.d, gq);
@@ -784,27 +787,27 @@ void graph_attention_backward(ConstMatrix<T> q, ConstMatrix<T> k, ConstMatrix<T>
         dzw[at] = rows[i].dz[x];
       }
   }
-  detail::parallel_for(c.m, detail::grain_for((start[c.m] / c.m + 1) * (c.d + c.dv)), [&](std::size_t j0,
-                                                                                          std::size_t j1) {
-    std::vector<double> gk(c.d), gv(c.dv);
-    for (std::size_t j = j0; j < j1; ++j) {
-      std::fill(gk.begin(), gk.end(), 0.0);
-      std::fill(gv.begin(), gv.end(), 0.0);
-      for (std::size_t e = start[j]; e < start[j + 1]; ++e) {
-        const T* qi = c.q.row(who[e]);
-        const T* gi = grad_out.row(who[e]);
-        const double dz = static_cast<double>(dzw[e]), p = static_cast<double>(pw[e]);
-        for (std::size_t x = 0; x < c.d; ++x) gk[x] += dz * static_cast<double>(qi[x]);
-        for (std::size_t x = 0; x < c.dv; ++x) gv[x] += p * static_cast<double>(gi[x]);
-      }
-      for (std::size_t x = 0; x < c.d; ++x) grad_k(j, x) = static_cast<T>(c.scale * gk[x]);
-      for (std::size_t x = 0; x < c.dv; ++x) grad_v(j, x) = static_cast<T>(gv[x]);
-    }
-  });
+  detail::parallel_for(c.m, detail::grain_for((start[c.m] / c.m + 1) * (c.d + c.dv)),
+                       [&](std::size_t j0, std::size_t j1) {
+                         std::vector<double> gk(c.d), gv(c.dv);
+                         for (std::size_t j = j0; j < j1; ++j) {
+                           std::fill(gk.begin(), gk.end(), 0.0);
+                           std::fill(gv.begin(), gv.end(), 0.0);
+                           for (std::size_t e = start[j]; e < start[j + 1]; ++e) {
+                             const T* qi = c.q.row(who[e]);
+                             const T* gi = grad_out.row(who[e]);
+                             const double dz = static_cast<double>(dzw[e]), p = static_cast<double>(pw[e]);
+                             for (std::size_t x = 0; x < c.d; ++x) gk[x] += dz * static_cast<double>(qi[x]);
+                             for (std::size_t x = 0; x < c.dv; ++x) gv[x] += p * static_cast<double>(gi[x]);
+                           }
+                           for (std::size_t x = 0; x < c.d; ++x) grad_k(j, x) = static_cast<T>(c.scale * gk[x]);
+                           for (std::size_t x = 0; x < c.dv; ++x) grad_v(j, x) = static_cast<T>(gv[x]);
+                         }
+                       });
   fill_report(report, std::move(settled), graph_keys, final_keys, count_bound_pairs(c, graph_keys));
 }
 
-#define ENTGRAPH_GRAPH_ATTENTION(T)                                                                                  \
+#define ENTGRAPH_GRAPH_ATTENTION(T)                                                                                \
   template void graph_attention_forward<T>(ConstMatrix<T>, ConstMatrix<T>, ConstMatrix<T>, const Graph&,           \
                                            MatrixView<T>, const GraphAttentionOptions<T>&, GraphAttentionReport*); \
   template void graph_attention_backward<T>(ConstMatrix<T>, ConstMatrix<T>, ConstMatrix<T>, const Graph&,          \

@@ -113,7 +113,8 @@ ScoreBounds<T>::ScoreBounds(ConstMatrix<T> k, double scale, std::size_t rank, co
     std::vector<T> centred(count * d), cov_t(d * d);
     for (std::size_t j = 0, row = 0; j < m_; ++j) {
       if (!kept(j)) continue;
-      for (std::size_t x = 0; x < d; ++x) centred[row * d + x] = static_cast<T>(static_cast<double>(k(j, x)) - mean_[x]);
+      for (std::size_t x = 0; x < d; ++x)
+        centred[row * d + x] = static_cast<T>(static_cast<double>(k(j, x)) - mean_[x]);
       ++row;
     }
     detail::matmul_kernels_for<T>().gemm_tn(d, d, count, T(1), centred.data(), d, centred.data(), d, cov_t.data(), d,
@@ -240,7 +241,8 @@ template <class T>
 void ScoreBounds<T>::bound_block(const T* qt, std::size_t rows, std::size_t ldq, std::size_t j0, std::size_t j1,
                                  T* bounds, std::size_t ldb) const {
   // bounds = qt (rows x w) * kt[:, j0:j1] (w x (j1 - j0)), kt's rows m apart.
-  detail::matmul_kernels_for<T>().gemm_nn(rows, j1 - j0, width(), T(1), qt, ldq, kt_.data() + j0, m_, bounds, ldb, false, false);
+  detail::matmul_kernels_for<T>().gemm_nn(rows, j1 - j0, width(), T(1), qt, ldq, kt_.data() + j0, m_, bounds, ldb,
+                                          false, false);
 }
 
 template <class T>

@@ -99,9 +99,8 @@ std::size_t select_above(const T* x, std::size_t n, T threshold, std::uint32_t b
 }
 
 template <class T>
-const MatmulKernels<T> kReferenceMatmul = {CpuIsa::reference,   &gemm_nn<T>,     &gemm_tn<T>,
-                                           &gemm_nt_sampled<T>, &gather_dot<T>, &gather_axpy<T>,
-                                           &select_above<T>};
+const MatmulKernels<T> kReferenceMatmul = {CpuIsa::reference, &gemm_nn<T>,     &gemm_tn<T>,     &gemm_nt_sampled<T>,
+                                           &gather_dot<T>,    &gather_axpy<T>, &select_above<T>};
 
 }  // namespace
 
