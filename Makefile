@@ -65,6 +65,12 @@ bench: build
 clean:
 	rm -rf build
 
+# Exact and fast attention on predicted graphs vs dense attention on the long
+# teacher at n = 2048, 4096, 8192 (tools/bench_exact.sh; docs/PERFORMANCE.md).
+.PHONY: bench-exact
+bench-exact: build
+	tools/bench_exact.sh
+
 # WebAssembly vs native: native/bench/transform_timing.cpp built both ways,
 # the package's JavaScript API and the teacher, timed in one run on the same
 # inputs (tools/bench_wasm.mjs; docs/PERFORMANCE.md, "WebAssembly vs native").
