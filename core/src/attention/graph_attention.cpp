@@ -317,7 +317,13 @@ void repair_step(const Shared<T>& c, std::size_t i, Row<T>& r, std::size_t batch
 template <class T>
 void tighten(const Shared<T>& c, Row<T>& r, Row<T>& probe) {
   probe.scores.assign(r.scores.begin(), r.scores.end());
-  for (const Pending<T>& p : r.pending) probe.scores.push_back(p.lower);
+  // The largest lower bounds decide the threshold; a subset of keys still
+  // gives a valid one, and the transform then runs on a short row.
+  const std::size_t keep = std::min(r.pending.size(), std::max<std::size_t>(32, r.scores.size()));
+  if (keep < r.pending.size())
+    std::nth_element(r.pending.begin(), r.pending.begin() + static_cast<std::ptrdiff_t>(keep), r.pending.end(),
+                     [](const Pending<T>& a, const Pending<T>& b) { return a.lower > b.lower; });
+  for (std::size_t x = 0; x < keep; ++x) probe.scores.push_back(r.pending[x].lower);
   transform_row<T>(c, probe);
   probe.offset = r.offset;
   update_threshold<T>(c, probe);
