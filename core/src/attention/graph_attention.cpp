@@ -599,11 +599,6 @@ bool settle_tile(const Shared<T>& c, TileScratch<T>& t, const std::uint32_t* ids
   return true;
 }
 
-// What a run of tiles reports.
-struct Counts {
-  std::size_t graph_pairs = 0, repair_pairs = 0, bound_pairs = 0;
-};
-
 template <class T>
 std::vector<std::uint32_t> tile_order(const Shared<T>& c) {
   // Tiles take queries in the order of their first key, then their degree
