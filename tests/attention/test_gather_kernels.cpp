@@ -70,7 +70,25 @@ TEST_SUITE("attention") {
           const std::size_t count = mm.select_above(x.data(), n, threshold, 40u, idx.data());
           REQUIRE(count == want.size());
           for (std::size_t c = 0; c < count; ++c) CHECK(idx[c] == want[c]);
-          CHECK(idx[count] == 999u);  // nothing written past count
+          CHECK(idx[n] == 999u);  // nothing written past the room of n entries
+        }
+    }
+  }
+
+  TEST_CASE("max_value is the largest entry, -inf for none, on every ISA") {
+    std::mt19937_64 rng(12);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    for (CpuIsa isa : available_cpu_isas()) {
+      const auto& mm = isa == CpuIsa::reference ? detail::reference_matmul_kernels<float>() : detail::matmul_kernels(isa);
+      CAPTURE(cpu_isa_name(isa));
+      CHECK(mm.max_value(nullptr, 0) == -std::numeric_limits<float>::infinity());
+      for (std::size_t n : {1u, 3u, 15u, 16u, 17u, 31u, 32u, 33u, 100u, 1000u})
+        for (std::size_t at : {std::size_t{0}, n / 2, n - 1}) {
+          std::vector<float> x(n);
+          for (float& v : x) v = normal(rng) - 10.0f;
+          x[at] = 5.0f;
+          if (n > 2) x[(at + 1) % n] = -std::numeric_limits<float>::infinity();
+          CHECK(mm.max_value(x.data(), n) == 5.0f);
         }
     }
   }

@@ -300,6 +300,7 @@ void check_exact_report(const Case& c, const Graph& g, const GraphAttentionRepor
           first_outside = std::min(first_outside, i);
         }
         if (gi < a) ++tally.incomplete_graph;
+        hi += a - gi;  // exact mode may score keys that then get weight 0
         break;
       case RowSettlement::repaired:
         ++repaired;
@@ -1082,8 +1083,9 @@ TEST_SUITE("attention") {
           for (std::size_t i = 0; i < c.n(); ++i) {
             CAPTURE(i);
             const bool complete = c.graph_count(c.graph, i) == c.allowed_count(i);
-            // The same bounds settle the same rows in certify and exact mode.
-            CHECK((cert.settled[i] == RowSettlement::graph) == (exact.settled[i] == RowSettlement::graph));
+            // A row certify proves has no weight outside the graph, which is
+            // what exact mode calls settled by the graph.
+            if (cert.settled[i] == RowSettlement::graph) CHECK(exact.settled[i] == RowSettlement::graph);
             if (complete) CHECK(cert.settled[i] == RowSettlement::graph);
             if (cert.settled[i] == RowSettlement::graph) {
               ++graph_rows;

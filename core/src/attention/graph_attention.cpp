@@ -142,12 +142,11 @@ struct Shared {
   std::size_t allowed(std::size_t i) const { return prefix_count[limit(i)]; }
 };
 
-// A left-out key whose bound clears its row's threshold: the bound (minus
-// the row's offset) and a lower bound of its score (offset included).
+// A left-out key whose bound (minus the row's offset) clears its row's
+// threshold.
 template <class T>
 struct Pending {
   T bound;
-  T lower;
   std::uint32_t key;
 };
 
@@ -158,15 +157,16 @@ struct Row {
   std::vector<std::uint32_t> keys;
   std::vector<T> scores, probs;
   std::size_t candidates = 0;  // keys from the graph
-  double offset = 0.0;         // the query's bound offset (ScoreBounds::prepare_query)
+  const T* qt = nullptr;       // the query's side of the bounds (ScoreBounds::prepare_query)
+  double offset = 0.0;         // and its offset,
+  double lower_offset = 0.0;   // lowered (ScoreBounds::lower_offset)
   double threshold = 0.0;      // bound minus offset above which a left-out key must be scored
-  bool active = false;         // still scanning (certify stops at the first pending key)
-  std::size_t budget = 0;      // pending keys that trigger a repair step during the scan
+  std::size_t budget = 0;      // pending keys that trigger tightening during the scan
   // Left-out keys whose bound clears the threshold, not yet scored.
   std::vector<Pending<T>> pending;
   std::vector<T> scratch;  // the row kernel's
   bool scan = false;       // whether the bounds are still to be checked
-  std::size_t cursor = 0;  // merge position in keys[0, candidates) during the scan
+  bool guess = false;      // exact mode starts from a guessed threshold (settle_from_guess)
   RowSettlement settled = RowSettlement::unsettled;
 };
 
@@ -282,11 +282,16 @@ void drop_excluded(Row<T>& r) {
 // rounded down into T: a key with bound b (minus offset) <= threshold has
 // offset + b <= theta, so it can be skipped.
 template <class T>
-void update_threshold(const Shared<T>& c, Row<T>& r) {
-  const double thr = score_threshold(c, r) - r.offset;
-  T thr_t = static_cast<T>(thr);
-  if (static_cast<double>(thr_t) > thr) thr_t = std::nextafter(thr_t, -std::numeric_limits<T>::infinity());
+void round_threshold(Row<T>& r) {
+  T thr_t = static_cast<T>(r.threshold);
+  if (static_cast<double>(thr_t) > r.threshold) thr_t = std::nextafter(thr_t, -std::numeric_limits<T>::infinity());
   r.threshold = static_cast<double>(thr_t);
+}
+
+template <class T>
+void update_threshold(const Shared<T>& c, Row<T>& r) {
+  r.threshold = score_threshold(c, r) - r.offset;
+  round_threshold(r);
 }
 
 // One repair step: scores the `batch` pending keys of largest bound, runs the
@@ -310,20 +315,29 @@ void repair_step(const Shared<T>& c, std::size_t i, Row<T>& r, std::size_t batch
   drop_excluded(r);
 }
 
+// A lower bound of the score of pending key e, rounded down into T.
+template <class T>
+T pending_lower(const Shared<T>& c, const Row<T>& r, const Pending<T>& e) {
+  const double lower = static_cast<double>(e.bound) - 2.0 * c.bounds->slack(r.qt, e.key) + r.lower_offset;
+  const T lower_t = static_cast<T>(lower);
+  return static_cast<double>(lower_t) > lower ? std::nextafter(lower_t, -std::numeric_limits<T>::infinity())
+                                              : lower_t;
+}
+
 // Raises the row's threshold without scoring anything: the threshold of its
 // scored keys together with lower bounds of its pending keys' scores is
 // valid (a threshold only grows with the scores and with the keys), and when
-// the bounds are tight it is close to the dense row's. probe is scratch.
+// the bounds are tight it is close to the dense row's. Unless `all`, only
+// the pending keys of largest bound take part: a subset of keys still gives a
+// valid threshold, and the transform then runs on a short row. probe is scratch.
 template <class T>
-void tighten(const Shared<T>& c, Row<T>& r, Row<T>& probe) {
+void tighten(const Shared<T>& c, Row<T>& r, Row<T>& probe, bool all = false) {
   probe.scores.assign(r.scores.begin(), r.scores.end());
-  // The largest lower bounds decide the threshold; a subset of keys still
-  // gives a valid one, and the transform then runs on a short row.
-  const std::size_t keep = std::min(r.pending.size(), std::max<std::size_t>(32, r.scores.size()));
+  const std::size_t keep = all ? r.pending.size() : std::min(r.pending.size(), std::max<std::size_t>(32, r.scores.size()));
   if (keep < r.pending.size())
     std::nth_element(r.pending.begin(), r.pending.begin() + static_cast<std::ptrdiff_t>(keep), r.pending.end(),
-                     [](const Pending<T>& a, const Pending<T>& b) { return a.lower > b.lower; });
-  for (std::size_t x = 0; x < keep; ++x) probe.scores.push_back(r.pending[x].lower);
+                     [](const Pending<T>& a, const Pending<T>& b) { return a.bound > b.bound; });
+  for (std::size_t x = 0; x < keep; ++x) probe.scores.push_back(pending_lower(c, r, r.pending[x]));
   transform_row<T>(c, probe);
   probe.offset = r.offset;
   update_threshold<T>(c, probe);
@@ -356,8 +370,11 @@ struct TileScratch {
   std::vector<T> block, probs, vu, out;  // fast path: scores and P (rows x |union|), V of the union, P V
   std::vector<T> qb, bounds;             // bounds: the rows' query sides (rows x width), a block of bounds
   std::vector<std::uint32_t> hits;       // keys of a block whose bound clears a row's threshold
+  std::vector<std::size_t> scan_rows;    // the rows whose bounds are scanned
   std::vector<Row<T>> rows;
   Row<T> probe;  // tighten's scratch row
+  std::vector<Pending<T>> rest;  // settle_from_guess's keys that wait
+  double gap = std::numeric_limits<double>::infinity();  // the last settled row's largest bound less its threshold
 };
 
 // Queries are processed in tiles of kTile rows. When their key lists overlap
@@ -476,83 +493,183 @@ void whole_tile(const Shared<T>& c, TileScratch<T>& t, const std::uint32_t* ids,
   }
 }
 
-// Scans the bounds of every allowed key of the tile's rows that still need
-// it, block by block, and appends to each row the left-out keys whose bound
-// clears its threshold (in increasing key order).
+// The rows of a tile whose bounds are computed at once are capped so that
+// the buffer holds at most kBoundValues values (4 MB of floats), whatever the
+// number of keys; a row's pending list is checked every kScanChunk keys.
+constexpr std::size_t kBoundValues = std::size_t{1} << 20;
+constexpr std::size_t kScanChunk = 1024;
+
+// settle_by_bounds' guess of a row's threshold: its largest bound less this
+// fraction of the previous row's gap between largest bound and threshold.
+constexpr double kGuessGap = 0.7;
+
+// What collect_pending does when the pending list outgrows the row's budget.
+enum class Overflow { tighten, keep };
+
+// Sets the row's pending list to its left-out keys among bounds[0, lim)
+// (key j at bounds[j]) whose bound clears its threshold, in increasing key
+// order, skipping the keys the row already holds (kept sorted in
+// keys[0, held)) or whose bound is above the ceiling. When the list
+// outgrows the budget, exact mode either raises the threshold from the
+// pending keys' lower bounds, so that the rest of the scan keeps fewer, or
+// keeps them all; certify mode stops at the first key.
 template <class T>
-void scan_bounds(const Shared<T>& c, TileScratch<T>& t, const std::uint32_t* ids, std::size_t rows) {
+void collect_pending(const Shared<T>& c, TileScratch<T>& t, Row<T>& row, const T* bounds, std::size_t lim,
+                     Overflow overflow, T ceiling = std::numeric_limits<T>::infinity()) {
+  const detail::MatmulKernels<T>& mk = detail::matmul_kernels_for<T>();
+  const std::uint8_t* padding = c.o->key_padding;
+  const std::size_t held = row.candidates;
+  std::size_t cursor = 0;
+  row.pending.clear();
+  t.hits.resize(kScanChunk);
+  for (std::size_t j0 = 0; j0 < lim; j0 += kScanChunk) {
+    const std::size_t j1 = std::min(lim, j0 + kScanChunk);
+    const std::size_t hits = mk.select_above(bounds + j0, j1 - j0, static_cast<T>(row.threshold),
+                                             static_cast<std::uint32_t>(j0), t.hits.data());
+    for (std::size_t h = 0; h < hits; ++h) {
+      const std::uint32_t j = t.hits[h];
+      if ((padding != nullptr && padding[j] == 0) || bounds[j] > ceiling) continue;
+      while (cursor < held && row.keys[cursor] < j) ++cursor;
+      if (cursor < held && row.keys[cursor] == j) continue;
+      row.pending.push_back({bounds[j], j});
+    }
+    if (c.mode == GraphAttentionMode::certify) {
+      if (!row.pending.empty()) return;  // one pending key leaves the row unsettled
+    } else if (row.pending.size() > row.budget) {
+      if (overflow == Overflow::keep) continue;
+      tighten<T>(c, row, t.probe);
+      row.budget = std::max(row.budget, 2 * row.pending.size());
+    }
+  }
+}
+
+// The score threshold of a row after its transform, estimated from its
+// largest weight (p = [(alpha - 1) (s - theta)]^(1/(alpha - 1))): only a
+// guess for the next row, which proves it before use.
+template <class T>
+double threshold_estimate(const Shared<T>& c, const Row<T>& r) {
+  const double am1 = threshold_alpha(c.o->transform) - 1.0;
+  std::size_t best = 0;
+  for (std::size_t x = 1; x < r.probs.size(); ++x)
+    if (r.probs[x] > r.probs[best]) best = x;
+  if (r.probs.empty() || !(r.probs[best] > T(0))) return -std::numeric_limits<double>::infinity();
+  return static_cast<double>(r.scores[best]) - std::pow(static_cast<double>(r.probs[best]), am1) / am1;
+}
+
+// Exact mode from a guessed threshold (bound minus offset). Collects every
+// left-out key whose bound clears the guess; when they are more than the
+// row's budget, only the budget / 2 of largest bound go first (the guess
+// was low). Scores those, runs the transform, and is done when the threshold
+// the row then proves reaches their level: every key left out has a bound at
+// or under it. Otherwise the keys between the proven threshold and that
+// level are added too, and the enlarged row holds every key above a
+// threshold it proves (its threshold only grew).
+template <class T>
+void settle_from_guess(const Shared<T>& c, TileScratch<T>& t, std::uint32_t i, Row<T>& row, const T* bounds,
+                       std::size_t lim, double guess) {
+  row.threshold = guess;
+  round_threshold<T>(row);
+  const T floor = static_cast<T>(row.threshold);  // every key above it is collected
+  collect_pending<T>(c, t, row, bounds, lim, Overflow::keep);
+  std::vector<Pending<T>>& p = row.pending;
+  std::vector<Pending<T>>& rest = t.rest;
+  rest.clear();
+  T level = floor;
+  if (p.size() > row.budget) {
+    const std::size_t keep = row.budget / 2;
+    std::nth_element(p.begin(), p.begin() + static_cast<std::ptrdiff_t>(keep - 1), p.end(),
+                     [](const Pending<T>& a, const Pending<T>& b) { return a.bound > b.bound; });
+    level = p[keep - 1].bound;
+    const auto split = std::partition(p.begin(), p.end(), [&](const Pending<T>& e) { return e.bound > level; });
+    rest.assign(split, p.end());
+    p.erase(split, p.end());
+  }
+  if (!p.empty()) {
+    repair_step<T>(c, i, row, p.size());  // scores them all and transforms the row
+  } else {
+    transform_row<T>(c, row);
+  }
+  update_threshold<T>(c, row);
+  if (row.threshold >= static_cast<double>(level)) return;
+  if (row.threshold >= static_cast<double>(floor)) {
+    const T above = static_cast<T>(row.threshold);
+    for (const Pending<T>& e : rest)
+      if (e.bound > above) p.push_back(e);
+  } else {
+    collect_pending<T>(c, t, row, bounds, lim, Overflow::tighten, level);
+  }
+  if (p.empty()) return;
+  if (p.size() <= row.budget) {
+    repair_step<T>(c, i, row, p.size());
+  } else {
+    repair_row<T>(c, i, row, t.probe);
+  }
+}
+
+// Settles the tile's rows that the graph does not: bounds every allowed key
+// (one GEMM per slab of rows over all their keys), collects each row's
+// pending keys, and in exact mode repairs the row.
+//
+// Exact mode with a threshold transform first guesses the threshold: the
+// estimated threshold of the previous row (neighbouring queries have
+// similar ones), which saves the transform of the graph's keys alone and
+// keeps the pending list short from the start; settle_from_guess proves it.
+template <class T>
+void settle_by_bounds(const Shared<T>& c, TileScratch<T>& t, const std::uint32_t* ids, std::size_t rows) {
   const ScoreBounds<T>& b = *c.bounds;
   const std::size_t w = b.width();
-  std::size_t end = 0, active = 0;
-  t.qb.resize(rows * w);
-  // Only the rows to scan go into the GEMM: pack them first.
-  std::vector<std::size_t> scan_rows;
-  scan_rows.reserve(rows);
+  std::vector<std::size_t>& scan_rows = t.scan_rows;
+  scan_rows.clear();
+  std::size_t end = 0;
   for (std::size_t r = 0; r < rows; ++r) {
     if (!t.rows[r].scan) continue;
     scan_rows.push_back(r);
     end = std::max(end, c.limit(ids[r]));
   }
-  active = scan_rows.size();
+  const std::size_t active = scan_rows.size();
   if (active == 0) return;
+  t.gap = std::numeric_limits<double>::infinity();  // no guess across tiles: the result is the same for any thread count
+  t.qb.resize(active * w);
   for (std::size_t a = 0; a < active; ++a) {
     Row<T>& row = t.rows[scan_rows[a]];
+    row.qt = t.qb.data() + a * w;
     row.offset = b.prepare_query(c.q.row(ids[scan_rows[a]]), t.qb.data() + a * w);
-    update_threshold<T>(c, row);
-    row.cursor = 0;
-    row.pending.clear();
-    row.active = true;
+    row.lower_offset = b.lower_offset(row.offset);
     row.budget = std::max<std::size_t>(64, 2 * row.candidates);
   }
-  // Key blocks of one box each: a block whose box bound is at or below the
-  // threshold of every row that reaches it is skipped, bounds and scan; a row
-  // skips the scan of a block its own box bound excludes.
-  constexpr std::size_t kBlock = ScoreBounds<T>::kBoxKeys;
-  t.bounds.resize(active * kBlock);
-  t.hits.resize(kBlock);
-  std::vector<std::uint8_t> needs(active);
+  const bool exact = c.mode == GraphAttentionMode::exact;
   const detail::MatmulKernels<T>& mk = detail::matmul_kernels_for<T>();
-  const std::uint8_t* padding = c.o->key_padding;
-  std::vector<double> lower_offset(active);
-  for (std::size_t a = 0; a < active; ++a) lower_offset[a] = b.lower_offset(t.rows[scan_rows[a]].offset);
-  for (std::size_t j0 = 0; j0 < end; j0 += kBlock) {
-    const std::size_t j1 = std::min(end, j0 + kBlock), width = j1 - j0;
-    bool any = false;
-    for (std::size_t a = 0; a < active; ++a) {
-      const Row<T>& row = t.rows[scan_rows[a]];
-      needs[a] = row.active && c.limit(ids[scan_rows[a]]) > j0 &&
-                 (!b.has_boxes() || b.box_bound(t.qb.data() + a * w, j0 / kBlock) > row.threshold);
-      any = any || needs[a];
-    }
-    if (!any) continue;
-    b.bound_block(t.qb.data(), active, w, j0, j1, t.bounds.data(), width);
-    for (std::size_t a = 0; a < active; ++a) {
-      if (!needs[a]) continue;
+  const std::size_t slab = std::max<std::size_t>(1, std::min(active, kBoundValues / end));
+  for (std::size_t a0 = 0; a0 < active; a0 += slab) {
+    const std::size_t a1 = std::min(active, a0 + slab);
+    t.bounds.resize((a1 - a0) * end);
+    b.bound_block(t.qb.data() + a0 * w, a1 - a0, w, 0, end, t.bounds.data(), end);
+    for (std::size_t a = a0; a < a1; ++a) {
       Row<T>& row = t.rows[scan_rows[a]];
-      const std::size_t stop = std::min(j1, c.limit(ids[scan_rows[a]]));
-      const T* bb = t.bounds.data() + a * width;
-      const std::size_t hits =
-          mk.select_above(bb, stop - j0, static_cast<T>(row.threshold), static_cast<std::uint32_t>(j0), t.hits.data());
-      for (std::size_t h = 0; h < hits; ++h) {
-        const std::uint32_t j = t.hits[h];
-        if (padding != nullptr && padding[j] == 0) continue;
-        while (row.cursor < row.candidates && row.keys[row.cursor] < j) ++row.cursor;
-        if (row.cursor < row.candidates && row.keys[row.cursor] == j) continue;
-        const T* qa = t.qb.data() + a * w;
-        const double lower = static_cast<double>(bb[j - j0]) - 2.0 * b.slack(qa, j) + lower_offset[a];
-        T lower_t = static_cast<T>(lower);
-        if (static_cast<double>(lower_t) > lower)
-          lower_t = std::nextafter(lower_t, -std::numeric_limits<T>::infinity());
-        row.pending.push_back({bb[j - j0], lower_t, j});
+      const std::uint32_t i = ids[scan_rows[a]];
+      const T* bounds = t.bounds.data() + (a - a0) * end;
+      const std::size_t lim = c.limit(i);
+      // The guess: this row's largest bound less 0.7 times the previous
+      // row's gap between its largest bound and its threshold. Aiming a little
+      // high pays: a guess too high costs a second look at a narrow band of
+      // keys, one too low scores many keys that turn out to be zero.
+      const double top = row.guess ? static_cast<double>(mk.max_value(bounds, lim)) : 0.0;
+      const bool guessed = row.guess && std::isfinite(t.gap);
+      if (guessed) {
+        settle_from_guess<T>(c, t, i, row, bounds, lim, top - kGuessGap * t.gap);
+      } else {
+        if (row.guess) transform_row<T>(c, row);  // skipped in settle_tile
+        update_threshold<T>(c, row);
+        collect_pending<T>(c, t, row, bounds, lim, Overflow::tighten);
+        if (exact && !row.pending.empty()) repair_row<T>(c, i, row, t.probe);
       }
-      if (c.mode == GraphAttentionMode::certify) {
-        row.active = row.pending.empty();  // one pending key leaves the row unsettled
-      } else if (row.pending.size() > row.budget) {
-        // A low threshold lets many keys through: raise it now from their
-        // lower bounds, so that the rest of the scan keeps fewer.
-        tighten<T>(c, row, t.probe);
-        row.budget = std::max(row.budget, 2 * row.pending.size());
-      }
+      if (row.pending.empty() && std::all_of(row.probs.begin() + static_cast<std::ptrdiff_t>(row.candidates),
+                                             row.probs.end(), [](T p) { return p == T(0); })) {
+        row.settled = RowSettlement::graph;  // no key outside the graph has weight
+      } else if (exact) {
+        row.settled = row.keys.size() == c.allowed(i) ? RowSettlement::dense : RowSettlement::repaired;
+      }  // certify: unsettled, the graph row stays as it is
+      if (row.guess) t.gap = top - (threshold_estimate(c, row) - row.offset);
     }
   }
 }
@@ -567,6 +684,7 @@ bool settle_tile(const Shared<T>& c, TileScratch<T>& t, const std::uint32_t* ids
     whole_tile<T>(c, t, ids, rows, out, settled);
     return false;
   }
+  const bool guessing = c.mode == GraphAttentionMode::exact && c.o->transform.kind != TransformKind::topk_softmax;
   if (t.rows.size() < rows) t.rows.resize(rows);
   for (std::size_t r = 0; r < rows; ++r) {
     Row<T>& row = t.rows[r];
@@ -579,23 +697,13 @@ bool settle_tile(const Shared<T>& c, TileScratch<T>& t, const std::uint32_t* ids
     } else {
       score_keys<T>(c, ids[r], row, 0);
     }
-    transform_row<T>(c, row);
     const bool complete = row.keys.size() == c.allowed(ids[r]);
     row.settled = complete ? RowSettlement::graph : RowSettlement::unsettled;
     row.scan = !complete && c.mode != GraphAttentionMode::fast;
+    row.guess = row.scan && guessing;
+    if (!row.guess) transform_row<T>(c, row);  // a guessed row is transformed once its keys are known
   }
-  if (c.mode == GraphAttentionMode::fast) return true;
-  scan_bounds<T>(c, t, ids, rows);
-  for (std::size_t r = 0; r < rows; ++r) {
-    Row<T>& row = t.rows[r];
-    if (!row.scan) continue;
-    if (row.pending.empty() && row.keys.size() == row.candidates) {
-      row.settled = RowSettlement::graph;
-    } else if (c.mode == GraphAttentionMode::exact) {
-      repair_row<T>(c, ids[r], row, t.probe);
-      row.settled = row.keys.size() == c.allowed(ids[r]) ? RowSettlement::dense : RowSettlement::repaired;
-    }  // certify: unsettled, the graph row stays as it is
-  }
+  if (c.mode != GraphAttentionMode::fast) settle_by_bounds<T>(c, t, ids, rows);
   return true;
 }
 

@@ -177,8 +177,8 @@ ScoreBounds<T>::ScoreBounds(ConstMatrix<T> k, double scale, std::size_t rank, co
       for (std::size_t x = 0; x < d; ++x)
         for (std::size_t y = 0; y < r; ++y) proj[y] += basis_[x * r + y] * c[x];
     }
-    double resid2 = 0.0;
-    for (std::size_t x = 0; x < d; ++x) {
+    double resid2 = 0.0;  // 0 for the identity, whose projection is the whole key
+    for (std::size_t x = 0; x < d && !identity_; ++x) {
       double e = c[x];
       for (std::size_t y = 0; y < r; ++y) e -= basis_[x * r + y] * proj[y];
       resid2 += e * e;

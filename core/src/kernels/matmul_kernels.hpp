@@ -54,9 +54,14 @@ using GatherAxpy = void (*)(const T* w, const T* b, std::size_t ldb, const std::
 
 // Threshold selection, for attention's bound scans: writes base + j for every
 // j < n with x[j] > threshold (NaN never is), in increasing order, into idx
-// (room for n), and returns their count.
+// (room for n: entries from the count on may be overwritten), and returns
+// their count.
 template <class T>
 using SelectAbove = std::size_t (*)(const T* x, std::size_t n, T threshold, std::uint32_t base, std::uint32_t* idx);
+
+// The largest of x[0, n) (NaN never is), -inf when n == 0.
+template <class T>
+using MaxValue = T (*)(const T* x, std::size_t n);
 
 template <class T>
 struct MatmulKernels {
@@ -67,6 +72,7 @@ struct MatmulKernels {
   GatherDot<T> gather_dot;
   GatherAxpy<T> gather_axpy;
   SelectAbove<T> select_above;
+  MaxValue<T> max_value;
 };
 
 // The scalar reference (accumulates in double), for float and double.

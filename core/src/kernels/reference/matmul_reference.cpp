@@ -3,6 +3,7 @@
 // only path of the double API.
 #include <algorithm>
 #include <cstddef>
+#include <limits>
 #include <string>
 
 #include "entgraph/error.hpp"
@@ -99,8 +100,16 @@ std::size_t select_above(const T* x, std::size_t n, T threshold, std::uint32_t b
 }
 
 template <class T>
-const MatmulKernels<T> kReferenceMatmul = {CpuIsa::reference, &gemm_nn<T>,     &gemm_tn<T>,     &gemm_nt_sampled<T>,
-                                           &gather_dot<T>,    &gather_axpy<T>, &select_above<T>};
+T max_value(const T* x, std::size_t n) {
+  T m = -std::numeric_limits<T>::infinity();
+  for (std::size_t j = 0; j < n; ++j) m = x[j] > m ? x[j] : m;
+  return m;
+}
+
+template <class T>
+const MatmulKernels<T> kReferenceMatmul = {CpuIsa::reference, &gemm_nn<T>,       &gemm_tn<T>,
+                                           &gemm_nt_sampled<T>, &gather_dot<T>,   &gather_axpy<T>,
+                                           &select_above<T>,    &max_value<T>};
 
 }  // namespace
 

@@ -18,6 +18,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <xsimd/xsimd.hpp>
 
 #include "kernels/matmul_kernels.hpp"
@@ -426,16 +427,34 @@ struct Matmul {
     // look at the lanes only when one of them is above.
     for (; j + W <= n; j += W) {
       if (!xsimd::any(B::load_unaligned(x + j) > t)) continue;
-      for (std::size_t l = j; l < j + W; ++l)
-        if (x[l] > threshold) idx[count++] = base + static_cast<std::uint32_t>(l);
+      for (std::size_t l = j; l < j + W; ++l) {  // branch-free: hits come in runs
+        idx[count] = base + static_cast<std::uint32_t>(l);
+        count += x[l] > threshold ? 1 : 0;
+      }
     }
     for (; j < n; ++j)
       if (x[j] > threshold) idx[count++] = base + static_cast<std::uint32_t>(j);
     return count;
   }
 
+  static float max_value(const float* x, std::size_t n) {
+    const float inf = std::numeric_limits<float>::infinity();
+    B m0(-inf), m1(-inf);
+    std::size_t j = 0;
+    for (; j + 2 * W <= n; j += 2 * W) {  // two chains hide the latency of max
+      m0 = xsimd::max(m0, B::load_unaligned(x + j));
+      m1 = xsimd::max(m1, B::load_unaligned(x + j + W));
+    }
+    alignas(64) float lanes[W];
+    xsimd::max(m0, m1).store_aligned(lanes);
+    float m = -inf;
+    for (std::size_t l = 0; l < W; ++l) m = lanes[l] > m ? lanes[l] : m;
+    for (; j < n; ++j) m = x[j] > m ? x[j] : m;
+    return m;
+  }
+
   static MatmulKernels<float> table(CpuIsa isa) {
-    return {isa, &gemm_nn, &gemm_tn, &gemm_nt_sampled, &gather_dot, &gather_axpy, &select_above};
+    return {isa, &gemm_nn, &gemm_tn, &gemm_nt_sampled, &gather_dot, &gather_axpy, &select_above, &max_value};
   }
 };
 
