@@ -66,22 +66,19 @@ class ScoreBounds {
   // Convenience for tests: the bound on scale q . k_j for every key j of one query.
   std::vector<double> bound_all(const T* q) const;
 
-  // Keys per box: the keys [b kBoxKeys, (b + 1) kBoxKeys) form box b.
-  static constexpr std::size_t kBoxKeys = 64;
-  // A bound (without the offset) on every key of box b at once, from the
-  // coordinate-wise box of their bound columns: sum_x max(qt_x lo_x, qt_x hi_x)
-  // in double. At least the largest bound_block value of the box's keys.
-  double box_bound(const T* qt, std::size_t box) const;
   // The slack of key j's bound for the query side qt: the residual and
   // rounding terms, ||q⊥|| ||k⊥_j|| + c ||q|| (||k_j|| + ||k_j - mu||), rounded
-  // up. bound - 2 slack is a lower bound of the score (minus the offset).
+  // up (in bfloat16, the query's margin). bound - 2 slack is a lower bound of
+  // the score (minus the offset).
   double slack(const T* qt, std::size_t j) const;
   // The offset of prepare_query lowered so that it never exceeds q . mu.
   double lower_offset(double offset) const { return offset - 2.0 * margin_ * std::abs(offset); }
 
-  // Whether boxes are kept: only for low-rank bounds (rank < d / 2); in more
-  // dimensions a box is too loose to exclude anything and costs 2 width() per check.
-  bool has_boxes() const { return !box_lo_.empty(); }
+  // Whether bound_block runs in bfloat16 (identity bounds in float on a CPU
+  // with AVX-512 BF16, blocks starting at a multiple of 16 keys): twice the
+  // multiply-adds per instruction, and a margin per query instead of per key,
+  // 2^-7 ||q|| max_j ||k_j - mu|| and a little more (score_bounds.cpp).
+  bool uses_bf16() const { return !kbf_.empty(); }
 
  private:
   std::size_t m_ = 0, d_ = 0, rank_ = 0;
@@ -91,7 +88,10 @@ class ScoreBounds {
   std::vector<double> basis_;       // d x r, column x is the x-th principal direction
   bool identity_ = false;           // r = d with U = I: q^ = scale q, no residual
   std::vector<T> kt_;               // width() x m: k^ rows, then ||k⊥||, then ||k|| + ||k - mu||
-  std::vector<T> box_lo_, box_hi_;  // per box, width() values each: the min and max of kt over its keys
+  std::vector<std::uint16_t> kbf_;  // bfloat16 path: the centred keys (pack_bf16_keys), else empty
+  double kmax_ = 0.0;               // its margin's terms: max_j ||k_j - mu|| of the stored keys,
+  double round_max_ = 0.0;          // and the largest rounding column entry
+  double bf16_margin(const T* qt) const;
 };
 
 }  // namespace entgraph

@@ -11,6 +11,7 @@
 
 #include "entgraph/error.hpp"
 #include "entgraph/runtime.hpp"
+#include "kernels/bf16_scores.hpp"
 #include "kernels/matmul_kernels.hpp"
 #include "transforms/row_driver.hpp"
 
@@ -189,18 +190,21 @@ ScoreBounds<T>::ScoreBounds(ConstMatrix<T> k, double scale, std::size_t rank, co
     // and the bound's terms (||k - mu||).
     kt_[(r + 1) * m_ + j] = round_up<T>(std::sqrt(norm2) + std::sqrt(centred2));
   }
-  const std::size_t boxes = (m_ + kBoxKeys - 1) / kBoxKeys, w = width();
-  if (2 * r >= d) return;  // no boxes (has_boxes)
-  box_lo_.assign(boxes * w, std::numeric_limits<T>::infinity());
-  box_hi_.assign(boxes * w, -std::numeric_limits<T>::infinity());
-  for (std::size_t x = 0; x < w; ++x)
-    for (std::size_t j = 0; j < m_; ++j) {
-      const T value = kt_[x * m_ + j];
-      T& lo = box_lo_[(j / kBoxKeys) * w + x];
-      T& hi = box_hi_[(j / kBoxKeys) * w + x];
-      lo = std::min(lo, value);
-      hi = std::max(hi, value);
+  if constexpr (std::is_same_v<T, float>) {
+    if (identity_ && detail::bf16_scores_kernel() != nullptr) {
+      std::vector<float> centred(m_ * d);
+      for (std::size_t j = 0; j < m_; ++j) {
+        double norm2 = 0.0;
+        for (std::size_t x = 0; x < d; ++x) {
+          centred[j * d + x] = kt_[x * m_ + j];
+          norm2 += static_cast<double>(centred[j * d + x]) * static_cast<double>(centred[j * d + x]);
+        }
+        kmax_ = std::max(kmax_, std::sqrt(norm2));
+        round_max_ = std::max(round_max_, static_cast<double>(kt_[(d + 1) * m_ + j]));
+      }
+      kbf_ = detail::pack_bf16_keys(centred.data(), m_, d, d);
     }
+  }
 }
 
 template <class T>
@@ -240,28 +244,50 @@ double ScoreBounds<T>::prepare_query(const T* q, T* qt) const {
 template <class T>
 void ScoreBounds<T>::bound_block(const T* qt, std::size_t rows, std::size_t ldq, std::size_t j0, std::size_t j1,
                                  T* bounds, std::size_t ldb) const {
+  if constexpr (std::is_same_v<T, float>) {
+    if (uses_bf16() && j0 % detail::kBf16BlockKeys == 0) {
+      const std::size_t pairs = (d_ + 1) / 2;
+      std::vector<std::uint32_t> q(rows * pairs);
+      std::vector<float> margin(rows);
+      for (std::size_t r = 0; r < rows; ++r) {
+        const T* row = qt + r * ldq;
+        for (std::size_t p = 0; p < pairs; ++p) {
+          const std::uint32_t lo = detail::to_bf16(row[2 * p]);
+          const std::uint32_t hi = 2 * p + 1 < d_ ? detail::to_bf16(row[2 * p + 1]) : 0u;
+          q[r * pairs + p] = lo | (hi << 16);
+        }
+        margin[r] = round_up<float>(bf16_margin(row));
+      }
+      detail::bf16_scores_kernel()(q.data(), rows, kbf_.data() + (j0 / detail::kBf16BlockKeys) * pairs * 2 *
+                                                                      detail::kBf16BlockKeys,
+                                   pairs, j1 - j0, margin.data(), bounds, ldb);
+      return;
+    }
+  }
   // bounds = qt (rows x w) * kt[:, j0:j1] (w x (j1 - j0)), kt's rows m apart.
   detail::matmul_kernels_for<T>().gemm_nn(rows, j1 - j0, width(), T(1), qt, ldq, kt_.data() + j0, m_, bounds, ldb,
                                           false, false);
 }
 
+// The margin of a bfloat16 bound for the query side qt. With u = 2^-8 (bf16
+// rounding) each product q^_x k^_x is within (2u + u^2) |q_x k_x| of q_x k_x, and
+// the float accumulation of d + 1 terms adds gamma_(d+1) of their absolute sum;
+// sum_x |q_x k_x| <= ||q|| ||k_j - mu|| <= ||q|| kmax. The rounding column's
+// largest entry keeps the float bound's own term (the scores the library
+// computes), and the 1e-5 covers the accumulation of the margin itself and
+// flushed subnormals.
 template <class T>
-double ScoreBounds<T>::box_bound(const T* qt, std::size_t box) const {
-  const std::size_t w = width();
-  const T* lo = box_lo_.data() + box * w;
-  const T* hi = box_hi_.data() + box * w;
-  double sum = 0.0;
-  for (std::size_t x = 0; x < w; ++x) {
-    const double q = static_cast<double>(qt[x]);
-    sum += std::max(q * static_cast<double>(lo[x]), q * static_cast<double>(hi[x]));
-  }
-  // Rounding of the w products and sums in double, far below the rounding
-  // term every per-key bound already carries.
-  return sum;
+double ScoreBounds<T>::bf16_margin(const T* qt) const {
+  const double u = std::ldexp(1.0, -8), gamma = static_cast<double>(d_ + 1) * std::numeric_limits<float>::epsilon();
+  const double eps = 2.0 * u + u * u + gamma * (1.0 + u) * (1.0 + u);
+  double q2 = 0.0;
+  for (std::size_t x = 0; x < d_; ++x) q2 += static_cast<double>(qt[x]) * static_cast<double>(qt[x]);
+  return (eps * std::sqrt(q2) * kmax_ + static_cast<double>(qt[d_ + 1]) * round_max_) * (1.0 + 1e-5) + 1e-30;
 }
 
 template <class T>
 double ScoreBounds<T>::slack(const T* qt, std::size_t j) const {
+  if (uses_bf16()) return bf16_margin(qt);
   const double s = static_cast<double>(qt[rank_]) * static_cast<double>(kt_[rank_ * m_ + j]) +
                    static_cast<double>(qt[rank_ + 1]) * static_cast<double>(kt_[(rank_ + 1) * m_ + j]);
   return s * (1.0 + 4.0 * std::numeric_limits<double>::epsilon());
