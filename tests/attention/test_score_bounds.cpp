@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <cstdint>
 #include <limits>
 #include <random>
@@ -19,6 +20,7 @@
 #include "entgraph/error.hpp"
 #include "entgraph/runtime.hpp"
 #include "entgraph/score_bounds.hpp"
+#include "kernels/bf16_scores.hpp"
 #include "kernels/matmul_kernels.hpp"
 #include "support.hpp"
 
@@ -346,6 +348,15 @@ TEST_SUITE("attention") {
         for (std::size_t x = 0; x < d; ++x) mean[x] += s.k(j, x) / static_cast<double>(m);
       const Matrix<float> q = random_matrix<float>(10, d, 1.0, 25);
       double worst = 0;  // (bound - score) / (|scale| ||q|| (||k|| + ||k - mu||))
+      double widest = 0;  // max_j ||k_j|| + ||k_j - mu||: bfloat16's margin is per query
+      for (std::size_t j = 0; j < m; ++j) {
+        double kn = 0, cn = 0;
+        for (std::size_t x = 0; x < d; ++x) {
+          kn += static_cast<double>(s.k(j, x)) * s.k(j, x);
+          cn += (s.k(j, x) - mean[x]) * (s.k(j, x) - mean[x]);
+        }
+        widest = std::max(widest, std::sqrt(kn) + std::sqrt(cn));
+      }
       for (std::size_t i = 0; i < q.rows; ++i) {
         const std::vector<double> all = b.bound_all(q.data.data() + i * d);
         double qn = 0;
@@ -359,11 +370,14 @@ TEST_SUITE("attention") {
           }
           const double gap = all[j] - scale * e;
           CHECK(gap >= 0);
-          worst = std::max(worst, gap / (scale * std::sqrt(qn) * (std::sqrt(kn) + std::sqrt(cn))));
+          worst = std::max(worst, gap / (scale * std::sqrt(qn) *
+                                         (b.uses_bf16() ? widest : std::sqrt(kn) + std::sqrt(cn))));
         }
       }
-      MESSAGE(s.name << ": worst relative gap " << worst);
-      CHECK(worst <= 1e-4);  // the rounding term is 4 (d + 3r + 16) eps, ~2e-5 here
+      MESSAGE(s.name << ": worst relative gap " << worst << std::string(b.uses_bf16() ? " (bfloat16)" : ""));
+      // The rounding term is 4 (d + 3r + 16) eps, ~2e-5 here; bfloat16 adds
+      // twice its margin of 2^-7 ||q|| max ||k - mu|| at most.
+      CHECK(worst <= (b.uses_bf16() ? 2.0 * std::ldexp(1.0, -7) + 1e-4 : 1e-4));
     }
     // Rank 0 is looser than rank 3 on rank-3 keys (on average).
     const Matrix<float> k = low_rank_keys(48, 16, 3, 1e-3, 26), q = random_matrix<float>(8, 16, 1.0, 27);
@@ -412,6 +426,56 @@ TEST_SUITE("attention") {
         if (padding[j]) CHECK(all[j] - e <= 1e-3 * (1.0 + std::sqrt(kn)));
       }
     }
+  }
+
+  TEST_CASE("bfloat16 scores match a float64 sum of the bfloat16 products, for every shape") {
+    const detail::Bf16Scores kernel = detail::bf16_scores_kernel();
+    if (kernel == nullptr) {
+      MESSAGE("skipped: this CPU (or the ISA in use) has no AVX-512 BF16");
+      return;
+    }
+    auto widen = [](std::uint16_t h) {
+      const std::uint32_t bits = static_cast<std::uint32_t>(h) << 16;
+      float f;
+      std::memcpy(&f, &bits, sizeof f);
+      return static_cast<double>(f);
+    };
+    for (std::size_t d : {1u, 2u, 7u, 32u})
+      for (std::size_t rows : {1u, 2u, 3u, 4u, 5u, 9u})
+        for (std::size_t m : {1u, 15u, 16u, 17u, 63u, 64u, 65u, 130u}) {
+          CAPTURE(d);
+          CAPTURE(rows);
+          CAPTURE(m);
+          const Matrix<float> k = random_matrix<float>(m, d, 1.0, 40 + m), q = random_matrix<float>(rows, d, 1.0, 41);
+          const std::vector<std::uint16_t> packed = detail::pack_bf16_keys(k.data.data(), m, d, d);
+          const std::size_t pairs = (d + 1) / 2, ldo = m + 3;
+          std::vector<std::uint32_t> qp(rows * pairs, 0);
+          for (std::size_t r = 0; r < rows; ++r)
+            for (std::size_t x = 0; x < d; ++x)
+              qp[r * pairs + x / 2] |= static_cast<std::uint32_t>(detail::to_bf16(q(r, x))) << (16 * (x % 2));
+          std::vector<float> add(rows), out(rows * ldo, -7.0f);
+          for (std::size_t r = 0; r < rows; ++r) add[r] = 0.25f * static_cast<float>(r);
+          kernel(qp.data(), rows, packed.data(), pairs, m, add.data(), out.data(), ldo);
+          std::size_t wrong = 0;
+          for (std::size_t r = 0; r < rows; ++r) {
+            for (std::size_t j = 0; j < m; ++j) {
+              double want = add[r], size = std::abs(add[r]);
+              for (std::size_t x = 0; x < d; ++x) {
+                const double t = widen(detail::to_bf16(q(r, x))) * widen(detail::to_bf16(k(j, x)));
+                want += t;
+                size += std::abs(t);
+              }
+              wrong += std::abs(out[r * ldo + j] - want) <= 4.0 * (d + 2) * 6e-8 * size ? 0 : 1;
+            }
+            for (std::size_t j = m; j < ldo; ++j) wrong += out[r * ldo + j] == -7.0f ? 0 : 1;  // untouched
+          }
+          CHECK(wrong == 0);
+        }
+    // Round to nearest, ties to even.
+    CHECK(detail::to_bf16(1.0f) == 0x3f80);
+    CHECK(detail::to_bf16(1.0f + std::ldexp(1.0f, -8)) == 0x3f80);   // tie: even
+    CHECK(detail::to_bf16(1.0f + 3 * std::ldexp(1.0f, -8)) == 0x3f82);  // tie: even (up)
+    CHECK(detail::to_bf16(-2.5f) == 0xc020);
   }
 
   TEST_CASE("score bounds reject an empty or non-finite k and a zero or non-finite scale") {

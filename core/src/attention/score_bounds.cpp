@@ -147,6 +147,9 @@ ScoreBounds<T>::ScoreBounds(ConstMatrix<T> k, double scale, std::size_t rank, co
         basis_.assign(d * d, 0.0);
         for (std::size_t x = 0; x < d; ++x) basis_[x * d + x] = 1.0;
       }
+    } else if (requested == d) {  // every direction: the identity is as tight and costs O(d) per query
+      basis_.assign(d * d, 0.0);
+      for (std::size_t x = 0; x < d; ++x) basis_[x * d + x] = 1.0;
     } else {
       basis_ = principal_basis(cov, d, requested);
     }
