@@ -156,7 +156,10 @@ template <class T>
 struct Row {
   std::vector<std::uint32_t> keys;
   std::vector<T> scores, probs;
-  std::size_t candidates = 0;  // keys from the graph
+  std::size_t candidates = 0;  // keys from the graph (exact mode may drop some that cannot count)
+  const std::uint32_t* graph = nullptr;  // the graph's keys of the row, sorted
+  std::size_t graph_keys = 0;            // and their number
+  std::size_t repaired = 0;              // keys scored beyond the graph's
   const T* qt = nullptr;       // the query's side of the bounds (ScoreBounds::prepare_query)
   double offset = 0.0;         // and its offset,
   double lower_offset = 0.0;   // lowered (ScoreBounds::lower_offset)
@@ -307,6 +310,7 @@ void repair_step(const Shared<T>& c, std::size_t i, Row<T>& r, std::size_t batch
   const std::size_t take = std::min(batch, p.size()), from = r.keys.size();
   if (take < p.size()) std::nth_element(p.begin(), p.begin() + static_cast<std::ptrdiff_t>(take), p.end(), higher);
   for (std::size_t x = 0; x < take; ++x) r.keys.push_back(p[x].key);
+  r.repaired += take;
   p.erase(p.begin(), p.begin() + static_cast<std::ptrdiff_t>(take));
   score_keys<T>(c, i, r, from);
   transform_row<T>(c, r);
@@ -374,6 +378,7 @@ struct TileScratch {
   std::vector<Row<T>> rows;
   Row<T> probe;  // tighten's scratch row
   std::vector<Pending<T>> rest;  // settle_from_guess's keys that wait
+  std::vector<std::pair<std::uint32_t, T>> dropped;  // and its graph keys that wait
   double gap = std::numeric_limits<double>::infinity();  // the last settled row's largest bound less its threshold
 };
 
@@ -508,8 +513,8 @@ enum class Overflow { tighten, keep };
 
 // Sets the row's pending list to its left-out keys among bounds[0, lim)
 // (key j at bounds[j]) whose bound clears its threshold, in increasing key
-// order, skipping the keys the row already holds (kept sorted in
-// keys[0, held)) or whose bound is above the ceiling. When the list
+// order, skipping the graph's keys of the row and the keys whose bound is
+// above the ceiling. When the list
 // outgrows the budget, exact mode either raises the threshold from the
 // pending keys' lower bounds, so that the rest of the scan keeps fewer, or
 // keeps them all; certify mode stops at the first key.
@@ -518,7 +523,8 @@ void collect_pending(const Shared<T>& c, TileScratch<T>& t, Row<T>& row, const T
                      Overflow overflow, T ceiling = std::numeric_limits<T>::infinity()) {
   const detail::MatmulKernels<T>& mk = detail::matmul_kernels_for<T>();
   const std::uint8_t* padding = c.o->key_padding;
-  const std::size_t held = row.candidates;
+  const std::uint32_t* held = row.graph;
+  const std::size_t nheld = row.graph_keys;
   std::size_t cursor = 0;
   row.pending.clear();
   t.hits.resize(kScanChunk);
@@ -529,8 +535,8 @@ void collect_pending(const Shared<T>& c, TileScratch<T>& t, Row<T>& row, const T
     for (std::size_t h = 0; h < hits; ++h) {
       const std::uint32_t j = t.hits[h];
       if ((padding != nullptr && padding[j] == 0) || bounds[j] > ceiling) continue;
-      while (cursor < held && row.keys[cursor] < j) ++cursor;
-      if (cursor < held && row.keys[cursor] == j) continue;
+      while (cursor < nheld && held[cursor] < j) ++cursor;
+      if (cursor < nheld && held[cursor] == j) continue;
       row.pending.push_back({bounds[j], j});
     }
     if (c.mode == GraphAttentionMode::certify) {
@@ -556,6 +562,14 @@ double threshold_estimate(const Shared<T>& c, const Row<T>& r) {
   return static_cast<double>(r.scores[best]) - std::pow(static_cast<double>(r.probs[best]), am1) / am1;
 }
 
+// Whether every key of the row with weight is one of the graph's.
+template <class T>
+bool graph_holds_weight(const Row<T>& r) {
+  for (std::size_t x = r.candidates; x < r.keys.size(); ++x)
+    if (r.probs[x] > T(0) && !std::binary_search(r.graph, r.graph + r.graph_keys, r.keys[x])) return false;
+  return true;
+}
+
 // Exact mode from a guessed threshold (bound minus offset). Collects every
 // left-out key whose bound clears the guess; when they are more than the
 // row's budget, only the budget / 2 of largest bound go first (the guess
@@ -570,6 +584,25 @@ void settle_from_guess(const Shared<T>& c, TileScratch<T>& t, std::uint32_t i, R
   row.threshold = guess;
   round_threshold<T>(row);
   const T floor = static_cast<T>(row.threshold);  // every key above it is collected
+  // Graph keys scoring at or under the guess wait too: the transform then
+  // runs on a shorter row, and unless the guess fails they have weight 0.
+  std::vector<std::pair<std::uint32_t, T>>& dropped = t.dropped;
+  dropped.clear();
+  {
+    const double cut = row.threshold + row.offset - 1e-9 * (1.0 + std::abs(row.threshold) + std::abs(row.offset));
+    std::size_t kept = 0;
+    for (std::size_t x = 0; x < row.candidates; ++x) {
+      if (static_cast<double>(row.scores[x]) > cut) {
+        row.keys[kept] = row.keys[x];
+        row.scores[kept++] = row.scores[x];
+      } else {
+        dropped.emplace_back(row.keys[x], row.scores[x]);
+      }
+    }
+    row.candidates = kept;
+    row.keys.resize(kept);
+    row.scores.resize(kept);
+  }
   collect_pending<T>(c, t, row, bounds, lim, Overflow::keep);
   std::vector<Pending<T>>& p = row.pending;
   std::vector<Pending<T>>& rest = t.rest;
@@ -591,6 +624,16 @@ void settle_from_guess(const Shared<T>& c, TileScratch<T>& t, std::uint32_t i, R
   }
   update_threshold<T>(c, row);
   if (row.threshold >= static_cast<double>(level)) return;
+  // The band under the guess: the waiting graph keys above the proven
+  // threshold (with a little to spare: a key of weight 0 does no harm),
+  const double back = row.threshold + row.offset - 1e-6 * (1.0 + std::abs(row.threshold) + std::abs(row.offset));
+  const std::size_t before = row.keys.size();
+  for (const auto& [key, score] : dropped)
+    if (static_cast<double>(score) > back) {
+      row.keys.push_back(key);
+      row.scores.push_back(score);
+    }
+  // and the left-out keys whose bound lies between the threshold and the level.
   if (row.threshold >= static_cast<double>(floor)) {
     const T above = static_cast<T>(row.threshold);
     for (const Pending<T>& e : rest)
@@ -598,7 +641,10 @@ void settle_from_guess(const Shared<T>& c, TileScratch<T>& t, std::uint32_t i, R
   } else {
     collect_pending<T>(c, t, row, bounds, lim, Overflow::tighten, level);
   }
-  if (p.empty()) return;
+  if (p.empty()) {
+    if (row.keys.size() > before) transform_row<T>(c, row);
+    return;
+  }
   if (p.size() <= row.budget) {
     repair_step<T>(c, i, row, p.size());
   } else {
@@ -663,11 +709,10 @@ void settle_by_bounds(const Shared<T>& c, TileScratch<T>& t, const std::uint32_t
         collect_pending<T>(c, t, row, bounds, lim, Overflow::tighten);
         if (exact && !row.pending.empty()) repair_row<T>(c, i, row, t.probe);
       }
-      if (row.pending.empty() && std::all_of(row.probs.begin() + static_cast<std::ptrdiff_t>(row.candidates),
-                                             row.probs.end(), [](T p) { return p == T(0); })) {
-        row.settled = RowSettlement::graph;  // no key outside the graph has weight
+      if (row.pending.empty() && graph_holds_weight(row)) {
+        row.settled = RowSettlement::graph;
       } else if (exact) {
-        row.settled = row.keys.size() == c.allowed(i) ? RowSettlement::dense : RowSettlement::repaired;
+        row.settled = row.graph_keys + row.repaired == c.allowed(i) ? RowSettlement::dense : RowSettlement::repaired;
       }  // certify: unsettled, the graph row stays as it is
       if (row.guess) t.gap = top - (threshold_estimate(c, row) - row.offset);
     }
@@ -691,6 +736,9 @@ bool settle_tile(const Shared<T>& c, TileScratch<T>& t, const std::uint32_t* ids
     row.keys.assign(t.cand.begin() + static_cast<std::ptrdiff_t>(t.start[r]),
                     t.cand.begin() + static_cast<std::ptrdiff_t>(t.start[r + 1]));
     row.candidates = row.keys.size();
+    row.graph = t.cand.data() + t.start[r];
+    row.graph_keys = row.candidates;
+    row.repaired = 0;
     if (tiled) {
       row.scores.resize(row.keys.size());
       for (std::size_t x = 0; x < row.keys.size(); ++x) row.scores[x] = t.scores[t.pos[row.keys[x]] * rows + r];
@@ -814,8 +862,8 @@ void graph_attention_forward(ConstMatrix<T> q, ConstMatrix<T> k, ConstMatrix<T> 
   std::vector<RowSettlement> settled(c.n, RowSettlement::unsettled);
   std::vector<std::size_t> graph_keys(c.n, 0), final_keys(c.n, 0);
   run_tiles<T>(c, true, out, settled, [&](std::size_t i, const Row<T>& row) {
-    graph_keys[i] = row.candidates;
-    final_keys[i] = row.keys.size();
+    graph_keys[i] = row.graph_keys;
+    final_keys[i] = row.graph_keys + row.repaired;
     detail::matmul_kernels_for<T>().gather_axpy(row.probs.data(), c.v.data, c.v.stride, row.keys.data(),
                                                 row.keys.size(), c.dv, out.row(i));
   });
@@ -854,8 +902,8 @@ void graph_attention_backward(ConstMatrix<T> q, ConstMatrix<T> k, ConstMatrix<T>
   std::vector<RowSettlement> settled(c.n, RowSettlement::unsettled);
   std::vector<std::size_t> graph_keys(c.n, 0), final_keys(c.n, 0);
   run_tiles<T>(c, false, MatrixView<T>{}, settled, [&](std::size_t i, const Row<T>& row) {
-    graph_keys[i] = row.candidates;
-    final_keys[i] = row.keys.size();
+    graph_keys[i] = row.graph_keys;
+    final_keys[i] = row.graph_keys + row.repaired;
     Support& s = rows[i];
     for (std::size_t x = 0; x < row.keys.size(); ++x)
       if (row.probs[x] > T(0)) {
