@@ -257,26 +257,37 @@ void check_sound(const KeySet& ks, double scale, std::size_t rank) {
       vs_computed.check(i, j, all[j], s.computed_max(i, j));
     }
   }
-  const std::size_t w = b.width(), ldq = w + 3, tile = 5, block = 7;
+  const std::size_t w = b.width(), ldq = w + 3, tile = 5;
+  std::size_t wrong_group_max = 0;
   for (std::size_t i0 = 0; i0 < q.rows; i0 += tile) {
     const std::size_t rows = std::min(tile, q.rows - i0);
     std::vector<float> qt(rows * ldq, std::nanf(""));
     std::vector<double> offset(rows);
     for (std::size_t r = 0; r < rows; ++r)
       offset[r] = b.prepare_query(q.data.data() + (i0 + r) * d, qt.data() + r * ldq);
-    for (std::size_t j0 = 0; j0 < m; j0 += block) {
-      const std::size_t j1 = std::min(m, j0 + block), ldb = block + 2;
-      std::vector<float> out(rows * ldb, std::nanf(""));
-      b.bound_block(qt.data(), rows, ldq, j0, j1, out.data(), ldb);
-      for (std::size_t r = 0; r < rows; ++r)
-        for (std::size_t j = j0; j < j1; ++j) {
-          const double bound = offset[r] + static_cast<double>(out[r * ldb + (j - j0)]);
-          block_exact.check(i0 + r, j, bound, s.exact(i0 + r, j));
-          block_computed.check(i0 + r, j, bound, s.computed_max(i0 + r, j));
+    for (std::size_t block : {std::size_t{7}, std::size_t{80}})  // 80: blocks at multiples of 16 keys
+      for (std::size_t j0 = 0; j0 < m; j0 += block) {
+        const std::size_t j1 = std::min(m, j0 + block), ldb = block + 2, ldg = 3;
+        std::vector<float> out(rows * ldb, std::nanf("")), group_max(rows * ldg, std::nanf(""));
+        b.bound_block(qt.data(), rows, ldq, j0, j1, out.data(), ldb, group_max.data(), ldg);
+        for (std::size_t r = 0; r < rows; ++r) {
+          for (std::size_t j = j0; j < j1; ++j) {
+            const double bound = offset[r] + static_cast<double>(out[r * ldb + (j - j0)]);
+            block_exact.check(i0 + r, j, bound, s.exact(i0 + r, j));
+            block_computed.check(i0 + r, j, bound, s.computed_max(i0 + r, j));
+          }
+          for (std::size_t a = 0; a < j1 - j0; a += ScoreBounds<float>::kGroupKeys) {
+            const float* o = out.data() + r * ldb + a;
+            wrong_group_max += group_max[r * ldg + a / ScoreBounds<float>::kGroupKeys] ==
+                                       *std::max_element(o, o + std::min<std::size_t>(64, j1 - j0 - a))
+                                   ? 0
+                                   : 1;
+          }
         }
-    }
+      }
   }
   CHECK(not_finite == 0);
+  CHECK(wrong_group_max == 0);
   for (const auto& [what, v] : {std::pair<const char*, const Violation*>{"bound_all vs exact", &vs_exact},
                                 {"bound_all vs computed", &vs_computed},
                                 {"bound_block vs exact", &block_exact},
@@ -455,7 +466,9 @@ TEST_SUITE("attention") {
               qp[r * pairs + x / 2] |= static_cast<std::uint32_t>(detail::to_bf16(q(r, x))) << (16 * (x % 2));
           std::vector<float> add(rows), out(rows * ldo, -7.0f);
           for (std::size_t r = 0; r < rows; ++r) add[r] = 0.25f * static_cast<float>(r);
-          kernel(qp.data(), rows, packed.data(), pairs, m, add.data(), out.data(), ldo);
+          const std::size_t groups = (m + 63) / 64, ldg = groups + 1;
+          std::vector<float> group_max(rows * ldg, -7.0f);
+          kernel(qp.data(), rows, packed.data(), pairs, m, add.data(), out.data(), ldo, group_max.data(), ldg);
           std::size_t wrong = 0;
           for (std::size_t r = 0; r < rows; ++r) {
             for (std::size_t j = 0; j < m; ++j) {
@@ -468,6 +481,11 @@ TEST_SUITE("attention") {
               wrong += std::abs(out[r * ldo + j] - want) <= 4.0 * (d + 2) * 6e-8 * size ? 0 : 1;
             }
             for (std::size_t j = m; j < ldo; ++j) wrong += out[r * ldo + j] == -7.0f ? 0 : 1;  // untouched
+            for (std::size_t g = 0; g < groups; ++g) {
+              const float* o = out.data() + r * ldo + 64 * g;
+              wrong += group_max[r * ldg + g] == *std::max_element(o, o + std::min<std::size_t>(64, m - 64 * g)) ? 0 : 1;
+            }
+            wrong += group_max[r * ldg + groups] == -7.0f ? 0 : 1;
           }
           CHECK(wrong == 0);
         }

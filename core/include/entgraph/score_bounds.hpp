@@ -60,9 +60,12 @@ class ScoreBounds {
   double prepare_query(const T* q, T* qt) const;
   // bounds (rows x (j1 - j0)) = qt (rows x width(), row stride ldq) times the
   // keys' side of keys [j0, j1), without the per-row offsets. One GEMM on the
-  // library's kernels (SIMD for float).
+  // library's kernels (SIMD for float). With group_max (rows x groups, row
+  // stride ldg): also the largest bound of each group of kGroupKeys keys
+  // [j0 + 64 g, j0 + 64 g + 64) ∩ [j0, j1), so that scans can skip groups.
+  static constexpr std::size_t kGroupKeys = 64;
   void bound_block(const T* qt, std::size_t rows, std::size_t ldq, std::size_t j0, std::size_t j1, T* bounds,
-                   std::size_t ldb) const;
+                   std::size_t ldb, T* group_max = nullptr, std::size_t ldg = 0) const;
   // Convenience for tests: the bound on scale q . k_j for every key j of one query.
   std::vector<double> bound_all(const T* q) const;
 

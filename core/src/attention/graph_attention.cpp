@@ -372,7 +372,7 @@ struct TileScratch {
   std::vector<std::uint32_t> pos;        // per key of the union: its index in keys
   std::vector<T> ku, qt, scores;         // K of the union (|union| x d), Q^T of the tile (d x rows), S^T
   std::vector<T> block, probs, vu, out;  // fast path: scores and P (rows x |union|), V of the union, P V
-  std::vector<T> qb, bounds;             // bounds: the rows' query sides (rows x width), a block of bounds
+  std::vector<T> qb, bounds, group_max;  // bounds: the rows' query sides (rows x width), a slab of bounds
   std::vector<std::uint32_t> hits;       // keys of a block whose bound clears a row's threshold
   std::vector<std::size_t> scan_rows;    // the rows whose bounds are scanned
   std::vector<Row<T>> rows;
@@ -499,10 +499,9 @@ void whole_tile(const Shared<T>& c, TileScratch<T>& t, const std::uint32_t* ids,
 }
 
 // The rows of a tile whose bounds are computed at once are capped so that
-// the buffer holds at most kBoundValues values (4 MB of floats), whatever the
-// number of keys; a row's pending list is checked every kScanChunk keys.
-constexpr std::size_t kBoundValues = std::size_t{1} << 20;
-constexpr std::size_t kScanChunk = 1024;
+// their buffer holds at most kBoundValues values (128 KB of floats, in L2),
+// whatever the number of keys.
+constexpr std::size_t kBoundValues = std::size_t{1} << 15;
 
 // settle_by_bounds' guess of a row's threshold: its largest bound less this
 // fraction of the previous row's gap between largest bound and threshold.
@@ -511,38 +510,49 @@ constexpr double kGuessGap = 0.7;
 // What collect_pending does when the pending list outgrows the row's budget.
 enum class Overflow { tighten, keep };
 
-// Sets the row's pending list to its left-out keys among bounds[0, lim)
-// (key j at bounds[j]) whose bound clears its threshold, in increasing key
-// order, skipping the graph's keys of the row and the keys whose bound is
-// above the ceiling. When the list
-// outgrows the budget, exact mode either raises the threshold from the
-// pending keys' lower bounds, so that the rest of the scan keeps fewer, or
-// keeps them all; certify mode stops at the first key.
+// The bounds of one row's allowed keys [0, lim), key j at bounds[j], and
+// the largest bound of each group of ScoreBounds::kGroupKeys keys (the last
+// may reach past lim).
 template <class T>
-void collect_pending(const Shared<T>& c, TileScratch<T>& t, Row<T>& row, const T* bounds, std::size_t lim,
-                     Overflow overflow, T ceiling = std::numeric_limits<T>::infinity()) {
+struct RowBounds {
+  const T* bounds;
+  const T* group_max;
+  std::size_t lim;
+};
+
+// Sets the row's pending list to its left-out keys whose bound clears its
+// threshold, in increasing key order, skipping the graph's keys of the row,
+// the keys whose bound is above the ceiling, and every group whose largest
+// bound does not clear the threshold. When the list outgrows the budget,
+// exact mode either raises the threshold from the pending keys' lower
+// bounds, so that the rest of the scan keeps fewer, or keeps them all;
+// certify mode stops at the first key.
+template <class T>
+void collect_pending(const Shared<T>& c, TileScratch<T>& t, Row<T>& row, const RowBounds<T>& rb, Overflow overflow,
+                     T ceiling = std::numeric_limits<T>::infinity()) {
+  constexpr std::size_t kGroup = ScoreBounds<T>::kGroupKeys;
   const detail::MatmulKernels<T>& mk = detail::matmul_kernels_for<T>();
   const std::uint8_t* padding = c.o->key_padding;
   const std::uint32_t* held = row.graph;
   const std::size_t nheld = row.graph_keys;
   std::size_t cursor = 0;
   row.pending.clear();
-  t.hits.resize(kScanChunk);
-  for (std::size_t j0 = 0; j0 < lim; j0 += kScanChunk) {
-    const std::size_t j1 = std::min(lim, j0 + kScanChunk);
-    const std::size_t hits = mk.select_above(bounds + j0, j1 - j0, static_cast<T>(row.threshold),
+  t.hits.resize(kGroup);
+  for (std::size_t j0 = 0; j0 < rb.lim; j0 += kGroup) {
+    const T threshold = static_cast<T>(row.threshold);
+    if (!(rb.group_max[j0 / kGroup] > threshold)) continue;
+    const std::size_t hits = mk.select_above(rb.bounds + j0, std::min(rb.lim, j0 + kGroup) - j0, threshold,
                                              static_cast<std::uint32_t>(j0), t.hits.data());
     for (std::size_t h = 0; h < hits; ++h) {
       const std::uint32_t j = t.hits[h];
-      if ((padding != nullptr && padding[j] == 0) || bounds[j] > ceiling) continue;
+      if ((padding != nullptr && padding[j] == 0) || rb.bounds[j] > ceiling) continue;
       while (cursor < nheld && held[cursor] < j) ++cursor;
       if (cursor < nheld && held[cursor] == j) continue;
-      row.pending.push_back({bounds[j], j});
+      row.pending.push_back({rb.bounds[j], j});
     }
     if (c.mode == GraphAttentionMode::certify) {
       if (!row.pending.empty()) return;  // one pending key leaves the row unsettled
-    } else if (row.pending.size() > row.budget) {
-      if (overflow == Overflow::keep) continue;
+    } else if (row.pending.size() > row.budget && overflow == Overflow::tighten) {
       tighten<T>(c, row, t.probe);
       row.budget = std::max(row.budget, 2 * row.pending.size());
     }
@@ -562,6 +572,18 @@ double threshold_estimate(const Shared<T>& c, const Row<T>& r) {
   return static_cast<double>(r.scores[best]) - std::pow(static_cast<double>(r.probs[best]), am1) / am1;
 }
 
+// The largest bound of the row's allowed keys.
+template <class T>
+T row_max(const RowBounds<T>& rb) {
+  constexpr std::size_t kGroup = ScoreBounds<T>::kGroupKeys;
+  const std::size_t full = rb.lim / kGroup;
+  T top = full * kGroup < rb.lim
+              ? detail::matmul_kernels_for<T>().max_value(rb.bounds + full * kGroup, rb.lim - full * kGroup)
+              : -std::numeric_limits<T>::infinity();
+  for (std::size_t g = 0; g < full; ++g) top = std::max(top, rb.group_max[g]);
+  return top;
+}
+
 // Whether every key of the row with weight is one of the graph's.
 template <class T>
 bool graph_holds_weight(const Row<T>& r) {
@@ -579,8 +601,8 @@ bool graph_holds_weight(const Row<T>& r) {
 // level are added too, and the enlarged row holds every key above a
 // threshold it proves (its threshold only grew).
 template <class T>
-void settle_from_guess(const Shared<T>& c, TileScratch<T>& t, std::uint32_t i, Row<T>& row, const T* bounds,
-                       std::size_t lim, double guess) {
+void settle_from_guess(const Shared<T>& c, TileScratch<T>& t, std::uint32_t i, Row<T>& row, const RowBounds<T>& rb,
+                       double guess) {
   row.threshold = guess;
   round_threshold<T>(row);
   const T floor = static_cast<T>(row.threshold);  // every key above it is collected
@@ -603,7 +625,7 @@ void settle_from_guess(const Shared<T>& c, TileScratch<T>& t, std::uint32_t i, R
     row.keys.resize(kept);
     row.scores.resize(kept);
   }
-  collect_pending<T>(c, t, row, bounds, lim, Overflow::keep);
+  collect_pending<T>(c, t, row, rb, Overflow::keep);
   std::vector<Pending<T>>& p = row.pending;
   std::vector<Pending<T>>& rest = t.rest;
   rest.clear();
@@ -639,7 +661,7 @@ void settle_from_guess(const Shared<T>& c, TileScratch<T>& t, std::uint32_t i, R
     for (const Pending<T>& e : rest)
       if (e.bound > above) p.push_back(e);
   } else {
-    collect_pending<T>(c, t, row, bounds, lim, Overflow::tighten, level);
+    collect_pending<T>(c, t, row, rb, Overflow::tighten, level);
   }
   if (p.empty()) {
     if (row.keys.size() > before) transform_row<T>(c, row);
@@ -684,29 +706,30 @@ void settle_by_bounds(const Shared<T>& c, TileScratch<T>& t, const std::uint32_t
     row.budget = std::max<std::size_t>(64, 2 * row.candidates);
   }
   const bool exact = c.mode == GraphAttentionMode::exact;
-  const detail::MatmulKernels<T>& mk = detail::matmul_kernels_for<T>();
-  const std::size_t slab = std::max<std::size_t>(1, std::min(active, kBoundValues / end));
+  // Slabs of a multiple of 4 rows: the bfloat16 kernel takes rows 4 at a time.
+  const std::size_t slab = std::min(active, std::max<std::size_t>(4, kBoundValues / end / 4 * 4));
+  const std::size_t groups = (end + ScoreBounds<T>::kGroupKeys - 1) / ScoreBounds<T>::kGroupKeys;
   for (std::size_t a0 = 0; a0 < active; a0 += slab) {
     const std::size_t a1 = std::min(active, a0 + slab);
     t.bounds.resize((a1 - a0) * end);
-    b.bound_block(t.qb.data() + a0 * w, a1 - a0, w, 0, end, t.bounds.data(), end);
+    t.group_max.resize((a1 - a0) * groups);
+    b.bound_block(t.qb.data() + a0 * w, a1 - a0, w, 0, end, t.bounds.data(), end, t.group_max.data(), groups);
     for (std::size_t a = a0; a < a1; ++a) {
       Row<T>& row = t.rows[scan_rows[a]];
       const std::uint32_t i = ids[scan_rows[a]];
-      const T* bounds = t.bounds.data() + (a - a0) * end;
-      const std::size_t lim = c.limit(i);
+      const RowBounds<T> rb{t.bounds.data() + (a - a0) * end, t.group_max.data() + (a - a0) * groups, c.limit(i)};
       // The guess: this row's largest bound less 0.7 times the previous
       // row's gap between its largest bound and its threshold. Aiming a little
       // high pays: a guess too high costs a second look at a narrow band of
       // keys, one too low scores many keys that turn out to be zero.
-      const double top = row.guess ? static_cast<double>(mk.max_value(bounds, lim)) : 0.0;
+      const double top = row.guess ? static_cast<double>(row_max(rb)) : 0.0;
       const bool guessed = row.guess && std::isfinite(t.gap);
       if (guessed) {
-        settle_from_guess<T>(c, t, i, row, bounds, lim, top - kGuessGap * t.gap);
+        settle_from_guess<T>(c, t, i, row, rb, top - kGuessGap * t.gap);
       } else {
         if (row.guess) transform_row<T>(c, row);  // skipped in settle_tile
         update_threshold<T>(c, row);
-        collect_pending<T>(c, t, row, bounds, lim, Overflow::tighten);
+        collect_pending<T>(c, t, row, rb, Overflow::tighten);
         if (exact && !row.pending.empty()) repair_row<T>(c, i, row, t.probe);
       }
       if (row.pending.empty() && graph_holds_weight(row)) {

@@ -246,8 +246,16 @@ double ScoreBounds<T>::prepare_query(const T* q, T* qt) const {
 
 template <class T>
 void ScoreBounds<T>::bound_block(const T* qt, std::size_t rows, std::size_t ldq, std::size_t j0, std::size_t j1,
-                                 T* bounds, std::size_t ldb) const {
+                                 T* bounds, std::size_t ldb, T* group_max, std::size_t ldg) const {
+  const std::size_t groups = (j1 - j0 + kGroupKeys - 1) / kGroupKeys;
+  std::vector<T> unused;
+  if (group_max == nullptr) {
+    unused.resize(rows * groups);
+    group_max = unused.data();
+    ldg = groups;
+  }
   if constexpr (std::is_same_v<T, float>) {
+    static_assert(kGroupKeys == detail::kBf16GroupKeys);
     if (uses_bf16() && j0 % detail::kBf16BlockKeys == 0) {
       const std::size_t pairs = (d_ + 1) / 2;
       std::vector<std::uint32_t> q(rows * pairs);
@@ -261,15 +269,20 @@ void ScoreBounds<T>::bound_block(const T* qt, std::size_t rows, std::size_t ldq,
         }
         margin[r] = round_up<float>(bf16_margin(row));
       }
-      detail::bf16_scores_kernel()(q.data(), rows, kbf_.data() + (j0 / detail::kBf16BlockKeys) * pairs * 2 *
-                                                                      detail::kBf16BlockKeys,
-                                   pairs, j1 - j0, margin.data(), bounds, ldb);
+      detail::bf16_scores_kernel()(q.data(), rows,
+                                   kbf_.data() + (j0 / detail::kBf16BlockKeys) * pairs * 2 * detail::kBf16BlockKeys,
+                                   pairs, j1 - j0, margin.data(), bounds, ldb, group_max, ldg);
       return;
     }
   }
   // bounds = qt (rows x w) * kt[:, j0:j1] (w x (j1 - j0)), kt's rows m apart.
-  detail::matmul_kernels_for<T>().gemm_nn(rows, j1 - j0, width(), T(1), qt, ldq, kt_.data() + j0, m_, bounds, ldb,
-                                          false, false);
+  const detail::MatmulKernels<T>& mk = detail::matmul_kernels_for<T>();
+  mk.gemm_nn(rows, j1 - j0, width(), T(1), qt, ldq, kt_.data() + j0, m_, bounds, ldb, false, false);
+  for (std::size_t r = 0; r < rows; ++r)
+    for (std::size_t g = 0; g < groups; ++g) {
+      const std::size_t a = g * kGroupKeys;
+      group_max[r * ldg + g] = mk.max_value(bounds + r * ldb + a, std::min(kGroupKeys, j1 - j0 - a));
+    }
 }
 
 // The margin of a bfloat16 bound for the query side qt. With u = 2^-8 (bf16

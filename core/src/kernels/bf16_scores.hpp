@@ -12,8 +12,10 @@
 
 namespace entgraph::detail {
 
-// Keys per block of the packed layout (one float vector of scores).
+// Keys per block of the packed layout (one float vector of scores), and per
+// group whose largest score the kernel also reports.
 inline constexpr std::size_t kBf16BlockKeys = 16;
+inline constexpr std::size_t kBf16GroupKeys = 64;
 
 // x rounded to the nearest bfloat16 (ties to even); x is finite.
 inline std::uint16_t to_bf16(float x) {
@@ -30,10 +32,13 @@ inline std::uint16_t to_bf16(float x) {
 std::vector<std::uint16_t> pack_bf16_keys(const float* k, std::size_t m, std::size_t d, std::size_t ld);
 
 // out(r, j) = q_r . k_j + add[r] for rows r < rows and keys j < keys (keys
-// from the first block on, out's row stride ldo), in float. q holds per row
-// `pairs` 32-bit words, each two bf16 (dimension 2p low, 2p + 1 high).
+// from the first block on, out's row stride ldo), in float, and
+// group_max(r, g) the largest of out(r, j) over the group's keys
+// [64 g, 64 g + 64) ∩ [0, keys) (row stride ldg). q holds per row `pairs`
+// 32-bit words, each two bf16 (dimension 2p low, 2p + 1 high).
 using Bf16Scores = void (*)(const std::uint32_t* q, std::size_t rows, const std::uint16_t* k, std::size_t pairs,
-                            std::size_t keys, const float* add, float* out, std::size_t ldo);
+                            std::size_t keys, const float* add, float* out, std::size_t ldo, float* group_max,
+                            std::size_t ldg);
 
 // The kernel, or nullptr unless the library runs on AVX-512 (cpu_isa()) and
 // the CPU has AVX-512 BF16.
