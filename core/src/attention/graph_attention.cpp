@@ -543,13 +543,18 @@ void collect_pending(const Shared<T>& c, TileScratch<T>& t, Row<T>& row, const R
     if (!(rb.group_max[j0 / kGroup] > threshold)) continue;
     const std::size_t hits = mk.select_above(rb.bounds + j0, std::min(rb.lim, j0 + kGroup) - j0, threshold,
                                              static_cast<std::uint32_t>(j0), t.hits.data());
+    // Written in place (a push_back of a temporary stalls on store forwarding).
+    std::size_t at = row.pending.size();
+    row.pending.resize(at + hits);
     for (std::size_t h = 0; h < hits; ++h) {
       const std::uint32_t j = t.hits[h];
       if ((padding != nullptr && padding[j] == 0) || rb.bounds[j] > ceiling) continue;
       while (cursor < nheld && held[cursor] < j) ++cursor;
       if (cursor < nheld && held[cursor] == j) continue;
-      row.pending.push_back({rb.bounds[j], j});
+      row.pending[at].bound = rb.bounds[j];
+      row.pending[at++].key = j;
     }
+    row.pending.resize(at);
     if (c.mode == GraphAttentionMode::certify) {
       if (!row.pending.empty()) return;  // one pending key leaves the row unsettled
     } else if (row.pending.size() > row.budget && overflow == Overflow::tighten) {
@@ -592,26 +597,28 @@ bool graph_holds_weight(const Row<T>& r) {
   return true;
 }
 
-// Exact mode from a guessed threshold (bound minus offset). Collects every
-// left-out key whose bound clears the guess; when they are more than the
-// row's budget, only the budget / 2 of largest bound go first (the guess
-// was low). Scores those, runs the transform, and is done when the threshold
-// the row then proves reaches their level: every key left out has a bound at
-// or under it. Otherwise the keys between the proven threshold and that
-// level are added too, and the enlarged row holds every key above a
-// threshold it proves (its threshold only grew).
+// Exact mode from a guessed threshold (bound minus offset). Scores every
+// left-out key whose bound clears the guess (when they are more than the
+// row's budget, only the budget / 2 of largest bound: the guess was low),
+// runs the transform, and is done when the threshold the row then proves
+// reaches their level: every key left out has a bound at or under it.
+// Otherwise the keys between the proven threshold and that level are added
+// too, and the enlarged row holds every key above a threshold it proves (its
+// threshold only grew).
 template <class T>
 void settle_from_guess(const Shared<T>& c, TileScratch<T>& t, std::uint32_t i, Row<T>& row, const RowBounds<T>& rb,
                        double guess) {
   row.threshold = guess;
   round_threshold<T>(row);
   const T floor = static_cast<T>(row.threshold);  // every key above it is collected
+  T level = floor;
   // Graph keys scoring at or under the guess wait too: the transform then
   // runs on a shorter row, and unless the guess fails they have weight 0.
   std::vector<std::pair<std::uint32_t, T>>& dropped = t.dropped;
   dropped.clear();
   {
-    const double cut = row.threshold + row.offset - 1e-9 * (1.0 + std::abs(row.threshold) + std::abs(row.offset));
+    const double at = static_cast<double>(level) + row.offset;
+    const double cut = at - 1e-9 * (1.0 + std::abs(at));
     std::size_t kept = 0;
     for (std::size_t x = 0; x < row.candidates; ++x) {
       if (static_cast<double>(row.scores[x]) > cut) {
@@ -628,16 +635,19 @@ void settle_from_guess(const Shared<T>& c, TileScratch<T>& t, std::uint32_t i, R
   collect_pending<T>(c, t, row, rb, Overflow::keep);
   std::vector<Pending<T>>& p = row.pending;
   std::vector<Pending<T>>& rest = t.rest;
+  auto split_at = [&](T at) {  // keys at or under `at` wait in rest
+    const auto split = std::partition(p.begin(), p.end(), [&](const Pending<T>& e) { return e.bound > at; });
+    rest.insert(rest.end(), split, p.end());
+    p.erase(split, p.end());
+  };
   rest.clear();
-  T level = floor;
+  split_at(level);
   if (p.size() > row.budget) {
     const std::size_t keep = row.budget / 2;
     std::nth_element(p.begin(), p.begin() + static_cast<std::ptrdiff_t>(keep - 1), p.end(),
                      [](const Pending<T>& a, const Pending<T>& b) { return a.bound > b.bound; });
     level = p[keep - 1].bound;
-    const auto split = std::partition(p.begin(), p.end(), [&](const Pending<T>& e) { return e.bound > level; });
-    rest.assign(split, p.end());
-    p.erase(split, p.end());
+    split_at(level);
   }
   if (!p.empty()) {
     repair_step<T>(c, i, row, p.size());  // scores them all and transforms the row
@@ -646,7 +656,7 @@ void settle_from_guess(const Shared<T>& c, TileScratch<T>& t, std::uint32_t i, R
   }
   update_threshold<T>(c, row);
   if (row.threshold >= static_cast<double>(level)) return;
-  // The band under the guess: the waiting graph keys above the proven
+  // The band under the level: the waiting graph keys above the proven
   // threshold (with a little to spare: a key of weight 0 does no harm),
   const double back = row.threshold + row.offset - 1e-6 * (1.0 + std::abs(row.threshold) + std::abs(row.offset));
   const std::size_t before = row.keys.size();
@@ -723,14 +733,18 @@ void settle_by_bounds(const Shared<T>& c, TileScratch<T>& t, const std::uint32_t
       // high pays: a guess too high costs a second look at a narrow band of
       // keys, one too low scores many keys that turn out to be zero.
       const double top = row.guess ? static_cast<double>(row_max(rb)) : 0.0;
-      const bool guessed = row.guess && std::isfinite(t.gap);
-      if (guessed) {
+      if (row.guess && std::isfinite(t.gap)) {
         settle_from_guess<T>(c, t, i, row, rb, top - kGuessGap * t.gap);
       } else {
+        // No guess (the tile's first row, top-k): the graph's own threshold,
+        // which is proven, in exact mode as a guess that cannot fail.
         if (row.guess) transform_row<T>(c, row);  // skipped in settle_tile
         update_threshold<T>(c, row);
-        collect_pending<T>(c, t, row, rb, Overflow::tighten);
-        if (exact && !row.pending.empty()) repair_row<T>(c, i, row, t.probe);
+        if (exact) {
+          settle_from_guess<T>(c, t, i, row, rb, row.threshold);
+        } else {
+          collect_pending<T>(c, t, row, rb, Overflow::tighten);
+        }
       }
       if (row.pending.empty() && graph_holds_weight(row)) {
         row.settled = RowSettlement::graph;
