@@ -51,7 +51,7 @@ TEST_SUITE("attention") {
     }
   }
 
-  TEST_CASE("select_above lists exactly the entries above the threshold, in order, on every ISA") {
+  TEST_CASE("select_above lists exactly the entries in (threshold, ceiling], in order, on every ISA") {
     std::mt19937_64 rng(11);
     std::normal_distribution<float> normal(0.0f, 1.0f);
     for (CpuIsa isa : available_cpu_isas()) {
@@ -64,13 +64,18 @@ TEST_SUITE("attention") {
           if (n > 2) x[1] = threshold;  // equal is not above
           if (n > 3) x[2] = std::nextafter(threshold, 100.0f);
           if (n > 4) x[3] = std::numeric_limits<float>::quiet_NaN();
-          std::vector<std::uint32_t> idx(n + 1, 999u), want;
-          for (std::size_t j = 0; j < n; ++j)
-            if (x[j] > threshold) want.push_back(static_cast<std::uint32_t>(j + 40));
-          const std::size_t count = mm.select_above(x.data(), n, threshold, 40u, idx.data());
-          REQUIRE(count == want.size());
-          for (std::size_t c = 0; c < count; ++c) CHECK(idx[c] == want[c]);
-          CHECK(idx[n] == 999u);  // nothing written past the room of n entries
+          if (n > 5) x[4] = threshold + 0.5f;  // equal to the ceiling below: selected
+          if (n > 6) x[5] = std::nextafter(threshold + 0.5f, 100.0f);
+          for (float ceiling : {std::numeric_limits<float>::infinity(), threshold + 0.5f}) {
+            CAPTURE(ceiling);
+            std::vector<std::uint32_t> idx(n + 1, 999u), want;
+            for (std::size_t j = 0; j < n; ++j)
+              if (x[j] > threshold && x[j] <= ceiling) want.push_back(static_cast<std::uint32_t>(j + 40));
+            const std::size_t count = mm.select_above(x.data(), n, threshold, ceiling, 40u, idx.data());
+            REQUIRE(count == want.size());
+            for (std::size_t c = 0; c < count; ++c) CHECK(idx[c] == want[c]);
+            CHECK(idx[n] == 999u);  // nothing written past the room of n entries
+          }
         }
     }
   }

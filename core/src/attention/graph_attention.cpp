@@ -541,14 +541,14 @@ void collect_pending(const Shared<T>& c, TileScratch<T>& t, Row<T>& row, const R
   for (std::size_t j0 = 0; j0 < rb.lim; j0 += kGroup) {
     const T threshold = static_cast<T>(row.threshold);
     if (!(rb.group_max[j0 / kGroup] > threshold)) continue;
-    const std::size_t hits = mk.select_above(rb.bounds + j0, std::min(rb.lim, j0 + kGroup) - j0, threshold,
+    const std::size_t hits = mk.select_above(rb.bounds + j0, std::min(rb.lim, j0 + kGroup) - j0, threshold, ceiling,
                                              static_cast<std::uint32_t>(j0), t.hits.data());
     // Written in place (a push_back of a temporary stalls on store forwarding).
     std::size_t at = row.pending.size();
     row.pending.resize(at + hits);
     for (std::size_t h = 0; h < hits; ++h) {
       const std::uint32_t j = t.hits[h];
-      if ((padding != nullptr && padding[j] == 0) || rb.bounds[j] > ceiling) continue;
+      if (padding != nullptr && padding[j] == 0) continue;
       while (cursor < nheld && held[cursor] < j) ++cursor;
       if (cursor < nheld && held[cursor] == j) continue;
       row.pending[at].bound = rb.bounds[j];

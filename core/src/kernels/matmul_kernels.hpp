@@ -53,11 +53,12 @@ using GatherAxpy = void (*)(const T* w, const T* b, std::size_t ldb, const std::
                             std::size_t n, T* out);
 
 // Threshold selection, for attention's bound scans: writes base + j for every
-// j < n with x[j] > threshold (NaN never is), in increasing order, into idx
-// (room for n: entries from the count on may be overwritten), and returns
-// their count.
+// j < n with threshold < x[j] <= ceiling (NaN never is), in increasing order,
+// into idx (room for n: entries from the count on may be overwritten), and
+// returns their count.
 template <class T>
-using SelectAbove = std::size_t (*)(const T* x, std::size_t n, T threshold, std::uint32_t base, std::uint32_t* idx);
+using SelectAbove = std::size_t (*)(const T* x, std::size_t n, T threshold, T ceiling, std::uint32_t base,
+                                    std::uint32_t* idx);
 
 // The largest of x[0, n) (NaN never is), -inf when n == 0.
 template <class T>

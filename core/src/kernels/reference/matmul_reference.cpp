@@ -92,10 +92,11 @@ void gather_axpy(const T* w, const T* b, std::size_t ldb, const std::uint32_t* i
 }
 
 template <class T>
-std::size_t select_above(const T* x, std::size_t n, T threshold, std::uint32_t base, std::uint32_t* idx) {
+std::size_t select_above(const T* x, std::size_t n, T threshold, T ceiling, std::uint32_t base,
+                         std::uint32_t* idx) {
   std::size_t count = 0;
   for (std::size_t j = 0; j < n; ++j)
-    if (x[j] > threshold) idx[count++] = base + static_cast<std::uint32_t>(j);
+    if (x[j] > threshold && x[j] <= ceiling) idx[count++] = base + static_cast<std::uint32_t>(j);
   return count;
 }
 

@@ -423,38 +423,40 @@ struct Matmul {
     }
   }
 
-  static std::size_t select_above(const float* x, std::size_t n, float threshold, std::uint32_t base,
+  static std::size_t select_above(const float* x, std::size_t n, float threshold, float ceiling, std::uint32_t base,
                                   std::uint32_t* idx) {
     std::size_t count = 0, j = 0;
 #if defined(__AVX512F__)
     if constexpr (std::is_same_v<A, xsimd::avx512bw>) {
-      // Compress the indices of the lanes above into a register and store
+      // Compress the indices of the lanes selected into a register and store
       // all 16 (count <= j, so they stay within the room for n); Zen 4's
       // compress straight to memory is microcoded.
-      const __m512 t = _mm512_set1_ps(threshold);
+      const __m512 t = _mm512_set1_ps(threshold), c = _mm512_set1_ps(ceiling);
       __m512i lanes = _mm512_add_epi32(_mm512_set1_epi32(static_cast<int>(base)),
                                        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
       const __m512i step = _mm512_set1_epi32(16);
       for (; j + 16 <= n; j += 16, lanes = _mm512_add_epi32(lanes, step)) {
-        const __mmask16 above = _mm512_cmp_ps_mask(_mm512_loadu_ps(x + j), t, _CMP_GT_OQ);
-        if (above == 0) continue;
-        _mm512_storeu_si512(idx + count, _mm512_maskz_compress_epi32(above, lanes));
-        count += static_cast<std::size_t>(__builtin_popcount(above));
+        const __m512 v = _mm512_loadu_ps(x + j);
+        const __mmask16 in = _mm512_mask_cmp_ps_mask(_mm512_cmp_ps_mask(v, t, _CMP_GT_OQ), v, c, _CMP_LE_OQ);
+        if (in == 0) continue;
+        _mm512_storeu_si512(idx + count, _mm512_maskz_compress_epi32(in, lanes));
+        count += static_cast<std::size_t>(__builtin_popcount(in));
       }
     }
 #endif
-    const B t(threshold);
+    const B t(threshold), c(ceiling);
     // Hits are rare in a bound scan: a vector compare per W values, and a
-    // look at the lanes only when one of them is above.
+    // look at the lanes only when one of them is selected.
     for (; j + W <= n; j += W) {
-      if (!xsimd::any(B::load_unaligned(x + j) > t)) continue;
+      const B v = B::load_unaligned(x + j);
+      if (!xsimd::any((v > t) && (v <= c))) continue;
       for (std::size_t l = j; l < j + W; ++l) {  // branch-free: hits come in runs
         idx[count] = base + static_cast<std::uint32_t>(l);
-        count += x[l] > threshold ? 1 : 0;
+        count += x[l] > threshold && x[l] <= ceiling ? 1 : 0;
       }
     }
     for (; j < n; ++j)
-      if (x[j] > threshold) idx[count++] = base + static_cast<std::uint32_t>(j);
+      if (x[j] > threshold && x[j] <= ceiling) idx[count++] = base + static_cast<std::uint32_t>(j);
     return count;
   }
 
