@@ -641,7 +641,6 @@ void settle_from_guess(const Shared<T>& c, TileScratch<T>& t, std::uint32_t i, R
     p.erase(split, p.end());
   };
   rest.clear();
-  split_at(level);
   if (p.size() > row.budget) {
     const std::size_t keep = row.budget / 2;
     std::nth_element(p.begin(), p.begin() + static_cast<std::ptrdiff_t>(keep - 1), p.end(),
@@ -706,7 +705,11 @@ void settle_by_bounds(const Shared<T>& c, TileScratch<T>& t, const std::uint32_t
   }
   const std::size_t active = scan_rows.size();
   if (active == 0) return;
-  t.gap = std::numeric_limits<double>::infinity();  // no guess across tiles: the result is the same for any thread count
+  // The gap starts from half the widest one possible, 1 / (alpha - 1) (a
+  // single key at the top has weight 1): guesses never cross a tile, so the
+  // result is the same for any thread count.
+  const double alpha = threshold_alpha(c.o->transform);  // 0 for top-k, which is not guessed
+  t.gap = alpha > 1.0 ? 0.5 / (alpha - 1.0) : std::numeric_limits<double>::infinity();
   t.qb.resize(active * w);
   for (std::size_t a = 0; a < active; ++a) {
     Row<T>& row = t.rows[scan_rows[a]];
@@ -736,8 +739,8 @@ void settle_by_bounds(const Shared<T>& c, TileScratch<T>& t, const std::uint32_t
       if (row.guess && std::isfinite(t.gap)) {
         settle_from_guess<T>(c, t, i, row, rb, top - kGuessGap * t.gap);
       } else {
-        // No guess (the tile's first row, top-k): the graph's own threshold,
-        // which is proven, in exact mode as a guess that cannot fail.
+        // No guess (top-k, certify): the graph's own threshold, which is
+        // proven, in exact mode as a guess that cannot fail.
         if (row.guess) transform_row<T>(c, row);  // skipped in settle_tile
         update_threshold<T>(c, row);
         if (exact) {
