@@ -379,7 +379,6 @@ struct TileScratch {
   Row<T> probe;  // tighten's scratch row
   std::vector<Pending<T>> rest;  // settle_from_guess's keys that wait
   std::vector<std::pair<std::uint32_t, T>> dropped;  // and its graph keys that wait
-  double gap = std::numeric_limits<double>::infinity();  // the last settled row's largest bound less its threshold
 };
 
 // Queries are processed in tiles of kTile rows. When their key lists overlap
@@ -503,10 +502,6 @@ void whole_tile(const Shared<T>& c, TileScratch<T>& t, const std::uint32_t* ids,
 // whatever the number of keys.
 constexpr std::size_t kBoundValues = std::size_t{1} << 15;
 
-// settle_by_bounds' guess of a row's threshold: its largest bound less this
-// fraction of the previous row's gap between largest bound and threshold.
-constexpr double kGuessGap = 0.7;
-
 // What collect_pending does when the pending list outgrows the row's budget.
 enum class Overflow { tighten, keep };
 
@@ -566,7 +561,7 @@ void collect_pending(const Shared<T>& c, TileScratch<T>& t, Row<T>& row, const R
 
 // The score threshold of a row after its transform, estimated from its
 // largest weight (p = [(alpha - 1) (s - theta)]^(1/(alpha - 1))): only a
-// guess for the next row, which proves it before use.
+// guess, proven before use.
 template <class T>
 double threshold_estimate(const Shared<T>& c, const Row<T>& r) {
   const double am1 = threshold_alpha(c.o->transform) - 1.0;
@@ -577,16 +572,20 @@ double threshold_estimate(const Shared<T>& c, const Row<T>& r) {
   return static_cast<double>(r.scores[best]) - std::pow(static_cast<double>(r.probs[best]), am1) / am1;
 }
 
-// The largest bound of the row's allowed keys.
+// A guess of the row's threshold (bound minus offset): the transform's
+// threshold over the largest bound of each 64-key group. Those are a subset
+// of the row's bounds, so the guess tends to lie a little under the row's
+// threshold (more keys only raise it), and settle_from_guess proves it.
 template <class T>
-T row_max(const RowBounds<T>& rb) {
+double group_guess(const Shared<T>& c, const RowBounds<T>& rb, Row<T>& probe) {
   constexpr std::size_t kGroup = ScoreBounds<T>::kGroupKeys;
   const std::size_t full = rb.lim / kGroup;
-  T top = full * kGroup < rb.lim
-              ? detail::matmul_kernels_for<T>().max_value(rb.bounds + full * kGroup, rb.lim - full * kGroup)
-              : -std::numeric_limits<T>::infinity();
-  for (std::size_t g = 0; g < full; ++g) top = std::max(top, rb.group_max[g]);
-  return top;
+  probe.scores.assign(rb.group_max, rb.group_max + full);
+  if (full * kGroup < rb.lim)  // the last group's maximum may come from keys past lim
+    probe.scores.push_back(
+        detail::matmul_kernels_for<T>().max_value(rb.bounds + full * kGroup, rb.lim - full * kGroup));
+  transform_row<T>(c, probe);
+  return threshold_estimate(c, probe);
 }
 
 // Whether every key of the row with weight is one of the graph's.
@@ -687,10 +686,10 @@ void settle_from_guess(const Shared<T>& c, TileScratch<T>& t, std::uint32_t i, R
 // (one GEMM per slab of rows over all their keys), collects each row's
 // pending keys, and in exact mode repairs the row.
 //
-// Exact mode with a threshold transform first guesses the threshold: the
-// estimated threshold of the previous row (neighbouring queries have
-// similar ones), which saves the transform of the graph's keys alone and
-// keeps the pending list short from the start; settle_from_guess proves it.
+// Exact mode with a threshold transform first guesses the threshold from
+// the row's group maxima (group_guess), which saves the transform of the
+// graph's keys alone and keeps the pending list short from the start;
+// settle_from_guess proves it.
 template <class T>
 void settle_by_bounds(const Shared<T>& c, TileScratch<T>& t, const std::uint32_t* ids, std::size_t rows) {
   const ScoreBounds<T>& b = *c.bounds;
@@ -705,11 +704,6 @@ void settle_by_bounds(const Shared<T>& c, TileScratch<T>& t, const std::uint32_t
   }
   const std::size_t active = scan_rows.size();
   if (active == 0) return;
-  // The gap starts from half the widest one possible, 1 / (alpha - 1) (a
-  // single key at the top has weight 1): guesses never cross a tile, so the
-  // result is the same for any thread count.
-  const double alpha = threshold_alpha(c.o->transform);  // 0 for top-k, which is not guessed
-  t.gap = alpha > 1.0 ? 0.5 / (alpha - 1.0) : std::numeric_limits<double>::infinity();
   t.qb.resize(active * w);
   for (std::size_t a = 0; a < active; ++a) {
     Row<T>& row = t.rows[scan_rows[a]];
@@ -731,13 +725,8 @@ void settle_by_bounds(const Shared<T>& c, TileScratch<T>& t, const std::uint32_t
       Row<T>& row = t.rows[scan_rows[a]];
       const std::uint32_t i = ids[scan_rows[a]];
       const RowBounds<T> rb{t.bounds.data() + (a - a0) * end, t.group_max.data() + (a - a0) * groups, c.limit(i)};
-      // The guess: this row's largest bound less 0.7 times the previous
-      // row's gap between its largest bound and its threshold. Aiming a little
-      // high pays: a guess too high costs a second look at a narrow band of
-      // keys, one too low scores many keys that turn out to be zero.
-      const double top = row.guess ? static_cast<double>(row_max(rb)) : 0.0;
-      if (row.guess && std::isfinite(t.gap)) {
-        settle_from_guess<T>(c, t, i, row, rb, top - kGuessGap * t.gap);
+      if (row.guess) {
+        settle_from_guess<T>(c, t, i, row, rb, group_guess(c, rb, t.probe));
       } else {
         // No guess (top-k, certify): the graph's own threshold, which is
         // proven, in exact mode as a guess that cannot fail.
@@ -754,7 +743,6 @@ void settle_by_bounds(const Shared<T>& c, TileScratch<T>& t, const std::uint32_t
       } else if (exact) {
         row.settled = row.graph_keys + row.repaired == c.allowed(i) ? RowSettlement::dense : RowSettlement::repaired;
       }  // certify: unsettled, the graph row stays as it is
-      if (row.guess) t.gap = top - (threshold_estimate(c, row) - row.offset);
     }
   }
 }
