@@ -412,12 +412,18 @@ function draw(chosen, exactInfo) {
       `pairs of the predicted graph; the bounds cost ${x.boundPairs} cheap pair bounds. Time on this head: exact ` +
       `${x.exactMs.toFixed(2)} ms, graph only ${x.fastMs.toFixed(2)} ms`;
     setNumber("exact-diff", x.exactMaxAbsDiff, formatDiff(x.exactMaxAbsDiff));
+    const extra =
+      `scoring ${x.repairPairs} extra pairs (` +
+      (x.graphPairs > 0 ? `${formatShare(x.repairShare)} of the graph's ${x.graphPairs}` : "the predicted graph has no edge here") +
+      ")";
+    // Exact mode may score keys beyond the graph that then get weight 0: the
+    // rows stay exact by the graph alone, and the proof still cost the pairs.
     $("repair-summary").textContent = x.repairPairs === 0
       ? `Bound and repair: all ${x.rows} rows proven exact from the predicted graph alone; nothing to repair.`
-      : `Bound and repair: ${x.graphRows} of ${x.rows} rows proven exact by the graph alone; ${fixed} repaired by ` +
-        `scoring ${x.repairPairs} extra pairs (` +
-        (x.graphPairs > 0 ? `${formatShare(x.repairShare)} of the graph's ${x.graphPairs}` : "the predicted graph has no edge here") +
-        `). Every row then equals full attention.`;
+      : fixed === 0
+        ? `Bound and repair: all ${x.rows} rows proven exact by the graph alone, after ${extra}. Every row equals full attention.`
+        : `Bound and repair: ${x.graphRows} of ${x.rows} rows proven exact by the graph alone; ${fixed} repaired by ` +
+          `${extra}. Every row then equals full attention.`;
   } else {
     ex.className = "exactness";
     ex.textContent = run.n === 0 ? "Type some text to see its attention." : "–";

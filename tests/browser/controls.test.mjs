@@ -144,8 +144,9 @@ async function assertRepairShown(page, d, label) {
   if (d.recall === 1) assert.ok(d.maxAbsDiff <= 1e-5, `${label}: recall 1, the graph alone is exact (${d.maxAbsDiff})`);
   // An empty predicted graph (a strict setting on a quiet head) leaves everything to repair: no share to show.
   assert.equal(d.repairShare, d.graphPairs > 0 ? d.repairPairs / d.graphPairs : null);
-  if (fixed === 0) assert.equal(d.repairPairs, 0, `${label}: nothing repaired, nothing added`);
-  else assert.ok(d.repairPairs > 0, `${label}: ${fixed} rows repaired by adding pairs`);
+  // A repaired row gained a key with weight, so pairs were added; rows exact by
+  // the graph alone may still have cost a few scored pairs to prove.
+  if (fixed > 0) assert.ok(d.repairPairs > 0, `${label}: ${fixed} rows repaired by adding pairs`);
   const shown = await shownNumbers(page, ["max-diff", "covered-rows", "graph-rows", "repaired-rows", "repair-cost", "exact-diff"]);
   assert.equal(shown["max-diff"], d.maxAbsDiff);
   assert.equal(shown["covered-rows"], d.coveredRows);
@@ -160,7 +161,10 @@ async function assertRepairShown(page, d, label) {
   else assert.equal(cost, `${d.repairPairs} pairs`);
   const summary = (await page.textContent("#repair-summary")).trim();
   if (d.repairPairs === 0) assert.match(summary, new RegExp(`all ${n} rows proven exact from the predicted graph alone`));
-  else {
+  else if (fixed === 0) {
+    assert.ok(summary.includes(`all ${n} rows proven exact by the graph alone, after scoring ${d.repairPairs} extra pairs (`), summary);
+    assert.match(summary, /Every row equals full attention\.$/);
+  } else {
     assert.ok(summary.includes(`${d.graphRows} of ${n} rows proven exact by the graph alone; ${fixed} repaired`), summary);
     assert.ok(summary.includes(`scoring ${d.repairPairs} extra pairs (`), summary);
     assert.match(summary, /Every row then equals full attention\.$/);

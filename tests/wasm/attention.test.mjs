@@ -38,7 +38,9 @@ function checkExactReport(r, queries, what = "exact") {
   assert.equal(r.repairedRows, count(r.settled, 2), `${what}: repairedRows`);
   assert.equal(r.denseRows, count(r.settled, 3), `${what}: denseRows`);
   assert.equal(r.graphRows + r.repairedRows + r.denseRows, queries, `${what}: the counts add up to the rows`);
-  if (r.repairedRows + r.denseRows === 0) assert.equal(r.repairPairs, 0, `${what}: nothing repaired, nothing added`);
+  // A repaired row gained a key with weight; rows exact by the graph alone may
+  // still have cost scored pairs (keys that turned out to have weight 0).
+  if (r.repairedRows + r.denseRows > 0) assert.ok(r.repairPairs > 0, `${what}: repaired rows added pairs`);
 }
 
 function assertThrowsMatching(fn, pattern, what) {
