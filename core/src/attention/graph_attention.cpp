@@ -530,22 +530,34 @@ void collect_pending(const Shared<T>& c, TileScratch<T>& t, Row<T>& row, const R
   const std::uint8_t* padding = c.o->key_padding;
   const std::uint32_t* held = row.graph;
   const std::size_t nheld = row.graph_keys;
+  // A graph row that is one run of keys (a window) is left out of the scan
+  // as a range; other graph rows are skipped key by key.
+  const bool run = nheld > 0 && held[nheld - 1] - held[0] + 1 == nheld;
+  const std::size_t run_lo = run ? held[0] : rb.lim, run_hi = run ? held[nheld - 1] + 1 : rb.lim;
   std::size_t cursor = 0;
   row.pending.clear();
   t.hits.resize(kGroup);
   for (std::size_t j0 = 0; j0 < rb.lim; j0 += kGroup) {
     const T threshold = static_cast<T>(row.threshold);
     if (!(rb.group_max[j0 / kGroup] > threshold)) continue;
-    const std::size_t hits = mk.select_above(rb.bounds + j0, std::min(rb.lim, j0 + kGroup) - j0, threshold, ceiling,
-                                             static_cast<std::uint32_t>(j0), t.hits.data());
+    const std::size_t j1 = std::min(rb.lim, j0 + kGroup);
+    // The group less the run: [j0, a) and [b, j1).
+    const std::size_t a = std::max(j0, std::min(j1, run_lo)), b = std::min(j1, std::max(j0, run_hi));
+    std::size_t hits = mk.select_above(rb.bounds + j0, a - j0, threshold, ceiling, static_cast<std::uint32_t>(j0),
+                                       t.hits.data());
+    if (b < j1)
+      hits += mk.select_above(rb.bounds + b, j1 - b, threshold, ceiling, static_cast<std::uint32_t>(b),
+                              t.hits.data() + hits);
     // Written in place (a push_back of a temporary stalls on store forwarding).
     std::size_t at = row.pending.size();
     row.pending.resize(at + hits);
     for (std::size_t h = 0; h < hits; ++h) {
       const std::uint32_t j = t.hits[h];
       if (padding != nullptr && padding[j] == 0) continue;
-      while (cursor < nheld && held[cursor] < j) ++cursor;
-      if (cursor < nheld && held[cursor] == j) continue;
+      if (!run) {
+        while (cursor < nheld && held[cursor] < j) ++cursor;
+        if (cursor < nheld && held[cursor] == j) continue;
+      }
       row.pending[at].bound = rb.bounds[j];
       row.pending[at++].key = j;
     }
