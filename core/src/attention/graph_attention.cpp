@@ -331,13 +331,13 @@ T pending_lower(const Shared<T>& c, const Row<T>& r, const Pending<T>& e) {
 // Raises the row's threshold without scoring anything: the threshold of its
 // scored keys together with lower bounds of its pending keys' scores is
 // valid (a threshold only grows with the scores and with the keys), and when
-// the bounds are tight it is close to the dense row's. Unless `all`, only
-// the pending keys of largest bound take part: a subset of keys still gives a
-// valid threshold, and the transform then runs on a short row. probe is scratch.
+// the bounds are tight it is close to the dense row's. Only the pending keys
+// of largest bound take part: a subset of keys still gives a valid
+// threshold, and the transform then runs on a short row. probe is scratch.
 template <class T>
-void tighten(const Shared<T>& c, Row<T>& r, Row<T>& probe, bool all = false) {
+void tighten(const Shared<T>& c, Row<T>& r, Row<T>& probe) {
   probe.scores.assign(r.scores.begin(), r.scores.end());
-  const std::size_t keep = all ? r.pending.size() : std::min(r.pending.size(), std::max<std::size_t>(32, r.scores.size()));
+  const std::size_t keep = std::min(r.pending.size(), std::max<std::size_t>(32, r.scores.size()));
   if (keep < r.pending.size())
     std::nth_element(r.pending.begin(), r.pending.begin() + static_cast<std::ptrdiff_t>(keep), r.pending.end(),
                      [](const Pending<T>& a, const Pending<T>& b) { return a.bound > b.bound; });
