@@ -963,8 +963,15 @@ void graph_attention_backward(ConstMatrix<T> q, ConstMatrix<T> k, ConstMatrix<T>
                                                dp.data());
     transform_backward<T>(c.o->transform, ConstMatrix<T>{s.p.data(), 1, cnt}, ConstMatrix<T>{dp.data(), 1, cnt},
                           MatrixView<T>{s.dz.data(), 1, cnt});
-    detail::matmul_kernels_for<T>().gather_axpy(s.dz.data(), c.k.data, c.k.stride, s.keys.data(), cnt, c.d, gq);
-    for (std::size_t x = 0; x < c.d; ++x) gq[x] = static_cast<T>(c.scale * static_cast<double>(gq[x]));
+    // dQ_i = scale sum_j dz_j k_j, summed in double like the key side: the dz
+    // sum to ~0, so keys far from the origin cancel in float.
+    std::vector<double> acc(c.d, 0.0);
+    for (std::size_t e = 0; e < cnt; ++e) {
+      const T* kj = c.k.row(s.keys[e]);
+      const double dz = static_cast<double>(s.dz[e]);
+      for (std::size_t x = 0; x < c.d; ++x) acc[x] += dz * static_cast<double>(kj[x]);
+    }
+    for (std::size_t x = 0; x < c.d; ++x) gq[x] = static_cast<T>(c.scale * acc[x]);
   });
   // Key side: the supports transposed (rows in increasing order per key),
   // then per key dK_j = scale sum_i dz_ij q_i and dV_j = sum_i p_ij g_i.
