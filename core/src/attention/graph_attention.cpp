@@ -2,13 +2,15 @@
 // exact by bound and repair (see graph_attention.hpp for the semantics).
 //
 // Queries are processed in tiles of consecutive rows (in the order of their
-// first key). Per tile: gather each row's allowed keys, score them (one GEMM
-// over the tile's key union when the rows share keys), transform each row;
-// in certify/exact mode take each row's threshold, bound the scores of every
-// allowed key in blocks (one small GEMM per block, ScoreBounds), and collect
-// the keys whose bound clears the threshold; exact mode scores those keys and
-// transforms the enlarged row. Tiles run on the thread pool; each writes only
-// its own rows, so the result does not depend on the thread count.
+// first key). Per tile: gather each row's allowed keys and score them (one
+// GEMM over the tile's key union when the rows share keys). Fast mode
+// transforms each row. Certify and exact mode bound the scores of every
+// allowed key of a slab of rows (one GEMM, ScoreBounds, with each 64-key
+// group's largest bound); certify checks the graph row's threshold against
+// them, exact mode settles each row from a guessed threshold that it proves
+// (settle_from_guess) and transforms the row once its keys are known. Tiles
+// run on the thread pool; each writes only its own rows, and no state crosses
+// rows, so the result does not depend on the thread count.
 #include "entgraph/graph_attention.hpp"
 
 #include <algorithm>
