@@ -21,27 +21,30 @@
 // ScoreBounds, score_bounds.hpp). For alpha-entmax (sparsemax is alpha = 2),
 // p_j = [(alpha - 1) s_j - tau]_+^(1 / (alpha - 1)), so p_j = 0 iff
 // (alpha - 1) s_j <= tau; tau of a subset of a row's keys never exceeds tau of
-// the whole row. For each query: score the graph row, take a guaranteed lower
-// bound tau_lo of its tau (checked in double: F(tau_lo) >= 1), and compare
-// the score upper bound of every allowed key left out with tau_lo/(alpha - 1).
-// Keys at or below are exactly zero in the dense row. The others are pending:
-// repair scores them in decreasing bound order, in batches that double,
-// running the transform on the enlarged row after each batch; its tau can
-// only be larger, so every key excluded before stays excluded, and the
-// pending keys whose bound no longer clears the new threshold are dropped.
+// the whole row. So a key whose score upper bound is at or below a threshold
+// that some subset of the row's keys proves has weight exactly 0 in the
+// dense row. For each query, exact mode guesses the threshold (the
+// transform's threshold over the largest bound of each 64-key group: a
+// subset of the row's bounds, so a little under the row's), scores every
+// key whose bound clears the guess, and keeps the guess when the threshold
+// those keys prove reaches it; otherwise the keys between the proven
+// threshold and the guess join too, and the enlarged row proves its own
+// (its tau can only be larger). A wrong guess costs time, never exactness.
 // top-k softmax: the k-th largest score plays tau's part (a left-out key
-// below it ranks after k kept ones). A row is settled by
-// - graph:    no key needed adding (the prediction alone was enough),
-// - repaired: keys were added, not all of them,
-// - dense:    every allowed key ended up scored (the bounds excluded nothing).
-// An empty graph row (or, for top-k, one shorter than k) has no threshold:
-// all its allowed keys are pending, and the first batches provide one.
+// below it ranks after k kept ones), and the graph row's threshold is the
+// guess. A row is settled by
+// - graph:    no key outside the graph row has weight (the prediction alone
+//             was enough; certify mode: proven without scoring),
+// - repaired: keys with weight were added, not all of them,
+// - dense:    every allowed key ended up scored.
 // Softmax (and entmax with alpha = 1) has no threshold: every allowed key has
 // weight > 0, so exact and certify modes throw for it.
 //
 // Cost of exact mode per query: the graph row's scores, r + 2 multiply-adds
-// per allowed key for the bounds (one GEMM per tile of queries and block of
-// keys), the repaired keys' scores and the transform on the final row only.
+// per allowed key for the bounds (one GEMM per slab of a tile's queries over
+// all their keys; bfloat16 where ScoreBounds::uses_bf16()), the scores of the
+// keys above the guess and one or two transforms on short rows. See
+// docs/EXACT.md.
 //
 #pragma once
 
