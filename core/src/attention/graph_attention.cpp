@@ -647,19 +647,16 @@ void settle_from_guess(const Shared<T>& c, TileScratch<T>& t, std::uint32_t i, R
   }
   collect_pending<T>(c, t, row, rb, Overflow::keep);
   std::vector<Pending<T>>& p = row.pending;
-  std::vector<Pending<T>>& rest = t.rest;
-  auto split_at = [&](T at) {  // keys at or under `at` wait in rest
-    const auto split = std::partition(p.begin(), p.end(), [&](const Pending<T>& e) { return e.bound > at; });
-    rest.insert(rest.end(), split, p.end());
-    p.erase(split, p.end());
-  };
+  std::vector<Pending<T>>& rest = t.rest;  // collected keys at or under the level wait here
   rest.clear();
   if (p.size() > row.budget) {
     const std::size_t keep = row.budget / 2;
     std::nth_element(p.begin(), p.begin() + static_cast<std::ptrdiff_t>(keep - 1), p.end(),
                      [](const Pending<T>& a, const Pending<T>& b) { return a.bound > b.bound; });
     level = p[keep - 1].bound;
-    split_at(level);
+    const auto split = std::partition(p.begin(), p.end(), [&](const Pending<T>& e) { return e.bound > level; });
+    rest.assign(split, p.end());
+    p.erase(split, p.end());
   }
   if (!p.empty()) {
     repair_step<T>(c, i, row, p.size());  // scores them all and transforms the row
@@ -744,7 +741,6 @@ void settle_by_bounds(const Shared<T>& c, TileScratch<T>& t, const std::uint32_t
       } else {
         // No guess (top-k, certify): the graph's own threshold, which is
         // proven, in exact mode as a guess that cannot fail.
-        if (row.guess) transform_row<T>(c, row);  // skipped in settle_tile
         update_threshold<T>(c, row);
         if (exact) {
           settle_from_guess<T>(c, t, i, row, rb, row.threshold);

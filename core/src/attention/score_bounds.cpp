@@ -248,12 +248,6 @@ template <class T>
 void ScoreBounds<T>::bound_block(const T* qt, std::size_t rows, std::size_t ldq, std::size_t j0, std::size_t j1,
                                  T* bounds, std::size_t ldb, T* group_max, std::size_t ldg) const {
   const std::size_t groups = (j1 - j0 + kGroupKeys - 1) / kGroupKeys;
-  std::vector<T> unused;
-  if (group_max == nullptr) {
-    unused.resize(rows * groups);
-    group_max = unused.data();
-    ldg = groups;
-  }
   if constexpr (std::is_same_v<T, float>) {
     static_assert(kGroupKeys == detail::kBf16GroupKeys);
     if (uses_bf16() && j0 % detail::kBf16BlockKeys == 0) {
@@ -269,6 +263,12 @@ void ScoreBounds<T>::bound_block(const T* qt, std::size_t rows, std::size_t ldq,
         }
         margin[r] = round_up<float>(bf16_margin(row));
       }
+      std::vector<float> unused;  // the kernel always reports group maxima
+      if (group_max == nullptr) {
+        unused.resize(rows * groups);
+        group_max = unused.data();
+        ldg = groups;
+      }
       detail::bf16_scores_kernel()(q.data(), rows,
                                    kbf_.data() + (j0 / detail::kBf16BlockKeys) * pairs * 2 * detail::kBf16BlockKeys,
                                    pairs, j1 - j0, margin.data(), bounds, ldb, group_max, ldg);
@@ -278,6 +278,7 @@ void ScoreBounds<T>::bound_block(const T* qt, std::size_t rows, std::size_t ldq,
   // bounds = qt (rows x w) * kt[:, j0:j1] (w x (j1 - j0)), kt's rows m apart.
   const detail::MatmulKernels<T>& mk = detail::matmul_kernels_for<T>();
   mk.gemm_nn(rows, j1 - j0, width(), T(1), qt, ldq, kt_.data() + j0, m_, bounds, ldb, false, false);
+  if (group_max == nullptr) return;
   for (std::size_t r = 0; r < rows; ++r)
     for (std::size_t g = 0; g < groups; ++g) {
       const std::size_t a = g * kGroupKeys;
