@@ -51,30 +51,48 @@ TEST_SUITE("attention") {
     }
   }
 
-  TEST_CASE("select_above lists exactly the entries in (threshold, ceiling], in order, on every ISA") {
+  TEST_CASE("select_above lists exactly the entries in (threshold, ceiling] of its range, in order, on every ISA") {
     std::mt19937_64 rng(11);
     std::normal_distribution<float> normal(0.0f, 1.0f);
+    constexpr std::size_t G = detail::kSelectGroup;
     for (CpuIsa isa : available_cpu_isas()) {
       const auto& mm = isa == CpuIsa::reference ? detail::reference_matmul_kernels<float>() : detail::matmul_kernels(isa);
       CAPTURE(cpu_isa_name(isa));
-      for (std::size_t n : {0u, 1u, 3u, 4u, 15u, 16u, 17u, 64u, 100u})
+      for (std::size_t n : {0u, 1u, 17u, 64u, 100u, 1100u, 2048u})
         for (float threshold : {-10.0f, 0.0f, 1.5f, 10.0f}) {
           std::vector<float> x(n);
           for (float& v : x) v = normal(rng);
+          for (std::size_t j = 0; j < n; j += 97) x[j] = threshold + 1.0f;  // hits in many groups
           if (n > 2) x[1] = threshold;  // equal is not above
           if (n > 3) x[2] = std::nextafter(threshold, 100.0f);
           if (n > 4) x[3] = std::numeric_limits<float>::quiet_NaN();
           if (n > 5) x[4] = threshold + 0.5f;  // equal to the ceiling below: selected
           if (n > 6) x[5] = std::nextafter(threshold + 0.5f, 100.0f);
-          for (float ceiling : {std::numeric_limits<float>::infinity(), threshold + 0.5f}) {
-            CAPTURE(ceiling);
-            std::vector<std::uint32_t> idx(n + 1, 999u), want;
-            for (std::size_t j = 0; j < n; ++j)
-              if (x[j] > threshold && x[j] <= ceiling) want.push_back(static_cast<std::uint32_t>(j + 40));
-            const std::size_t count = mm.select_above(x.data(), n, threshold, ceiling, 40u, idx.data());
-            REQUIRE(count == want.size());
-            for (std::size_t c = 0; c < count; ++c) CHECK(idx[c] == want[c]);
-            CHECK(idx[n] == 999u);  // nothing written past the room of n entries
+          // Group maxima; every third group's raised (an upper bound is enough).
+          const std::size_t groups = (n + G - 1) / G;
+          std::vector<float> group_max(groups, -std::numeric_limits<float>::infinity());
+          for (std::size_t j = 0; j < n; ++j)
+            if (x[j] > group_max[j / G]) group_max[j / G] = x[j];
+          for (std::size_t g = 0; g < groups; g += 3) group_max[g] += 1.0f;
+          std::uniform_int_distribution<std::size_t> pick(0, n);
+          for (int trial = 0; trial < 6; ++trial) {
+            std::size_t from = trial == 0 ? 0 : pick(rng), to = trial == 0 ? n : pick(rng);
+            if (from > to) std::swap(from, to);
+            for (bool with_groups : {true, false})
+              for (float ceiling : {std::numeric_limits<float>::infinity(), threshold + 0.5f}) {
+                CAPTURE(from);
+                CAPTURE(to);
+                CAPTURE(with_groups);
+                CAPTURE(ceiling);
+                std::vector<std::uint32_t> idx(to - from + 1, 999u), want;
+                for (std::size_t j = from; j < to; ++j)
+                  if (x[j] > threshold && x[j] <= ceiling) want.push_back(static_cast<std::uint32_t>(j));
+                const std::size_t count = mm.select_above(x.data(), with_groups ? group_max.data() : nullptr, from,
+                                                          to, threshold, ceiling, idx.data());
+                REQUIRE(count == want.size());
+                for (std::size_t c = 0; c < count; ++c) CHECK(idx[c] == want[c]);
+                CHECK(idx[to - from] == 999u);  // nothing written past the room of to - from entries
+              }
           }
         }
     }

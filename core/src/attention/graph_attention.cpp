@@ -527,7 +527,6 @@ struct RowBounds {
 template <class T>
 void collect_pending(const Shared<T>& c, TileScratch<T>& t, Row<T>& row, const RowBounds<T>& rb, Overflow overflow,
                      T ceiling = std::numeric_limits<T>::infinity()) {
-  constexpr std::size_t kGroup = ScoreBounds<T>::kGroupKeys;
   const detail::MatmulKernels<T>& mk = detail::matmul_kernels_for<T>();
   const std::uint8_t* padding = c.o->key_padding;
   const std::uint32_t* held = row.graph;
@@ -538,18 +537,18 @@ void collect_pending(const Shared<T>& c, TileScratch<T>& t, Row<T>& row, const R
   const std::size_t run_lo = run ? held[0] : rb.lim, run_hi = run ? held[nheld - 1] + 1 : rb.lim;
   std::size_t cursor = 0;
   row.pending.clear();
-  t.hits.resize(kGroup);
-  for (std::size_t j0 = 0; j0 < rb.lim; j0 += kGroup) {
+  // Chunks of 16 groups: one kernel call each, and the budget (or certify's
+  // first key) checked between them.
+  constexpr std::size_t kChunk = 16 * ScoreBounds<T>::kGroupKeys;
+  static_assert(ScoreBounds<T>::kGroupKeys == detail::kSelectGroup);
+  t.hits.resize(kChunk);
+  for (std::size_t c0 = 0; c0 < rb.lim; c0 += kChunk) {
     const T threshold = static_cast<T>(row.threshold);
-    if (!(rb.group_max[j0 / kGroup] > threshold)) continue;
-    const std::size_t j1 = std::min(rb.lim, j0 + kGroup);
-    // The group less the run: [j0, a) and [b, j1).
-    const std::size_t a = std::max(j0, std::min(j1, run_lo)), b = std::min(j1, std::max(j0, run_hi));
-    std::size_t hits = mk.select_above(rb.bounds + j0, a - j0, threshold, ceiling, static_cast<std::uint32_t>(j0),
-                                       t.hits.data());
-    if (b < j1)
-      hits += mk.select_above(rb.bounds + b, j1 - b, threshold, ceiling, static_cast<std::uint32_t>(b),
-                              t.hits.data() + hits);
+    const std::size_t c1 = std::min(rb.lim, c0 + kChunk);
+    // The chunk less the run: [c0, a) and [b, c1).
+    const std::size_t a = std::max(c0, std::min(c1, run_lo)), b = std::min(c1, std::max(c0, run_hi));
+    std::size_t hits = mk.select_above(rb.bounds, rb.group_max, c0, a, threshold, ceiling, t.hits.data());
+    if (b < c1) hits += mk.select_above(rb.bounds, rb.group_max, b, c1, threshold, ceiling, t.hits.data() + hits);
     // Written in place (a push_back of a temporary stalls on store forwarding).
     std::size_t at = row.pending.size();
     row.pending.resize(at + hits);

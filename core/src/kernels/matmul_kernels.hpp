@@ -52,13 +52,18 @@ template <class T>
 using GatherAxpy = void (*)(const T* w, const T* b, std::size_t ldb, const std::uint32_t* idx, std::size_t count,
                             std::size_t n, T* out);
 
-// Threshold selection, for attention's bound scans: writes base + j for every
-// j < n with threshold < x[j] <= ceiling (NaN never is), in increasing order,
-// into idx (room for n: entries from the count on may be overwritten), and
-// returns their count.
+// Threshold selection over one row of bounds, for attention's scans: writes
+// every j in [from, to) with threshold < x[j] <= ceiling (NaN never is), in
+// increasing order, into idx (room for to - from: entries from the count on
+// may be overwritten), and returns their count. group_max, when not null,
+// holds for each group g of kSelectGroup keys [64 g, 64 g + 64) an upper
+// bound of its x (its maximum): a group whose bound is not above the
+// threshold may be skipped unread. The whole range in one call keeps the
+// scan free of a call and a branch per group.
+inline constexpr std::size_t kSelectGroup = 64;
 template <class T>
-using SelectAbove = std::size_t (*)(const T* x, std::size_t n, T threshold, T ceiling, std::uint32_t base,
-                                    std::uint32_t* idx);
+using SelectAbove = std::size_t (*)(const T* x, const T* group_max, std::size_t from, std::size_t to, T threshold,
+                                    T ceiling, std::uint32_t* idx);
 
 // The largest of x[0, n) (NaN never is), -inf when n == 0.
 template <class T>

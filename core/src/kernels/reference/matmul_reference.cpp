@@ -91,12 +91,13 @@ void gather_axpy(const T* w, const T* b, std::size_t ldb, const std::uint32_t* i
   }
 }
 
+// Reads every entry: the group bounds are only a licence to skip.
 template <class T>
-std::size_t select_above(const T* x, std::size_t n, T threshold, T ceiling, std::uint32_t base,
+std::size_t select_above(const T* x, const T*, std::size_t from, std::size_t to, T threshold, T ceiling,
                          std::uint32_t* idx) {
   std::size_t count = 0;
-  for (std::size_t j = 0; j < n; ++j)
-    if (x[j] > threshold && x[j] <= ceiling) idx[count++] = base + static_cast<std::uint32_t>(j);
+  for (std::size_t j = from; j < to; ++j)
+    if (x[j] > threshold && x[j] <= ceiling) idx[count++] = static_cast<std::uint32_t>(j);
   return count;
 }
 

@@ -16,6 +16,7 @@
 // visited.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -423,27 +424,10 @@ struct Matmul {
     }
   }
 
-  static std::size_t select_above(const float* x, std::size_t n, float threshold, float ceiling, std::uint32_t base,
-                                  std::uint32_t* idx) {
+  // The entries of x[0, n) in (threshold, ceiling], as base + j.
+  static std::size_t select_run(const float* x, std::size_t n, float threshold, float ceiling, std::uint32_t base,
+                                std::uint32_t* idx) {
     std::size_t count = 0, j = 0;
-#if defined(__AVX512F__)
-    if constexpr (std::is_same_v<A, xsimd::avx512bw>) {
-      // Compress the indices of the lanes selected into a register and store
-      // all 16 (count <= j, so they stay within the room for n); Zen 4's
-      // compress straight to memory is microcoded.
-      const __m512 t = _mm512_set1_ps(threshold), c = _mm512_set1_ps(ceiling);
-      __m512i lanes = _mm512_add_epi32(_mm512_set1_epi32(static_cast<int>(base)),
-                                       _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
-      const __m512i step = _mm512_set1_epi32(16);
-      for (; j + 16 <= n; j += 16, lanes = _mm512_add_epi32(lanes, step)) {
-        const __m512 v = _mm512_loadu_ps(x + j);
-        const __mmask16 in = _mm512_mask_cmp_ps_mask(_mm512_cmp_ps_mask(v, t, _CMP_GT_OQ), v, c, _CMP_LE_OQ);
-        if (in == 0) continue;
-        _mm512_storeu_si512(idx + count, _mm512_maskz_compress_epi32(in, lanes));
-        count += static_cast<std::size_t>(__builtin_popcount(in));
-      }
-    }
-#endif
     const B t(threshold), c(ceiling);
     // Hits are rare in a bound scan: a vector compare per W values, and a
     // look at the lanes only when one of them is selected.
@@ -457,6 +441,71 @@ struct Matmul {
     }
     for (; j < n; ++j)
       if (x[j] > threshold && x[j] <= ceiling) idx[count++] = base + static_cast<std::uint32_t>(j);
+    return count;
+  }
+
+#if defined(__AVX512F__)
+  // AVX-512: the maxima of 16 groups in one compare, then the passing groups
+  // by their bit; a group's 64 entries in four compares whose selected lanes'
+  // indices are compressed in a register and stored whole (count <= the
+  // entries already read, so they stay within the room). Zen 4's compress
+  // straight to memory is microcoded: only the range's ragged ends use it.
+  static std::size_t select_above_avx512(const float* x, const float* group_max, std::size_t from, std::size_t to,
+                                         float threshold, float ceiling, std::uint32_t* idx) {
+    constexpr std::size_t G = kSelectGroup;
+    const __m512 t = _mm512_set1_ps(threshold), c = _mm512_set1_ps(ceiling);
+    const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    std::size_t count = 0;
+    auto whole = [&](std::size_t j) {
+      const __m512 v = _mm512_loadu_ps(x + j);
+      const __mmask16 in = _mm512_mask_cmp_ps_mask(_mm512_cmp_ps_mask(v, t, _CMP_GT_OQ), v, c, _CMP_LE_OQ);
+      _mm512_storeu_si512(idx + count,
+                          _mm512_maskz_compress_epi32(in, _mm512_add_epi32(_mm512_set1_epi32(static_cast<int>(j)), iota)));
+      count += static_cast<std::size_t>(__builtin_popcount(in));
+    };
+    auto ragged = [&](std::size_t j, std::size_t lo, std::size_t hi) {  // lanes [lo, hi) of the vector at j
+      const __mmask16 range = static_cast<__mmask16>(((1u << (hi - j)) - 1u) & ~((1u << (lo - j)) - 1u));
+      const __m512 v = _mm512_maskz_loadu_ps(range, x + j);
+      const __mmask16 in = _mm512_mask_cmp_ps_mask(_mm512_mask_cmp_ps_mask(range, v, t, _CMP_GT_OQ), v, c, _CMP_LE_OQ);
+      _mm512_mask_compressstoreu_epi32(idx + count, in,
+                                       _mm512_add_epi32(_mm512_set1_epi32(static_cast<int>(j)), iota));
+      count += static_cast<std::size_t>(__builtin_popcount(in));
+    };
+    const std::size_t g1 = (to + G - 1) / G;
+    for (std::size_t gb = from / G; gb < g1; gb += 16) {
+      std::uint32_t pass = g1 - gb >= 16 ? 0xFFFFu : (1u << (g1 - gb)) - 1u;
+      if (group_max != nullptr)
+        pass = _mm512_mask_cmp_ps_mask(static_cast<__mmask16>(pass),
+                                       _mm512_maskz_loadu_ps(static_cast<__mmask16>(pass), group_max + gb), t,
+                                       _CMP_GT_OQ);
+      for (; pass != 0; pass &= pass - 1) {
+        const std::size_t g = gb + static_cast<std::size_t>(__builtin_ctz(pass));
+        const std::size_t lo = std::max(from, g * G), hi = std::min(to, g * G + G);
+        if (lo == g * G && hi == g * G + G) {
+          for (std::size_t j = lo; j < hi; j += 16) whole(j);
+        } else {
+          for (std::size_t j = lo / 16 * 16; j < hi; j += 16) ragged(j, std::max(lo, j), std::min(hi, j + 16));
+        }
+      }
+    }
+    return count;
+  }
+#endif
+
+  static std::size_t select_above(const float* x, const float* group_max, std::size_t from, std::size_t to,
+                                  float threshold, float ceiling, std::uint32_t* idx) {
+    if (from >= to) return 0;
+#if defined(__AVX512F__)
+    if constexpr (std::is_same_v<A, xsimd::avx512bw>)
+      return select_above_avx512(x, group_max, from, to, threshold, ceiling, idx);
+#endif
+    constexpr std::size_t G = kSelectGroup;
+    std::size_t count = 0;
+    for (std::size_t g = from / G; g * G < to; ++g) {
+      if (group_max != nullptr && !(group_max[g] > threshold)) continue;
+      const std::size_t lo = std::max(from, g * G), hi = std::min(to, g * G + G);
+      count += select_run(x + lo, hi - lo, threshold, ceiling, static_cast<std::uint32_t>(lo), idx + count);
+    }
     return count;
   }
 
