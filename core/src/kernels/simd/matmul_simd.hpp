@@ -448,8 +448,9 @@ struct Matmul {
   // AVX-512: the maxima of 16 groups in one compare, then the passing groups
   // by their bit; a group's 64 entries in four compares whose selected lanes'
   // indices are compressed in a register and stored whole (count <= the
-  // entries already read, so they stay within the room). Zen 4's compress
-  // straight to memory is microcoded: only the range's ragged ends use it.
+  // entries already read, so they stay within the room), at the range's
+  // ragged ends only their first popcount lanes. Zen 4's compress straight to
+  // memory is microcoded.
   static std::size_t select_above_avx512(const float* x, const float* group_max, std::size_t from, std::size_t to,
                                          float threshold, float ceiling, std::uint32_t* idx) {
     constexpr std::size_t G = kSelectGroup;
@@ -467,9 +468,10 @@ struct Matmul {
       const __mmask16 range = static_cast<__mmask16>(((1u << (hi - j)) - 1u) & ~((1u << (lo - j)) - 1u));
       const __m512 v = _mm512_maskz_loadu_ps(range, x + j);
       const __mmask16 in = _mm512_mask_cmp_ps_mask(_mm512_mask_cmp_ps_mask(range, v, t, _CMP_GT_OQ), v, c, _CMP_LE_OQ);
-      _mm512_mask_compressstoreu_epi32(idx + count, in,
-                                       _mm512_add_epi32(_mm512_set1_epi32(static_cast<int>(j)), iota));
-      count += static_cast<std::size_t>(__builtin_popcount(in));
+      const int hits = __builtin_popcount(in);
+      _mm512_mask_storeu_epi32(idx + count, static_cast<__mmask16>((1u << hits) - 1u),
+                               _mm512_maskz_compress_epi32(in, _mm512_add_epi32(_mm512_set1_epi32(static_cast<int>(j)), iota)));
+      count += static_cast<std::size_t>(hits);
     };
     const std::size_t g1 = (to + G - 1) / G;
     for (std::size_t gb = from / G; gb < g1; gb += 16) {

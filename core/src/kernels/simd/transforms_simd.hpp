@@ -108,17 +108,22 @@ struct Kernels {
     std::size_t c = 0;
     const B t(threshold), sb(shift), mb(mul);
 #if defined(__AVX512F__)
-    // AVX-512 compresses the selected lanes in one instruction each for the
-    // values and the indices; the -inf padding of the tail is never selected.
+    // AVX-512 compresses the selected lanes in a register, one instruction
+    // each for the values and the indices, and stores the first popcount
+    // lanes (Zen 4's compress straight to memory is microcoded, hundreds of
+    // cycles); the -inf padding of the tail is never selected.
     if constexpr (std::is_same_v<A, xsimd::avx512bw>) {
       const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
       for (std::size_t i = 0; i < n; i += W) {
         const __m512 v = static_cast<__m512>((load(z, i, n, -kInf) - sb) * mb);
         const __mmask16 keep = _mm512_cmp_ps_mask(v, static_cast<__m512>(t), _CMP_GT_OQ);
         if (keep == 0) continue;
-        _mm512_mask_compressstoreu_ps(vals + c, keep, v);
-        _mm512_mask_compressstoreu_epi32(idx + c, keep, _mm512_add_epi32(iota, _mm512_set1_epi32(static_cast<int>(i))));
-        c += static_cast<std::size_t>(__builtin_popcount(keep));
+        const int count = __builtin_popcount(keep);
+        const __mmask16 first = static_cast<__mmask16>((1u << count) - 1u);
+        _mm512_mask_storeu_ps(vals + c, first, _mm512_maskz_compress_ps(keep, v));
+        _mm512_mask_storeu_epi32(idx + c, first,
+                                 _mm512_maskz_compress_epi32(keep, _mm512_add_epi32(iota, _mm512_set1_epi32(static_cast<int>(i)))));
+        c += static_cast<std::size_t>(count);
       }
       return c;
     }
