@@ -47,6 +47,11 @@ export const METHOD_INFO = {
     blurb: "Sparsefinder (2022): k-means clusters in the learned projection; a query is linked to the keys of its cluster.",
     slider: "clusters k",
   },
+  "lowrank-threshold": {
+    label: "Low-rank scores + threshold",
+    blurb: "entgraph's own: a rank-8 estimate of every score, fitted in closed form on training text, then each query keeps the keys its estimated row would give weight to (its own entmax threshold), widened or narrowed by a margin.",
+    slider: "threshold margin",
+  },
 };
 
 export function methodLabel(method) {

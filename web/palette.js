@@ -15,7 +15,8 @@ export const CSS = Object.fromEntries(
   Object.entries(COLORS).map(([k, [r, g, b]]) => [k, `rgb(${r},${g},${b})`]),
 );
 
-// Colour of each predictor (Paul Tol "muted", nine colours).
+// Colour of each predictor (Paul Tol "muted", nine colours; near-black for
+// entgraph's own lowrank-threshold).
 export const METHOD_COLORS = {
   window: "#332288",
   global: "#88ccee",
@@ -26,6 +27,7 @@ export const METHOD_COLORS = {
   "sparsefinder-distance": "#cc6677",
   "sparsefinder-quantization": "#882255",
   "sparsefinder-kmeans": "#aa4499",
+  "lowrank-threshold": "#222222",
 };
 
 export function methodColor(method) {

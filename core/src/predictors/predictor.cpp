@@ -64,9 +64,9 @@ void SettingsReader::finish() const {
 namespace {
 
 std::vector<PredictorFactory> all_factories() {
-  std::vector<PredictorFactory> all = pattern_factories();
-  const auto& learned = learned_factories();
-  all.insert(all.end(), learned.begin(), learned.end());
+  std::vector<PredictorFactory> all;
+  for (const auto* list : {&pattern_factories(), &learned_factories(), &score_factories()})
+    all.insert(all.end(), list->begin(), list->end());
   return all;
 }
 
@@ -139,7 +139,7 @@ std::string Predictor::to_json() const {
 
 std::vector<std::string> predictor_methods() {
   std::vector<std::string> names;
-  for (const auto* list : {&detail::pattern_factories(), &detail::learned_factories()})
+  for (const auto* list : {&detail::pattern_factories(), &detail::learned_factories(), &detail::score_factories()})
     for (const detail::PredictorFactory& f : *list) names.emplace_back(f.method);
   return names;
 }

@@ -2,7 +2,8 @@
 // settings reader they share.
 //
 // Each family of methods owns one table of factories (fixed patterns and
-// hashing/clustering in patterns.cpp, Sparsefinder in sparsefinder.cpp);
+// hashing/clustering in patterns.cpp, Sparsefinder in sparsefinder.cpp,
+// score estimates in lowrank_threshold.cpp);
 // predictor.cpp concatenates them. A static library would drop
 // self-registering objects, hence explicit tables.
 #pragma once
@@ -27,6 +28,7 @@ struct PredictorFactory {
 
 const std::vector<PredictorFactory>& pattern_factories();  // predictors/patterns.cpp
 const std::vector<PredictorFactory>& learned_factories();  // predictors/sparsefinder.cpp
+const std::vector<PredictorFactory>& score_factories();    // predictors/lowrank_threshold.cpp
 
 // Reads typed values out of PredictorSettings; every key read is marked, and
 // finish() throws for keys nobody read (a typo must not be ignored).

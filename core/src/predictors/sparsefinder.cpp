@@ -20,13 +20,12 @@
 #include "entgraph/training/kmeans.hpp"
 #include "entgraph/training/progress.hpp"
 #include "entgraph/training/projection.hpp"
+#include "predictors/parameter_json.hpp"
 #include "predictors/registry.hpp"
 #include "runtime/parallel.hpp"
 
 namespace entgraph::detail {
 namespace {
-
-using json = nlohmann::json;
 
 // The settings every Sparsefinder method reads (training and the projection).
 struct CommonSettings {
@@ -45,65 +44,6 @@ CommonSettings read_common(SettingsReader& reader, const PredictorSettings& sett
   c.projection.seed = static_cast<std::uint64_t>(reader.integer("seed", 0, 0, std::numeric_limits<long>::max()));
   c.has_seed = settings.count("seed") != 0;
   return c;
-}
-
-// ---- JSON helpers: every error names the field ----
-
-[[noreturn]] void bad_field(const std::string& method, const std::string& field, const std::string& what) {
-  throw Error(method + ": parameters: '" + field + "': " + what);
-}
-
-std::size_t read_size(const json& p, const std::string& method, const char* key, std::size_t min, std::size_t max) {
-  if (!p.contains(key)) bad_field(method, key, "missing");
-  const json& v = p.at(key);
-  if (!v.is_number_unsigned() || v.get<std::uint64_t>() < min || v.get<std::uint64_t>() > max)
-    bad_field(method, key, "expected an integer in [" + std::to_string(min) + ", " + std::to_string(max) + "]");
-  return static_cast<std::size_t>(v.get<std::uint64_t>());
-}
-
-// A rows x cols nested array of finite numbers, appended to out.
-void read_matrix(const json& v, const std::string& method, const std::string& field, std::size_t rows,
-                 std::size_t cols, std::vector<float>& out) {
-  if (!v.is_array() || v.size() != rows)
-    bad_field(method, field, "expected an array of " + std::to_string(rows) + " rows");
-  for (std::size_t i = 0; i < rows; ++i) {
-    const json& row = v[i];
-    if (!row.is_array() || row.size() != cols)
-      bad_field(method, field + "[" + std::to_string(i) + "]",
-                "expected an array of " + std::to_string(cols) + " numbers");
-    for (std::size_t j = 0; j < cols; ++j) {
-      const json& x = row[j];
-      if (!x.is_number() || !std::isfinite(x.get<double>()))
-        bad_field(method, field + "[" + std::to_string(i) + "][" + std::to_string(j) + "]", "expected a finite number");
-      out.push_back(static_cast<float>(x.get<double>()));
-    }
-  }
-}
-
-json write_matrix(const float* data, std::size_t rows, std::size_t cols) {
-  json m = json::array();
-  for (std::size_t i = 0; i < rows; ++i) {
-    json row = json::array();
-    for (std::size_t j = 0; j < cols; ++j) row.push_back(static_cast<double>(data[i * cols + j]));
-    m.push_back(std::move(row));
-  }
-  return m;
-}
-
-// A [layers][heads] array; calls fn(element, "field[l][h]", index).
-template <class Fn>
-void for_each_head(const json& p, const std::string& method, const char* key, std::size_t layers, std::size_t heads,
-                   Fn fn) {
-  if (!p.contains(key)) bad_field(method, key, "missing");
-  const json& v = p.at(key);
-  if (!v.is_array() || v.size() != layers)
-    bad_field(method, key, "expected an array of " + std::to_string(layers) + " layers");
-  for (std::size_t l = 0; l < layers; ++l) {
-    const std::string lf = std::string(key) + "[" + std::to_string(l) + "]";
-    if (!v[l].is_array() || v[l].size() != heads)
-      bad_field(method, lf, "expected an array of " + std::to_string(heads) + " heads");
-    for (std::size_t h = 0; h < heads; ++h) fn(v[l][h], lf + "[" + std::to_string(h) + "]", l * heads + h);
-  }
 }
 
 // ---- the shared base ----

@@ -99,6 +99,8 @@ SweepGrid default_grid(const std::string& method) {
     return {method, "t", {"0.5", "1.0", "1.5", "2.0", "2.5", "3.0", "3.5", "4.0", "4.5", "5.0"}, {}};
   if (method == "sparsefinder-quantization") return {method, "buckets", b, {}};
   if (method == "sparsefinder-kmeans") return {method, "clusters", b, {}};
+  if (method == "lowrank-threshold")
+    return {method, "margin", {"-0.2", "-0.1", "-0.05", "-0.02", "0", "0.02", "0.05", "0.1", "0.2", "0.5"}, {}};
   throw Error("default_grid: no grid for method '" + method + "'");
 }
 

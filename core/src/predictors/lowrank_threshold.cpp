@@ -1,0 +1,294 @@
+// entgraph: the lowrank-threshold predictor. The gold graph of an α-entmax
+// head is {j : s_ij > θ_i}, θ_i the row's own threshold; Sparsefinder's
+// methods replace the row's threshold by one global distance, which is what
+// caps their recall. This predictor keeps the row's threshold and only
+// estimates the scores:
+//
+//   ŝ_ij = (q_i W_Q) · (k_j W_K),  W_Q, W_K ∈ R^{d x r},
+//   edge iff ŝ_ij > θ̂_i − margin / (α − 1),
+//
+// θ̂_i the α-entmax threshold of the estimated row (so each query keeps as
+// many keys as its estimated scores support), margin in units of the
+// support's reach 1 / (α − 1) (0: the support of the estimated row).
+//
+// Fit, per head, in closed form: the rank-r bilinear form closest to the
+// scores in least squares over all (query, key) pairs of the capture,
+//   min ‖Q A Kᵀ − Q Kᵀ‖_F over rank(A) ≤ r,
+// is A = C_Q^{-1/2} U_r Σ_r V_rᵀ C_K^{-1/2}, with C_Q = QᵀQ, C_K = KᵀK and
+// U Σ Vᵀ the SVD of C_Q^{1/2} C_K^{1/2} (substitute B = C_Q^{1/2} A C_K^{1/2}
+// and apply Eckart–Young). No iterations, no seed: the fit is deterministic
+// and takes milliseconds. The head's scale is folded into W_Q.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "entgraph/attention.hpp"
+#include "entgraph/error.hpp"
+#include "entgraph/training/projection.hpp"
+#include "entgraph/transforms.hpp"
+#include "kernels/matmul_kernels.hpp"
+#include "predictors/parameter_json.hpp"
+#include "predictors/registry.hpp"
+#include "runtime/parallel.hpp"
+#include "training/symmetric_eigen.hpp"
+
+namespace entgraph::detail {
+namespace {
+
+constexpr const char* kMethod = "lowrank-threshold";
+
+// C^{1/2} and its pseudo-inverse C^{-1/2} (d x d) of a covariance; directions
+// with eigenvalue below 1e-12 of the largest carry no data and get 0 in both.
+void square_roots(const std::vector<double>& c, std::size_t d, std::vector<double>& root,
+                  std::vector<double>& inverse_root) {
+  const SymmetricEigen e = symmetric_eigen(c, d);
+  const double floor = 1e-12 * std::max(e.values.empty() ? 0.0 : e.values[0], 0.0);
+  root.assign(d * d, 0.0);
+  inverse_root.assign(d * d, 0.0);
+  for (std::size_t k = 0; k < d; ++k) {
+    if (!(e.values[k] > floor)) continue;
+    const double s = std::sqrt(e.values[k]), inv = 1.0 / s;
+    for (std::size_t x = 0; x < d; ++x)
+      for (std::size_t y = 0; y < d; ++y) {
+        const double vv = e.vectors[x * d + k] * e.vectors[y * d + k];
+        root[x * d + y] += s * vv;
+        inverse_root[x * d + y] += inv * vv;
+      }
+  }
+}
+
+// W_Q and W_K of one head from the covariances of its scaled queries and its
+// keys; W_Q then takes the scale, so that it applies to raw queries.
+Projection fit_head(const std::vector<double>& cq, const std::vector<double>& ck, double scale, std::size_t d,
+                    std::size_t r) {
+  std::vector<double> cq_root, cq_inv, ck_root, ck_inv;
+  square_roots(cq, d, cq_root, cq_inv);
+  square_roots(ck, d, ck_root, ck_inv);
+  std::vector<double> m(d * d, 0.0), mtm(d * d, 0.0);  // M = C_Q^{1/2} C_K^{1/2}, then MᵀM
+  for (std::size_t x = 0; x < d; ++x)
+    for (std::size_t z = 0; z < d; ++z)
+      for (std::size_t y = 0; y < d; ++y) m[x * d + y] += cq_root[x * d + z] * ck_root[z * d + y];
+  for (std::size_t x = 0; x < d; ++x)
+    for (std::size_t y = 0; y < d; ++y)
+      for (std::size_t z = 0; z < d; ++z) mtm[x * d + y] += m[z * d + x] * m[z * d + y];
+  const SymmetricEigen e = symmetric_eigen(mtm, d);  // V and Σ²
+  Projection p;
+  p.dim = d;
+  p.rank = r;
+  p.wq.assign(d * r, 0.0f);
+  p.wk.assign(d * r, 0.0f);
+  std::vector<double> u(d), v(d);
+  for (std::size_t c = 0; c < r && c < d; ++c) {
+    const double sigma = std::sqrt(std::max(e.values[c], 0.0));
+    if (!(sigma > 1e-12 * std::sqrt(std::max(e.values[0], 0.0)))) break;  // rank of the data reached
+    for (std::size_t x = 0; x < d; ++x) v[x] = e.vectors[x * d + c];
+    for (std::size_t x = 0; x < d; ++x) {  // u = M v / σ
+      double s = 0.0;
+      for (std::size_t y = 0; y < d; ++y) s += m[x * d + y] * v[y];
+      u[x] = s / sigma;
+    }
+    const double w = std::sqrt(sigma);
+    for (std::size_t x = 0; x < d; ++x) {
+      double wq = 0.0, wk = 0.0;
+      for (std::size_t y = 0; y < d; ++y) {
+        wq += cq_inv[x * d + y] * u[y];
+        wk += ck_inv[x * d + y] * v[y];
+      }
+      p.wq[x * r + c] = static_cast<float>(scale * wq * w);
+      p.wk[x * r + c] = static_cast<float>(wk * w);
+    }
+  }
+  return p;
+}
+
+class LowRankThresholdPredictor final : public Predictor {
+ public:
+  static std::unique_ptr<Predictor> create(const PredictorSettings& s) {
+    SettingsReader reader(kMethod, s);
+    auto p = std::unique_ptr<LowRankThresholdPredictor>(new LowRankThresholdPredictor(s, reader));
+    reader.finish();
+    return p;
+  }
+  static std::unique_ptr<Predictor> load(const PredictorSettings& s, const json& parameters) {
+    auto p = create(s);
+    static_cast<LowRankThresholdPredictor&>(*p).load_parameters(parameters);
+    return p;
+  }
+
+  std::string method() const override { return kMethod; }
+  bool learned() const override { return true; }
+
+  void fit(const Capture& capture, const FitOptions&) override {
+    validate_capture(capture);
+    const std::size_t heads = capture.layers * capture.heads, d = capture.head_dim;
+    std::vector<Projection> projections(heads);
+    std::vector<double> alphas(heads);
+    parallel_for(heads, 1, [&](std::size_t begin, std::size_t end) {
+      for (std::size_t h = begin; h < end; ++h) {
+        const std::size_t layer = h / capture.heads, head = h % capture.heads;
+        const HeadSettings& hs = capture.head(layer, head);
+        std::vector<double> cq(d * d, 0.0), ck(d * d, 0.0);
+        for (std::size_t s = 0; s < capture.sequences(); ++s) {
+          for (const auto& [x, c, scale] : {std::tuple{capture.queries_of(layer, head, s), &cq, hs.scale},
+                                            std::tuple{capture.keys_of(layer, head, s), &ck, 1.0}})
+            for (std::size_t i = 0; i < x.rows; ++i)
+              for (std::size_t a = 0; a < d; ++a) {
+                const double xa = scale * static_cast<double>(x(i, a));
+                for (std::size_t b = a; b < d; ++b) (*c)[a * d + b] += xa * scale * static_cast<double>(x(i, b));
+              }
+        }
+        projections[h] = fit_head(cq, ck, hs.scale, d, rank_);
+        alphas[h] = hs.alpha;
+      }
+    });
+    layers_ = capture.layers;
+    heads_ = capture.heads;
+    dim_ = d;
+    alphas_ = std::move(alphas);
+    projections_ = std::move(projections);
+  }
+
+ private:
+  LowRankThresholdPredictor(const PredictorSettings& s, SettingsReader& reader) : Predictor(s) {
+    rank_ = static_cast<std::size_t>(reader.integer("r", 8, 1, 256));
+    margin_ = reader.number("margin", 0.0, -100.0, 100.0);
+  }
+
+  bool fitted() const { return !projections_.empty(); }
+
+  Graph predict_pattern(MatrixView<const float> q, MatrixView<const float> k, std::size_t layer, std::size_t head,
+                        bool causal) const override {
+    if (!fitted()) throw Error(std::string(kMethod) + ": predict before fit (no learned parameters)");
+    if (layer >= layers_ || head >= heads_)
+      throw Error(std::string(kMethod) + ": predict: layer " + std::to_string(layer) + ", head " +
+                  std::to_string(head) + " out of range (fitted on " + std::to_string(layers_) + " x " +
+                  std::to_string(heads_) + ")");
+    if (q.cols != dim_ || k.cols != dim_)
+      throw Error(std::string(kMethod) + ": predict: rows have " + std::to_string(q.cols) +
+                  " columns, fitted on head_dim " + std::to_string(dim_));
+    const Projection& pr = projections_[layer * heads_ + head];
+    const double alpha = alphas_[layer * heads_ + head];
+    const std::size_t n = q.rows, m = k.rows, r = pr.rank;
+    Graph g = Graph::empty(n, m);
+    if (alpha == 1.0) {  // softmax: every allowed key has weight
+      for (std::size_t i = 0; i < n; ++i) {
+        const std::size_t limit = causal ? causal_key_limit(i, n, m) : m;
+        for (std::size_t j = 0; j < limit; ++j) g.indices.push_back(static_cast<std::uint32_t>(j));
+        g.offsets[i + 1] = g.indices.size();
+      }
+      return g;
+    }
+    const std::vector<float> qp = pr.project_queries(q), kp = pr.project_keys(k);
+    std::vector<float> kt(r * m);  // K'ᵀ: each block of rows is one GEMM
+    for (std::size_t j = 0; j < m; ++j)
+      for (std::size_t c = 0; c < r; ++c) kt[c * m + j] = kp[j * r + c];
+    const Transform transform = alpha == 1.5 ? Transform::entmax15() : Transform::entmax(alpha);
+    const double am1 = alpha - 1.0, reach = margin_ / am1;
+    const auto& mm = matmul_kernels(cpu_isa());
+    constexpr std::size_t kBlock = 64;
+    std::vector<float> est, probs;
+    for (std::size_t r0 = 0; r0 < n; r0 += kBlock) {
+      const std::size_t rows = std::min(kBlock, n - r0);
+      est.resize(rows * m);
+      probs.resize(rows * m);
+      mm.gemm_nn(rows, m, r, 1.0f, qp.data() + r0 * r, r, kt.data(), m, est.data(), m, false, false);
+      if (causal)
+        for (std::size_t i = 0; i < rows; ++i)
+          std::fill(est.begin() + static_cast<std::ptrdiff_t>(i * m + causal_key_limit(r0 + i, n, m)),
+                    est.begin() + static_cast<std::ptrdiff_t>((i + 1) * m), -std::numeric_limits<float>::infinity());
+      transform_forward<float>(transform, {est.data(), rows, m}, {probs.data(), rows, m});
+      for (std::size_t i = 0; i < rows; ++i) {
+        const float* e = est.data() + i * m;
+        const float* p = probs.data() + i * m;
+        // θ̂ from the row's largest weight: p = ((α − 1)(ŝ − θ̂))^(1/(α−1)).
+        std::size_t best = 0;
+        for (std::size_t j = 1; j < m; ++j)
+          if (p[j] > p[best]) best = j;
+        if (p[best] > 0.0f) {
+          const double theta = static_cast<double>(e[best]) - std::pow(static_cast<double>(p[best]), am1) / am1;
+          const double cut = theta - reach;
+          for (std::size_t j = 0; j < m; ++j)
+            if (static_cast<double>(e[j]) > cut) g.indices.push_back(static_cast<std::uint32_t>(j));
+        }
+        g.offsets[r0 + i + 1] = g.indices.size();
+      }
+    }
+    return g;
+  }
+
+  std::string parameters_json() const override {
+    if (!fitted()) return "{}";
+    json p;
+    p["layers"] = layers_;
+    p["heads"] = heads_;
+    p["head_dim"] = dim_;
+    p["r"] = rank_;
+    json alpha = json::array(), wq = json::array(), wk = json::array();
+    for (std::size_t l = 0; l < layers_; ++l) {
+      json la = json::array(), lq = json::array(), lk = json::array();
+      for (std::size_t h = 0; h < heads_; ++h) {
+        const Projection& pr = projections_[l * heads_ + h];
+        la.push_back(alphas_[l * heads_ + h]);
+        lq.push_back(write_matrix(pr.wq.data(), dim_, rank_));
+        lk.push_back(write_matrix(pr.wk.data(), dim_, rank_));
+      }
+      alpha.push_back(std::move(la));
+      wq.push_back(std::move(lq));
+      wk.push_back(std::move(lk));
+    }
+    p["alpha"] = std::move(alpha);
+    p["wq"] = std::move(wq);
+    p["wk"] = std::move(wk);
+    return p.dump();
+  }
+
+  void load_parameters(const json& p) {
+    if (p.empty()) return;  // an unfitted predictor's file
+    const std::string m = kMethod;
+    layers_ = read_size(p, m, "layers", 1, 1 << 16);
+    heads_ = read_size(p, m, "heads", 1, 1 << 16);
+    dim_ = read_size(p, m, "head_dim", 1, 1 << 16);
+    if (read_size(p, m, "r", 1, 256) != rank_)
+      bad_field(m, "r", "does not match the setting r = " + std::to_string(rank_));
+    std::vector<Projection> projections(layers_ * heads_);
+    std::vector<double> alphas(layers_ * heads_);
+    for (auto& pr : projections) {
+      pr.dim = dim_;
+      pr.rank = rank_;
+    }
+    for_each_head(p, m, "alpha", layers_, heads_, [&](const json& v, const std::string& f, std::size_t i) {
+      if (!v.is_number() || !(v.get<double>() >= 1.0) || !(v.get<double>() <= 1e6))
+        bad_field(m, f, "expected a number alpha in [1, 1e6]");
+      alphas[i] = v.get<double>();
+    });
+    for_each_head(p, m, "wq", layers_, heads_, [&](const json& v, const std::string& f, std::size_t i) {
+      read_matrix(v, m, f, dim_, rank_, projections[i].wq);
+    });
+    for_each_head(p, m, "wk", layers_, heads_, [&](const json& v, const std::string& f, std::size_t i) {
+      read_matrix(v, m, f, dim_, rank_, projections[i].wk);
+    });
+    alphas_ = std::move(alphas);
+    projections_ = std::move(projections);
+  }
+
+  std::size_t rank_ = 8;
+  double margin_ = 0.0;
+  std::size_t layers_ = 0, heads_ = 0, dim_ = 0;
+  std::vector<double> alphas_;           // per head, the transform's α at fit time
+  std::vector<Projection> projections_;  // layer * heads + head; empty until fitted
+};
+
+}  // namespace
+
+const std::vector<PredictorFactory>& score_factories() {
+  static const std::vector<PredictorFactory> factories = {
+      {kMethod, &LowRankThresholdPredictor::create, &LowRankThresholdPredictor::load},
+  };
+  return factories;
+}
+
+}  // namespace entgraph::detail
