@@ -41,8 +41,9 @@ const SETTINGS = {
   "sparsefinder-distance": { r: "4", epochs: "2", t: "2.5", seed: "3" },
   "sparsefinder-quantization": { r: "3", buckets: "5", seed: "4" },
   "sparsefinder-kmeans": { r: "4", clusters: "6", top: "2", seed: "5" },
+  "lowrank-threshold": { r: "4", margin: "0.05" },
 };
-const LEARNED = new Set(["routing", "sparsefinder-distance", "sparsefinder-quantization", "sparsefinder-kmeans"]);
+const LEARNED = new Set(["routing", "sparsefinder-distance", "sparsefinder-quantization", "sparsefinder-kmeans", "lowrank-threshold"]);
 
 // Small captures: 4 sequences of 96 bytes to fit, 3 of 128 to test.
 const TRAIN_TEXT = heldoutText(0, 384);
