@@ -161,27 +161,53 @@ Transform parse_transform_option(const Args& args) {
   return t;
 }
 
-std::map<std::string, std::string> take_settings(std::vector<std::string>& argv, const char* command) {
-  std::map<std::string, std::string> settings;
-  std::vector<std::string> rest;
+std::vector<std::string> take_repeated(std::vector<std::string>& argv, const std::string& name, const char* command) {
+  const std::string flag = "--" + name, prefix = flag + "=";
+  std::vector<std::string> values, rest;
   for (std::size_t i = 0; i < argv.size(); ++i) {
-    std::string kv;
-    if (argv[i] == "--set") {
-      if (i + 1 >= argv.size()) throw UsageError(std::string(command) + ": --set needs key=value");
-      kv = argv[++i];
-    } else if (argv[i].rfind("--set=", 0) == 0) {
-      kv = argv[i].substr(6);
+    if (argv[i] == "--") {  // the end of the options: the rest is positional
+      rest.insert(rest.end(), argv.begin() + static_cast<std::ptrdiff_t>(i), argv.end());
+      break;
+    }
+    if (argv[i] == flag) {
+      if (i + 1 >= argv.size()) throw UsageError(std::string(command) + ": " + flag + " needs a value");
+      values.push_back(argv[++i]);
+    } else if (argv[i].rfind(prefix, 0) == 0) {
+      values.push_back(argv[i].substr(prefix.size()));
     } else {
       rest.push_back(argv[i]);
-      continue;
     }
+  }
+  argv = rest;
+  return values;
+}
+
+std::map<std::string, std::string> take_settings(std::vector<std::string>& argv, const char* command) {
+  std::map<std::string, std::string> settings;
+  for (const std::string& kv : take_repeated(argv, "set", command)) {
     const std::size_t eq = kv.find('=');
     if (eq == std::string::npos || eq == 0)
       throw UsageError(std::string(command) + ": --set expects key=value (got '" + kv + "')");
-    settings[kv.substr(0, eq)] = kv.substr(eq + 1);
+    const std::string key = kv.substr(0, eq);
+    if (settings.count(key) != 0) throw UsageError(std::string(command) + ": --set " + key + " given twice");
+    settings[key] = kv.substr(eq + 1);
   }
-  argv = rest;
   return settings;
+}
+
+std::unique_ptr<Predictor> make_predictor_option(const Args& args, const std::string& method,
+                                                 const PredictorSettings& settings) {
+  const std::vector<std::string> methods = predictor_methods();
+  if (std::find(methods.begin(), methods.end(), method) == methods.end()) {
+    std::string list;
+    for (const std::string& m : methods) list += (list.empty() ? "" : ", ") + m;
+    throw args.error("--method: unknown predictor method '" + method + "' (known: " + list + ")");
+  }
+  try {
+    return make_predictor(method, settings);
+  } catch (const Error& e) {  // a setting typed on the command line: "<method>: setting 'k': ..."
+    throw args.error(std::string("--set: ") + e.what());
+  }
 }
 
 }  // namespace entgraph::cli

@@ -4,11 +4,13 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "entgraph/predictors/predictor.hpp"
 #include "entgraph/transforms.hpp"
 
 namespace entgraph::cli {
@@ -77,9 +79,18 @@ void apply_runtime_options(const Args& args);
 // --alpha A, topk with --k K). Throws UsageError naming the option.
 Transform parse_transform_option(const Args& args);
 
-// Removes every "--set key=value" (repeatable; Args rejects repeated
-// options) from argv and returns the settings. Throws UsageError for a
-// malformed pair.
+// Removes every "--NAME VALUE" and "--NAME=VALUE" before "--" from argv and
+// returns the values in order: options that may repeat (Args rejects a
+// repeated option). Throws UsageError for a missing value.
+std::vector<std::string> take_repeated(std::vector<std::string>& argv, const std::string& name, const char* command);
+
+// Removes every "--set key=value" (repeatable) from argv and returns the
+// settings. Throws UsageError for a malformed pair or a key set twice.
 std::map<std::string, std::string> take_settings(std::vector<std::string>& argv, const char* command);
+
+// make_predictor(method, settings), with an unknown method, an unknown
+// setting or a bad value (all typed on the command line) as a UsageError.
+std::unique_ptr<Predictor> make_predictor_option(const Args& args, const std::string& method,
+                                                 const PredictorSettings& settings);
 
 }  // namespace entgraph::cli

@@ -227,7 +227,7 @@ int run_attend(const std::vector<std::string>& raw) {
         detail::read_file_bytes("attend: --params", *args.get("params"), std::size_t{1} << 30);
     predictor = load_predictor(std::string(bytes.begin(), bytes.end()), *args.get("params"));
   } else {
-    predictor = make_predictor(*args.get("method"), settings);
+    predictor = make_predictor_option(args, *args.get("method"), settings);
     if (predictor->learned())
       throw args.error("--method " + predictor->method() +
                        " learns its parameters: fit it first (entgraph fit) and pass --params FILE");

@@ -24,7 +24,9 @@ constexpr const char* kUsage =
     "then per head the gold graph (the support of entmax attention, recomputed\n"
     "from Q and K): its sparsity 1 - |G| / allowed pairs (allowed = n(n+1)/2\n"
     "per sequence under the causal mask, n*n otherwise) and the mean number of\n"
-    "keys per query; then the mean sparsity per layer and over all heads.\n"
+    "keys per query, with the edge and allowed-pair counts; then the mean\n"
+    "sparsity per layer and over all heads (each head weighs the same) and the\n"
+    "total edge count.\n"
     "\n"
     "Prints each file's dtype and shape. For a 2-D array with at least one\n"
     "element it also prints the smallest and largest value, how many values are\n"
@@ -45,20 +47,23 @@ void describe_capture(const std::string& dir) {
   if (c.sequences() > 16) lengths += " ...";
   std::printf("  lengths: %s\n", lengths.c_str());
   std::printf("  provenance: %s\n", c.provenance.c_str());
-  std::printf("  layer head  alpha  causal  scale     gold sparsity  mean support\n");
+  std::printf("  layer head  alpha  causal  scale     gold sparsity   gold edges  allowed pairs  mean support\n");
   double total = 0.0;
   std::vector<double> per_layer(c.layers, 0.0);
+  GoldStats all;
   for (std::size_t l = 0; l < c.layers; ++l)
     for (std::size_t h = 0; h < c.heads; ++h) {
       const HeadSettings& hs = c.head(l, h);
       const GoldStats g = gold_stats(c, l, h);
-      std::printf("  %5zu %4zu  %5.3g  %-6s  %-8.4g  %13.4f  %12.2f\n", l, h, hs.alpha, hs.causal ? "yes" : "no",
-                  hs.scale, g.sparsity(), g.mean_support());
+      std::printf("  %5zu %4zu  %5.3g  %-6s  %-8.4g  %13.6f  %11zu  %13zu  %12.2f\n", l, h, hs.alpha,
+                  hs.causal ? "yes" : "no", hs.scale, g.sparsity(), g.edges, g.allowed, g.mean_support());
+      all += g;
       per_layer[l] += g.sparsity() / static_cast<double>(c.heads);
       total += g.sparsity() / static_cast<double>(c.layers * c.heads);
     }
-  for (std::size_t l = 0; l < c.layers; ++l) std::printf("  layer %zu: mean gold sparsity %.4f\n", l, per_layer[l]);
-  std::printf("  mean gold sparsity %.4f over %zu heads\n", total, c.layers * c.heads);
+  for (std::size_t l = 0; l < c.layers; ++l) std::printf("  layer %zu: mean gold sparsity %.6f\n", l, per_layer[l]);
+  std::printf("  mean gold sparsity %.6f over %zu heads\n", total, c.layers * c.heads);
+  std::printf("  gold edges %zu of %zu allowed pairs\n", all.edges, all.allowed);
 }
 
 }  // namespace

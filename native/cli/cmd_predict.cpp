@@ -1,6 +1,9 @@
 // entgraph fit / eval / sweep: fit a graph predictor on a capture, evaluate a
 // parameter file on a capture, and sweep every method into Pareto curves.
+#include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -24,6 +27,17 @@ void write_text(const std::string& path, const std::string& text, const char* co
 std::string read_text(const std::string& path, const char* command) {
   const std::vector<unsigned char> bytes = detail::read_file_bytes(command, path, std::size_t{1} << 30);
   return std::string(bytes.begin(), bytes.end());
+}
+
+// "a,b,,c" -> {"a", "b", "c"}.
+std::vector<std::string> split_list(const std::string& list) {
+  std::vector<std::string> items;
+  for (std::size_t start = 0; start <= list.size();) {
+    const std::size_t comma = std::min(list.find(',', start), list.size());
+    if (comma > start) items.push_back(list.substr(start, comma - start));
+    start = comma + 1;
+  }
+  return items;
 }
 
 std::string method_list() {
@@ -56,7 +70,7 @@ int run_fit(const std::vector<std::string>& raw) {
   for (const char* required : {"capture", "method", "out"})
     if (!args.has(required)) throw args.error(std::string("--") + required + " is required");
   apply_runtime_options(args);
-  std::unique_ptr<Predictor> p = make_predictor(*args.get("method"), settings);
+  std::unique_ptr<Predictor> p = make_predictor_option(args, *args.get("method"), settings);
   const Capture capture = read_capture(*args.get("capture"));
   FitOptions options;
   options.quiet = args.has("quiet");
@@ -94,26 +108,99 @@ int run_eval(const std::vector<std::string>& argv) {
   return 0;
 }
 
+namespace {
+
+// --methods A,B,...: names checked against the registry (a usage error lists
+// the valid ones); all methods when absent.
+std::vector<std::string> sweep_methods(const Args& args) {
+  if (!args.has("methods")) return predictor_methods();
+  const std::vector<std::string> known = predictor_methods();
+  std::vector<std::string> methods;
+  for (const std::string& m : split_list(*args.get("methods"))) {
+    if (std::find(known.begin(), known.end(), m) == known.end())
+      throw args.error("--methods: unknown method '" + m + "' (valid: " + method_list() + ")");
+    if (std::find(methods.begin(), methods.end(), m) == methods.end()) methods.push_back(m);
+  }
+  if (methods.empty()) throw args.error("--methods: no method named");
+  return methods;
+}
+
+// --grid METHOD:key=v1,v2,...: replaces METHOD's default grid. Every value
+// is checked by building the predictor, so a typo fails before any fit.
+SweepGrid parse_grid(const Args& args, const std::string& spec) {
+  const std::size_t colon = spec.find(':'), eq = spec.find('=', colon == std::string::npos ? 0 : colon);
+  if (colon == std::string::npos || colon == 0 || eq == std::string::npos || eq == colon + 1)
+    throw args.error("--grid expects METHOD:key=v1,v2,... (got '" + spec + "')");
+  SweepGrid grid;
+  grid.method = spec.substr(0, colon);
+  grid.parameter = spec.substr(colon + 1, eq - colon - 1);
+  grid.values = split_list(spec.substr(eq + 1));
+  if (grid.values.empty()) throw args.error("--grid " + spec + ": no value given");
+  for (const std::string& v : grid.values) make_predictor_option(args, grid.method, {{grid.parameter, v}});
+  return grid;
+}
+
+// --windows w1,w2,...: the union windows (integers >= 0, or "none").
+std::vector<long> parse_windows(const Args& args) {
+  std::vector<long> windows;
+  for (const std::string& w : split_list(*args.get("windows"))) {
+    if (w == "none") {
+      windows.push_back(-1);
+      continue;
+    }
+    char* end = nullptr;
+    errno = 0;
+    const long v = std::strtol(w.c_str(), &end, 10);
+    if (w.empty() || *end != '\0' || errno != 0 || v < 0 || v > (1L << 20))
+      throw args.error("--windows: expected integers in [0, 1048576] or 'none' (got '" + w + "')");
+    windows.push_back(v);
+  }
+  if (windows.empty()) throw args.error("--windows: no window given");
+  return windows;
+}
+
+// --at-sparsity S (repeatable): numbers in [0, 1].
+std::vector<double> parse_sparsities(const Args& args, const std::vector<std::string>& texts) {
+  std::vector<double> out;
+  for (const std::string& t : texts) {
+    char* end = nullptr;
+    const double s = std::strtod(t.c_str(), &end);
+    if (t.empty() || *end != '\0' || !(s >= 0.0 && s <= 1.0))
+      throw args.error("--at-sparsity: expected a number in [0, 1] (got '" + t + "')");
+    out.push_back(s);
+  }
+  return out;
+}
+
+}  // namespace
+
 int run_sweep(const std::vector<std::string>& raw) {
   std::vector<std::string> argv = raw;
   const PredictorSettings settings = take_settings(argv, "sweep");
+  const std::vector<std::string> grid_specs = take_repeated(argv, "grid", "sweep");
+  const std::vector<std::string> at_texts = take_repeated(argv, "at-sparsity", "sweep");
   const Args args("sweep", argv, {{"train", true}, {"test", true}, {"out", true}, {"methods", true},
-                                  {"global", true}, {"no-window", false}, {"quiet", false}, {"save-params", true}, kIsaOption,
-                                  kThreadsOption});
+                                  {"windows", true}, {"global", true}, {"no-window", false}, {"quiet", false},
+                                  {"save-params", true}, kIsaOption, kThreadsOption});
   if (args.help()) {
     std::printf(
         "Usage: entgraph sweep --train DIR --test DIR --out OUTDIR [options]\n"
         "\n"
         "Runs every method over its grid (the Sparsefinder paper's, docs/PREDICTORS.md),\n"
         "each point unioned with a window of size {0, 1, 3, ..., 27}, fitted on --train\n"
-        "and evaluated on --test. Writes OUTDIR/sweep.json, sweep.csv and pareto.svg,\n"
-        "and prints each method's Pareto frontier.\n"
+        "and evaluated on --test. A grid over a setting that only prediction reads\n"
+        "(t, top, margin) is fitted once. Writes OUTDIR/sweep.json, sweep.csv and\n"
+        "pareto.svg, and prints each method's Pareto frontier.\n"
         "\n"
         "Options:\n"
         "  --methods A,B,...  only these methods (default: all: %s)\n"
-        "  --set key=value    a setting for every method that accepts it (e.g. r=8, seed=1)\n"
+        "  --set key=value    a setting for every method that accepts it (e.g. r=8, seed=1);\n"
+        "                     repeatable; a key no chosen method knows is an error\n"
+        "  --grid M:key=v1,v2,...  the grid of method M (repeatable; default: its paper grid)\n"
+        "  --windows w1,w2,...     union windows (integers, or 'none'; default 0,1,3,...,27)\n"
+        "  --no-window        no union window (same as --windows none)\n"
+        "  --at-sparsity S    also report each frontier's recall at sparsity S (repeatable)\n"
         "  --global G         first G tokens global in every point (default 0)\n"
-        "  --no-window        no union window\n"
         "  --save-params DIR  also write each fitted predictor's parameter file,\n"
         "                     DIR/METHOD.json or DIR/METHOD-PARAMETER-VALUE.json\n"
         "  --quiet            no progress lines\n%s",
@@ -124,23 +211,47 @@ int run_sweep(const std::vector<std::string>& raw) {
   for (const char* required : {"train", "test", "out"})
     if (!args.has(required)) throw args.error(std::string("--") + required + " is required");
   apply_runtime_options(args);
-  std::vector<std::string> methods;
-  if (args.has("methods")) {
-    std::string list = *args.get("methods");
-    for (std::size_t start = 0; start <= list.size();) {
-      const std::size_t comma = std::min(list.find(',', start), list.size());
-      if (comma > start) methods.push_back(list.substr(start, comma - start));
-      start = comma + 1;
-    }
-    if (methods.empty()) throw args.error("--methods: no method named");
-  } else {
-    methods = predictor_methods();
+  const std::vector<std::string> methods = sweep_methods(args);
+  if (args.has("no-window") && args.has("windows")) throw args.error("--no-window and --windows exclude each other");
+  const std::vector<double> at_sparsity = parse_sparsities(args, at_texts);
+
+  std::vector<SweepGrid> grids;
+  for (const std::string& method : methods) grids.push_back(default_grid(method));
+  std::vector<std::string> gridded;
+  for (const std::string& spec : grid_specs) {
+    SweepGrid grid = parse_grid(args, spec);
+    const auto it = std::find_if(grids.begin(), grids.end(), [&](const SweepGrid& g) { return g.method == grid.method; });
+    if (it == grids.end()) throw args.error("--grid " + spec + ": method " + grid.method + " is not in --methods");
+    if (std::find(gridded.begin(), gridded.end(), grid.method) != gridded.end())
+      throw args.error("--grid: method " + grid.method + " given twice");
+    gridded.push_back(grid.method);
+    grid.settings = it->settings;  // e.g. longformer's window=0 stays
+    grid.settings.erase(grid.parameter);
+    *it = grid;
   }
+  // Shared settings apply to the methods that know them; a key that no chosen
+  // method knows, or a bad value, is a usage error before anything is read.
+  for (const auto& [key, value] : settings) {
+    bool known = false;
+    for (SweepGrid& grid : grids) {
+      if (!predictor_has_setting(grid.method, key)) continue;
+      known = true;
+      if (key == grid.parameter)
+        throw args.error("--set " + key + ": " + grid.method + " sweeps " + key + " (use --grid to choose its values)");
+      PredictorSettings with = grid.settings;
+      with[key] = value;
+      make_predictor_option(args, grid.method, with);
+      grid.settings = with;
+    }
+    if (!known) throw args.error("--set " + key + ": no method of this sweep has a setting '" + key + "'");
+  }
+
   const Capture train = read_capture(*args.get("train"));
   const Capture test = read_capture(*args.get("test"));
   SweepOptions options;
   options.global = static_cast<std::size_t>(args.integer("global").value_or(0));
   if (args.has("no-window")) options.windows = {-1};
+  if (args.has("windows")) options.windows = parse_windows(args);
   options.fit.quiet = args.has("quiet");
 
   if (args.has("save-params")) {
@@ -155,18 +266,6 @@ int run_sweep(const std::vector<std::string>& raw) {
     };
   }
 
-  std::vector<SweepGrid> grids;
-  for (const std::string& method : methods) {
-    grids.push_back(default_grid(method));  // throws for an unknown method
-    // Shared settings apply to the methods that know them.
-    for (const auto& [k, v] : settings) {
-      try {
-        make_predictor(method, {{k, v}});
-        grids.back().settings[k] = v;
-      } catch (const Error&) {
-      }
-    }
-  }
   const SweepResult sweep = run_sweep(grids, train, test, options);
   const std::vector<SweepPoint>& all = sweep.points;
   const double gold = sweep.gold_sparsity;
@@ -174,12 +273,12 @@ int run_sweep(const std::vector<std::string>& raw) {
   std::error_code ec;
   std::filesystem::create_directories(out, ec);
   if (ec) throw Error("sweep: --out: " + out.string() + ": cannot create (" + ec.message() + ")");
-  write_text((out / "sweep.json").string(), sweep_json(all, gold) + "\n", "sweep");
+  write_text((out / "sweep.json").string(), sweep_json(all, gold, at_sparsity) + "\n", "sweep");
   write_text((out / "sweep.csv").string(), sweep_csv(all), "sweep");
   write_text((out / "pareto.svg").string(),
              pareto_svg(all, gold, "Sparsity-recall Pareto curves (" + *args.get("test") + ")"), "sweep");
 
-  std::printf("gold sparsity %.4f; Pareto frontier of each method (sparsity -> recall):\n", gold);
+  std::printf("gold sparsity %.6f; Pareto frontier of each method (sparsity -> recall):\n", gold);
   std::printf("  %-26s %-22s %8s %8s\n", "method", "point", "sparsity", "recall");
   for (const std::string& method : methods) {
     std::vector<SweepPoint> own;
@@ -191,11 +290,19 @@ int run_sweep(const std::vector<std::string>& raw) {
                                 (p.window >= 0 ? " w=" + std::to_string(p.window) : "");
       std::printf("  %-26s %-22s %8.4f %8.4f\n", method.c_str(), point.c_str(), p.sparsity, p.recall);
     }
-    const double r = recall_at_sparsity(own, gold);
-    if (r >= 0)
-      std::printf("  %-26s recall at the gold sparsity: %.4f\n", method.c_str(), r);
-    else
-      std::printf("  %-26s does not reach the gold sparsity\n", method.c_str());
+    auto report = [&](const std::string& where, double sparsity) {
+      const double r = recall_at_sparsity(own, sparsity);
+      if (r >= 0)
+        std::printf("  %-26s recall at %s: %.4f\n", method.c_str(), where.c_str(), r);
+      else
+        std::printf("  %-26s does not reach %s\n", method.c_str(), where.c_str());
+    };
+    report("the gold sparsity", gold);
+    for (double s : at_sparsity) {
+      char where[48];
+      std::snprintf(where, sizeof where, "sparsity %g", s);
+      report(where, s);
+    }
   }
   std::printf("wrote %s/sweep.json, sweep.csv, pareto.svg\n", out.string().c_str());
   return 0;

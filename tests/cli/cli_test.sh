@@ -272,6 +272,12 @@ case "$CASE" in
     check_layer_sparsity "$want" 0.005
     mean=$(echo "$OUT" | sed -n 's/^  mean gold sparsity \([0-9.]*\) over 16 heads$/\1/p')
     awk -v m="$mean" 'BEGIN { exit !(m > 0.8) }' || fail "mean gold sparsity $mean is not above 0.8"
+    echo "$mean" | grep -qE '^0\.[0-9]{6}$' || fail "mean gold sparsity '$mean' is not printed with 6 digits"
+    # the total edge count agrees with the mean sparsity (every head has the same allowed pairs here)
+    edges=$(echo "$OUT" | sed -n 's/^  gold edges \([0-9]*\) of \([0-9]*\) allowed pairs$/\1 \2/p')
+    [ -n "$edges" ] || fail "no gold edge count printed"
+    echo "$edges $mean" | awk '{ d = 1 - $1 / $2 - $3; exit !(d < 1e-6 && d > -1e-6) }' ||
+      fail "gold edges '$edges' disagree with mean sparsity $mean"
     # float16 captures hold the same graph up to rounding.
     expect_ok capture --model "$model" --text "$SRC/data/heldout.txt" --max-sequences 2 --sequence-bytes 100 \
       --dtype float16 --out cap16
@@ -357,7 +363,7 @@ case "$CASE" in
   attend-errors)
     head -c 64 "$SRC/data/heldout.txt" >text.txt
     expect_ok capture --model "$SRC/data/teacher-causal" --text text.txt --out cap
-    expect_fail 1 "unknown" attend --capture cap --method bogus
+    expect_fail 2 "--method: unknown predictor method 'bogus'" attend --capture cap --method bogus
     expect_fail 2 "no threshold" attend --capture cap --method window --exact --fn softmax
     expect_fail 2 "exactly one of --params FILE and --method M" attend --capture cap
     expect_fail 2 "exactly one of --params FILE and --method M" attend --capture cap --method window --params p.json
@@ -420,15 +426,29 @@ case "$CASE" in
     [ "$(grep -c '^window,' sweep/sweep.csv)" -eq 11 ] || fail "expected 11 window points"
     [ "$(grep -c '^sparsefinder-distance,' sweep/sweep.csv)" -eq 110 ] || fail "expected 10 x 11 distance points"
     contains "$(cat sweep/pareto.svg)" "stroke-dasharray"
+    # chosen grids and windows, recall at extra sparsities, one fit for a predict-time grid
+    expect_ok sweep --train train --test test --methods window,sparsefinder-distance,lowrank-threshold \
+      --grid window:window=1,2 --grid sparsefinder-distance:t=1,2,3 --grid lowrank-threshold:margin=0,0.1 \
+      --windows none,2 --set r=4 --at-sparsity 0.5 --at-sparsity 0.9 --out sweep2
+    contains "$OUT" "window                     recall at sparsity 0.5:"
+    contains "$OUT" "sparsefinder-distance      recall at sparsity 0.9:"
+    [ "$(grep -c '^window,' sweep2/sweep.csv)" -eq 2 ] || fail "expected 2 window points"
+    [ "$(grep -c '^sparsefinder-distance,' sweep2/sweep.csv)" -eq 6 ] || fail "expected 3 x 2 distance points"
+    [ "$(grep -c '^lowrank-threshold,t\|^lowrank-threshold,margin' sweep2/sweep.csv)" -eq 4 ] || fail "expected 2 x 2 lowrank points"
+    contains "$(cat sweep2/sweep.json)" '"recall_at"'
+    contains "$(cat sweep2/sweep.json)" '"0.9":'
+    contains "$ERR" "reused"
+    contains "$ERR" "left"
     ;;
 
   predictors-errors)
     model=$SRC/data/teacher-causal
     printf 'In the beginning.' >t.txt
     expect_ok capture --model "$model" --text t.txt --out cap
-    expect_fail 1 "unknown predictor method 'nope'" fit --capture cap --method nope --out p.json
-    expect_fail 1 "unknown setting 'windw'" fit --capture cap --method window --set windw=3 --out p.json
-    expect_fail 1 "setting 'window'" fit --capture cap --method window --set window=-2 --out p.json
+    expect_fail 2 "--method: unknown predictor method 'nope'" fit --capture cap --method nope --out p.json
+    expect_fail 2 "unknown setting 'windw'" fit --capture cap --method window --set windw=3 --out p.json
+    expect_fail 2 "setting 'window'" fit --capture cap --method window --set window=-2 --out p.json
+    expect_fail 2 "--set window given twice" fit --capture cap --method window --set window=2 --set window=3 --out p.json
     expect_fail 2 "--set expects key=value" fit --capture cap --method window --set window --out p.json
     expect_fail 2 "fit: --out is required" fit --capture cap --method window
     [ ! -e p.json ] || fail "a failed fit wrote p.json"
@@ -437,7 +457,18 @@ case "$CASE" in
     printf 'not json' >bad.json
     expect_fail 1 "not valid JSON" eval --capture cap --params bad.json
     expect_fail 1 "missing.json: cannot open file" eval --capture cap --params missing.json
-    expect_fail 1 "no grid for method 'nope'" sweep --train cap --test cap --methods nope --out s
+    expect_fail 2 "--methods: unknown method 'nope' (valid: window, " sweep --train cap --test cap --methods nope --out s
+    expect_fail 2 "--set windw: no method of this sweep has a setting 'windw'" sweep --train cap --test cap --set windw=99 --out s
+    expect_fail 2 "setting 'r'" sweep --train cap --test cap --methods sparsefinder-distance --set r=zero --out s
+    expect_fail 2 "--set window: window sweeps window" sweep --train cap --test cap --methods window --set window=3 --out s
+    expect_fail 2 "--grid expects METHOD:key=v1,v2,..." sweep --train cap --test cap --grid window --out s
+    expect_fail 2 "setting 'window'" sweep --train cap --test cap --grid window:window=1,x --out s
+    expect_fail 2 "method routing is not in --methods" sweep --train cap --test cap --methods window --grid routing:clusters=2 --out s
+    expect_fail 2 "--grid: method window given twice" sweep --train cap --test cap --grid window:window=1 --grid window:window=2 --out s
+    expect_fail 2 "--windows: expected integers" sweep --train cap --test cap --windows 1,-3 --out s
+    expect_fail 2 "--no-window and --windows exclude each other" sweep --train cap --test cap --windows 1 --no-window --out s
+    expect_fail 2 "--at-sparsity: expected a number in [0, 1]" sweep --train cap --test cap --at-sparsity 1.5 --out s
+    [ ! -e s ] || fail "a sweep with a usage error wrote s"
     expect_fail 1 "read_capture: nowhere" sweep --train nowhere --test cap --out s
     ;;
 

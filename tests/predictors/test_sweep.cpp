@@ -3,10 +3,13 @@
 
 #include <algorithm>
 #include <string>
+#include <tuple>
 #include <vector>
 
+#include "clustered_capture.hpp"
 #include "entgraph/error.hpp"
 #include "entgraph/predictors/sweep.hpp"
+#include "entgraph/runtime.hpp"
 
 namespace entgraph {
 namespace {
@@ -71,6 +74,87 @@ TEST_SUITE("predictors") {
     CHECK(circles == pts.size());
     CHECK(svg.find(">window</text>") != std::string::npos);
     CHECK(svg.find(">kmeans</text>") != std::string::npos);
+  }
+
+  TEST_CASE("with_settings changes predict-time settings of a fitted predictor, and only those") {
+    const Capture c = test::clustered_capture(1, 2, 8, {32, 32}, 3, true, 5);
+    for (const auto& [method, key, value] : std::vector<std::tuple<std::string, std::string, std::string>>{
+             {"sparsefinder-distance", "t", "2.5"}, {"sparsefinder-kmeans", "top", "2"},
+             {"lowrank-threshold", "margin", "0.1"}}) {
+      CAPTURE(method);
+      const std::vector<std::string> cheap = predict_time_settings(method);
+      CHECK(std::find(cheap.begin(), cheap.end(), key) != cheap.end());
+      PredictorSettings settings = {{"r", "4"}};
+      std::unique_ptr<Predictor> fitted = make_predictor(method, settings);
+      fitted->fit(c, {});
+      settings[key] = value;
+      std::unique_ptr<Predictor> refitted = make_predictor(method, settings);
+      refitted->fit(c, {});
+      // The same fit with the new value, byte for byte, as a fresh fit would give.
+      const std::unique_ptr<Predictor> changed = fitted->with_settings({{key, value}});
+      CHECK(changed->to_json() == refitted->to_json());
+      CHECK(fitted->settings().at("r") == "4");  // the original is untouched
+      CHECK(fitted->settings().count(key) == 0);
+      CHECK_THROWS_WITH_AS(fitted->with_settings({{"r", "8"}}), doctest::Contains("setting 'r' changes the fit"), Error);
+      CHECK_THROWS_WITH_AS(fitted->with_settings({{"bogus", "1"}}), doctest::Contains("unknown setting 'bogus'"),
+                           Error);
+      const std::string named = "setting '" + key + "'";
+      CHECK_THROWS_WITH_AS(fitted->with_settings({{key, "x"}}), doctest::Contains(named.c_str()), Error);
+    }
+    CHECK(predict_time_settings("window").empty());
+    CHECK_THROWS_AS(predict_time_settings("nope"), Error);
+  }
+
+  TEST_CASE("predictor_has_setting knows each method's keys") {
+    CHECK(predictor_has_setting("window", "window"));
+    CHECK(predictor_has_setting("window", "extra_window"));
+    CHECK_FALSE(predictor_has_setting("window", "windw"));
+    CHECK(predictor_has_setting("sparsefinder-kmeans", "r"));
+    CHECK(predictor_has_setting("lowrank-threshold", "margin"));
+    CHECK_FALSE(predictor_has_setting("routing", "r"));
+    CHECK_THROWS_AS(predictor_has_setting("nope", "r"), Error);
+  }
+
+  TEST_CASE("a sweep fits a predict-time grid once, and its points do not depend on the thread count") {
+    const Capture train = test::clustered_capture(1, 2, 8, {32, 32, 32}, 3, true, 7);
+    const Capture test = test::clustered_capture(1, 2, 8, {32, 32}, 3, true, 7);
+    const std::vector<SweepGrid> grids = {{"sparsefinder-distance", "t", {"1", "2", "3"}, {{"r", "4"}}},
+                                          {"sparsefinder-quantization", "buckets", {"2", "4"}, {{"r", "4"}}},
+                                          {"window", "window", {"1", "3"}, {}}};
+    SweepOptions options;
+    options.windows = {-1, 2};
+    std::vector<std::string> fitted_json;
+    options.on_fitted = [&](const SweepGrid&, const std::string&, const Predictor& p) {
+      fitted_json.push_back(p.to_json());
+    };
+    set_num_threads(1);
+    const SweepResult one = run_sweep(grids, train, test, options);
+    set_num_threads(0);
+    fitted_json.clear();
+    const SweepResult all = run_sweep(grids, train, test, options);
+    REQUIRE(one.points.size() == 3 * 2 + 2 * 2 + 2);
+    REQUIRE(all.points.size() == one.points.size());
+    for (std::size_t i = 0; i < one.points.size(); ++i) {
+      CHECK(one.points[i].sparsity == all.points[i].sparsity);
+      CHECK(one.points[i].recall == all.points[i].recall);
+    }
+    // The distance values share one fit (the same fit time); each equals a
+    // separate fit with that threshold.
+    CHECK(all.points[0].fit_seconds == all.points[2].fit_seconds);
+    CHECK(all.points[2].fit_seconds == all.points[4].fit_seconds);
+    REQUIRE(fitted_json.size() == 3 + 2 + 2);
+    for (std::size_t v = 0; v < 3; ++v) {
+      std::unique_ptr<Predictor> p = make_predictor("sparsefinder-distance", {{"r", "4"}, {"t", grids[0].values[v]}});
+      p->fit(train, {});
+      CHECK(fitted_json[v] == p->to_json());
+      p->set_union_patterns(2, 0);
+      const EvalReport r = evaluate(*p, test);
+      CHECK(r.recall == all.points[2 * v + 1].recall);
+      CHECK(r.sparsity == all.points[2 * v + 1].sparsity);
+    }
+    const std::string json = sweep_json(all.points, all.gold_sparsity, {0.5, 0.99});
+    CHECK(json.find("\"recall_at\"") != std::string::npos);
+    CHECK(json.find("\"0.5\":") != std::string::npos);
   }
 
   TEST_CASE("default grids are the paper's") {

@@ -286,7 +286,7 @@ class LowRankThresholdPredictor final : public Predictor {
 
 const std::vector<PredictorFactory>& score_factories() {
   static const std::vector<PredictorFactory> factories = {
-      {kMethod, &LowRankThresholdPredictor::create, &LowRankThresholdPredictor::load},
+      {kMethod, &LowRankThresholdPredictor::create, &LowRankThresholdPredictor::load, {"margin"}},
   };
   return factories;
 }

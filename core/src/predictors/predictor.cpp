@@ -2,6 +2,7 @@
 // parameter files and the method registry (see predictors/predictor.hpp).
 #include "entgraph/predictors/predictor.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -58,7 +59,7 @@ std::string SettingsReader::text(const std::string& key, const std::string& fall
 
 void SettingsReader::finish() const {
   for (const auto& [key, value] : settings_)
-    if (used_.count(key) == 0) throw Error(method_ + ": unknown setting '" + key + "'");
+    if (used_.count(key) == 0) throw UnknownSettingError(method_ + ": unknown setting '" + key + "'");
 }
 
 namespace {
@@ -137,11 +138,41 @@ std::string Predictor::to_json() const {
   return j.dump(1);
 }
 
+std::unique_ptr<Predictor> Predictor::with_settings(const PredictorSettings& changes) const {
+  const detail::PredictorFactory& factory = detail::factory_of(method(), "with_settings: ");
+  PredictorSettings merged = settings_;
+  for (const auto& [key, value] : changes) {
+    const bool union_setting = key == "extra_window" || key == "extra_global";
+    if (!union_setting && std::find(factory.predict_settings.begin(), factory.predict_settings.end(), key) ==
+                              factory.predict_settings.end()) {
+      factory.create({{key, value}});  // an unknown key or a bad value is reported as such
+      throw Error(method() + ": setting '" + key + "' changes the fit; fit a new predictor instead");
+    }
+    merged[key] = value;
+  }
+  return factory.load(merged, nlohmann::json::parse(parameters_json()));
+}
+
 std::vector<std::string> predictor_methods() {
   std::vector<std::string> names;
   for (const auto* list : {&detail::pattern_factories(), &detail::learned_factories(), &detail::score_factories()})
     for (const detail::PredictorFactory& f : *list) names.emplace_back(f.method);
   return names;
+}
+
+std::vector<std::string> predict_time_settings(const std::string& method) {
+  return detail::factory_of(method, "predict_time_settings: ").predict_settings;
+}
+
+bool predictor_has_setting(const std::string& method, const std::string& key) {
+  const detail::PredictorFactory& factory = detail::factory_of(method, "predictor_has_setting: ");
+  try {
+    factory.create({{key, ""}});  // no reader accepts an empty value, so a known key throws a value error
+  } catch (const detail::UnknownSettingError&) {
+    return false;
+  } catch (const Error&) {
+  }
+  return true;
 }
 
 std::unique_ptr<Predictor> make_predictor(const std::string& method, const PredictorSettings& settings) {

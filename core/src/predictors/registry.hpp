@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "entgraph/error.hpp"
 #include "entgraph/predictors/predictor.hpp"
 
 namespace entgraph::detail {
@@ -24,11 +25,20 @@ struct PredictorFactory {
   std::unique_ptr<Predictor> (*create)(const PredictorSettings& settings);
   // Rebuilds a fitted predictor from its settings and its file's "parameters".
   std::unique_ptr<Predictor> (*load)(const PredictorSettings& settings, const nlohmann::json& parameters);
+  // Settings read only by predict(): a fitted predictor takes new values of
+  // these without refitting (Predictor::with_settings; sweeps fit once).
+  std::vector<std::string> predict_settings = {};
 };
 
 const std::vector<PredictorFactory>& pattern_factories();  // predictors/patterns.cpp
 const std::vector<PredictorFactory>& learned_factories();  // predictors/sparsefinder.cpp
 const std::vector<PredictorFactory>& score_factories();    // predictors/lowrank_threshold.cpp
+
+// What SettingsReader::finish() throws: a key no reader asked for.
+class UnknownSettingError : public Error {
+ public:
+  using Error::Error;
+};
 
 // Reads typed values out of PredictorSettings; every key read is marked, and
 // finish() throws for keys nobody read (a typo must not be ignored).

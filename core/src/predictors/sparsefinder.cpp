@@ -428,9 +428,9 @@ class KMeansPredictor final : public SparsefinderBase {
 
 const std::vector<PredictorFactory>& learned_factories() {
   static const std::vector<PredictorFactory> factories = {
-      {"sparsefinder-distance", &DistancePredictor::create, &DistancePredictor::load},
+      {"sparsefinder-distance", &DistancePredictor::create, &DistancePredictor::load, {"t"}},
       {"sparsefinder-quantization", &QuantizationPredictor::create, &QuantizationPredictor::load},
-      {"sparsefinder-kmeans", &KMeansPredictor::create, &KMeansPredictor::load},
+      {"sparsefinder-kmeans", &KMeansPredictor::create, &KMeansPredictor::load, {"top"}},
   };
   return factories;
 }

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "entgraph/error.hpp"
+#include "runtime/parallel.hpp"
 
 namespace entgraph {
 namespace {
@@ -17,32 +18,40 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// Gold graphs of every (layer, head, sequence), computed once per capture.
+// Gold graphs of every (layer, head, sequence), computed once per capture
+// (in parallel: each graph is independent).
 struct GoldGraphs {
   std::vector<Graph> graphs;  // (layer * heads + head) * sequences + sequence
-  explicit GoldGraphs(const Capture& c) {
-    for (std::size_t l = 0; l < c.layers; ++l)
-      for (std::size_t h = 0; h < c.heads; ++h)
-        for (std::size_t s = 0; s < c.sequences(); ++s) graphs.push_back(gold_graph(c, l, h, s));
+  explicit GoldGraphs(const Capture& c) : graphs(c.layers * c.heads * c.sequences()) {
+    const std::size_t per_layer = c.heads * c.sequences();
+    detail::parallel_for(graphs.size(), 1, [&](std::size_t begin, std::size_t end) {
+      for (std::size_t i = begin; i < end; ++i)
+        graphs[i] = gold_graph(c, i / per_layer, i % per_layer / c.sequences(), i % c.sequences());
+    });
   }
 };
 
+// Predicts every (layer, head, sequence) on all threads; per-head counts are
+// summed in sequence order afterwards, so the report does not depend on the
+// thread count.
 EvalReport evaluate_with(const Predictor& predictor, const Capture& c, const GoldGraphs& gold) {
   EvalReport r;
   r.layers = c.layers;
   r.heads = c.heads;
   r.per_head.resize(c.layers * c.heads);
+  const std::size_t sequences = c.sequences();
+  std::vector<GraphMetrics> each(gold.graphs.size());
   const auto t0 = std::chrono::steady_clock::now();
-  for (std::size_t l = 0; l < c.layers; ++l)
-    for (std::size_t h = 0; h < c.heads; ++h) {
+  detail::parallel_for(each.size(), 1, [&](std::size_t begin, std::size_t end) {
+    for (std::size_t i = begin; i < end; ++i) {
+      const std::size_t l = i / (c.heads * sequences), h = i / sequences % c.heads, s = i % sequences;
       const bool causal = c.head(l, h).causal;
-      GraphMetrics& m = r.per_head[l * c.heads + h];
-      for (std::size_t s = 0; s < c.sequences(); ++s) {
-        const Graph g = predictor.predict(c.queries_of(l, h, s), c.keys_of(l, h, s), l, h, causal);
-        m += compare_graphs(g, gold.graphs[(l * c.heads + h) * c.sequences() + s], causal);
-      }
+      const Graph g = predictor.predict(c.queries_of(l, h, s), c.keys_of(l, h, s), l, h, causal);
+      each[i] = compare_graphs(g, gold.graphs[i], causal);
     }
+  });
   r.predict_seconds = seconds_since(t0);
+  for (std::size_t i = 0; i < each.size(); ++i) r.per_head[i / sequences] += each[i];
   const double heads = static_cast<double>(r.per_head.size());
   for (const GraphMetrics& m : r.per_head) {
     r.sparsity += m.sparsity() / heads;
@@ -104,10 +113,64 @@ SweepGrid default_grid(const std::string& method) {
   throw Error("default_grid: no grid for method '" + method + "'");
 }
 
+namespace {
+
+// The predictor of each grid value. A value of a predict-time setting reuses
+// the grid's one fit (Predictor::with_settings); any other value is fitted.
+class GridFits {
+ public:
+  GridFits(const SweepGrid& grid, const Capture& train, const FitOptions& fit)
+      : grid_(grid), train_(train), fit_(fit) {
+    const std::vector<std::string> cheap = predict_time_settings(grid.method);
+    shared_ = !grid.parameter.empty() && std::find(cheap.begin(), cheap.end(), grid.parameter) != cheap.end();
+  }
+
+  // The fitted predictor for one value; fit_seconds is the time of the fit it
+  // uses (a reused fit reports the shared fit's time).
+  std::unique_ptr<Predictor> at(const std::string& value, double& fit_seconds, bool& reused) {
+    reused = shared_ && base_;
+    PredictorSettings settings = grid_.settings;
+    if (!grid_.parameter.empty()) settings[grid_.parameter] = value;
+    if (shared_ && base_) {
+      fit_seconds = base_seconds_;
+      return base_->with_settings({{grid_.parameter, value}});
+    }
+    std::unique_ptr<Predictor> p = make_predictor(grid_.method, settings);
+    const auto t0 = std::chrono::steady_clock::now();
+    if (p->learned()) p->fit(train_, fit_);
+    fit_seconds = seconds_since(t0);
+    if (shared_) {
+      base_ = p->with_settings({});
+      base_seconds_ = fit_seconds;
+    }
+    return p;
+  }
+
+ private:
+  const SweepGrid& grid_;
+  const Capture& train_;
+  const FitOptions& fit_;
+  bool shared_ = false;
+  std::unique_ptr<Predictor> base_;
+  double base_seconds_ = 0.0;
+};
+
+std::string duration_text(double seconds) {
+  char buf[32];
+  if (seconds < 60)
+    std::snprintf(buf, sizeof buf, "%.1f s", seconds);
+  else
+    std::snprintf(buf, sizeof buf, "%ld min %02ld s", static_cast<long>(seconds) / 60, static_cast<long>(seconds) % 60);
+  return buf;
+}
+
+}  // namespace
+
 SweepResult run_sweep(const std::vector<SweepGrid>& grids, const Capture& train, const Capture& test,
                       const SweepOptions& options) {
   if (train.layers != test.layers || train.heads != test.heads || train.head_dim != test.head_dim)
     throw Error("run_sweep: the train and test captures have different layers, heads or head_dim");
+  const auto start = std::chrono::steady_clock::now();
   const GoldGraphs gold(test);
   SweepResult result;
   for (std::size_t l = 0; l < test.layers; ++l)
@@ -121,19 +184,18 @@ SweepResult run_sweep(const std::vector<SweepGrid>& grids, const Capture& train,
       const double sparsity = allowed == 0 ? 0.0 : 1.0 - static_cast<double>(edges) / static_cast<double>(allowed);
       result.gold_sparsity += sparsity / static_cast<double>(test.layers * test.heads);
     }
+  std::size_t total = 0, done = 0;
+  for (const SweepGrid& grid : grids) total += grid.values.size();
   for (const SweepGrid& grid : grids) {
-    if (!options.fit.quiet)
-      std::fprintf(stderr, "sweep: %s (%zu values)\n", grid.method.c_str(), grid.values.size());
     // The window method's own parameter is the window: no union on top.
     const std::vector<long> windows = grid.method == "window" ? std::vector<long>{-1} : options.windows;
+    GridFits fits(grid, train, options.fit);
     std::vector<SweepPoint> points;
     for (const std::string& value : grid.values) {
-      PredictorSettings settings = grid.settings;
-      if (!grid.parameter.empty()) settings[grid.parameter] = value;
-      std::unique_ptr<Predictor> p = make_predictor(grid.method, settings);
+      double fit_seconds = 0.0;
+      bool reused = false;
+      std::unique_ptr<Predictor> p = fits.at(value, fit_seconds, reused);
       const auto t0 = std::chrono::steady_clock::now();
-      if (p->learned()) p->fit(train, options.fit);
-      const double fit_seconds = seconds_since(t0);
       if (options.on_fitted) options.on_fitted(grid, value, *p);
       for (long w : windows) {
         p->set_union_patterns(w, options.global);
@@ -148,6 +210,17 @@ SweepResult run_sweep(const std::vector<SweepGrid>& grids, const Capture& train,
         pt.fit_seconds = fit_seconds;
         pt.predict_seconds = r.predict_seconds;
         points.push_back(pt);
+      }
+      ++done;
+      if (!options.fit.quiet) {
+        const double elapsed = seconds_since(start);
+        const double left = elapsed / static_cast<double>(done) * static_cast<double>(total - done);
+        std::fprintf(stderr, "sweep [%zu/%zu] %s%s%s: fit %s, %zu point%s %s; %s elapsed, about %s left\n", done, total,
+                     grid.method.c_str(), grid.parameter.empty() ? "" : (" " + grid.parameter + "=").c_str(),
+                     grid.parameter.empty() ? "" : value.c_str(),
+                     reused ? "reused" : duration_text(fit_seconds).c_str(), windows.size(),
+                     windows.size() == 1 ? "" : "s", duration_text(seconds_since(t0)).c_str(),
+                     duration_text(elapsed).c_str(), duration_text(left).c_str());
       }
     }
     for (std::size_t i : pareto_front(points)) points[i].pareto = true;
@@ -200,7 +273,8 @@ std::string sweep_csv(const std::vector<SweepPoint>& points) {
   return out;
 }
 
-std::string sweep_json(const std::vector<SweepPoint>& points, double gold_sparsity) {
+std::string sweep_json(const std::vector<SweepPoint>& points, double gold_sparsity,
+                       const std::vector<double>& at_sparsity) {
   nlohmann::ordered_json j;
   j["format"] = "entgraph-sweep";
   j["version"] = 1;
@@ -211,6 +285,22 @@ std::string sweep_json(const std::vector<SweepPoint>& points, double gold_sparsi
                    {"sparsity", p.sparsity}, {"recall", p.recall}, {"pareto", p.pareto},
                    {"fit_seconds", p.fit_seconds}, {"predict_seconds", p.predict_seconds}});
   j["points"] = arr;
+  nlohmann::ordered_json recall_at = nlohmann::ordered_json::object();
+  for (const SweepPoint& p : points) {
+    if (recall_at.contains(p.method)) continue;
+    std::vector<SweepPoint> own;
+    for (const SweepPoint& q : points)
+      if (q.method == p.method) own.push_back(q);
+    nlohmann::ordered_json at = nlohmann::ordered_json::object();
+    auto put = [&](const std::string& key, double sparsity) {
+      const double r = recall_at_sparsity(own, sparsity);
+      at[key] = r < 0 ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(r);
+    };
+    put("gold", gold_sparsity);
+    for (double s : at_sparsity) put(format_number(s), s);
+    recall_at[p.method] = at;
+  }
+  j["recall_at"] = recall_at;
   return j.dump(1);
 }
 

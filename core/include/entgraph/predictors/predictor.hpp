@@ -62,6 +62,11 @@ class Predictor {
   const PredictorSettings& settings() const { return settings_; }
   // Changes the union patterns without refitting (sweeps vary the window).
   void set_union_patterns(long extra_window, std::size_t extra_global);
+  // A copy of this (fitted) predictor with some settings changed, without
+  // refitting. Only the method's predict-time settings
+  // (predict_time_settings()) and the union settings may change; any other
+  // key throws entgraph::Error naming it, as does a bad value.
+  std::unique_ptr<Predictor> with_settings(const PredictorSettings& changes) const;
 
  protected:
   explicit Predictor(PredictorSettings settings);
@@ -78,6 +83,13 @@ class Predictor {
 
 // Every method's name, in a fixed order.
 std::vector<std::string> predictor_methods();
+// The settings of a method that only prediction reads (e.g. the distance
+// threshold t of sparsefinder-distance): a fitted predictor can take new
+// values of them through with_settings(). Throws for an unknown method.
+std::vector<std::string> predict_time_settings(const std::string& method);
+// Whether the method reads a setting of that name (the union settings
+// extra_window and extra_global included). Throws for an unknown method.
+bool predictor_has_setting(const std::string& method, const std::string& key);
 // A predictor of the named method with the given settings (missing settings
 // take the method's defaults). Throws entgraph::Error for an unknown method,
 // an unknown setting or a bad value.

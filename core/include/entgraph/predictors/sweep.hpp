@@ -7,11 +7,14 @@
 // heads (each head weighs the same, as in the Sparsefinder paper's plots).
 //
 // A sweep follows the paper's protocol: for each value of the method's own
-// hyperparameter (the paper's grid by default) the predictor is fitted once
-// on the training capture, then evaluated on the test capture with each
-// window size of the union pattern (extra_window in {0, 1, 3, ..., 27}, or
-// none). The frontier keeps the points no other point beats in both
-// sparsity and recall.
+// hyperparameter (the paper's grid by default) the predictor is fitted on the
+// training capture, then evaluated on the test capture with each window size
+// of the union pattern (extra_window in {0, 1, 3, ..., 27}, or none). A grid
+// over a predict-time setting (predict_time_settings(): the distance
+// threshold t, k-means' top, lowrank-threshold's margin) is fitted once and
+// every value reuses that fit. Evaluation runs on all threads
+// (runtime.hpp); the results do not depend on the thread count. The frontier
+// keeps the points no other point beats in both sparsity and recall.
 #pragma once
 
 #include <cstddef>
@@ -55,7 +58,8 @@ struct SweepPoint {
   std::string parameter, value;  // the method's own setting at this point ("" if none)
   long window = -1;              // extra_window of the union (-1: none)
   double sparsity = 0.0, recall = 0.0;
-  double fit_seconds = 0.0, predict_seconds = 0.0;
+  double fit_seconds = 0.0;      // the fit this point uses (shared by the values that reuse it)
+  double predict_seconds = 0.0;  // wall time of predicting and scoring the whole test capture
   bool pareto = false;           // on its method's frontier
 };
 
@@ -75,7 +79,8 @@ struct SweepResult {
 
 // Runs the grids; the test capture's gold graphs are computed once for all.
 // Marks each point's pareto flag within its method. With options.fit.quiet
-// false, prints one line per grid on stderr.
+// false, prints one line per grid value on stderr: the fit (or "reused"),
+// the evaluation time, the time elapsed and an estimate of the time left.
 SweepResult run_sweep(const std::vector<SweepGrid>& grids, const Capture& train, const Capture& test,
                       const SweepOptions& options);
 
@@ -88,7 +93,11 @@ std::vector<std::size_t> pareto_front(const std::vector<SweepPoint>& points);
 double recall_at_sparsity(const std::vector<SweepPoint>& points, double sparsity);
 
 std::string sweep_csv(const std::vector<SweepPoint>& points);
-std::string sweep_json(const std::vector<SweepPoint>& points, double gold_sparsity);
+// The points, and per method its frontier's recall at the gold sparsity and
+// at each of at_sparsity ("recall_at": {method: {"gold": r, "0.9": r, ...}},
+// null where the frontier does not reach that sparsity).
+std::string sweep_json(const std::vector<SweepPoint>& points, double gold_sparsity,
+                       const std::vector<double>& at_sparsity = {});
 // An SVG plot: recall (y) vs sparsity (x), one colour per method, each
 // method's frontier as a line over its points, the gold sparsity as a dashed
 // vertical line.
