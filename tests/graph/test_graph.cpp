@@ -27,6 +27,30 @@ Pairs pairs_of(const Graph& g) {
 }
 
 TEST_SUITE("graph") {
+  TEST_CASE("window_global_graph is the set of window and global pairs") {
+    for (const bool causal : {false, true})
+      for (const std::size_t n : {1, 5, 12})
+        for (const std::size_t m : {n, n + 3})
+          for (const long w : {-1L, 0L, 1L, 4L, 30L})
+            for (const std::size_t g : {0, 1, 3, 40}) {
+              CAPTURE(causal);
+              CAPTURE(n);
+              CAPTURE(m);
+              CAPTURE(w);
+              CAPTURE(g);
+              Pairs want;
+              for (std::size_t i = 0; i < n; ++i)
+                for (std::size_t j = 0; j < m; ++j) {
+                  const long d = static_cast<long>(j) - static_cast<long>(i);
+                  const bool in_window = w >= 0 && d >= -w && d <= (causal ? 0 : w);
+                  if (in_window || j < g || i < g) want.insert({i, j});
+                }
+              const Graph got = window_global_graph(n, m, w, g, causal);
+              got.validate("window_global_graph");
+              CHECK(pairs_of(got) == want);
+            }
+  }
+
   TEST_CASE("from_mask, full, empty and from_pairs agree with brute-force sets") {
     const auto mask = test::random_mask(9, 13, 0.3, 7);
     const Graph g = Graph::from_mask(mask.view());

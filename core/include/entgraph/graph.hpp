@@ -59,6 +59,11 @@ struct Graph {
 
 // The union of two graphs of the same shape.
 Graph graph_union(const Graph& a, const Graph& b);
+// The patterns every predictor can add to its own (extra_window and
+// extra_global in predictors/predictor.hpp): query i is linked to the keys
+// i-w..i+w (i-w..i under causal; none if w < 0) and to the first g keys, and
+// a query i < g to every key. Built row by row, sorted, in O(edges).
+Graph window_global_graph(std::size_t n, std::size_t m, long window, std::size_t global, bool causal);
 // |a ∩ b|, optionally restricted to the causal triangle j <= i + (m - n).
 std::size_t intersection_count(const Graph& a, const Graph& b, bool causal = false);
 // |g ∩ A|: edges of g that the mask allows.

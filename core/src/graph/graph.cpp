@@ -164,6 +164,29 @@ Graph graph_union(const Graph& a, const Graph& b) {
   return g;
 }
 
+Graph window_global_graph(std::size_t n, std::size_t m, long window, std::size_t global, bool causal) {
+  Graph g = Graph::empty(n, m);
+  const std::size_t heads = std::min(global, m);  // the global keys 0..heads-1
+  for (std::size_t i = 0; i < n; ++i) {
+    std::size_t lo = m, hi = m;  // the window [lo, hi), empty by default
+    if (i < global) {
+      lo = 0;
+    } else if (window >= 0) {
+      const std::size_t w = static_cast<std::size_t>(window);
+      lo = std::min(m, i > w ? i - w : 0);
+      hi = std::min(m, i + (causal ? 0 : w) + 1);
+    }
+    if (i < global) hi = m;
+    for (std::size_t j = 0; j < std::min(heads, lo); ++j) g.indices.push_back(static_cast<std::uint32_t>(j));
+    for (std::size_t j = lo; j < hi; ++j) g.indices.push_back(static_cast<std::uint32_t>(j));
+    // Global keys past the window's end.
+    for (std::size_t j = hi; j < heads; ++j)
+      g.indices.push_back(static_cast<std::uint32_t>(j));
+    g.offsets[i + 1] = g.indices.size();
+  }
+  return g;
+}
+
 std::size_t intersection_count(const Graph& a, const Graph& b, bool causal) {
   check_same_shape(a, b, "intersection_count");
   std::size_t count = 0;

@@ -111,21 +111,7 @@ Graph Predictor::predict(MatrixView<const float> q, MatrixView<const float> k, s
     throw Error(method() + ": predict: q has " + std::to_string(q.cols) + " columns, k has " + std::to_string(k.cols));
   Graph g = predict_pattern(q, k, layer, head, causal);
   if (extra_window_ < 0 && extra_global_ == 0) return g;
-  const std::size_t n = q.rows, m = k.rows;
-  std::vector<std::pair<std::uint32_t, std::uint32_t>> pairs;
-  const long w = extra_window_;
-  for (std::size_t i = 0; i < n; ++i) {
-    if (w >= 0) {
-      const long lo = std::max(0L, static_cast<long>(i) - w);
-      const long hi = std::min(static_cast<long>(m) - 1, static_cast<long>(i) + (causal ? 0 : w));
-      for (long j = lo; j <= hi; ++j) pairs.emplace_back(static_cast<std::uint32_t>(i), static_cast<std::uint32_t>(j));
-    }
-    for (std::size_t j = 0; j < std::min(extra_global_, m); ++j)
-      pairs.emplace_back(static_cast<std::uint32_t>(i), static_cast<std::uint32_t>(j));
-    if (i < extra_global_)
-      for (std::size_t j = 0; j < m; ++j) pairs.emplace_back(static_cast<std::uint32_t>(i), static_cast<std::uint32_t>(j));
-  }
-  return graph_union(g, Graph::from_pairs(n, m, std::move(pairs)));
+  return graph_union(g, window_global_graph(q.rows, k.rows, extra_window_, extra_global_, causal));
 }
 
 std::string Predictor::to_json() const {
@@ -151,6 +137,25 @@ std::unique_ptr<Predictor> Predictor::with_settings(const PredictorSettings& cha
     merged[key] = value;
   }
   return factory.load(merged, nlohmann::json::parse(parameters_json()));
+}
+
+std::unique_ptr<Predictor> Predictor::refit(const Capture& capture, const PredictorSettings& changes,
+                                            const FitOptions& options) const {
+  const std::vector<std::string>& cheap = detail::factory_of(method(), "refit: ").predict_settings;
+  bool predict_time = true;
+  for (const auto& [key, value] : changes)
+    predict_time = predict_time && (key == "extra_window" || key == "extra_global" ||
+                                    std::find(cheap.begin(), cheap.end(), key) != cheap.end());
+  return predict_time ? with_settings(changes) : refit_changed(capture, changes, options);
+}
+
+std::unique_ptr<Predictor> Predictor::refit_changed(const Capture& capture, const PredictorSettings& changes,
+                                                    const FitOptions& options) const {
+  PredictorSettings merged = settings_;
+  for (const auto& [key, value] : changes) merged[key] = value;
+  std::unique_ptr<Predictor> p = make_predictor(method(), merged);
+  p->fit(capture, options);
+  return p;
 }
 
 std::vector<std::string> predictor_methods() {

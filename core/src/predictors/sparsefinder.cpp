@@ -27,6 +27,9 @@
 namespace entgraph::detail {
 namespace {
 
+// The settings read_common() reads: all that the projections depend on.
+constexpr const char* kCommonKeys[] = {"r", "epochs", "lr", "batch", "negatives", "margin", "seed"};
+
 // The settings every Sparsefinder method reads (training and the projection).
 struct CommonSettings {
   ProjectionOptions projection;
@@ -66,6 +69,31 @@ class SparsefinderBase : public Predictor {
   }
 
   bool fitted() const { return !projections_.empty(); }
+
+ protected:
+  // The projections depend only on the common settings (read_common): a
+  // change of the method's own settings alone refits its buckets on them.
+  std::unique_ptr<Predictor> refit_changed(const Capture& capture, const PredictorSettings& changes,
+                                           const FitOptions& options) const override {
+    bool projection_changes = !fitted();
+    for (const auto& [key, value] : changes)
+      projection_changes = projection_changes || std::find(std::begin(kCommonKeys), std::end(kCommonKeys), key) !=
+                                                     std::end(kCommonKeys);
+    if (projection_changes) return Predictor::refit_changed(capture, changes, options);
+    validate_capture(capture);
+    if (capture.layers != layers_ || capture.heads != heads_ || capture.head_dim != dim_)
+      throw Error(method() + ": refit: the capture is not the one this predictor was fitted on (other sizes)");
+    PredictorSettings merged = settings_;
+    for (const auto& [key, value] : changes) merged[key] = value;
+    std::unique_ptr<Predictor> p = make_predictor(method(), merged);
+    auto& same = static_cast<SparsefinderBase&>(*p);
+    same.layers_ = layers_;
+    same.heads_ = heads_;
+    same.dim_ = dim_;
+    same.fit_buckets(capture, projections_, common_.has_seed ? common_.projection.seed : options.seed, options.quiet);
+    same.projections_ = projections_;
+    return p;
+  }
 
  protected:
   SparsefinderBase(const PredictorSettings& settings, SettingsReader& reader)

@@ -31,34 +31,47 @@ struct GoldGraphs {
   }
 };
 
-// Predicts every (layer, head, sequence) on all threads; per-head counts are
-// summed in sequence order afterwards, so the report does not depend on the
-// thread count.
-EvalReport evaluate_with(const Predictor& predictor, const Capture& c, const GoldGraphs& gold) {
-  EvalReport r;
-  r.layers = c.layers;
-  r.heads = c.heads;
-  r.per_head.resize(c.layers * c.heads);
-  const std::size_t sequences = c.sequences();
-  std::vector<GraphMetrics> each(gold.graphs.size());
+// Predicts every (layer, head, sequence) once, on all threads, and scores
+// that graph united with each window of `windows` (-1: none) and the first
+// `global` tokens: one report per window. Per-head counts are summed in
+// sequence order afterwards, so the reports do not depend on the thread
+// count. Each report's predict_seconds is an equal share of the wall time.
+std::vector<EvalReport> evaluate_windows(const Predictor& predictor, const Capture& c, const GoldGraphs& gold,
+                                         const std::vector<long>& windows, std::size_t global) {
+  const std::size_t sequences = c.sequences(), count = windows.size();
+  std::vector<GraphMetrics> each(gold.graphs.size() * count);
   const auto t0 = std::chrono::steady_clock::now();
-  detail::parallel_for(each.size(), 1, [&](std::size_t begin, std::size_t end) {
+  detail::parallel_for(gold.graphs.size(), 1, [&](std::size_t begin, std::size_t end) {
     for (std::size_t i = begin; i < end; ++i) {
       const std::size_t l = i / (c.heads * sequences), h = i / sequences % c.heads, s = i % sequences;
       const bool causal = c.head(l, h).causal;
-      const Graph g = predictor.predict(c.queries_of(l, h, s), c.keys_of(l, h, s), l, h, causal);
-      each[i] = compare_graphs(g, gold.graphs[i], causal);
+      const MatrixView<const float> q = c.queries_of(l, h, s), k = c.keys_of(l, h, s);
+      const Graph own = predictor.predict(q, k, l, h, causal);
+      for (std::size_t w = 0; w < count; ++w)
+        each[i * count + w] =
+            windows[w] < 0 && global == 0
+                ? compare_graphs(own, gold.graphs[i], causal)
+                : compare_graphs(graph_union(own, window_global_graph(q.rows, k.rows, windows[w], global, causal)),
+                                 gold.graphs[i], causal);
     }
   });
-  r.predict_seconds = seconds_since(t0);
-  for (std::size_t i = 0; i < each.size(); ++i) r.per_head[i / sequences] += each[i];
-  const double heads = static_cast<double>(r.per_head.size());
-  for (const GraphMetrics& m : r.per_head) {
-    r.sparsity += m.sparsity() / heads;
-    r.recall += m.recall() / heads;
-    r.gold_sparsity += m.gold_sparsity() / heads;
+  const double seconds = seconds_since(t0);
+  std::vector<EvalReport> reports(count);
+  for (std::size_t w = 0; w < count; ++w) {
+    EvalReport& r = reports[w];
+    r.layers = c.layers;
+    r.heads = c.heads;
+    r.per_head.resize(c.layers * c.heads);
+    r.predict_seconds = seconds / static_cast<double>(count);
+    for (std::size_t i = 0; i < gold.graphs.size(); ++i) r.per_head[i / sequences] += each[i * count + w];
+    const double heads = static_cast<double>(r.per_head.size());
+    for (const GraphMetrics& m : r.per_head) {
+      r.sparsity += m.sparsity() / heads;
+      r.recall += m.recall() / heads;
+      r.gold_sparsity += m.gold_sparsity() / heads;
+    }
   }
-  return r;
+  return reports;
 }
 
 std::string format_number(double x) {
@@ -70,7 +83,7 @@ std::string format_number(double x) {
 }  // namespace
 
 EvalReport evaluate(const Predictor& predictor, const Capture& capture) {
-  return evaluate_with(predictor, capture, GoldGraphs(capture));
+  return evaluate_windows(predictor, capture, GoldGraphs(capture), {-1}, 0).front();
 }
 
 std::string eval_report_json(const EvalReport& r, const Predictor& predictor) {
@@ -115,34 +128,27 @@ SweepGrid default_grid(const std::string& method) {
 
 namespace {
 
-// The predictor of each grid value. A value of a predict-time setting reuses
-// the grid's one fit (Predictor::with_settings); any other value is fitted.
+// The predictor of each grid value: the first is fitted, the others refit
+// from it (Predictor::refit reuses whatever the changed value leaves valid).
 class GridFits {
  public:
   GridFits(const SweepGrid& grid, const Capture& train, const FitOptions& fit)
-      : grid_(grid), train_(train), fit_(fit) {
-    const std::vector<std::string> cheap = predict_time_settings(grid.method);
-    shared_ = !grid.parameter.empty() && std::find(cheap.begin(), cheap.end(), grid.parameter) != cheap.end();
-  }
+      : grid_(grid), train_(train), fit_(fit) {}
 
-  // The fitted predictor for one value; fit_seconds is the time of the fit it
-  // uses (a reused fit reports the shared fit's time).
-  std::unique_ptr<Predictor> at(const std::string& value, double& fit_seconds, bool& reused) {
-    reused = shared_ && base_;
-    PredictorSettings settings = grid_.settings;
-    if (!grid_.parameter.empty()) settings[grid_.parameter] = value;
-    if (shared_ && base_) {
-      fit_seconds = base_seconds_;
-      return base_->with_settings({{grid_.parameter, value}});
-    }
-    std::unique_ptr<Predictor> p = make_predictor(grid_.method, settings);
+  // The fitted predictor for one value and the seconds spent fitting it.
+  std::unique_ptr<Predictor> at(const std::string& value, double& fit_seconds) {
     const auto t0 = std::chrono::steady_clock::now();
-    if (p->learned()) p->fit(train_, fit_);
-    fit_seconds = seconds_since(t0);
-    if (shared_) {
-      base_ = p->with_settings({});
-      base_seconds_ = fit_seconds;
+    std::unique_ptr<Predictor> p;
+    if (first_ && !grid_.parameter.empty()) {
+      p = first_->refit(train_, {{grid_.parameter, value}}, fit_);
+    } else {
+      PredictorSettings settings = grid_.settings;
+      if (!grid_.parameter.empty()) settings[grid_.parameter] = value;
+      p = make_predictor(grid_.method, settings);
+      if (p->learned()) p->fit(train_, fit_);
+      if (p->learned()) first_ = p->with_settings({});
     }
+    fit_seconds = seconds_since(t0);
     return p;
   }
 
@@ -150,9 +156,7 @@ class GridFits {
   const SweepGrid& grid_;
   const Capture& train_;
   const FitOptions& fit_;
-  bool shared_ = false;
-  std::unique_ptr<Predictor> base_;
-  double base_seconds_ = 0.0;
+  std::unique_ptr<Predictor> first_;  // a copy of the first fit (learned methods)
 };
 
 std::string duration_text(double seconds) {
@@ -193,13 +197,14 @@ SweepResult run_sweep(const std::vector<SweepGrid>& grids, const Capture& train,
     std::vector<SweepPoint> points;
     for (const std::string& value : grid.values) {
       double fit_seconds = 0.0;
-      bool reused = false;
-      std::unique_ptr<Predictor> p = fits.at(value, fit_seconds, reused);
+      std::unique_ptr<Predictor> p = fits.at(value, fit_seconds);
       const auto t0 = std::chrono::steady_clock::now();
       if (options.on_fitted) options.on_fitted(grid, value, *p);
-      for (long w : windows) {
-        p->set_union_patterns(w, options.global);
-        const EvalReport r = evaluate_with(*p, test, gold);
+      p->set_union_patterns(-1, 0);  // the unions are scored below, on one prediction
+      const std::vector<EvalReport> reports = evaluate_windows(*p, test, gold, windows, options.global);
+      for (std::size_t wi = 0; wi < windows.size(); ++wi) {
+        const long w = windows[wi];
+        const EvalReport& r = reports[wi];
         SweepPoint pt;
         pt.method = grid.method;
         pt.parameter = grid.parameter;
@@ -218,7 +223,7 @@ SweepResult run_sweep(const std::vector<SweepGrid>& grids, const Capture& train,
         std::fprintf(stderr, "sweep [%zu/%zu] %s%s%s: fit %s, %zu point%s %s; %s elapsed, about %s left\n", done, total,
                      grid.method.c_str(), grid.parameter.empty() ? "" : (" " + grid.parameter + "=").c_str(),
                      grid.parameter.empty() ? "" : value.c_str(),
-                     reused ? "reused" : duration_text(fit_seconds).c_str(), windows.size(),
+                     duration_text(fit_seconds).c_str(), windows.size(),
                      windows.size() == 1 ? "" : "s", duration_text(seconds_since(t0)).c_str(),
                      duration_text(elapsed).c_str(), duration_text(left).c_str());
       }

@@ -67,12 +67,23 @@ class Predictor {
   // (predict_time_settings()) and the union settings may change; any other
   // key throws entgraph::Error naming it, as does a bad value.
   std::unique_ptr<Predictor> with_settings(const PredictorSettings& changes) const;
+  // This method fitted on `capture` with some settings changed, reusing what
+  // of this predictor's fit the change leaves valid: nothing to fit for
+  // predict-time settings (with_settings), Sparsefinder's projections when
+  // only its bucket settings change, otherwise a full fit. `capture` must be
+  // the one this predictor was fitted on. Sweeps call it for each grid value.
+  std::unique_ptr<Predictor> refit(const Capture& capture, const PredictorSettings& changes,
+                                   const FitOptions& options) const;
 
  protected:
   explicit Predictor(PredictorSettings settings);
   // The method's own prediction, before the union with window / global edges.
   virtual Graph predict_pattern(MatrixView<const float> q, MatrixView<const float> k, std::size_t layer,
                                 std::size_t head, bool causal) const = 0;
+  // refit() for changes that include a fit-time setting: a full fit of the
+  // changed settings unless the method can reuse part of its own fit.
+  virtual std::unique_ptr<Predictor> refit_changed(const Capture& capture, const PredictorSettings& changes,
+                                                   const FitOptions& options) const;
   // The "parameters" object as JSON text ("{}" for fixed patterns).
   virtual std::string parameters_json() const { return "{}"; }
 

@@ -9,10 +9,11 @@
 // A sweep follows the paper's protocol: for each value of the method's own
 // hyperparameter (the paper's grid by default) the predictor is fitted on the
 // training capture, then evaluated on the test capture with each window size
-// of the union pattern (extra_window in {0, 1, 3, ..., 27}, or none). A grid
-// over a predict-time setting (predict_time_settings(): the distance
-// threshold t, k-means' top, lowrank-threshold's margin) is fitted once and
-// every value reuses that fit. Evaluation runs on all threads
+// of the union pattern (extra_window in {0, 1, 3, ..., 27}, or none). The
+// first value of a grid is fitted; the others refit from it
+// (Predictor::refit), so a grid over a predict-time setting (the distance
+// threshold t, k-means' top, lowrank-threshold's margin) is fitted once, and
+// Sparsefinder's bucket and cluster grids train their projections once. Evaluation runs on all threads
 // (runtime.hpp); the results do not depend on the thread count. The frontier
 // keeps the points no other point beats in both sparsity and recall.
 #pragma once
@@ -58,8 +59,9 @@ struct SweepPoint {
   std::string parameter, value;  // the method's own setting at this point ("" if none)
   long window = -1;              // extra_window of the union (-1: none)
   double sparsity = 0.0, recall = 0.0;
-  double fit_seconds = 0.0;      // the fit this point uses (shared by the values that reuse it)
-  double predict_seconds = 0.0;  // wall time of predicting and scoring the whole test capture
+  double fit_seconds = 0.0;      // spent fitting this grid value (less where it reuses the first fit)
+  double predict_seconds = 0.0;  // wall time of predicting and scoring the test capture; the
+                                 // method's own prediction is shared by a value's windows (split evenly)
   bool pareto = false;           // on its method's frontier
 };
 
@@ -79,8 +81,8 @@ struct SweepResult {
 
 // Runs the grids; the test capture's gold graphs are computed once for all.
 // Marks each point's pareto flag within its method. With options.fit.quiet
-// false, prints one line per grid value on stderr: the fit (or "reused"),
-// the evaluation time, the time elapsed and an estimate of the time left.
+// false, prints one line per grid value on stderr: the fit time, the
+// evaluation time, the time elapsed and an estimate of the time left.
 SweepResult run_sweep(const std::vector<SweepGrid>& grids, const Capture& train, const Capture& test,
                       const SweepOptions& options);
 
