@@ -48,8 +48,8 @@ export const METHOD_INFO = {
     slider: "clusters k",
   },
   "lowrank-threshold": {
-    label: "Low-rank scores + threshold",
-    blurb: "entgraph's own: a rank-8 estimate of every score, fitted in closed form on training text, then each query keeps the keys its estimated row would give weight to (its own entmax threshold), widened or narrowed by a margin.",
+    label: "Estimated scores + threshold",
+    blurb: "entgraph's own: a cheap estimate of every score (queries and keys in a basis fitted in closed form on training text, rounded to 4-bit integers), then each query keeps the keys its estimated row would give weight to (its own entmax threshold), widened or narrowed by a margin.",
     slider: "threshold margin",
   },
 };

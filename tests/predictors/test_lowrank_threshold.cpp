@@ -15,6 +15,7 @@
 #include "entgraph/error.hpp"
 #include "entgraph/graph.hpp"
 #include "entgraph/predictors/predictor.hpp"
+#include "entgraph/runtime.hpp"
 #include "training/symmetric_eigen.hpp"
 
 namespace entgraph::test {
@@ -90,12 +91,44 @@ TEST_SUITE("predictors") {
   TEST_CASE("lowrank-threshold: at full rank and margin 0 it predicts the gold graph (entmax15 and sparsemax)") {
     for (bool causal : {false, true}) {
       const Capture c = random_capture(6, causal);
-      auto p = make_predictor("lowrank-threshold", {{"r", "6"}});
+      for (const char* r : {"6", "0"}) {  // r = 0: head_dim
+        auto p = make_predictor("lowrank-threshold", {{"r", r}, {"bits", "0"}});
+        p->fit(c, {});
+        const GraphMetrics m = evaluate_all(*p, c);
+        CAPTURE(causal);
+        CAPTURE(r);
+        CHECK(m.recall() >= 0.999);
+        CHECK(m.hits >= m.predicted - m.predicted / 500);  // and (almost) nothing else
+      }
+    }
+  }
+
+  TEST_CASE("lowrank-threshold: quantized estimates lose recall as bits fall, and agree on every instruction set") {
+    const Capture c = random_capture(6, true);
+    double last = 2.0;
+    for (const char* bits : {"8", "6", "4", "2"}) {
+      auto p = make_predictor("lowrank-threshold", {{"bits", bits}});
       p->fit(c, {});
       const GraphMetrics m = evaluate_all(*p, c);
-      CAPTURE(causal);
-      CHECK(m.recall() >= 0.999);
-      CHECK(m.hits >= m.predicted - m.predicted / 500);  // and (almost) nothing else
+      CAPTURE(bits);
+      CHECK(m.recall() <= last + 0.02);  // fewer bits, no better (up to noise)
+      if (std::string(bits) == "8") CHECK(m.recall() >= 0.97);
+      if (std::string(bits) == "4") CHECK(m.recall() >= 0.75);
+      last = m.recall();
+    }
+    // Integer codes make the estimate exact in any summation order.
+    auto p = make_predictor("lowrank-threshold", {{"bits", "4"}});
+    p->fit(c, {});
+    const CpuIsa saved = cpu_isa();
+    std::vector<Graph> graphs;
+    for (const CpuIsa isa : available_cpu_isas()) {
+      set_cpu_isa(isa);
+      graphs.push_back(p->predict(c.queries_of(0, 0, 0), c.keys_of(0, 0, 0), 0, 0, true));
+    }
+    set_cpu_isa(saved);
+    for (const Graph& g : graphs) {
+      CHECK(g.offsets == graphs.front().offsets);
+      CHECK(g.indices == graphs.front().indices);
     }
   }
 
@@ -129,6 +162,14 @@ TEST_SUITE("predictors") {
     CHECK(json == b->to_json());
     auto loaded = load_predictor(json, "file");
     CHECK(loaded->to_json() == json);
+    // r = 0 stores the head_dim it stands for, and checks it on loading.
+    auto full = make_predictor("lowrank-threshold", {});
+    full->fit(c, {});
+    nlohmann::json file = nlohmann::json::parse(full->to_json());
+    CHECK(file["parameters"]["r"] == 8);
+    CHECK(load_predictor(file.dump())->to_json() == full->to_json());
+    file["settings"]["r"] = "4";
+    check_error([&] { load_predictor(file.dump()); }, "does not match the setting r = 4");
     for (std::size_t l = 0; l < 2; ++l)
       for (std::size_t h = 0; h < 2; ++h) {
         const Graph g1 = a->predict(c.queries_of(l, h, 1), c.keys_of(l, h, 1), l, h, false);
@@ -140,7 +181,10 @@ TEST_SUITE("predictors") {
 
   TEST_CASE("lowrank-threshold: bad settings, files and calls are errors that name what is wrong") {
     check_error([] { make_predictor("lowrank-threshold", {{"rank", "4"}}); }, "unknown setting 'rank'");
-    check_error([] { make_predictor("lowrank-threshold", {{"r", "0"}}); }, "'r'");
+    check_error([] { make_predictor("lowrank-threshold", {{"r", "-1"}}); }, "'r'");
+    check_error([] { make_predictor("lowrank-threshold", {{"r", "257"}}); }, "'r'");
+    check_error([] { make_predictor("lowrank-threshold", {{"bits", "1"}}); }, "'bits'");
+    check_error([] { make_predictor("lowrank-threshold", {{"bits", "9"}}); }, "'bits'");
     check_error([] { make_predictor("lowrank-threshold", {{"margin", "nan"}}); }, "'margin'");
     const Capture c = clustered_capture(1, 1, 8, {16}, 2, true);
     auto p = make_predictor("lowrank-threshold", {{"r", "2"}});

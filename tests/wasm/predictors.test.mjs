@@ -41,7 +41,7 @@ const SETTINGS = {
   "sparsefinder-distance": { r: "4", epochs: "2", t: "2.5", seed: "3" },
   "sparsefinder-quantization": { r: "3", buckets: "5", seed: "4" },
   "sparsefinder-kmeans": { r: "4", clusters: "6", top: "2", seed: "5" },
-  "lowrank-threshold": { r: "4", margin: "0.05" },
+  "lowrank-threshold": { r: "4", bits: "3", margin: "0.05" },
 };
 const LEARNED = new Set(["routing", "sparsefinder-distance", "sparsefinder-quantization", "sparsefinder-kmeans", "lowrank-threshold"]);
 

@@ -11,13 +11,22 @@
 // many keys as its estimated scores support), margin in units of the
 // support's reach 1 / (α − 1) (0: the support of the estimated row).
 //
+// The estimate is compressed two ways: rank (r < d) and precision (`bits`:
+// each projected vector rounded to signed integers of that many bits with
+// its own step). Rank alone fails on rotary heads, whose score energy is
+// spread over every dimension (a rank-8 fit holds 40-70 % of it on the long
+// teacher); 4-bit codes of all d dimensions keep it and cost 4d bits per
+// vector. Hence the default: r = d (r = 0), 4 bits.
+//
 // Fit, per head, in closed form: the rank-r bilinear form closest to the
 // scores in least squares over all (query, key) pairs of the capture,
 //   min ‖Q A Kᵀ − Q Kᵀ‖_F over rank(A) ≤ r,
 // is A = C_Q^{-1/2} U_r Σ_r V_rᵀ C_K^{-1/2}, with C_Q = QᵀQ, C_K = KᵀK and
 // U Σ Vᵀ the SVD of C_Q^{1/2} C_K^{1/2} (substitute B = C_Q^{1/2} A C_K^{1/2}
 // and apply Eckart–Young). No iterations, no seed: the fit is deterministic
-// and takes milliseconds. The head's scale is folded into W_Q.
+// and takes milliseconds. The head's scale is folded into W_Q. At r = d the
+// projected vectors are the queries and keys in the basis of the singular
+// vectors, ordered by their share of the scores.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -141,7 +150,7 @@ class LowRankThresholdPredictor final : public Predictor {
                 for (std::size_t b = a; b < d; ++b) (*c)[a * d + b] += xa * scale * static_cast<double>(x(i, b));
               }
         }
-        projections[h] = fit_head(cq, ck, hs.scale, d, rank_);
+        projections[h] = fit_head(cq, ck, hs.scale, d, rank_for(d));
         alphas[h] = hs.alpha;
       }
     });
@@ -154,9 +163,15 @@ class LowRankThresholdPredictor final : public Predictor {
 
  private:
   LowRankThresholdPredictor(const PredictorSettings& s, SettingsReader& reader) : Predictor(s) {
-    rank_ = static_cast<std::size_t>(reader.integer("r", 8, 1, 256));
+    rank_ = static_cast<std::size_t>(reader.integer("r", 0, 0, 256));
     margin_ = reader.number("margin", 0.0, -100.0, 100.0);
+    bits_ = static_cast<int>(reader.integer("bits", 4, 0, 8));
+    if (bits_ == 1)
+      throw Error(std::string(kMethod) + ": setting 'bits': expected 0 (float32) or 2 ... 8 bits, got '1'");
   }
+
+  // The rank the projections have: r, or head_dim for r = 0.
+  std::size_t rank_for(std::size_t dim) const { return rank_ == 0 ? dim : rank_; }
 
   bool fitted() const { return !projections_.empty(); }
 
@@ -182,7 +197,8 @@ class LowRankThresholdPredictor final : public Predictor {
       }
       return g;
     }
-    const std::vector<float> qp = pr.project_queries(q), kp = pr.project_keys(k);
+    std::vector<float> qp = pr.project_queries(q), kp = pr.project_keys(k);
+    const std::vector<double> q_steps = quantize_rows(qp, r), k_steps = quantize_rows(kp, r);
     std::vector<float> kt(r * m);  // K'ᵀ: each block of rows is one GEMM
     for (std::size_t j = 0; j < m; ++j)
       for (std::size_t c = 0; c < r; ++c) kt[c * m + j] = kp[j * r + c];
@@ -196,6 +212,10 @@ class LowRankThresholdPredictor final : public Predictor {
       est.resize(rows * m);
       probs.resize(rows * m);
       mm.gemm_nn(rows, m, r, 1.0f, qp.data() + r0 * r, r, kt.data(), m, est.data(), m, false, false);
+      if (bits_ > 0)  // integer codes: the GEMM is exact in any order; now the steps
+        for (std::size_t i = 0; i < rows; ++i)
+          for (std::size_t j = 0; j < m; ++j)
+            est[i * m + j] = static_cast<float>(static_cast<double>(est[i * m + j]) * q_steps[r0 + i] * k_steps[j]);
       if (causal)
         for (std::size_t i = 0; i < rows; ++i)
           std::fill(est.begin() + static_cast<std::ptrdiff_t>(i * m + causal_key_limit(r0 + i, n, m)),
@@ -220,21 +240,42 @@ class LowRankThresholdPredictor final : public Predictor {
     return g;
   }
 
+  // With bits > 0, replaces each row x of v (rows x r) by its integer codes
+  // round(x / step), step = max|x| / (2^(bits-1) - 1), and returns the steps
+  // (empty for bits = 0). Codes of at most 8 bits over r <= 256 columns have
+  // dot products below 2^24, exact in float32 whatever the summation order,
+  // so every instruction set finds the same estimate.
+  std::vector<double> quantize_rows(std::vector<float>& v, std::size_t r) const {
+    if (bits_ == 0) return {};
+    const double levels = static_cast<double>((1 << (bits_ - 1)) - 1);
+    const std::size_t rows = r == 0 ? 0 : v.size() / r;
+    std::vector<double> steps(rows, 0.0);
+    for (std::size_t i = 0; i < rows; ++i) {
+      float* x = v.data() + i * r;
+      double top = 0.0;
+      for (std::size_t c = 0; c < r; ++c) top = std::max(top, std::fabs(static_cast<double>(x[c])));
+      steps[i] = top / levels;
+      for (std::size_t c = 0; c < r; ++c)
+        x[c] = top > 0.0 ? static_cast<float>(std::round(static_cast<double>(x[c]) / steps[i])) : 0.0f;
+    }
+    return steps;
+  }
+
   std::string parameters_json() const override {
     if (!fitted()) return "{}";
     json p;
     p["layers"] = layers_;
     p["heads"] = heads_;
     p["head_dim"] = dim_;
-    p["r"] = rank_;
+    p["r"] = rank_for(dim_);
     json alpha = json::array(), wq = json::array(), wk = json::array();
     for (std::size_t l = 0; l < layers_; ++l) {
       json la = json::array(), lq = json::array(), lk = json::array();
       for (std::size_t h = 0; h < heads_; ++h) {
         const Projection& pr = projections_[l * heads_ + h];
         la.push_back(alphas_[l * heads_ + h]);
-        lq.push_back(write_matrix(pr.wq.data(), dim_, rank_));
-        lk.push_back(write_matrix(pr.wk.data(), dim_, rank_));
+        lq.push_back(write_matrix(pr.wq.data(), dim_, pr.rank));
+        lk.push_back(write_matrix(pr.wk.data(), dim_, pr.rank));
       }
       alpha.push_back(std::move(la));
       wq.push_back(std::move(lq));
@@ -252,13 +293,15 @@ class LowRankThresholdPredictor final : public Predictor {
     layers_ = read_size(p, m, "layers", 1, 1 << 16);
     heads_ = read_size(p, m, "heads", 1, 1 << 16);
     dim_ = read_size(p, m, "head_dim", 1, 1 << 16);
-    if (read_size(p, m, "r", 1, 256) != rank_)
-      bad_field(m, "r", "does not match the setting r = " + std::to_string(rank_));
+    const std::size_t rank = read_size(p, m, "r", 1, 256);
+    if (rank != rank_for(dim_))
+      bad_field(m, "r", "does not match the setting r = " + std::to_string(rank_) +
+                            (rank_ == 0 ? " (head_dim " + std::to_string(dim_) + ")" : ""));
     std::vector<Projection> projections(layers_ * heads_);
     std::vector<double> alphas(layers_ * heads_);
     for (auto& pr : projections) {
       pr.dim = dim_;
-      pr.rank = rank_;
+      pr.rank = rank;
     }
     for_each_head(p, m, "alpha", layers_, heads_, [&](const json& v, const std::string& f, std::size_t i) {
       if (!v.is_number() || !(v.get<double>() >= 1.0) || !(v.get<double>() <= 1e6))
@@ -266,17 +309,18 @@ class LowRankThresholdPredictor final : public Predictor {
       alphas[i] = v.get<double>();
     });
     for_each_head(p, m, "wq", layers_, heads_, [&](const json& v, const std::string& f, std::size_t i) {
-      read_matrix(v, m, f, dim_, rank_, projections[i].wq);
+      read_matrix(v, m, f, dim_, rank, projections[i].wq);
     });
     for_each_head(p, m, "wk", layers_, heads_, [&](const json& v, const std::string& f, std::size_t i) {
-      read_matrix(v, m, f, dim_, rank_, projections[i].wk);
+      read_matrix(v, m, f, dim_, rank, projections[i].wk);
     });
     alphas_ = std::move(alphas);
     projections_ = std::move(projections);
   }
 
-  std::size_t rank_ = 8;
+  std::size_t rank_ = 0;  // 0: head_dim
   double margin_ = 0.0;
+  int bits_ = 4;          // 0: float32 estimate
   std::size_t layers_ = 0, heads_ = 0, dim_ = 0;
   std::vector<double> alphas_;           // per head, the transform's α at fit time
   std::vector<Projection> projections_;  // layer * heads + head; empty until fitted
@@ -286,7 +330,7 @@ class LowRankThresholdPredictor final : public Predictor {
 
 const std::vector<PredictorFactory>& score_factories() {
   static const std::vector<PredictorFactory> factories = {
-      {kMethod, &LowRankThresholdPredictor::create, &LowRankThresholdPredictor::load, {"margin"}},
+      {kMethod, &LowRankThresholdPredictor::create, &LowRankThresholdPredictor::load, {"margin", "bits"}},
   };
   return factories;
 }
