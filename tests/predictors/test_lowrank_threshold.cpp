@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "clustered_capture.hpp"
+#include "predictors/predictor_support.hpp"
 #include "entgraph/error.hpp"
 #include "entgraph/graph.hpp"
 #include "entgraph/predictors/predictor.hpp"
@@ -20,18 +21,6 @@
 
 namespace entgraph::test {
 namespace {
-
-GraphMetrics evaluate_all(const Predictor& p, const Capture& c) {
-  GraphMetrics total;
-  for (std::size_t l = 0; l < c.layers; ++l)
-    for (std::size_t h = 0; h < c.heads; ++h)
-      for (std::size_t s = 0; s < c.sequences(); ++s) {
-        const Graph g = p.predict(c.queries_of(l, h, s), c.keys_of(l, h, s), l, h, c.head(l, h).causal);
-        g.validate("prediction");
-        total += compare_graphs(g, gold_graph(c, l, h, s), c.head(l, h).causal);
-      }
-  return total;
-}
 
 // Random queries and keys with no structure: only the full rank recovers the scores.
 Capture random_capture(std::size_t dim, bool causal) {

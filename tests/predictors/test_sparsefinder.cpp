@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "clustered_capture.hpp"
+#include "predictors/predictor_support.hpp"
 #include "entgraph/error.hpp"
 #include "entgraph/graph.hpp"
 #include "entgraph/io/capture.hpp"
@@ -43,18 +44,6 @@ Projection saved_projection(const nlohmann::json& parameters, std::size_t dim, s
 
 const std::vector<std::string> kLearned = {"sparsefinder-distance", "sparsefinder-quantization",
                                            "sparsefinder-kmeans"};
-
-GraphMetrics evaluate(const Predictor& p, const Capture& c) {
-  GraphMetrics total;
-  for (std::size_t l = 0; l < c.layers; ++l)
-    for (std::size_t h = 0; h < c.heads; ++h)
-      for (std::size_t s = 0; s < c.sequences(); ++s) {
-        const Graph g = p.predict(c.queries_of(l, h, s), c.keys_of(l, h, s), l, h, c.head(l, h).causal);
-        g.validate("prediction");
-        total += compare_graphs(g, gold_graph(c, l, h, s), c.head(l, h).causal);
-      }
-  return total;
-}
 
 bool same_graph(const Graph& a, const Graph& b) {
   return a.queries == b.queries && a.keys == b.keys && a.offsets == b.offsets && a.indices == b.indices;
@@ -97,13 +86,13 @@ TEST_CASE("sparsefinder predictors beat a random graph of equal sparsity") {
       CAPTURE(kLearned[i]);
       auto p = make_predictor(kLearned[i], settings[i]);
       p->fit(c, {});
-      GraphMetrics m = evaluate(*p, c);
+      GraphMetrics m = evaluate_all(*p, c);
       if (i == 0) {  // the distance threshold is swept (0.5..5): keep the best margin over random
         const std::string json = p->to_json();
         for (const char* t : {"0.5", "2", "3", "4", "5"}) {
           nlohmann::json j = nlohmann::json::parse(json);
           j["settings"]["t"] = t;
-          const GraphMetrics mt = evaluate(*load_predictor(j.dump()), c);
+          const GraphMetrics mt = evaluate_all(*load_predictor(j.dump()), c);
           if (mt.recall() - (1 - mt.sparsity()) > m.recall() - (1 - m.sparsity())) m = mt;
         }
       }
@@ -274,7 +263,7 @@ TEST_CASE("sparsefinder-kmeans on the shipped causal teacher") {
   const auto start = std::chrono::steady_clock::now();
   p->fit(c, {});
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  const GraphMetrics m = evaluate(*p, c);
+  const GraphMetrics m = evaluate_all(*p, c);
   MESSAGE("sparsefinder-kmeans fit on the causal teacher (" << c.layers * c.heads << " heads, " << c.tokens()
           << " tokens, " << num_threads() << " threads): " << seconds << " s; recall " << m.recall()
           << ", sparsity " << m.sparsity() << " (gold sparsity " << m.gold_sparsity() << ")");

@@ -264,26 +264,14 @@ class LowRankThresholdPredictor final : public Predictor {
   std::string parameters_json() const override {
     if (!fitted()) return "{}";
     json p;
-    p["layers"] = layers_;
-    p["heads"] = heads_;
-    p["head_dim"] = dim_;
-    p["r"] = rank_for(dim_);
-    json alpha = json::array(), wq = json::array(), wk = json::array();
+    json alpha = json::array();
     for (std::size_t l = 0; l < layers_; ++l) {
-      json la = json::array(), lq = json::array(), lk = json::array();
-      for (std::size_t h = 0; h < heads_; ++h) {
-        const Projection& pr = projections_[l * heads_ + h];
-        la.push_back(alphas_[l * heads_ + h]);
-        lq.push_back(write_matrix(pr.wq.data(), dim_, pr.rank));
-        lk.push_back(write_matrix(pr.wk.data(), dim_, pr.rank));
-      }
+      json la = json::array();
+      for (std::size_t h = 0; h < heads_; ++h) la.push_back(alphas_[l * heads_ + h]);
       alpha.push_back(std::move(la));
-      wq.push_back(std::move(lq));
-      wk.push_back(std::move(lk));
     }
     p["alpha"] = std::move(alpha);
-    p["wq"] = std::move(wq);
-    p["wk"] = std::move(wk);
+    write_projections(p, projections_, layers_, heads_, dim_, rank_for(dim_));
     return p.dump();
   }
 
@@ -297,25 +285,14 @@ class LowRankThresholdPredictor final : public Predictor {
     if (rank != rank_for(dim_))
       bad_field(m, "r", "does not match the setting r = " + std::to_string(rank_) +
                             (rank_ == 0 ? " (head_dim " + std::to_string(dim_) + ")" : ""));
-    std::vector<Projection> projections(layers_ * heads_);
     std::vector<double> alphas(layers_ * heads_);
-    for (auto& pr : projections) {
-      pr.dim = dim_;
-      pr.rank = rank;
-    }
     for_each_head(p, m, "alpha", layers_, heads_, [&](const json& v, const std::string& f, std::size_t i) {
       if (!v.is_number() || !(v.get<double>() >= 1.0) || !(v.get<double>() <= 1e6))
         bad_field(m, f, "expected a number alpha in [1, 1e6]");
       alphas[i] = v.get<double>();
     });
-    for_each_head(p, m, "wq", layers_, heads_, [&](const json& v, const std::string& f, std::size_t i) {
-      read_matrix(v, m, f, dim_, rank, projections[i].wq);
-    });
-    for_each_head(p, m, "wk", layers_, heads_, [&](const json& v, const std::string& f, std::size_t i) {
-      read_matrix(v, m, f, dim_, rank, projections[i].wk);
-    });
+    projections_ = read_projections(p, m, layers_, heads_, dim_, rank);
     alphas_ = std::move(alphas);
-    projections_ = std::move(projections);
   }
 
   std::size_t rank_ = 0;  // 0: head_dim

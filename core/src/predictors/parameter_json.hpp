@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "entgraph/error.hpp"
+#include "entgraph/training/projection.hpp"
 
 namespace entgraph::detail {
 
@@ -71,6 +72,47 @@ void for_each_head(const json& p, const std::string& method, const char* key, st
       bad_field(method, lf, "expected an array of " + std::to_string(heads) + " heads");
     for (std::size_t h = 0; h < heads; ++h) fn(v[l][h], lf + "[" + std::to_string(h) + "]", l * heads + h);
   }
+}
+
+// The sizes of a file of per-head projections ("layers", "heads",
+// "head_dim", "r") and each head's projection as "wq" and "wk":
+// [layers][heads][dim][rank].
+inline void write_projections(json& p, const std::vector<Projection>& projections, std::size_t layers,
+                              std::size_t heads, std::size_t dim, std::size_t rank) {
+  p["layers"] = layers;
+  p["heads"] = heads;
+  p["head_dim"] = dim;
+  p["r"] = rank;
+  json wq = json::array(), wk = json::array();
+  for (std::size_t l = 0; l < layers; ++l) {
+    json lq = json::array(), lk = json::array();
+    for (std::size_t h = 0; h < heads; ++h) {
+      const Projection& pr = projections[l * heads + h];
+      lq.push_back(write_matrix(pr.wq.data(), dim, pr.rank));
+      lk.push_back(write_matrix(pr.wk.data(), dim, pr.rank));
+    }
+    wq.push_back(std::move(lq));
+    wk.push_back(std::move(lk));
+  }
+  p["wq"] = std::move(wq);
+  p["wk"] = std::move(wk);
+}
+
+// The layers x heads projections (dim x rank) in "wq" and "wk".
+inline std::vector<Projection> read_projections(const json& p, const std::string& method, std::size_t layers,
+                                                std::size_t heads, std::size_t dim, std::size_t rank) {
+  std::vector<Projection> projections(layers * heads);
+  for (auto& pr : projections) {
+    pr.dim = dim;
+    pr.rank = rank;
+  }
+  for_each_head(p, method, "wq", layers, heads, [&](const json& v, const std::string& f, std::size_t i) {
+    read_matrix(v, method, f, dim, rank, projections[i].wq);
+  });
+  for_each_head(p, method, "wk", layers, heads, [&](const json& v, const std::string& f, std::size_t i) {
+    read_matrix(v, method, f, dim, rank, projections[i].wk);
+  });
+  return projections;
 }
 
 }  // namespace entgraph::detail

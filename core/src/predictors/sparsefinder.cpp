@@ -119,23 +119,7 @@ class SparsefinderBase : public Predictor {
   std::string parameters_json() const override {
     if (!fitted()) return "{}";
     json p;
-    p["layers"] = layers_;
-    p["heads"] = heads_;
-    p["head_dim"] = dim_;
-    p["r"] = common_.projection.rank;
-    json wq = json::array(), wk = json::array();
-    for (std::size_t l = 0; l < layers_; ++l) {
-      json lq = json::array(), lk = json::array();
-      for (std::size_t h = 0; h < heads_; ++h) {
-        const Projection& pr = projections_[l * heads_ + h];
-        lq.push_back(write_matrix(pr.wq.data(), dim_, pr.rank));
-        lk.push_back(write_matrix(pr.wk.data(), dim_, pr.rank));
-      }
-      wq.push_back(std::move(lq));
-      wk.push_back(std::move(lk));
-    }
-    p["wq"] = std::move(wq);
-    p["wk"] = std::move(wk);
+    write_projections(p, projections_, layers_, heads_, dim_, common_.projection.rank);
     buckets_json(p);
     return p.dump();
   }
@@ -150,17 +134,7 @@ class SparsefinderBase : public Predictor {
     dim_ = read_size(p, m, "head_dim", 1, 1 << 16);
     if (read_size(p, m, "r", 1, 256) != r)
       bad_field(m, "r", "does not match the setting r = " + std::to_string(r));
-    std::vector<Projection> projections(layers_ * heads_);
-    for (auto& pr : projections) {
-      pr.dim = dim_;
-      pr.rank = r;
-    }
-    for_each_head(p, m, "wq", layers_, heads_, [&](const json& v, const std::string& f, std::size_t i) {
-      read_matrix(v, m, f, dim_, r, projections[i].wq);
-    });
-    for_each_head(p, m, "wk", layers_, heads_, [&](const json& v, const std::string& f, std::size_t i) {
-      read_matrix(v, m, f, dim_, r, projections[i].wk);
-    });
+    std::vector<Projection> projections = read_projections(p, m, layers_, heads_, dim_, r);
     load_buckets(p);
     projections_ = std::move(projections);
   }
