@@ -3,10 +3,12 @@
 
     python3 tools/results_table.py NAME=DIR/sweep.json [NAME=DIR/sweep.json ...]
 
-Per method: recall of its Pareto frontier at the gold sparsity (linear
-interpolation between frontier points, as `entgraph sweep` prints), the gain
-over the window baseline there, and the frontier point closest to the gold
-sparsity from above; then, on sparsities 0.50..0.99 that both reach, how often
+Per method: recall of its Pareto frontier at the gold sparsity and at
+sparsities 0.90 and 0.95 (linear interpolation between frontier points, as
+`entgraph sweep` prints), the gain over the window baseline at the gold
+sparsity, the frontier point closest to the gold sparsity from above, and the
+seconds of the method's longest fit (all heads; sweeps refit the other grid
+values from the first fit, docs/PREDICTORS.md); then, on sparsities 0.50..0.99 that both reach, how often
 and by how much each method's frontier is above the window's. Standard library only.
 """
 import json
@@ -37,6 +39,10 @@ def recall_at(front, s):
     return None
 
 
+def cell(recall):
+    return "—" if recall is None else f"{recall:.3f}"
+
+
 def point_name(p):
     name = f'{p["parameter"]}={p["value"]}' if p["parameter"] else ""
     if p["window"] >= 0:
@@ -55,15 +61,16 @@ def table(name, path):
     fronts = {m: frontier([p for p in sweep["points"] if p["method"] == m]) for m in methods}
     base = recall_at(fronts.get("window", []), gold)
     print(f"### {name}: gold sparsity {gold:.4f}\n")
-    print("| method | recall at gold sparsity | vs window | frontier point nearest above | fit s (per grid value) |")
-    print("|---|---|---|---|---|")
+    print("| method | recall at gold sparsity | vs window | at 0.90 | at 0.95 | frontier point nearest above | fit s |")
+    print("|---|---|---|---|---|---|---|")
     for m in methods:
         r = recall_at(fronts[m], gold)
         above = [p for p in fronts[m] if p["sparsity"] >= gold]
         near = f'{point_name(above[0])}: {above[0]["sparsity"]:.3f} / {above[0]["recall"]:.3f}' if above else "—"
         gain = "" if r is None or base is None or m == "window" else f"{r - base:+.3f}"
         fit = max(p["fit_seconds"] for p in sweep["points"] if p["method"] == m)
-        print(f'| {m} | {"—" if r is None else f"{r:.3f}"} | {gain} | {near} | {fit:.2f} |')
+        at90, at95 = (cell(recall_at(fronts[m], s)) for s in (0.90, 0.95))
+        print(f"| {m} | {cell(r)} | {gain} | {at90} | {at95} | {near} | {fit:.2f} |")
     print()
     # Where each method's frontier is above the window's, on a grid of
     # sparsities both reach.

@@ -122,7 +122,7 @@ SweepGrid default_grid(const std::string& method) {
   if (method == "sparsefinder-quantization") return {method, "buckets", b, {}};
   if (method == "sparsefinder-kmeans") return {method, "clusters", b, {}};
   if (method == "lowrank-threshold")
-    return {method, "margin", {"-0.2", "-0.1", "-0.05", "-0.02", "0", "0.02", "0.05", "0.1", "0.2", "0.5"}, {}};
+    return {method, "margin", {"-0.5", "-0.3", "-0.2", "-0.1", "-0.05", "-0.02", "0", "0.02", "0.05", "0.1", "0.2", "0.5"}, {}};
   throw Error("default_grid: no grid for method '" + method + "'");
 }
 
