@@ -77,3 +77,14 @@ bench-exact: build
 .PHONY: bench-wasm
 bench-wasm: build wasm
 	node tools/bench_wasm.mjs
+
+# entgraph's k-means against scikit-learn's KMeans (lloyd, k-means++, 10
+# restarts), one thread, on a generated mixture of 16 Gaussians at k = 4, 8,
+# 16, timed in one run (native/bench/kmeans_vs_sklearn.py; docs/PERFORMANCE.md,
+# "k-means against scikit-learn"). Debian's python3-sklearn, if missing, is
+# installed and run with the system Python it belongs to.
+.PHONY: bench-kmeans
+bench-kmeans: build
+	@tools/install_deps.sh python3-sklearn
+	/usr/bin/python3 native/bench/kmeans_vs_sklearn.py \
+	    --bin build/release/native/bench/entgraph_bench_kmeans --out build/bench-kmeans

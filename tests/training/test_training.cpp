@@ -4,8 +4,10 @@
 
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "clustered_capture.hpp"
@@ -28,6 +30,89 @@ std::vector<double> random_weights(std::size_t n, std::uint64_t seed) {
   std::vector<double> w(n);
   for (double& x : w) x = 0.5 * detail::standard_normal(rng);
   return w;
+}
+
+// n x dim points from `components` Gaussians with centres in [-scale, scale]^dim.
+std::vector<float> mixture_points(std::size_t n, std::size_t dim, std::size_t components, double scale,
+                                  std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<double> centres(components * dim);
+  for (double& c : centres) c = scale * (2 * detail::uniform_open01(rng) - 1);
+  std::vector<float> x(n * dim);
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::size_t c = detail::uniform_below(rng, components);
+    for (std::size_t t = 0; t < dim; ++t)
+      x[i * dim + t] = static_cast<float>(centres[c * dim + t] + detail::standard_normal(rng));
+  }
+  return x;
+}
+
+// The nearest centroid of each point by float squared distance, ties to the lower index.
+std::vector<std::uint32_t> nearest_float(const std::vector<float>& x, std::size_t dim,
+                                         const std::vector<float>& centroids, std::size_t k) {
+  std::vector<std::uint32_t> out(x.size() / dim);
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    float best = std::numeric_limits<float>::infinity();
+    for (std::size_t j = 0; j < k; ++j) {
+      float d = 0;
+      for (std::size_t t = 0; t < dim; ++t) {
+        const float v = x[i * dim + t] - centroids[j * dim + t];
+        d += v * v;
+      }
+      if (d < best) {
+        best = d;
+        out[i] = static_cast<std::uint32_t>(j);
+      }
+    }
+  }
+  return out;
+}
+
+// One restart of k-means as kmeans.hpp documents it, written plainly: float
+// squared distances (coordinates in order), nearest with ties to the lower
+// index, means of double sums in point order rounded to float. With one
+// restart the tolerance changes nothing: the kept restart goes on until no
+// assignment changes.
+struct NaiveKMeans {
+  std::vector<float> centroids;
+  std::vector<std::uint32_t> assignment;
+  double inertia = 0;
+  std::size_t iterations = 0;
+};
+
+NaiveKMeans naive_kmeans(const std::vector<float>& x, std::size_t dim, std::size_t k, std::size_t iterations,
+                         std::uint64_t seed) {
+  const std::size_t n = x.size() / dim;
+  NaiveKMeans r;
+  r.centroids = kmeans_plus_plus({x.data(), n, dim}, k, seed);
+  auto assign = [&] {
+    std::vector<std::uint32_t> a = nearest_float(x, dim, r.centroids, k);
+    const bool changed = a != r.assignment;
+    r.assignment = std::move(a);
+    return changed;
+  };
+  assign();
+  bool changed = true;
+  while (r.iterations < iterations && changed) {
+    ++r.iterations;
+    std::vector<double> sums(k * dim, 0.0);
+    std::vector<std::size_t> counts(k, 0);
+    for (std::size_t i = 0; i < n; ++i) {
+      ++counts[r.assignment[i]];
+      for (std::size_t t = 0; t < dim; ++t) sums[r.assignment[i] * dim + t] += x[i * dim + t];
+    }
+    for (std::size_t j = 0; j < k; ++j)
+      if (counts[j] > 0)
+        for (std::size_t t = 0; t < dim; ++t)
+          r.centroids[j * dim + t] = static_cast<float>(sums[j * dim + t] / static_cast<double>(counts[j]));
+    changed = assign();
+  }
+  for (std::size_t i = 0; i < n; ++i)
+    for (std::size_t t = 0; t < dim; ++t) {
+      const double v = static_cast<double>(x[i * dim + t]) - r.centroids[r.assignment[i] * dim + t];
+      r.inertia += v * v;
+    }
+  return r;
 }
 
 }  // namespace
@@ -267,6 +352,105 @@ TEST_CASE("k-means edge cases") {
   CHECK_THROWS_AS(kmeans({same.data(), 0, 2}, o), Error);
   const std::vector<float> bad = {1, std::nanf("")};
   CHECK_THROWS_AS(kmeans({bad.data(), 1, 2}, o), Error);
+  CHECK_THROWS_AS(kmeans_plus_plus({bad.data(), 1, 2}, 1, 0), Error);
+  const std::vector<float> huge = {1, 2e15f};
+  CHECK_THROWS_AS(kmeans({huge.data(), 1, 2}, o), Error);
+  // More clusters than points: centroids repeat, nothing is left unassigned.
+  const std::vector<float> two = {0, 0, 3, 4};
+  o.clusters = 5;
+  const KMeansResult more = kmeans({two.data(), 2, 2}, o);
+  CHECK(more.inertia == 0);
+  CHECK(more.centroids.size() == 10);
+}
+
+TEST_CASE("k-means equals plain Lloyd iterations, with and without Hamerly's bounds") {
+  struct Case {
+    std::size_t n, dim, k, components;
+    double scale;
+  };
+  // k (dim + 4) > 64 takes the bounded path: (dim, k) = (4, 16), (3, 20), (9, 6), (4, 12);
+  // dim = 9 and 17 leave a remainder after the groups of 4 coordinates.
+  const std::vector<Case> cases = {{400, 2, 1, 3, 5},     {1500, 2, 3, 5, 5},   {3000, 4, 4, 16, 10},
+                                   {3000, 4, 8, 16, 10},  {3000, 4, 16, 16, 10}, {2000, 3, 20, 6, 3},
+                                   {1200, 9, 6, 4, 2},    {800, 17, 3, 3, 1},    {2500, 4, 12, 12, 0.5}};
+  for (const Case& c : cases)
+    for (std::uint64_t seed : {1u, 2u}) {
+      CAPTURE(c.dim);
+      CAPTURE(c.k);
+      CAPTURE(seed);
+      const std::vector<float> x = mixture_points(c.n, c.dim, c.components, c.scale, seed + 10 * c.k);
+      for (std::size_t iterations : {std::size_t{2}, std::size_t{200}})
+        for (double tolerance : {0.0, 1e-4}) {  // one restart: the tolerance only defers to the kept restart
+          KMeansOptions o;
+          o.clusters = c.k;
+          o.restarts = 1;
+          o.iterations = iterations;
+          o.tolerance = tolerance;
+          o.seed = seed;
+          const KMeansResult r = kmeans({x.data(), c.n, c.dim}, o);
+          const NaiveKMeans want = naive_kmeans(x, c.dim, c.k, iterations, seed);
+          CHECK(r.assignment == want.assignment);
+          CHECK(r.iterations == want.iterations);
+          CHECK(r.total_iterations == want.iterations);
+          CHECK(std::abs(r.inertia - want.inertia) <= 1e-9 * want.inertia);
+          REQUIRE(r.centroids.size() == want.centroids.size());
+          for (std::size_t i = 0; i < r.centroids.size(); ++i)
+            CHECK(std::abs(r.centroids[i] - want.centroids[i]) <= 1e-6f * (1 + std::abs(want.centroids[i])));
+        }
+    }
+  // Points on an integer grid: many exact distance ties, all to the lower index.
+  std::vector<float> grid;
+  for (int a = 0; a < 6; ++a)
+    for (int b = 0; b < 6; ++b)
+      for (int rep = 0; rep < 3; ++rep) {
+        grid.push_back(static_cast<float>(a));
+        grid.push_back(static_cast<float>(b));
+        grid.push_back(static_cast<float>((a + b) % 2));
+      }
+  for (std::size_t k : {5u, 21u}) {
+    CAPTURE(k);
+    KMeansOptions o;
+    o.clusters = k;
+    o.restarts = 1;
+    o.iterations = 100;
+    o.seed = 3;
+    const KMeansResult r = kmeans({grid.data(), grid.size() / 3, 3}, o);
+    const NaiveKMeans want = naive_kmeans(grid, 3, k, 100, 3);
+    CHECK(r.assignment == want.assignment);
+    CHECK(r.iterations == want.iterations);
+    CHECK(r.inertia == doctest::Approx(want.inertia).epsilon(1e-12));
+  }
+}
+
+TEST_CASE("k-means tolerance cuts restarts short, and the kept one still converges") {
+  const std::size_t n = 4000, dim = 4;
+  const std::vector<float> x = mixture_points(n, dim, 12, 4, 7);
+  KMeansOptions o;
+  o.clusters = 8;
+  o.restarts = 5;
+  o.iterations = 300;
+  o.seed = 11;
+  o.tolerance = 0;
+  const KMeansResult exact = kmeans({x.data(), n, dim}, o);
+  o.tolerance = 1e-2;
+  const KMeansResult loose = kmeans({x.data(), n, dim}, o);
+  MESSAGE("k-means iterations over 5 restarts: " << exact.total_iterations << " at tolerance 0, "
+          << loose.total_iterations << " at 1e-2");
+  CHECK(loose.total_iterations < exact.total_iterations);
+  CHECK(exact.iterations < o.iterations);
+  // Both end with every point on its nearest centroid (the kept restart ran
+  // on until no assignment changed), the tolerance costing little inertia.
+  for (const KMeansResult* r : {&exact, &loose}) {
+    CHECK(nearest_float(x, dim, r->centroids, o.clusters) == r->assignment);
+    CHECK(r->inertia <= exact.inertia * (1 + 1e-3));
+  }
+  const KMeansResult again = kmeans({x.data(), n, dim}, o);
+  CHECK(again.centroids == loose.centroids);
+  CHECK(again.assignment == loose.assignment);
+  for (double bad : {-1e-4, std::nan(""), std::numeric_limits<double>::infinity()}) {
+    o.tolerance = bad;
+    CHECK_THROWS_AS(kmeans({x.data(), n, dim}, o), Error);
+  }
 }
 
 TEST_CASE("progress bar format and silence") {
