@@ -86,6 +86,26 @@ for (const kind of ["causal", "masked"]) {
     m.values.push({ value: json.settings[parameter], file });
   }
   for (const m of Object.values(methods)) m.values.sort((a, b) => Number(a.value) - Number(b.value));
+  // Grid values that only change a predict-time setting (lowrank-threshold's
+  // margin, the distance threshold t) share one fit: keep one file, and give
+  // the others its name as `source` and their own `settings`, which the page
+  // applies when it loads them (web/resources.js).
+  for (const m of Object.values(methods)) {
+    const seen = new Map();  // parameters text -> file
+    for (const v of m.values) {
+      const json = JSON.parse(fs.readFileSync(path.join(dir, v.file), "utf8"));
+      const key = JSON.stringify(json.parameters);
+      if (key === "{}") continue;  // fixed patterns: nothing to share
+      const source = seen.get(key);
+      if (source === undefined) {
+        seen.set(key, v.file);
+        continue;
+      }
+      v.source = source;
+      v.settings = json.settings;
+      fs.unlinkSync(path.join(dir, v.file));
+    }
+  }
   const sweep = JSON.parse(fs.readFileSync(path.join(root, "..", "sweep", kind, "sweep.json"), "utf8"));
   const order = [...new Set(sweep.points.map((p) => p.method))];
   const list = Object.values(methods).sort((a, b) => order.indexOf(a.method) - order.indexOf(b.method));

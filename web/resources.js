@@ -11,6 +11,7 @@ export class Resources {
     this.teachersNow = new Map(); // kind -> { teacher, config, manifest }
     this.predictors = new Map(); // "kind/file" -> Promise<Predictor>
     this.predictorsNow = new Map(); // "kind/file" -> Predictor
+    this.sources = new Map(); // "kind/file" -> Promise<string>: parameter files fetched
   }
 
   async fetchOk(path, as) {
@@ -47,10 +48,26 @@ export class Resources {
     return this.teachersNow.get(kind);
   }
 
+  // A grid value of the teacher's manifest, by its file name. A value that
+  // shares another's fit names that file as `source` and has its own
+  // `settings` (tools/build_web.sh); the file is fetched once.
   predictor(kind, file) {
     const key = `${kind}/${file}`;
     if (!this.predictors.has(key)) {
-      const loading = this.fetchOk(`params/${kind}/${file}`, "text").then((text) => {
+      const value = this.teachersNow.get(kind)?.manifest.methods.flatMap((m) => m.values).find((v) => v.file === file);
+      const source = value?.source ?? file;
+      const sourceKey = `${kind}/${source}`;
+      if (!this.sources.has(sourceKey)) {
+        const text = this.fetchOk(`params/${kind}/${source}`, "text");
+        text.catch(() => this.sources.delete(sourceKey));
+        this.sources.set(sourceKey, text);
+      }
+      const loading = this.sources.get(sourceKey).then((text) => {
+        if (value?.settings) {
+          const json = JSON.parse(text);  // numbers read back to the same doubles
+          json.settings = value.settings;
+          text = JSON.stringify(json);
+        }
         const p = this.eg.Predictor.load(text);
         this.predictorsNow.set(key, p);
         return p;

@@ -120,8 +120,12 @@ std::string Predictor::to_json() const {
   j["version"] = 1;
   j["method"] = method();
   j["settings"] = nlohmann::json(settings_);
-  j["parameters"] = nlohmann::json::parse(parameters_json());
-  return j.dump(1);
+  j["parameters"] = nlohmann::json::object();
+  // The parameters are long arrays of numbers: written on one line, a file
+  // is less than half the size of a pretty-printed one.
+  std::string text = j.dump(1);
+  const std::size_t empty = text.rfind("{}");
+  return text.replace(empty, 2, nlohmann::json::parse(parameters_json()).dump());
 }
 
 std::unique_ptr<Predictor> Predictor::with_settings(const PredictorSettings& changes) const {
