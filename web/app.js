@@ -475,6 +475,8 @@ function publish(chosen, exactInfo, value, ms, timings) {
     value: value.value,
     valueIndex: state.valueIndex,
     paramFile: value.file,
+    paramSource: value.source ?? value.file, // the file fetched: values of a predict-time setting share one
+    paramSettings: value.settings ?? null, // and then apply their own settings
     window: state.window,
     recall: m?.recall ?? NaN,
     sparsity: m?.sparsity ?? NaN,

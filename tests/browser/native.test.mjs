@@ -76,16 +76,18 @@ function captureOf(kind, text, isa) {
   return captures.get(key);
 }
 
-// The parameter file the page used, with the page's union window added.
-function paramsOf(kind, paramFile, window) {
-  const file = join(webDir, "params", kind, paramFile);
+// The parameter file the page used, with its settings (a value that shares
+// another's fit) and the page's union window applied.
+function paramsOf(kind, d) {
+  const file = join(webDir, "params", kind, d.paramSource);
   assert.ok(existsSync(file), `${file} is missing`);
-  if (window < 0) return file;
+  if (d.window < 0 && d.paramSettings === null) return file;
   const params = JSON.parse(readFileSync(file, "utf8"));
-  params.settings = { ...params.settings, extra_window: String(window) };
+  params.settings = { ...(d.paramSettings ?? params.settings) };
+  if (d.window >= 0) params.settings.extra_window = String(d.window);
   const dir = join(tmp, "params");
   mkdirSync(dir, { recursive: true });
-  const out = join(dir, `${kind}-w${window}-${paramFile}`);
+  const out = join(dir, `${kind}-w${d.window}-${d.paramFile}`);
   writeFileSync(out, JSON.stringify(params));
   return out;
 }
@@ -98,7 +100,7 @@ async function compareWithCli(page, isa, label) {
   const capture = JSON.parse(readFileSync(join(dir, "capture.json"), "utf8"));
   assert.deepEqual(capture.lengths, [d.tokens], `${label}: the CLI read ${capture.lengths} tokens, the page ${d.tokens}`);
   assert.equal(capture.texts[0], d.text, `${label}: the same text`);
-  const report = JSON.parse(runCli("eval", ["--capture", dir, "--params", paramsOf(d.teacher, d.paramFile, d.window)], { isa }));
+  const report = JSON.parse(runCli("eval", ["--capture", dir, "--params", paramsOf(d.teacher, d)], { isa }));
   assert.equal(report.method, d.method);
   assert.equal(report.heads.length, d.heads.length);
   const diffs = [];
@@ -139,7 +141,7 @@ async function compareWithCli(page, isa, label) {
 // each row was settled and how many pairs were scored and bounded, exactly.
 async function compareExactWithCli(page, d, dir, isa, label) {
   const attend = JSON.parse(runCli("attend", [
-    "--capture", dir, "--params", paramsOf(d.teacher, d.paramFile, d.window), "--layer", String(d.layer),
+    "--capture", dir, "--params", paramsOf(d.teacher, d), "--layer", String(d.layer),
     "--head", String(d.head), "--exact", "--json",
   ], { isa }));
   assert.equal(attend.mode, "exact");
