@@ -7,6 +7,7 @@
 #include <functional>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -23,6 +24,7 @@
 #include "entgraph/model.hpp"
 #include "entgraph/predictors/predictor.hpp"
 #include "entgraph/training/projection.hpp"
+#include "predictors/parameter_json.hpp"
 #include "support.hpp"
 
 namespace entgraph::test {
@@ -159,6 +161,23 @@ TEST_CASE("sparsefinder-quantization bins are balanced on the training capture")
       }
   for (const auto& coord : counts)
     for (int n : coord) CHECK(std::abs(n - 128) <= 2);  // 512 points per coordinate, 4 bins
+}
+
+TEST_CASE("parameter files write each float as a short decimal that reads back to it exactly") {
+  std::mt19937_64 rng(3);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> values = {0.0f, -0.0f, 0.1f, 1.0f / 3.0f, 16777217.0f, 3.4028235e38f, -1.17549435e-38f, 1e-45f};
+  for (int i = 0; i < 2000; ++i) values.push_back(normal(rng) * std::pow(10.0f, static_cast<float>(i % 13 - 6)));
+  const std::string text = detail::write_matrix(values.data(), 1, values.size()).dump();
+  const nlohmann::json back = nlohmann::json::parse(text);
+  for (std::size_t j = 0; j < values.size(); ++j) {
+    CAPTURE(values[j]);
+    const float read = static_cast<float>(back[0][j].get<double>());  // the readers' path
+    CHECK(std::memcmp(&read, &values[j], sizeof read) == 0);
+  }
+  // At most 9 significant digits plus sign, point and exponent: under 16
+  // characters a number, where a float widened to double needs up to 24.
+  CHECK(text.size() < values.size() * 16);
 }
 
 TEST_CASE("sparsefinder parameters round-trip exactly") {

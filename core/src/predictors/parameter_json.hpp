@@ -6,6 +6,8 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -48,11 +50,25 @@ inline void read_matrix(const json& v, const std::string& method, const std::str
   }
 }
 
+// The double of the shortest decimal (at most 9 significant digits) that
+// reads back to x: JSON numbers are doubles, and a float widened to double
+// would print with up to 17 digits, twice the text. Checked through the
+// readers' path (text -> double -> float), so the value is always exact.
+inline double shortest_float(float x) {
+  char text[32];
+  for (int digits = 6; digits <= 9; ++digits) {
+    std::snprintf(text, sizeof text, "%.*g", digits, static_cast<double>(x));
+    const double d = std::strtod(text, nullptr);
+    if (static_cast<float>(d) == x) return d;
+  }
+  return static_cast<double>(x);
+}
+
 inline json write_matrix(const float* data, std::size_t rows, std::size_t cols) {
   json m = json::array();
   for (std::size_t i = 0; i < rows; ++i) {
     json row = json::array();
-    for (std::size_t j = 0; j < cols; ++j) row.push_back(static_cast<double>(data[i * cols + j]));
+    for (std::size_t j = 0; j < cols; ++j) row.push_back(shortest_float(data[i * cols + j]));
     m.push_back(std::move(row));
   }
   return m;

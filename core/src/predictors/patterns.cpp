@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "entgraph/error.hpp"
+#include "predictors/parameter_json.hpp"
 #include "predictors/registry.hpp"
 
 namespace entgraph::detail {
@@ -445,12 +446,7 @@ class RoutingPredictor final : public Predictor {
     for (std::size_t l = 0; l < layers_; ++l) {
       nlohmann::json heads = nlohmann::json::array();
       for (std::size_t h = 0; h < heads_; ++h) {
-        nlohmann::json cs = nlohmann::json::array();
-        const std::vector<float>& cent = centroids_[l * heads_ + h];
-        for (std::size_t ci = 0; ci < clusters_; ++ci)
-          cs.push_back(std::vector<double>(cent.begin() + static_cast<std::ptrdiff_t>(ci * dim_),
-                                           cent.begin() + static_cast<std::ptrdiff_t>((ci + 1) * dim_)));
-        heads.push_back(std::move(cs));
+        heads.push_back(write_matrix(centroids_[l * heads_ + h].data(), clusters_, dim_));
       }
       layers.push_back(std::move(heads));
     }

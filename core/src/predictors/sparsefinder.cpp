@@ -6,8 +6,8 @@
 //   sparsefinder-kmeans        k-means centroids on projected queries ∪ keys; each
 //                              point goes to its `top` nearest; edge iff one is shared
 // Parameters (projections, bin edges, centroids) are saved as nested arrays of
-// floats; nlohmann/json writes the shortest text that reads back to the same
-// double, and a float widened to double narrows back exactly.
+// floats, each the shortest decimal that reads back to the same float
+// (parameter_json.hpp, write_matrix).
 #include <algorithm>
 #include <cmath>
 #include <limits>
