@@ -128,13 +128,24 @@ std::string Predictor::to_json() const {
   return text.replace(empty, 2, nlohmann::json::parse(parameters_json()).dump());
 }
 
+namespace {
+
+// Whether a fitted predictor of this factory's method can take a new value
+// of the setting without refitting: the union patterns and the method's own
+// predict-time settings.
+bool predict_time(const detail::PredictorFactory& factory, const std::string& key) {
+  return key == "extra_window" || key == "extra_global" ||
+         std::find(factory.predict_settings.begin(), factory.predict_settings.end(), key) !=
+             factory.predict_settings.end();
+}
+
+}  // namespace
+
 std::unique_ptr<Predictor> Predictor::with_settings(const PredictorSettings& changes) const {
   const detail::PredictorFactory& factory = detail::factory_of(method(), "with_settings: ");
   PredictorSettings merged = settings_;
   for (const auto& [key, value] : changes) {
-    const bool union_setting = key == "extra_window" || key == "extra_global";
-    if (!union_setting && std::find(factory.predict_settings.begin(), factory.predict_settings.end(), key) ==
-                              factory.predict_settings.end()) {
+    if (!predict_time(factory, key)) {
       factory.create({{key, value}});  // an unknown key or a bad value is reported as such
       throw Error(method() + ": setting '" + key + "' changes the fit; fit a new predictor instead");
     }
@@ -145,12 +156,10 @@ std::unique_ptr<Predictor> Predictor::with_settings(const PredictorSettings& cha
 
 std::unique_ptr<Predictor> Predictor::refit(const Capture& capture, const PredictorSettings& changes,
                                             const FitOptions& options) const {
-  const std::vector<std::string>& cheap = detail::factory_of(method(), "refit: ").predict_settings;
-  bool predict_time = true;
-  for (const auto& [key, value] : changes)
-    predict_time = predict_time && (key == "extra_window" || key == "extra_global" ||
-                                    std::find(cheap.begin(), cheap.end(), key) != cheap.end());
-  return predict_time ? with_settings(changes) : refit_changed(capture, changes, options);
+  const detail::PredictorFactory& factory = detail::factory_of(method(), "refit: ");
+  const bool cheap = std::all_of(changes.begin(), changes.end(),
+                                 [&](const auto& change) { return predict_time(factory, change.first); });
+  return cheap ? with_settings(changes) : refit_changed(capture, changes, options);
 }
 
 std::unique_ptr<Predictor> Predictor::refit_changed(const Capture& capture, const PredictorSettings& changes,
