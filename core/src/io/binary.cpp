@@ -1,12 +1,17 @@
 // entgraph internal: byte-level helpers of io/ (see binary.hpp).
 #include "io/binary.hpp"
 
+#include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <limits>
+#include <string>
 #include <utility>
+
+#include <unistd.h>  // getpid
 
 #include "entgraph/error.hpp"
 
@@ -127,13 +132,61 @@ std::vector<unsigned char> read_file_bytes(const char* op, const std::string& pa
   return InputFile(op, path, "a file").read_all(max_bytes);
 }
 
-void write_file_bytes(const char* op, const std::string& path, const void* data, std::size_t size) {
+namespace {
+
+// Writes the bytes to `file` (opened with `mode`); false with errno set on
+// any failure, the file closed either way.
+bool write_whole(const std::string& file, const char* mode, const void* data, std::size_t size, bool& opened) {
   errno = 0;
-  File f(std::fopen(path.c_str(), "wb"));
-  if (!f) fail(op, path, "cannot open file for writing (" + strerror_string(errno) + ")");
-  if (std::fwrite(data, 1, size, f.get()) != size || std::fflush(f.get()) != 0)
-    fail(op, path, "write failed (" + strerror_string(errno) + ")");
-  if (std::fclose(f.release()) != 0) fail(op, path, "write failed (" + strerror_string(errno) + ")");
+  File f(std::fopen(file.c_str(), mode));
+  opened = static_cast<bool>(f);
+  if (!f) return false;
+  if (std::fwrite(data, 1, size, f.get()) != size || std::fflush(f.get()) != 0) return false;
+  return std::fclose(f.release()) == 0;
+}
+
+// A name beside `target` that no other writer of this process or another
+// one picks (the pid and a counter; created exclusively).
+std::string temporary_beside(const std::filesystem::path& target) {
+  static std::atomic<unsigned long> counter{0};
+  return target.string() + ".tmp-" + std::to_string(static_cast<long>(getpid())) + "-" +
+         std::to_string(counter.fetch_add(1));
+}
+
+}  // namespace
+
+void write_file_bytes(const char* op, const std::string& path, const void* data, std::size_t size) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::path target(path);
+  if (fs::is_symlink(target, ec)) {  // replace the file the link names, keep the link
+    const fs::path resolved = fs::weakly_canonical(target, ec);
+    if (!ec) target = resolved;
+  }
+  const fs::file_status status = fs::status(target, ec);
+  if (fs::is_directory(status)) fail(op, path, "cannot open file for writing (a directory is in the way)");
+  bool opened = false;
+  if (fs::exists(status) && !fs::is_regular_file(status)) {
+    // A device or a pipe (/dev/stdout, /dev/null): written in place, never renamed over.
+    if (!write_whole(target.string(), "wb", data, size, opened))
+      fail(op, path, std::string(opened ? "write failed" : "cannot open file for writing") + " (" +
+                         strerror_string(errno) + ")");
+    return;
+  }
+  // Whole or not at all: a temporary file in the same folder, renamed over
+  // the target only once every byte is written, so a failure leaves an
+  // existing file as it was.
+  const std::string temp = temporary_beside(target);
+  if (!write_whole(temp, "wbx", data, size, opened)) {
+    const std::string why = strerror_string(errno);
+    if (opened) std::remove(temp.c_str());
+    fail(op, path, std::string(opened ? "write failed" : "cannot open file for writing") + " (" + why + ")");
+  }
+  fs::rename(temp, target, ec);
+  if (ec) {
+    std::remove(temp.c_str());
+    fail(op, path, "cannot replace the file (" + ec.message() + ")");
+  }
 }
 
 }  // namespace entgraph::detail

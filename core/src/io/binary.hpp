@@ -133,8 +133,13 @@ class InputFile {
 std::vector<unsigned char> read_file_bytes(const char* op, const std::string& path,
                                            std::size_t max_bytes = static_cast<std::size_t>(-1));
 
-// Writes bytes to path (created or truncated). Throws entgraph::Error
-// "<op>: <path>: ..." on failure.
+// Writes bytes to path, whole or not at all: into a temporary file beside it
+// (path.tmp-<pid>-<n>), renamed over path once complete, so a failure (full
+// disk, file size limit, a directory in the way) leaves an existing file as
+// it was and no temporary behind. A symbolic link keeps pointing at the
+// replaced file; a device or pipe (/dev/stdout) is written in place. The new
+// file gets the default permissions, not the old file's. Throws
+// entgraph::Error "<op>: <path>: ..." on failure.
 void write_file_bytes(const char* op, const std::string& path, const void* data, std::size_t size);
 
 }  // namespace entgraph::detail
