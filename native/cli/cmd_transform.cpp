@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "args.hpp"
+#include "io/binary.hpp"
 #include "commands.hpp"
 #include "entgraph/error.hpp"
 #include "entgraph/io/npy.hpp"
@@ -103,8 +104,10 @@ void run(bool gpu, const Transform& t, const NpyArray& in, const std::string& in
   const NpyMatrix<T> grad_probs = grad->to_matrix<T>();
   NpyMatrix<T> grad_scores{scores.rows, scores.cols, std::vector<T>(scores.data.size())};
   with_context(grad_path, [&] { backward<T>(gpu, t, probs.view(), grad_probs.view(), grad_scores.view()); });
-  write_npy(out_path, probs.view());
-  write_npy(grad_out_path, grad_scores.view());
+  // Both files or neither (a failing --grad-out leaves OUT as it was).
+  detail::write_files_bytes(
+      "transform", {{out_path, encode_npy(NpyArray::from_matrix<T>(probs.view()))},
+                    {grad_out_path, encode_npy(NpyArray::from_matrix<T>(grad_scores.view()))}});
 }
 
 }  // namespace
@@ -125,6 +128,8 @@ int run_transform(const std::vector<std::string>& argv) {
   if (grad_path.has_value() != grad_out_path.has_value())
     throw args.error(grad_path ? "--grad needs --grad-out GI.npy" : "--grad-out needs --grad G.npy");
   args.expect_positional(2, "IN.npy OUT.npy");
+  if (grad_out_path && *grad_out_path == args.positional()[1])
+    throw args.error("--grad-out names OUT.npy itself (" + *grad_out_path + "); give another file");
   apply_runtime_options(args);
 
   const std::string& in_path = args.positional()[0];

@@ -249,6 +249,13 @@ case "$CASE" in
     [ ! -e out.npy ] || fail "a failed command wrote out.npy"
     expect_fail 1 "no/such/dir/out.npy: cannot open file for writing" \
       transform --fn softmax "$SAMPLE" no/such/dir/out.npy
+    # both outputs or neither: a failing --grad-out keeps an existing OUT as it was
+    cp "$SAMPLE" kept.npy && cp "$SAMPLE" g.npy
+    expect_fail 1 "no/such/dir/gi.npy: cannot open file for writing" \
+      transform --fn softmax --grad g.npy --grad-out no/such/dir/gi.npy "$SAMPLE" kept.npy
+    cmp -s kept.npy "$SAMPLE" || fail "a failed --grad-out changed OUT"
+    expect_fail 2 "--grad-out names OUT.npy itself" transform --fn softmax --grad g.npy --grad-out kept.npy "$SAMPLE" kept.npy
+    if ls | grep -q '\.tmp-'; then fail "a temporary file was left behind"; fi
     expect_fail 1 "missing.npy: cannot open file" demo --in missing.npy
     expect_fail 1 "--row 6 is out of range (the array has 6 rows)" demo --in "$SAMPLE" --row 6
     expect_fail 1 "missing.npy: cannot open file" info missing.npy

@@ -84,6 +84,22 @@ TEST_SUITE("io") {
     CHECK(listing(dir.path()) == std::vector<std::string>{"data.npy"});
   }
 
+  TEST_CASE("write_files_bytes: several files as one output, all or none") {
+    TempDir dir;
+    write_text(dir.file("a.txt"), "old a");
+    const auto bytes = [](const std::string& t) { return std::vector<unsigned char>(t.begin(), t.end()); };
+    // The second target's folder is missing: the first keeps its old content.
+    CHECK_ERROR_CONTAINS(
+        detail::write_files_bytes("test", {{dir.file("a.txt"), bytes("new a")}, {dir.file("no/b.txt"), bytes("b")}}),
+        "test: " + dir.file("no/b.txt") + ": cannot open file for writing");
+    CHECK(read_text(dir.file("a.txt")) == "old a");
+    CHECK(listing(dir.path()) == std::vector<std::string>{"a.txt"});
+    detail::write_files_bytes("test", {{dir.file("a.txt"), bytes("new a")}, {dir.file("b.txt"), bytes("b")}});
+    CHECK(read_text(dir.file("a.txt")) == "new a");
+    CHECK(read_text(dir.file("b.txt")) == "b");
+    CHECK(listing(dir.path()) == std::vector<std::string>{"a.txt", "b.txt"});
+  }
+
   TEST_CASE("write_file_bytes: a link keeps pointing at the replaced file; a device is written in place") {
     TempDir dir;
     write_text(dir.file("real.txt"), "old");

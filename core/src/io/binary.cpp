@@ -155,37 +155,80 @@ std::string temporary_beside(const std::filesystem::path& target) {
 
 }  // namespace
 
-void write_file_bytes(const char* op, const std::string& path, const void* data, std::size_t size) {
+namespace {
+
+// A file written to its temporary (or, for a device or pipe, in place) and
+// not yet renamed over its target.
+struct Staged {
+  std::string path;               // as the caller named it, for messages
+  std::filesystem::path target;   // the file to replace (a link resolved)
+  std::string temp;               // empty: written in place
+};
+
+Staged stage(const char* op, const std::string& path, const void* data, std::size_t size) {
   namespace fs = std::filesystem;
   std::error_code ec;
-  fs::path target(path);
-  if (fs::is_symlink(target, ec)) {  // replace the file the link names, keep the link
-    const fs::path resolved = fs::weakly_canonical(target, ec);
-    if (!ec) target = resolved;
+  Staged st{path, fs::path(path), {}};
+  if (fs::is_symlink(st.target, ec)) {  // replace the file the link names, keep the link
+    const fs::path resolved = fs::weakly_canonical(st.target, ec);
+    if (!ec) st.target = resolved;
   }
-  const fs::file_status status = fs::status(target, ec);
+  const fs::file_status status = fs::status(st.target, ec);
   if (fs::is_directory(status)) fail(op, path, "cannot open file for writing (a directory is in the way)");
   bool opened = false;
   if (fs::exists(status) && !fs::is_regular_file(status)) {
     // A device or a pipe (/dev/stdout, /dev/null): written in place, never renamed over.
-    if (!write_whole(target.string(), "wb", data, size, opened))
+    if (!write_whole(st.target.string(), "wb", data, size, opened))
       fail(op, path, std::string(opened ? "write failed" : "cannot open file for writing") + " (" +
                          strerror_string(errno) + ")");
-    return;
+    return st;
   }
-  // Whole or not at all: a temporary file in the same folder, renamed over
-  // the target only once every byte is written, so a failure leaves an
-  // existing file as it was.
-  const std::string temp = temporary_beside(target);
-  if (!write_whole(temp, "wbx", data, size, opened)) {
+  st.temp = temporary_beside(st.target);
+  if (!write_whole(st.temp, "wbx", data, size, opened)) {
     const std::string why = strerror_string(errno);
-    if (opened) std::remove(temp.c_str());
+    if (opened) std::remove(st.temp.c_str());
     fail(op, path, std::string(opened ? "write failed" : "cannot open file for writing") + " (" + why + ")");
   }
-  fs::rename(temp, target, ec);
+  return st;
+}
+
+void discard(const Staged& st) {
+  if (!st.temp.empty()) std::remove(st.temp.c_str());
+}
+
+void commit(const char* op, const Staged& st) {
+  if (st.temp.empty()) return;
+  std::error_code ec;
+  std::filesystem::rename(st.temp, st.target, ec);
   if (ec) {
-    std::remove(temp.c_str());
-    fail(op, path, "cannot replace the file (" + ec.message() + ")");
+    discard(st);
+    fail(op, st.path, "cannot replace the file (" + ec.message() + ")");
+  }
+}
+
+}  // namespace
+
+void write_file_bytes(const char* op, const std::string& path, const void* data, std::size_t size) {
+  // Whole or not at all: a temporary file in the same folder, renamed over
+  // the target only once every byte is written.
+  commit(op, stage(op, path, data, size));
+}
+
+void write_files_bytes(const char* op, const std::vector<FileBytes>& files) {
+  std::vector<Staged> staged;
+  try {
+    for (const FileBytes& f : files) staged.push_back(stage(op, f.path, f.bytes.data(), f.bytes.size()));
+  } catch (...) {
+    for (const Staged& st : staged) discard(st);
+    throw;
+  }
+  for (std::size_t i = 0; i < staged.size(); ++i) {
+    try {
+      commit(op, staged[i]);
+    } catch (...) {
+      for (std::size_t j = i + 1; j < staged.size(); ++j) discard(staged[j]);
+      throw;
+    }
   }
 }
 

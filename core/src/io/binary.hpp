@@ -142,4 +142,15 @@ std::vector<unsigned char> read_file_bytes(const char* op, const std::string& pa
 // entgraph::Error "<op>: <path>: ..." on failure.
 void write_file_bytes(const char* op, const std::string& path, const void* data, std::size_t size);
 
+// Several files as one output: every file is written to its temporary first,
+// and only when all are complete are they renamed into place, so a failure
+// while writing any of them (a missing folder, a full disk) leaves every
+// target as it was. Only a rename failing after an earlier one succeeded
+// (rare: the temporaries sit beside their targets) can leave some replaced.
+struct FileBytes {
+  std::string path;
+  std::vector<unsigned char> bytes;
+};
+void write_files_bytes(const char* op, const std::vector<FileBytes>& files);
+
 }  // namespace entgraph::detail
