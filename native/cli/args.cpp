@@ -195,14 +195,17 @@ std::map<std::string, std::string> take_settings(std::vector<std::string>& argv,
   return settings;
 }
 
+std::string predictor_method_list() {
+  std::string list;
+  for (const std::string& m : predictor_methods()) list += (list.empty() ? "" : ", ") + m;
+  return list;
+}
+
 std::unique_ptr<Predictor> make_predictor_option(const Args& args, const std::string& method,
                                                  const PredictorSettings& settings) {
   const std::vector<std::string> methods = predictor_methods();
-  if (std::find(methods.begin(), methods.end(), method) == methods.end()) {
-    std::string list;
-    for (const std::string& m : methods) list += (list.empty() ? "" : ", ") + m;
-    throw args.error("--method: unknown predictor method '" + method + "' (known: " + list + ")");
-  }
+  if (std::find(methods.begin(), methods.end(), method) == methods.end())
+    throw args.error("--method: unknown predictor method '" + method + "' (known: " + predictor_method_list() + ")");
   try {
     return make_predictor(method, settings);
   } catch (const Error& e) {  // a setting typed on the command line: "<method>: setting 'k': ..."

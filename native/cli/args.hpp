@@ -88,6 +88,9 @@ std::vector<std::string> take_repeated(std::vector<std::string>& argv, const std
 // settings. Throws UsageError for a malformed pair or a key set twice.
 std::map<std::string, std::string> take_settings(std::vector<std::string>& argv, const char* command);
 
+// Every predictor method's name, comma-separated, for help and errors.
+std::string predictor_method_list();
+
 // make_predictor(method, settings), with an unknown method, an unknown
 // setting or a bad value (all typed on the command line) as a UsageError.
 std::unique_ptr<Predictor> make_predictor_option(const Args& args, const std::string& method,

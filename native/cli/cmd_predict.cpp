@@ -40,12 +40,6 @@ std::vector<std::string> split_list(const std::string& list) {
   return items;
 }
 
-std::string method_list() {
-  std::string list;
-  for (const std::string& m : predictor_methods()) list += (list.empty() ? "" : ", ") + m;
-  return list;
-}
-
 }  // namespace
 
 int run_fit(const std::vector<std::string>& raw) {
@@ -63,7 +57,7 @@ int run_fit(const std::vector<std::string>& raw) {
         "\n"
         "Options:\n"
         "  --quiet            no progress bar\n%s",
-        method_list().c_str(), kRuntimeOptionsHelp);
+        predictor_method_list().c_str(), kRuntimeOptionsHelp);
     return 0;
   }
   args.expect_positional(0, "");
@@ -118,7 +112,7 @@ std::vector<std::string> sweep_methods(const Args& args) {
   std::vector<std::string> methods;
   for (const std::string& m : split_list(*args.get("methods"))) {
     if (std::find(known.begin(), known.end(), m) == known.end())
-      throw args.error("--methods: unknown method '" + m + "' (valid: " + method_list() + ")");
+      throw args.error("--methods: unknown method '" + m + "' (valid: " + predictor_method_list() + ")");
     if (std::find(methods.begin(), methods.end(), m) == methods.end()) methods.push_back(m);
   }
   if (methods.empty()) throw args.error("--methods: no method named");
@@ -204,7 +198,7 @@ int run_sweep(const std::vector<std::string>& raw) {
         "  --save-params DIR  also write each fitted predictor's parameter file,\n"
         "                     DIR/METHOD.json or DIR/METHOD-PARAMETER-VALUE.json\n"
         "  --quiet            no progress lines\n%s",
-        method_list().c_str(), kRuntimeOptionsHelp);
+        predictor_method_list().c_str(), kRuntimeOptionsHelp);
     return 0;
   }
   args.expect_positional(0, "");

@@ -153,10 +153,6 @@ std::string temporary_beside(const std::filesystem::path& target) {
          std::to_string(counter.fetch_add(1));
 }
 
-}  // namespace
-
-namespace {
-
 // A file written to its temporary (or, for a device or pipe, in place) and
 // not yet renamed over its target.
 struct Staged {
