@@ -4,10 +4,13 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <limits>
 
 #include "entgraph/error.hpp"
 #include "entgraph/runtime.hpp"
+#include "io/binary.hpp"
+#include "runtime/numbers.hpp"
 
 namespace entgraph::cli {
 
@@ -76,20 +79,20 @@ std::optional<std::string> Args::get(const std::string& name) const {
 }
 
 void Args::expect_positional(std::size_t count, const char* names) const {
-  if (positional_.size() != count)
-    throw UsageError(command_ + ": expected " + names + " (got " + std::to_string(positional_.size()) +
-                     " file argument" + (positional_.size() == 1 ? "" : "s") + ")");
+  if (positional_.size() == count) return;
+  if (count == 0)
+    throw UsageError(command_ + ": unexpected argument '" + positional_[0] + "' (files are given with options; see --help)");
+  throw UsageError(command_ + ": expected " + names + " (got " + std::to_string(positional_.size()) + " file argument" +
+                   (positional_.size() == 1 ? "" : "s") + ")");
 }
 
 std::optional<double> Args::number(const std::string& name) const {
   const auto text = get(name);
   if (!text) return std::nullopt;
-  const char* begin = text->c_str();
-  char* end = nullptr;
-  errno = 0;
-  const double v = std::strtod(begin, &end);
-  if (text->empty() || end != begin + text->size() || errno == ERANGE || !std::isfinite(v))
-    throw error("--" + name + ": not a finite number (got '" + *text + "')");
+  double v = 0;  // a plain decimal: "0x2", "inf", "nan", " 2" and "2x" are mistakes, not numbers
+  if (!detail::parse_decimal(*text, v))
+    throw error("--" + name + ": not a finite decimal number (got '" + detail::printable(text->data(), text->size()) +
+                "')");
   return v;
 }
 
@@ -124,6 +127,11 @@ void apply_runtime_options(const Args& args) {
     if (*threads > 4096) throw args.error("--threads: at most 4096 (got " + std::to_string(*threads) + ")");
     set_num_threads(static_cast<std::size_t>(*threads));
   }
+  // $ENTGRAPH_CPU_ISA and $ENTGRAPH_NUM_THREADS are read at first use: read
+  // them now, so that a bad value is reported naming the variable, before
+  // any file is read, rather than inside the first computation.
+  if (!args.has("isa")) cpu_isa();
+  num_threads();
 }
 
 constexpr const char* kFnNames = "softmax, sparsemax, entmax15, entmax, topk";
@@ -201,15 +209,25 @@ std::string predictor_method_list() {
   return list;
 }
 
+bool same_path(const std::string& a, const std::string& b) {
+  namespace fs = std::filesystem;
+  std::error_code ec1, ec2;
+  const fs::path pa = fs::weakly_canonical(fs::absolute(a), ec1);
+  const fs::path pb = fs::weakly_canonical(fs::absolute(b), ec2);
+  return !ec1 && !ec2 && (pa / "").lexically_normal() == (pb / "").lexically_normal();
+}
+
 std::unique_ptr<Predictor> make_predictor_option(const Args& args, const std::string& method,
-                                                 const PredictorSettings& settings) {
+                                                 const PredictorSettings& settings, const char* method_option,
+                                                 const char* settings_option) {
   const std::vector<std::string> methods = predictor_methods();
   if (std::find(methods.begin(), methods.end(), method) == methods.end())
-    throw args.error("--method: unknown predictor method '" + method + "' (known: " + predictor_method_list() + ")");
+    throw args.error(std::string(method_option) + ": unknown predictor method '" + method +
+                     "' (known: " + predictor_method_list() + ")");
   try {
     return make_predictor(method, settings);
   } catch (const Error& e) {  // a setting typed on the command line: "<method>: setting 'k': ..."
-    throw args.error(std::string("--set: ") + e.what());
+    throw args.error(std::string(settings_option) + ": " + e.what());
   }
 }
 

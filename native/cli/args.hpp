@@ -47,8 +47,10 @@ class Args {
   // naming them (e.g. "IN.npy OUT.npy").
   void expect_positional(std::size_t count, const char* names) const;
 
-  // The value of --name as a number, if given. The whole value must be the
-  // number: "<command>: --name: not a finite number (got 'x')" otherwise.
+  // The value of --name as a number, if given. The whole value must be a
+  // plain decimal number ([+-]digits[.digits][e[+-]digits]), finite as a
+  // double: "<command>: --name: not a finite decimal number (got 'x')"
+  // otherwise (hexadecimal, inf, nan, spaces and trailing text included).
   std::optional<double> number(const std::string& name) const;
   // The value of --name as a non-negative integer, if given.
   std::optional<std::uint64_t> integer(const std::string& name) const;
@@ -72,7 +74,9 @@ inline constexpr const char* kRuntimeOptionsHelp =
     "                     available, or $ENTGRAPH_CPU_ISA)\n"
     "  --threads N        worker threads; 0 = default ($ENTGRAPH_NUM_THREADS or all cores)\n";
 // Applies --isa and --threads if given. An unknown ISA name is a UsageError;
-// one this machine lacks is an entgraph::Error.
+// one this machine lacks is an entgraph::Error. Then reads what they do not
+// set from $ENTGRAPH_CPU_ISA and $ENTGRAPH_NUM_THREADS: a bad value there is
+// an entgraph::Error naming the variable.
 void apply_runtime_options(const Args& args);
 
 // The transform named by --fn (softmax, sparsemax, entmax15, entmax with
@@ -88,12 +92,19 @@ std::vector<std::string> take_repeated(std::vector<std::string>& argv, const std
 // settings. Throws UsageError for a malformed pair or a key set twice.
 std::map<std::string, std::string> take_settings(std::vector<std::string>& argv, const char* command);
 
+// Whether two paths name the same file or folder, existing or not
+// ("out.npy", "./out.npy", a link to it).
+bool same_path(const std::string& a, const std::string& b);
+
 // Every predictor method's name, comma-separated, for help and errors.
 std::string predictor_method_list();
 
 // make_predictor(method, settings), with an unknown method, an unknown
-// setting or a bad value (all typed on the command line) as a UsageError.
+// setting or a bad value (all typed on the command line) as a UsageError
+// naming the option they came from.
 std::unique_ptr<Predictor> make_predictor_option(const Args& args, const std::string& method,
-                                                 const PredictorSettings& settings);
+                                                 const PredictorSettings& settings,
+                                                 const char* method_option = "--method",
+                                                 const char* settings_option = "--set");
 
 }  // namespace entgraph::cli

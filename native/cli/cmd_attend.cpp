@@ -20,6 +20,7 @@
 #include "entgraph/io/capture.hpp"
 #include "entgraph/predictors/predictor.hpp"
 #include "io/binary.hpp"
+#include "io/capture_context.hpp"
 
 namespace entgraph::cli {
 namespace {
@@ -223,9 +224,7 @@ int run_attend(const std::vector<std::string>& raw) {
 
   std::unique_ptr<Predictor> predictor;
   if (args.has("params")) {
-    const std::vector<unsigned char> bytes =
-        detail::read_file_bytes("attend: --params", *args.get("params"), std::size_t{1} << 30);
-    predictor = load_predictor(std::string(bytes.begin(), bytes.end()), *args.get("params"));
+    predictor = read_predictor(*args.get("params"), "attend: --params");
   } else {
     predictor = make_predictor_option(args, *args.get("method"), settings);
     if (predictor->learned())
@@ -260,7 +259,9 @@ int run_attend(const std::vector<std::string>& raw) {
       const Transform t = head_transform(chosen, capture.head(l, h).alpha);
       Tally head_total;
       for (std::size_t s = 0; s < capture.sequences(); ++s)
-        head_total.add(attend_sequence(capture, *predictor, l, h, s, t, exact, rank, repeat));
+        head_total.add(detail::in_head(capture, l, h, [&] {
+          return attend_sequence(capture, *predictor, l, h, s, t, exact, rank, repeat);
+        }));
       total.add(head_total);
       if (json) {
         per_head << (per_head.tellp() > 0 ? ", " : "") << "{\"layer\": " << l << ", \"head\": " << h << ", "

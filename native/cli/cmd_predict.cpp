@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -16,17 +17,14 @@
 #include "entgraph/predictors/predictor.hpp"
 #include "entgraph/predictors/sweep.hpp"
 #include "io/binary.hpp"
+#include "io/output_folder.hpp"
+#include "runtime/numbers.hpp"
 
 namespace entgraph::cli {
 namespace {
 
 void write_text(const std::string& path, const std::string& text, const char* command) {
   detail::write_file_bytes(command, path, text.data(), text.size());
-}
-
-std::string read_text(const std::string& path, const char* command) {
-  const std::vector<unsigned char> bytes = detail::read_file_bytes(command, path, std::size_t{1} << 30);
-  return std::string(bytes.begin(), bytes.end());
 }
 
 // "a,b,,c" -> {"a", "b", "c"}.
@@ -92,7 +90,7 @@ int run_eval(const std::vector<std::string>& argv) {
   for (const char* required : {"capture", "params"})
     if (!args.has(required)) throw args.error(std::string("--") + required + " is required");
   apply_runtime_options(args);
-  const std::unique_ptr<Predictor> p = load_predictor(read_text(*args.get("params"), "eval"), *args.get("params"));
+  const std::unique_ptr<Predictor> p = read_predictor(*args.get("params"), "eval: --params");
   const Capture capture = read_capture(*args.get("capture"));
   const std::string report = eval_report_json(evaluate(*p, capture), *p) + "\n";
   if (args.has("out"))
@@ -130,7 +128,8 @@ SweepGrid parse_grid(const Args& args, const std::string& spec) {
   grid.parameter = spec.substr(colon + 1, eq - colon - 1);
   grid.values = split_list(spec.substr(eq + 1));
   if (grid.values.empty()) throw args.error("--grid " + spec + ": no value given");
-  for (const std::string& v : grid.values) make_predictor_option(args, grid.method, {{grid.parameter, v}});
+  for (const std::string& v : grid.values)
+    make_predictor_option(args, grid.method, {{grid.parameter, v}}, "--grid", "--grid");
   return grid;
 }
 
@@ -142,12 +141,10 @@ std::vector<long> parse_windows(const Args& args) {
       windows.push_back(-1);
       continue;
     }
-    char* end = nullptr;
-    errno = 0;
-    const long v = std::strtol(w.c_str(), &end, 10);
-    if (w.empty() || *end != '\0' || errno != 0 || v < 0 || v > (1L << 20))
+    double v = 0.0;  // plain decimal digits only: " 3", "0x3", "3e0" are mistakes
+    if (w.find_first_not_of("0123456789") != std::string::npos || !detail::parse_decimal(w, v) || v > (1L << 20))
       throw args.error("--windows: expected integers in [0, 1048576] or 'none' (got '" + w + "')");
-    windows.push_back(v);
+    windows.push_back(static_cast<long>(v));
   }
   if (windows.empty()) throw args.error("--windows: no window given");
   return windows;
@@ -157,9 +154,8 @@ std::vector<long> parse_windows(const Args& args) {
 std::vector<double> parse_sparsities(const Args& args, const std::vector<std::string>& texts) {
   std::vector<double> out;
   for (const std::string& t : texts) {
-    char* end = nullptr;
-    const double s = std::strtod(t.c_str(), &end);
-    if (t.empty() || *end != '\0' || !(s >= 0.0 && s <= 1.0))
+    double s = -1.0;  // a plain decimal: "0x1p-1", " 0.5", "nan" are mistakes
+    if (!detail::parse_decimal(t, s) || !(s >= 0.0 && s <= 1.0))
       throw args.error("--at-sparsity: expected a number in [0, 1] (got '" + t + "')");
     out.push_back(s);
   }
@@ -248,29 +244,31 @@ int run_sweep(const std::vector<std::string>& raw) {
   if (args.has("windows")) options.windows = parse_windows(args);
   options.fit.quiet = args.has("quiet");
 
+  // Both folders appear whole or not at all: their files are staged and
+  // moved into place once the sweep has succeeded (OutputFolder).
+  std::optional<detail::OutputFolder> params_out;
+  std::vector<std::string> params_names;
   if (args.has("save-params")) {
-    const std::filesystem::path dir(*args.get("save-params"));
-    std::error_code mkdir_error;
-    std::filesystem::create_directories(dir, mkdir_error);
-    if (mkdir_error)
-      throw Error("sweep: --save-params: " + dir.string() + ": cannot create (" + mkdir_error.message() + ")");
-    options.on_fitted = [dir](const SweepGrid& grid, const std::string& value, const Predictor& p) {
+    if (same_path(*args.get("save-params"), *args.get("out")))
+      throw args.error("--save-params: names the --out folder (" + *args.get("out") + "); give it a folder of its own");
+    params_out.emplace("sweep: --save-params", *args.get("save-params"));
+    options.on_fitted = [&](const SweepGrid& grid, const std::string& value, const Predictor& p) {
       const std::string name = grid.parameter.empty() ? grid.method : grid.method + "-" + grid.parameter + "-" + value;
-      write_text((dir / (name + ".json")).string(), p.to_json() + "\n", "sweep");
+      write_text(params_out->path(name + ".json"), p.to_json() + "\n", "sweep: --save-params");
+      params_names.push_back(name + ".json");
     };
   }
+  detail::OutputFolder out("sweep: --out", *args.get("out"));
 
   const SweepResult sweep = run_sweep(grids, train, test, options);
   const std::vector<SweepPoint>& all = sweep.points;
   const double gold = sweep.gold_sparsity;
-  const std::filesystem::path out(*args.get("out"));
-  std::error_code ec;
-  std::filesystem::create_directories(out, ec);
-  if (ec) throw Error("sweep: --out: " + out.string() + ": cannot create (" + ec.message() + ")");
-  write_text((out / "sweep.json").string(), sweep_json(all, gold, at_sparsity) + "\n", "sweep");
-  write_text((out / "sweep.csv").string(), sweep_csv(all), "sweep");
-  write_text((out / "pareto.svg").string(),
-             pareto_svg(all, gold, "Sparsity-recall Pareto curves (" + *args.get("test") + ")"), "sweep");
+  write_text(out.path("sweep.csv"), sweep_csv(all), "sweep: --out");
+  write_text(out.path("pareto.svg"),
+             pareto_svg(all, gold, "Sparsity-recall Pareto curves (" + *args.get("test") + ")"), "sweep: --out");
+  write_text(out.path("sweep.json"), sweep_json(all, gold, at_sparsity) + "\n", "sweep: --out");
+  if (params_out) params_out->commit(params_names);
+  out.commit({"sweep.csv", "pareto.svg", "sweep.json"}, "sweep.json");
 
   std::printf("gold sparsity %.6f; Pareto frontier of each method (sparsity -> recall):\n", gold);
   std::printf("  %-26s %-22s %8s %8s\n", "method", "point", "sparsity", "recall");
@@ -298,7 +296,7 @@ int run_sweep(const std::vector<std::string>& raw) {
       report(where, s);
     }
   }
-  std::printf("wrote %s/sweep.json, sweep.csv, pareto.svg\n", out.string().c_str());
+  std::printf("wrote %s/sweep.json, sweep.csv, pareto.svg\n", args.get("out")->c_str());
   return 0;
 }
 

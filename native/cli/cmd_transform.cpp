@@ -128,7 +128,7 @@ int run_transform(const std::vector<std::string>& argv) {
   if (grad_path.has_value() != grad_out_path.has_value())
     throw args.error(grad_path ? "--grad needs --grad-out GI.npy" : "--grad-out needs --grad G.npy");
   args.expect_positional(2, "IN.npy OUT.npy");
-  if (grad_out_path && *grad_out_path == args.positional()[1])
+  if (grad_out_path && same_path(*grad_out_path, args.positional()[1]))
     throw args.error("--grad-out names OUT.npy itself (" + *grad_out_path + "); give another file");
   apply_runtime_options(args);
 

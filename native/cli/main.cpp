@@ -1,6 +1,7 @@
 // entgraph: the command-line tool. main() finds the subcommand and turns every
 // error into "entgraph: <message>" on stderr with exit code 2 (usage) or 1
 // (anything else); no exception escapes.
+#include <csignal>
 #include <cstdio>
 #include <exception>
 #include <new>
@@ -88,6 +89,9 @@ int dispatch(const std::vector<std::string>& argv) {
 
 int main(int argc, char** argv) {
   using entgraph::cli::UsageError;
+  // A file size limit (ulimit -f) makes a write fail with EFBIG, reported
+  // and cleaned up like a full disk, instead of killing the process midway.
+  std::signal(SIGXFSZ, SIG_IGN);
   try {
     const std::vector<std::string> args(argv + 1, argv + argc);
     const int code = entgraph::cli::dispatch(args);

@@ -215,7 +215,15 @@ case "$CASE" in
     expect_fail 2 "--k: not a non-negative integer (got '-2')" transform --fn topk --k -2 "$SAMPLE" out.npy
     expect_fail 2 "--fn topk needs --k" transform --fn topk "$SAMPLE" out.npy
     expect_fail 2 "--alpha: must be in [1, 1000] (got 0.5)" transform --fn entmax --alpha 0.5 "$SAMPLE" out.npy
-    expect_fail 2 "--alpha: not a finite number (got 'abc')" transform --fn entmax --alpha abc "$SAMPLE" out.npy
+    expect_fail 2 "--alpha: not a finite decimal number (got 'abc')" transform --fn entmax --alpha abc "$SAMPLE" out.npy
+    # strtod would take these: hexadecimal, infinities, NaN, spaces, trailing text
+    for bad in 0x2 0X1p1 inf -inf nan infinity " 2" "2 " 1.5x 1e 1e400; do
+      expect_fail 2 "--alpha: not a finite decimal number (got '$bad')" \
+        transform --fn entmax --alpha "$bad" "$SAMPLE" out.npy
+    done
+    expect_fail 2 "--alpha: must be in [1, 1000] (got 1e-400)" transform --fn entmax --alpha 1e-400 "$SAMPLE" out.npy
+    expect_fail 2 "--set: sparsefinder-distance: setting 't': expected a number in [0, 1e+30], got '0x2'" \
+      fit --method sparsefinder-distance --set t=0x2 --capture nowhere --out p.json
     expect_fail 2 "--fn entmax needs --alpha" transform --fn entmax "$SAMPLE" out.npy
     expect_fail 2 "--alpha applies only to --fn entmax" transform --fn softmax --alpha 1.5 "$SAMPLE" out.npy
     expect_fail 2 "--k applies only to --fn topk" transform --fn sparsemax --k 2 "$SAMPLE" out.npy
@@ -232,6 +240,21 @@ case "$CASE" in
     expect_fail 2 "--n: must be in [1, 100000]" demo --n 0
     expect_fail 2 "--in cannot be combined with --n" demo --in "$SAMPLE" --n 3
     [ ! -e out.npy ] || fail "a failed command wrote out.npy"
+    # A bad environment variable is named as such, not blamed on the input file.
+    for env in "ENTGRAPH_CPU_ISA=pentium" "ENTGRAPH_CPU_ISA=" "ENTGRAPH_NUM_THREADS=lots" \
+      "ENTGRAPH_NUM_THREADS=0" "ENTGRAPH_NUM_THREADS= 4" "ENTGRAPH_NUM_THREADS=99999"; do
+      name=${env%%=*}
+      export "$env"
+      run transform --fn softmax "$SAMPLE" out.npy
+      unset "$name"
+      [ "$CODE" -ne 0 ] || fail "$env: exit code 0"
+      case "$ERR" in
+        "entgraph: $name: "*) echo "  ok: $ERR" >&2 ;;
+        *) fail "$env: the message does not start with the variable's name: $ERR" ;;
+      esac
+      case "$ERR" in *"$SAMPLE"*) fail "$env: the message blames the input file: $ERR" ;; esac
+      [ ! -e out.npy ] || fail "$env: a failed command wrote out.npy"
+    done
     ;;
 
   errors-files)

@@ -4,12 +4,14 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <limits>
 #include <random>
 #include <set>
 #include <utility>
 
 #include "entgraph/error.hpp"
 #include "entgraph/graph.hpp"
+#include "entgraph/io/capture.hpp"
 #include "entgraph/transforms.hpp"
 #include "support.hpp"
 
@@ -182,6 +184,29 @@ TEST_SUITE("graph") {
         CHECK(g.edges() >= n);            // every row has a non-empty support
         if (causal) CHECK(allowed_edge_count(g, true) == g.edges());
       }
+  }
+
+  TEST_CASE("gold_graph of a capture's head: an error names the capture, the layer and the head") {
+    Capture c = Capture::make(2, 3, 4, {3, 2});
+    for (std::size_t i = 0; i < c.queries.size(); ++i) c.queries[i] = c.keys[i] = 0.25f * float(i % 7) - 0.5f;
+    // Not validated: a NaN key of layer 1, head 2 reaches the transform.
+    c.keys[((1 * 3 + 2) * 5 + 4) * 4 + 1] = std::numeric_limits<float>::quiet_NaN();
+    CHECK_NOTHROW(gold_graph(c, 1, 1, 1));
+    CHECK_THROWS_WITH_AS(gold_graph(c, 1, 2, 1), doctest::Contains("layer 1, head 2: "), Error);
+    c.source = "caps/demo";
+    try {
+      gold_graph(c, 1, 2, 1);
+      FAIL("expected an error");
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      CAPTURE(what);
+      CHECK(what.rfind("capture caps/demo, layer 1, head 2: ", 0) == 0);
+      CHECK(what.find("non-finite") != std::string::npos);
+    }
+    // An alpha beyond the entmax range (a capture that skipped validation).
+    c.keys[((1 * 3 + 2) * 5 + 4) * 4 + 1] = 0.0f;
+    c.head(0, 1).alpha = 1e308;
+    CHECK_THROWS_WITH_AS(gold_graph(c, 0, 1, 0), doctest::Contains("capture caps/demo, layer 0, head 1: "), Error);
   }
 }
 

@@ -12,8 +12,10 @@
 
 #include <sys/resource.h>
 
+#include "entgraph/io/capture.hpp"
 #include "entgraph/io/npy.hpp"
 #include "io/binary.hpp"
+#include "io/output_folder.hpp"
 #include "io/io_test_support.hpp"
 
 namespace entgraph::test {
@@ -21,13 +23,28 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// The names in a folder, sorted.
-std::vector<std::string> listing(const std::string& dir) {
-  std::vector<std::string> names;
-  for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
-  std::sort(names.begin(), names.end());
-  return names;
-}
+// While alive, files of this process may not grow past `bytes` (ulimit -f):
+// a write past it fails with EFBIG (SIGXFSZ ignored) as on a full disk.
+class FileSizeLimit {
+ public:
+  explicit FileSizeLimit(rlim_t bytes) {
+    REQUIRE(getrlimit(RLIMIT_FSIZE, &saved_) == 0);
+    handler_ = std::signal(SIGXFSZ, SIG_IGN);
+    rlimit small = saved_;
+    small.rlim_cur = bytes;
+    REQUIRE(setrlimit(RLIMIT_FSIZE, &small) == 0);
+  }
+  ~FileSizeLimit() {
+    setrlimit(RLIMIT_FSIZE, &saved_);
+    std::signal(SIGXFSZ, handler_);
+  }
+  FileSizeLimit(const FileSizeLimit&) = delete;
+  FileSizeLimit& operator=(const FileSizeLimit&) = delete;
+
+ private:
+  rlimit saved_{};
+  void (*handler_)(int) = nullptr;
+};
 
 void write_string(const std::string& path, const std::string& text) {
   detail::write_file_bytes("test", path, text.data(), text.size());
@@ -63,21 +80,16 @@ TEST_SUITE("io") {
     write_npy(path, old_values.data(), {4, 4});
     const Bytes before = read_bytes(path);
 
-    rlimit saved{};
-    REQUIRE(getrlimit(RLIMIT_FSIZE, &saved) == 0);
-    void (*saved_handler)(int) = std::signal(SIGXFSZ, SIG_IGN);  // the write fails with EFBIG instead
-    rlimit small = saved;
-    small.rlim_cur = 4096;
-    REQUIRE(setrlimit(RLIMIT_FSIZE, &small) == 0);
     const std::vector<float> big(100000, 2.0f);
     std::string message;
-    try {
-      write_npy(path, big.data(), {big.size()});
-    } catch (const Error& e) {
-      message = e.what();
+    {
+      FileSizeLimit limit(4096);
+      try {
+        write_npy(path, big.data(), {big.size()});
+      } catch (const Error& e) {
+        message = e.what();
+      }
     }
-    setrlimit(RLIMIT_FSIZE, &saved);
-    std::signal(SIGXFSZ, saved_handler);
 
     CHECK(message.find("write_npy: " + path + ": write failed") != std::string::npos);
     CHECK(read_bytes(path) == before);  // the old file, whole
@@ -98,6 +110,103 @@ TEST_SUITE("io") {
     CHECK(read_text(dir.file("a.txt")) == "new a");
     CHECK(read_text(dir.file("b.txt")) == "b");
     CHECK(listing(dir.path()) == std::vector<std::string>{"a.txt", "b.txt"});
+  }
+
+  TEST_CASE("OutputFolder: a new folder appears whole at commit, or not at all (nor its missing parents)") {
+    TempDir dir;
+    const std::string target = dir.file("a/b/out");
+    {
+      detail::OutputFolder out("test", target);
+      write_string(out.path("x.txt"), "x");
+      CHECK_FALSE(fs::exists(target));
+    }  // dropped before commit
+    CHECK(listing(dir.path()).empty());
+    {
+      detail::OutputFolder out("test", target + "/");
+      write_string(out.path("x.txt"), "x");
+      write_string(out.path("m.json"), "{}");
+      out.commit({"x.txt", "m.json"}, "m.json");
+    }
+    CHECK(listing(target) == std::vector<std::string>{"m.json", "x.txt"});
+    CHECK(listing(dir.file("a/b")) == std::vector<std::string>{"out"});
+    write_string(dir.file("file"), "f");
+    CHECK_ERROR_CONTAINS(detail::OutputFolder("test", dir.file("file")), "test: " + dir.file("file") + ": exists and is not a folder");
+    CHECK_ERROR_CONTAINS(detail::OutputFolder("test", dir.file("file/sub")), "cannot create a folder to write into");
+    CHECK_ERROR_CONTAINS(detail::OutputFolder("test", ""), "the output folder name is empty");
+  }
+
+  TEST_CASE("OutputFolder: in an existing folder, the named files are replaced at commit and others left alone") {
+    TempDir dir;
+    write_string(dir.file("mine.txt"), "the user's");
+    write_string(dir.file("m.json"), "old manifest");
+    write_string(dir.file("x.txt"), "old x");
+    {
+      detail::OutputFolder out("test", dir.path());
+      write_string(out.path("x.txt"), "new x");
+      write_string(out.path("m.json"), "new manifest");
+      CHECK(read_text(dir.file("x.txt")) == "old x");
+    }  // dropped: nothing changed, no staging folder left
+    CHECK(listing(dir.path()) == std::vector<std::string>{"m.json", "mine.txt", "x.txt"});
+    CHECK(read_text(dir.file("m.json")) == "old manifest");
+    fs::create_directory(dir.file("y.txt"));
+    {
+      detail::OutputFolder out("test", dir.path());
+      write_string(out.path("y.txt"), "y");
+      write_string(out.path("m.json"), "new manifest");
+      CHECK_ERROR_CONTAINS(out.commit({"y.txt", "m.json"}, "m.json"), "y.txt: cannot replace it (a folder is in the way)");
+    }
+    CHECK(read_text(dir.file("m.json")) == "old manifest");  // checked before the old manifest goes
+    fs::remove(dir.file("y.txt"));
+    {
+      detail::OutputFolder out("test", dir.path());
+      write_string(out.path("x.txt"), "new x");
+      write_string(out.path("m.json"), "new manifest");
+      out.commit({"x.txt", "m.json"}, "m.json");
+    }
+    CHECK(listing(dir.path()) == std::vector<std::string>{"m.json", "mine.txt", "x.txt"});
+    CHECK(read_text(dir.file("x.txt")) == "new x");
+    CHECK(read_text(dir.file("m.json")) == "new manifest");
+    CHECK(read_text(dir.file("mine.txt")) == "the user's");
+  }
+
+  TEST_CASE("captures: a capture that fails half-way (file size limit) leaves the old one byte-identical") {
+    TempDir dir;
+    const std::string cap = dir.file("cap");
+    Capture old = Capture::make(2, 2, 4, {8}, true);
+    for (float& x : old.queries) x = 0.5f;
+    write_capture(cap, old);
+    const std::vector<std::string> files = listing(cap);
+    std::vector<Bytes> before;
+    for (const std::string& f : files) before.push_back(read_bytes(cap + "/" + f));
+
+    const Capture big = Capture::make(2, 2, 4, {4000}, true);  // 512 KB per array
+    for (int use_writer = 0; use_writer < 2; ++use_writer) {
+      CAPTURE(use_writer);
+      std::string message;
+      {
+        FileSizeLimit limit(100000);
+        try {
+          if (use_writer) {
+            CaptureWriter w(cap, 2, 2, 4, {4000}, true, big.settings);
+            w.write_sequence(0, big.queries, big.keys, big.values);
+            w.finish();
+          } else {
+            write_capture(cap, big);
+          }
+        } catch (const Error& e) {
+          message = e.what();
+        }
+      }
+      CHECK(message.find("File too large") != std::string::npos);
+      CHECK(listing(cap) == files);  // no staging folder left either
+      for (std::size_t i = 0; i < files.size(); ++i) CHECK(read_bytes(cap + "/" + files[i]) == before[i]);
+      CHECK(listing(dir.path()) == std::vector<std::string>{"cap"});
+    }
+    write_capture(cap, big);  // without the limit
+    CHECK(read_capture(cap).tokens() == 4000);
+    std::uintmax_t total = 0;
+    for (const std::string& f : listing(cap)) total += fs::file_size(cap + "/" + f);
+    CHECK(total == capture_file_bytes(2, 2, 4, {4000}, true, big.settings));
   }
 
   TEST_CASE("write_file_bytes: a link keeps pointing at the replaced file; a device is written in place") {

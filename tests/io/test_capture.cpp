@@ -380,11 +380,30 @@ TEST_SUITE("io") {
         {"settings count", [](Capture& c) { c.settings.pop_back(); },
          "settings has 5 entries (expected layers * heads = 6)"},
         {"alpha below 1", [](Capture& c) { c.settings[4].alpha = 0.5; },
-         "alpha of layer 1, head 1 is 0.5 (expected a finite value >= 1)"},
+         "alpha of layer 1, head 1 is 0.5 (expected a value in [1, 1000], the range of the entmax transform)"},
         {"alpha NaN", [](Capture& c) { c.settings[0].alpha = std::nan(""); }, "alpha of layer 0, head 0 is nan"},
+        {"alpha above the entmax range", [](Capture& c) { c.settings[3].alpha = 1000.5; },
+         "alpha of layer 1, head 0 is 1000.5 (expected a value in [1, 1000]"},
+        {"alpha 1e308, printed short", [](Capture& c) { c.settings[1].alpha = 1e308; },
+         "alpha of layer 0, head 1 is 1e+308 (expected"},
+        {"queries and keys whose scores overflow float32",
+         [](Capture& c) {
+           c.queries[at(1, 2, 3, 0)] = 1e30f;
+           c.keys[at(1, 2, 0, 1)] = 1e10f;
+         },
+         "queries and keys of layer 1, head 2 make scores overflow float32: max |q| * max |k| = 1.00000001"},
+        {"a large scale counts too",
+         [](Capture& c) {
+           c.queries[at(0, 1, 2, 0)] = 1e19f;
+           c.keys[at(0, 1, 4, 3)] = 1e19f;
+           c.settings[1].scale = 1e3;
+         },
+         "queries and keys of layer 0, head 1 make scores overflow float32: scale * max |q| * max |k| = "},
         {"scale zero", [](Capture& c) { c.settings[2].scale = 0.0; },
          "scale of layer 0, head 2 is 0 (expected a finite value > 0)"},
         {"scale inf", [](Capture& c) { c.settings[5].scale = HUGE_VAL; }, "scale of layer 1, head 2 is inf"},
+        {"scale beyond float32", [](Capture& c) { c.settings[5].scale = 1e300; },
+         "scale of layer 1, head 2 is 1e+300 (expected at most the float32 maximum"},
         {"texts count", [](Capture& c) { c.texts = {"only one"}; },
          "texts has 1 entries (expected 0 or one per sequence, 2)"},
         {"texts not UTF-8",
@@ -397,6 +416,9 @@ TEST_SUITE("io") {
         {"provenance too deep",
          [](Capture& c) { c.provenance = "{\"x\": " + std::string(100, '[') + std::string(100, ']') + "}"; },
          "provenance is nested too deeply"},
+        {"provenance with a repeated key in a nested object",
+         [](Capture& c) { c.provenance = "{\"model\": {\"name\": \"a\", \"name\": \"b\"}}"; },
+         "duplicate key \"name\" in the object \"model\" of provenance"},
         {"NaN in keys", [&](Capture& c) { c.keys[at(1, 0, 3, 2)] = nan; },
          "keys: non-finite value nan at layer 1, head 0, token 3 (sequence 1, position 0), dim 2"},
         {"-inf in values", [&](Capture& c) { c.values[at(0, 2, 1, 0)] = -inf; },
@@ -542,7 +564,12 @@ TEST_SUITE("io") {
         {"causal as a string", json({{"causal", "\"yes\""}}), "causal is not a boolean or a [layers][heads] array"},
         {"causal entry of the wrong type", json({{"causal", "[[true, false, true], [true, 1, true]]"}}),
          "causal[1][1] is not a boolean (got 1)"},
-        {"alpha below 1", json({{"alpha", "0.5"}}), "alpha of layer 0, head 0 is 0.5 (expected a finite value >= 1)"},
+        {"alpha below 1", json({{"alpha", "0.5"}}),
+         "alpha of layer 0, head 0 is 0.5 (expected a value in [1, 1000], the range of the entmax transform)"},
+        {"alpha 1e308", json({{"alpha", "1e308"}}),
+         "alpha of layer 0, head 0 is 1e+308 (expected a value in [1, 1000]"},
+        {"alpha of one head above 1000", json({{"alpha", "[[1.5, 1.5, 1.5], [1.5, 1.5, 1001]]"}}),
+         "alpha of layer 1, head 2 is 1001 (expected a value in [1, 1000]"},
         {"scale zero", json({{"scale", "0"}}), "scale of layer 0, head 0 is 0 (expected a finite value > 0)"},
         {"negative scale of one head", json({{"scale", "[[0.5, 0.5, 0.5], [0.5, -1, 0.5]]"}}),
          "scale of layer 1, head 1 is -1"},
@@ -553,6 +580,10 @@ TEST_SUITE("io") {
         {"texts not an array", json({{"texts", "\"a b\""}}), "texts is not an array of strings"},
         {"provenance not an object", json({{"provenance", "\"tiny model\""}}),
          "provenance is not a JSON object (got \"tiny model\")"},
+        {"repeated key in provenance", json({{"provenance", "{\"tool\": \"x\", \"tool\": \"y\"}"}}),
+         "duplicate key \"tool\" in the object \"provenance\" of capture.json"},
+        {"repeated key deep in provenance", json({{"provenance", "{\"runs\": [{\"seed\": 1, \"seed\": 2}]}"}}),
+         "duplicate key \"seed\" in the object \"runs\" of capture.json"},
         // NaN and infinity in the data.
         {"NaN in keys",
          [&](const std::string& dir) {
@@ -561,6 +592,16 @@ TEST_SUITE("io") {
            entgraph::write_npy(dir + "/keys.npy", k.data(), shape);
          },
          "keys: non-finite value nan at layer 1, head 2, token 4 (sequence 1, position 1), dim 1"},
+        {"queries of 1e30: scores would overflow",
+         [&](const std::string& dir) {
+           std::vector<float> q = base.queries;
+           q[at(0, 1, 2, 3)] = 1e30f;
+           std::vector<float> k = base.keys;
+           k[at(0, 1, 1, 0)] = 1e9f;
+           entgraph::write_npy(dir + "/queries.npy", q.data(), shape);
+           entgraph::write_npy(dir + "/keys.npy", k.data(), shape);
+         },
+         "queries and keys of layer 0, head 1 make scores overflow float32: max |q| * max |k| = "},
         {"infinity in float16 values",
          [&](const std::string& dir) {
            std::vector<float> v = base.values;
@@ -679,11 +720,10 @@ TEST_SUITE("io") {
     c.texts = {"a", "b"};
     const std::string dir = tmp.file("cap");
     const std::string prefix = "CaptureWriter: " + dir + ": ";
-    // An old capture in the folder: its capture.json goes at once, since its arrays are about to be overwritten.
+    // An old capture in the folder stays as it was until finish() moves the new one into place.
     entgraph::write_capture(dir, sample(true, 9));
-    REQUIRE(fs::exists(dir + "/capture.json"));
+    const Bytes old_json = read_bytes(dir + "/capture.json"), old_keys = read_bytes(dir + "/keys.npy");
     entgraph::CaptureWriter w = writer_for(dir, c);
-    CHECK_FALSE(fs::exists(dir + "/capture.json"));
     const std::vector<float> q0 = sequence_of(c, c.queries, 0), k0 = sequence_of(c, c.keys, 0),
                              v0 = sequence_of(c, c.values, 0);
     CHECK(q0.size() == 2 * 3 * 3 * 4);
@@ -701,7 +741,8 @@ TEST_SUITE("io") {
     w.write_sequence(0, q0, k0, v0);
     CHECK_ERROR_CONTAINS(w.write_sequence(0, q0, k0, v0), prefix + "sequence 0 was written already");
     CHECK_ERROR_CONTAINS(w.finish(), prefix + "sequence 1 was never written (1 of 2 written)");
-    CHECK_FALSE(fs::exists(dir + "/capture.json"));
+    CHECK(read_bytes(dir + "/capture.json") == old_json);
+    CHECK(read_bytes(dir + "/keys.npy") == old_keys);
     w.write_sequence(1, sequence_of(c, c.queries, 1), sequence_of(c, c.keys, 1), sequence_of(c, c.values, 1));
     w.finish();
     const Capture r = entgraph::read_capture(dir);
@@ -711,15 +752,20 @@ TEST_SUITE("io") {
     CHECK_ERROR_CONTAINS(w.finish(), prefix + "finish() called twice");
     CHECK_ERROR_CONTAINS(w.write_sequence(0, q0, k0, v0), prefix + "write_sequence after finish()");
 
-    // A writer dropped half-way leaves no capture.json: no reader sees incomplete arrays.
+    // A writer dropped half-way leaves nothing: no folder, no staging folder beside it.
     const std::string half = tmp.file("half");
     {
       entgraph::CaptureWriter partial = writer_for(half, c);
       partial.write_sequence(0, q0, k0, v0);
     }
-    CHECK(fs::exists(half + "/queries.npy"));
-    CHECK_FALSE(fs::exists(half + "/capture.json"));
-    CHECK_ERROR_CONTAINS(entgraph::read_capture(half), "capture.json");
+    CHECK_FALSE(fs::exists(half));
+    // ... and in an existing capture's folder, the old capture as it was and no staging folder in it.
+    {
+      entgraph::CaptureWriter partial = writer_for(dir, sample(true, 11));
+      partial.write_sequence(0, q0, k0, v0);
+    }
+    CHECK(listing(dir) == std::vector<std::string>{"capture.json", "keys.npy", "queries.npy", "values.npy"});
+    CHECK(same_bits(entgraph::read_capture(dir).queries, c.queries));
 
     // Values given to a capture without them; float16 overflow, named like write_capture names it.
     const Capture no_values = sample(false);
@@ -733,12 +779,26 @@ TEST_SUITE("io") {
                          "the float16 range");
     CHECK(nv.sequences_written() == 0);
 
+    // Scores that would overflow float32, across sequences: the second
+    // sequence's keys against the first one's queries (the bound of validate_capture).
+    const Capture two = sample(false);
+    entgraph::CaptureWriter sw = writer_for(tmp.file("scores"), two);
+    std::vector<float> big_q = sequence_of(two, two.queries, 0), big_k = sequence_of(two, two.keys, 1);
+    big_q[((0 * 3 + 1) * 3 + 2) * 4] = 1e20f;  // layer 0, head 1, position 2 of sequence 0
+    sw.write_sequence(0, big_q, sequence_of(two, two.keys, 0));
+    big_k[((0 * 3 + 1) * 2 + 1) * 4 + 3] = 1e20f;  // layer 0, head 1, position 1 of sequence 1: token 4
+    CHECK_ERROR_CONTAINS(sw.write_sequence(1, sequence_of(two, two.queries, 1), big_k),
+                         "queries and keys of layer 0, head 1 make scores overflow float32");
+    CHECK_ERROR_CONTAINS(sw.write_sequence(1, sequence_of(two, two.queries, 1), big_k), "at token 4; expected at most 2^127");
+    CHECK(sw.sequences_written() == 1);
+
     // The constructor checks what validate_capture checks, bar the arrays, before touching the folder.
     const std::string refused = tmp.file("refused");
     std::vector<HeadSettings> settings = c.settings;
     settings[4].alpha = 0.5;
     CHECK_ERROR_CONTAINS(entgraph::CaptureWriter(refused, 2, 3, 4, {3, 2}, true, settings),
-                         "CaptureWriter: " + refused + ": alpha of layer 1, head 1 is 0.5 (expected a finite value >= 1)");
+                         "CaptureWriter: " + refused + ": alpha of layer 1, head 1 is 0.5 (expected a value in [1, "
+                                                       "1000]");
     CHECK_ERROR_CONTAINS(entgraph::CaptureWriter(refused, 2, 3, 4, {3, 0}, true, c.settings), "lengths[1] is 0");
     CHECK_ERROR_CONTAINS(entgraph::CaptureWriter(refused, 2, 3, 4, {3, 2}, true, c.settings, {"one"}),
                          "texts has 1 entries");
@@ -748,20 +808,21 @@ TEST_SUITE("io") {
                          "unsupported dtype int32 (expected float32 or float16)");
     CHECK_FALSE(fs::exists(refused));
     write_text(tmp.file("a_file"), "x");
-    CHECK_ERROR_CONTAINS(writer_for(tmp.file("a_file") + "/sub", c), "cannot create the folder");
+    CHECK_ERROR_CONTAINS(writer_for(tmp.file("a_file") + "/sub", c), "cannot create a folder to write into");
+    CHECK_ERROR_CONTAINS(writer_for(tmp.file("a_file"), c), "exists and is not a folder");
 
-    // A write that fails half-way (values.npy is a folder) leaves no
-    // capture.json, for write_capture as for the writer.
+    // A folder where a file of the capture goes is refused before anything
+    // is written, for write_capture as for the writer; the capture beside it stays.
     const std::string blocked = tmp.file("blocked");
-    entgraph::write_capture(blocked, c);
-    fs::remove(blocked + "/values.npy");
+    entgraph::write_capture(blocked, sample(false));
     fs::create_directory(blocked + "/values.npy");
-    CHECK_ERROR_CONTAINS(entgraph::write_capture(blocked, c), "write_capture: " + blocked + ": values.npy: cannot open");
-    CHECK_FALSE(fs::exists(blocked + "/capture.json"));
+    const Bytes blocked_json = read_bytes(blocked + "/capture.json");
+    CHECK_ERROR_CONTAINS(entgraph::write_capture(blocked, c),
+                         "write_capture: " + blocked + ": values.npy: cannot replace it (a folder is in the way)");
+    CHECK_ERROR_CONTAINS(writer_for(blocked, c), "CaptureWriter: " + blocked + ": values.npy: cannot replace it");
+    CHECK(read_bytes(blocked + "/capture.json") == blocked_json);
+    CHECK(listing(blocked) == std::vector<std::string>{"capture.json", "keys.npy", "queries.npy", "values.npy"});
     entgraph::write_capture(blocked, sample(false));  // no values: fine
-    REQUIRE(fs::exists(blocked + "/capture.json"));
-    CHECK_ERROR_CONTAINS(writer_for(blocked, c), "CaptureWriter: " + blocked + ": values.npy: cannot open file for writing");
-    CHECK_FALSE(fs::exists(blocked + "/capture.json"));
   }
 
   TEST_CASE("npy: encode_npy_header is what encode_npy puts before the data") {

@@ -341,6 +341,41 @@ TEST_SUITE("io") {
                          "write_npy: " + no_dir + ": cannot open file for writing");
   }
 
+  TEST_CASE("npy: shapes NumPy cannot read (a size above 2^63 - 1) are refused before writing") {
+    const std::size_t big = std::numeric_limits<std::size_t>::max();  // 2^64 - 1
+    const std::size_t over = std::size_t{1} << 63;                    // 2^63
+    const std::size_t max_ok = over - 1;
+    NpyArray empty;
+    empty.dtype = NpyDtype::float32;
+    empty.shape = {0, big};  // no elements, but NumPy's intp cannot hold the dimension
+    CHECK_ERROR_CONTAINS(entgraph::encode_npy(empty), "dimension 1 is larger than NumPy can read (2^63 - 1");
+    empty.shape = {over, 0};
+    CHECK_ERROR_CONTAINS(entgraph::encode_npy(empty), "dimension 0 is larger than NumPy can read");
+    CHECK_ERROR_CONTAINS(entgraph::encode_npy_header(NpyDtype::uint8, {over}), "larger than NumPy can read");
+    CHECK_ERROR_CONTAINS(entgraph::encode_npy_header(NpyDtype::float32, {std::size_t{1} << 61}),
+                         "more bytes than NumPy can read");
+    empty.shape = {0, max_ok};  // the largest dimension NumPy takes
+    const Bytes bytes = entgraph::encode_npy(empty);
+    CHECK(entgraph::read_npy_bytes(bytes.data(), bytes.size()).shape == std::vector<std::size_t>{0, max_ok});
+    CHECK_NOTHROW(entgraph::encode_npy_header(NpyDtype::uint8, {max_ok}));
+
+    TempDir dir;
+    const std::string path = dir.file("keep.npy");
+    const float one = 1.0f;
+    entgraph::write_npy(path, &one, {1});
+    empty.shape = {0, big};
+    CHECK_ERROR_CONTAINS(entgraph::write_npy(path, empty), "write_npy: " + path + ": shape (0, 18446744073709551615)");
+    CHECK(entgraph::read_npy(path).shape == std::vector<std::size_t>{1});  // untouched
+
+    // Nor read: such a file did not come from NumPy.
+    const Bytes hostile = make_npy(f4_header("(0, 18446744073709551615)"), {});
+    CHECK_ERROR_CONTAINS(entgraph::read_npy_bytes(hostile.data(), hostile.size(), "zero_by_max.npy"),
+                         "read_npy: zero_by_max.npy: shape (0, 18446744073709551615): dimension 1 is larger than NumPy");
+    const Bytes too_many_bytes = make_npy(f4_header("(2305843009213693952,)"), {});  // 2^61 floats: 2^63 bytes
+    CHECK_ERROR_CONTAINS(entgraph::read_npy_bytes(too_many_bytes.data(), too_many_bytes.size()),
+                         "holds more bytes than NumPy can read");
+  }
+
   TEST_CASE("npy: kNpyMaxDims dimensions round trip, one more is rejected") {
     const float x = 1.0f;
     const NpyArray a = NpyArray::from_data(&x, std::vector<std::size_t>(entgraph::kNpyMaxDims, 1));

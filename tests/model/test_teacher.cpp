@@ -7,6 +7,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -197,7 +198,7 @@ TEST_SUITE("model") {
         {R"({"format": "entgraph-teacher", "version": 1, "layers": 1e9})", "'layers'"},
         {R"({"format": "entgraph-teacher", "version": 1, "d_model": 130, "heads": 4})", "multiple of 'heads'"},
         {R"({"format": "entgraph-teacher", "version": 1, "alpha": 0.5})", "'alpha'"},
-        {R"({"format": "entgraph-teacher", "version": 1, "alpha": "high"})", "wrong type"},
+        {R"({"format": "entgraph-teacher", "version": 1, "alpha": "high"})", "'alpha' must be a number, got \"high\""},
         {R"({"format": "entgraph-teacher", "version": 1, "mask_token": 300})", "'mask_token'"},
         {R"({"format": "entgraph-teacher", "version": 1, "layer_norm_eps": 0})", "'layer_norm_eps'"},
         {R"({"format": "entgraph-teacher", "version": 1, "weights": "../../etc/passwd"})", "'weights'"},
@@ -215,11 +216,28 @@ TEST_SUITE("model") {
              "heads": 4})",
          "rotary positions need an even head dimension"},
         {R"({"format": "entgraph-teacher", "version": 1, "rotary_base": 100})", "'rotary_base' applies only"},
+        {R"({"format": "entgraph-teacher", "version": 1, "alpha": 1.5, "alpha": 2})",
+         "teacher config: cfg.json: duplicate key \"alpha\" in the file"},
+        {R"({"format": "entgraph-teacher", "version": 1, "train": {"lr": 1, "lr": 2}})",
+         "teacher config: cfg.json: duplicate key \"lr\" in the object \"train\" of the file"},
     };
     for (const Case& c : cases) {
       const std::string json = c.json;
       CAPTURE(json);
       CHECK_THROWS_WITH_AS(parse_teacher_config(c.json, "cfg.json"), doctest::Contains(c.error), Error);
+    }
+
+    // A bad value is quoted short, however long it is.
+    const std::string long_positions = R"({"format": "entgraph-teacher", "version": 1, "positions": [)" +
+                                       std::string(5000, '1').insert(0, "\"").append("\"") + "]}";
+    try {
+      parse_teacher_config(long_positions, "cfg.json");
+      FAIL("expected an error");
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      CAPTURE(what);
+      CHECK(what.find("'positions' must be") != std::string::npos);
+      CHECK(what.size() < 200);
     }
 
     // Weights that disagree with the config: a missing, a misshapen and an extra tensor.
@@ -256,6 +274,33 @@ TEST_SUITE("model") {
       }
     write_safetensors(path, nan);
     CHECK_THROWS_WITH_AS(Teacher::from_parts(config, path), doctest::Contains("'ln_f.bias' holds NaN"), Error);
+
+    // Integer or boolean weights are a wrong file, not something to convert.
+    for (const char* dtype : {"I16", "I32", "I64", "I8", "U8", "BOOL"}) {
+      CAPTURE(dtype);
+      SafetensorsFile ints = weights;
+      for (SafeTensor& t : ints.tensors)
+        if (t.name == "ln_f.bias") {
+          t.dtype = dtype;
+          t.bytes.assign(t.size() * safetensors_dtype_size(dtype), 0);
+        }
+      write_safetensors(path, ints);
+      const std::string expected = std::string("tensor 'ln_f.bias' has dtype ") + dtype + " (expected a float dtype";
+      CHECK_THROWS_WITH_AS(Teacher::from_parts(config, path), doctest::Contains(expected.c_str()), Error);
+    }
+    SafetensorsFile doubles = weights;  // F64 is a float dtype: read, rounded to float
+    for (SafeTensor& t : doubles.tensors)
+      if (t.name == "ln_f.bias") {
+        const std::vector<float> v = t.to_float();
+        t.dtype = "F64";
+        t.bytes.assign(v.size() * 8, 0);
+        for (std::size_t i = 0; i < v.size(); ++i) {
+          const double x = v[i];
+          std::memcpy(t.bytes.data() + 8 * i, &x, 8);  // little-endian host
+        }
+      }
+    write_safetensors(path, doubles);
+    CHECK_NOTHROW(Teacher::from_parts(config, path));
 
     // Positions: a rotary config has no position table, a learned one needs it.
     const TeacherConfig rotary = parse_teacher_config(

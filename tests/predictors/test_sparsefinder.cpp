@@ -166,7 +166,8 @@ TEST_CASE("sparsefinder-quantization bins are balanced on the training capture")
 TEST_CASE("parameter files write each float as a short decimal that reads back to it exactly") {
   std::mt19937_64 rng(3);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> values = {0.0f, -0.0f, 0.1f, 1.0f / 3.0f, 16777217.0f, 3.4028235e38f, -1.17549435e-38f, 1e-45f};
+  std::vector<float> values = {0.0f, -0.0f, 0.1f, 1.0f / 3.0f, 16777217.0f, 3.4028235e38f, -1.17549435e-38f, 1e-45f,
+                               0.07193161f};
   for (int i = 0; i < 2000; ++i) values.push_back(normal(rng) * std::pow(10.0f, static_cast<float>(i % 13 - 6)));
   const std::string text = detail::write_matrix(values.data(), 1, values.size()).dump();
   const nlohmann::json back = nlohmann::json::parse(text);
@@ -175,9 +176,12 @@ TEST_CASE("parameter files write each float as a short decimal that reads back t
     const float read = static_cast<float>(back[0][j].get<double>());  // the readers' path
     CHECK(std::memcmp(&read, &values[j], sizeof read) == 0);
   }
-  // At most 9 significant digits plus sign, point and exponent: under 16
-  // characters a number, where a float widened to double needs up to 24.
-  CHECK(text.size() < values.size() * 16);
+  // At most 9 significant digits each, as printed (json's printer does not
+  // always print a double shortest: 0.07193161 would come out as 0.07193161000000001).
+  for (std::size_t j = 0; j < values.size(); ++j) {
+    CAPTURE(values[j]);
+    CHECK(detail::dumped_digits(back[0][j].get<double>()) <= 9);
+  }
 }
 
 TEST_CASE("sparsefinder parameters round-trip exactly") {
@@ -267,6 +271,79 @@ TEST_CASE("malformed sparsefinder parameter files are rejected naming the field"
   j = nlohmann::json::parse(qz->to_json());
   j["parameters"].erase("buckets");
   check_error([&] { load_predictor(j.dump()); }, {"'buckets'"});
+}
+
+TEST_CASE("parameter files: repeated keys and numbers beyond float32 are errors naming the file and the entry") {
+  const Capture c = clustered_capture(1, 2, 4, {20}, 2, false);
+  auto p = make_predictor("sparsefinder-kmeans", {{"clusters", "3"}, {"r", "2"}});
+  p->fit(c, {});
+  const std::string text = p->to_json();
+  const nlohmann::json good = nlohmann::json::parse(text);
+  CHECK_NOTHROW(load_predictor(text, "good.json"));
+
+  {  // A key the format does not have (a typo) is an error, not ignored.
+    nlohmann::json j = good;
+    j["parameter"] = j["parameters"];
+    check_error([&] { load_predictor(j.dump(), "typo.json"); },
+                {"load_predictor: typo.json: unknown key \"parameter\" (expected format, version, method, settings, "
+                 "parameters)"});
+  }
+  // 1e39 is a finite double but no float32: the entry is named, not turned into inf.
+  for (double big : {1e39, -1e39, 3.5e38}) {
+    CAPTURE(big);
+    nlohmann::json j = good;
+    j["parameters"]["wq"][0][1][2][1] = big;
+    check_error([&] { load_predictor(j.dump(), "bad.json"); },
+                {"load_predictor: bad.json: ", "'wq[0][1][2][1]'", "float32"});
+    j = good;
+    j["parameters"]["centroids"][0][0][2][0] = big;
+    check_error([&] { load_predictor(j.dump(), "bad.json"); }, {"bad.json", "'centroids[0][0][2][0]'", "float32"});
+  }
+  {
+    nlohmann::json j = good;
+    j["parameters"]["wq"][0][0][0][0] = 1e39;
+    check_error([&] { load_predictor(j.dump(), "bad.json"); }, {"got 1e+39"});
+    j["parameters"]["wq"][0][0][0][0] = 3.4028234663852886e38;  // the largest float loads
+    CHECK_NOTHROW(load_predictor(j.dump(), "max.json"));
+  }
+  auto routing = make_predictor("routing", {{"clusters", "2"}});
+  routing->fit(c, {});
+  nlohmann::json r = nlohmann::json::parse(routing->to_json());
+  r["parameters"]["centroids"][0][1][1][3] = 1e39;
+  check_error([&] { load_predictor(r.dump(), "routing.json"); },
+              {"routing.json", "centroids[0][1][1][3]", "float32", "1e+39"});
+
+  // A key repeated at the top, in settings, or deep in the parameters.
+  const std::size_t brace = text.find('{');
+  check_error([&] { load_predictor("{\"method\": \"routing\", " + text.substr(brace + 1), "dup.json"); },
+              {"load_predictor: dup.json: ", "duplicate key \"method\" in the file"});
+  std::string dup = text;
+  const std::size_t settings = dup.find("\"settings\": {");
+  REQUIRE(settings != std::string::npos);
+  dup.insert(settings + 13, "\"r\": \"3\", ");
+  check_error([&] { load_predictor(dup, "dup.json"); }, {"dup.json", "duplicate key \"r\" in the object \"settings\""});
+  dup = text;
+  const std::size_t clusters = dup.find("\"clusters\":3");  // in "parameters" ("settings" holds "3")
+  REQUIRE(clusters != std::string::npos);
+  dup.insert(clusters, "\"clusters\":3,");
+  check_error([&] { load_predictor(dup, "dup.json"); },
+              {"dup.json", "duplicate key \"clusters\" in the object \"parameters\""});
+
+  // An error about a whole object quotes a short excerpt of it, not kilobytes.
+  nlohmann::json window = good;
+  window["method"] = "window";
+  window["settings"] = nlohmann::json::object();
+  REQUIRE(window["parameters"].dump().size() > 300);
+  try {
+    load_predictor(window.dump(), "window.json");
+    FAIL("expected an error");
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    CAPTURE(what);
+    CHECK(what.find("expected an empty object") != std::string::npos);
+    CHECK(what.size() < 250);
+    CHECK(what.find("...") != std::string::npos);
+  }
 }
 
 TEST_CASE("sparsefinder-kmeans on the shipped causal teacher") {

@@ -2,12 +2,14 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <limits>
 #include <string>
 #include <tuple>
 #include <vector>
 
 #include "clustered_capture.hpp"
 #include "entgraph/error.hpp"
+#include "entgraph/predictors/predictor.hpp"
 #include "entgraph/predictors/sweep.hpp"
 #include "entgraph/runtime.hpp"
 
@@ -167,6 +169,38 @@ TEST_SUITE("predictors") {
           std::vector<std::string>{"2", "4", "6", "8", "10", "12", "16", "20"});
     CHECK(default_grid("bigbird").parameter == "random");
     CHECK_THROWS_WITH_AS(default_grid("nope"), doctest::Contains("no grid for method 'nope'"), Error);
+  }
+
+  TEST_CASE("evaluate and fit: an error while working on one head names the capture, the layer and the head") {
+    // Fitted on one layer, evaluated on two: layer 1 is outside the fit.
+    const Capture one = test::clustered_capture(1, 1, 4, {12}, 2, false);
+    Capture two = test::clustered_capture(2, 1, 4, {12}, 2, false);
+    two.source = "caps/two";
+    auto routing = make_predictor("routing", {{"clusters", "2"}});
+    routing->fit(one, {});
+    try {
+      evaluate(*routing, two);
+      FAIL("expected an error");
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      CAPTURE(what);
+      CHECK(what.rfind("capture caps/two, layer 1, head 0: routing: predict: layer 1, head 0 is outside", 0) == 0);
+    }
+    // Fitting on a capture that skipped validation: the bad head is named.
+    two.keys[(1 * 12 + 5) * 4 + 2] = std::numeric_limits<float>::quiet_NaN();
+    for (const char* method : {"sparsefinder-distance", "lowrank-threshold"}) {
+      CAPTURE(method);
+      auto p = make_predictor(method, {{"r", "2"}});
+      try {
+        p->fit(two, {});
+        FAIL("expected an error");
+      } catch (const Error& e) {
+        const std::string what = e.what();
+        CAPTURE(what);
+        CHECK(what.find("caps/two") != std::string::npos);
+        CHECK(what.find("layer 1, head 0") != std::string::npos);
+      }
+    }
   }
 }
 

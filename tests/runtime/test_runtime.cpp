@@ -4,12 +4,15 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <limits>
 #include <set>
 #include <string>
 #include <thread>
 
 #include "entgraph/error.hpp"
 #include "entgraph/runtime.hpp"
+#include "entgraph/transforms.hpp"
+#include "runtime/numbers.hpp"
 #include "support.hpp"
 
 using namespace entgraph;
@@ -128,4 +131,59 @@ TEST_SUITE("runtime") {
     CHECK(num_threads() == def);
   }
 
+  TEST_CASE("runtime: number_text is the shortest text that reads back; parse_decimal takes plain decimals only") {
+    using entgraph::detail::number_text;
+    CHECK(number_text(0.1) == "0.1");
+    CHECK(number_text(1e30) == "1e+30");
+    CHECK(number_text(1.0 / 3.0) == "0.3333333333333333");
+    CHECK(number_text(1000.0) == "1000");
+    CHECK(number_text(-2.5) == "-2.5");
+    CHECK(number_text(0.0) == "0");
+    CHECK(number_text(0.1f) == "0.1");
+    CHECK(number_text(1e39) == "1e+39");
+    CHECK(number_text(std::numeric_limits<float>::max()) == "3.4028235e+38");
+    CHECK(number_text(std::numeric_limits<double>::max()) == "1.7976931348623157e+308");
+    CHECK(number_text(std::numeric_limits<double>::quiet_NaN()) == "nan");
+    CHECK(number_text(-std::numeric_limits<float>::infinity()) == "-inf");
+    for (double x : {0.1, 1e-300, 123456.789, 6.02214076e23, 5e-324}) {
+      CAPTURE(x);
+      CHECK(std::strtod(number_text(x).c_str(), nullptr) == x);
+    }
+    for (float x : {0.1f, 1e-40f, 16777217.0f, 3.14159265f}) {
+      CAPTURE(x);
+      CHECK(static_cast<float>(std::strtod(number_text(x).c_str(), nullptr)) == x);
+    }
+
+    using entgraph::detail::parse_decimal;
+    for (const char* ok : {"1.5", "-2", "+.5", "5.", "1e3", "1E-3", "0", "1000", "3.4e38", "1e-400"}) {
+      CAPTURE(ok);
+      double x = -7;
+      CHECK(parse_decimal(ok, x));
+      CHECK(x == std::strtod(ok, nullptr));
+    }
+    for (const char* bad : {"", "0x2", "0X1p3", "inf", "-inf", "nan", "infinity", " 2", "2 ", "2x", "1e", "e5", ".",
+                            "+", "1,5", "1e999", "--1", "1.2.3", "\t1"}) {
+      CAPTURE(bad);
+      double x = -7;
+      CHECK_FALSE(parse_decimal(bad, x));
+      CHECK(x == -7);  // untouched
+    }
+    CHECK(entgraph::detail::fits_float(3.4028235e38));
+    CHECK_FALSE(entgraph::detail::fits_float(1e39));
+    CHECK_FALSE(entgraph::detail::fits_float(0x1.ffffffp127));  // rounds to infinity
+  }
+
+  TEST_CASE("runtime: messages print numbers in their shortest form, not with %f") {
+    std::vector<float> row = {1.0f, 2.0f}, out(2);
+    try {
+      entmax<float>({row.data(), 1, 2}, {out.data(), 1, 2}, 1e30);
+      FAIL("expected an error");
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      CAPTURE(what);
+      CHECK(what.find("got 1e+30") != std::string::npos);
+      CHECK(what.find("1000000000000000019884624838656") == std::string::npos);
+      CHECK(what.find("expected 1 <= alpha <= 1000;") != std::string::npos);
+    }
+  }
 }  // TEST_SUITE

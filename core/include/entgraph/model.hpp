@@ -144,6 +144,10 @@ class Teacher {
   // progress, if set, is called after each text with (done, total).
   void capture_to(const std::string& dir, const std::vector<std::string>& texts, NpyDtype dtype = NpyDtype::float32,
                   const std::function<void(std::size_t, std::size_t)>& progress = {}) const;
+  // The exact bytes capture_to(dir, texts, dtype) writes (capture_file_bytes),
+  // with the texts checked as capture_to checks them: to refuse a capture
+  // before any forward pass.
+  std::uint64_t capture_bytes(const std::vector<std::string>& texts, NpyDtype dtype = NpyDtype::float32) const;
 
  private:
   struct Weights;

@@ -21,6 +21,11 @@
 //   the result is bit-identical for any thread count.
 // - Backward functions need only the forward output p (and the transform's
 //   parameters): masked entries have p = 0 and so get a zero gradient.
+//   Upstream gradients must be finite (else entgraph::Error); any finite ones,
+//   up to the type's maximum (±3e38 in float), give a finite result wherever
+//   the exact vector-Jacobian product is finite in T (sums and differences
+//   are scaled so that nothing overflows on the way), infinity only where the
+//   exact value itself exceeds T's range, never NaN, and exactly 0 where p = 0.
 #pragma once
 
 #include <cstddef>

@@ -10,6 +10,7 @@
 #include "entgraph/error.hpp"
 #include "entgraph/runtime.hpp"
 #include "entgraph/transforms.hpp"
+#include "io/capture_context.hpp"
 #include "kernels/matmul_kernels.hpp"
 
 namespace entgraph {
@@ -261,8 +262,10 @@ Graph gold_graph(MatrixView<const float> q, MatrixView<const float> k, const Hea
 }
 
 Graph gold_graph(const Capture& capture, std::size_t layer, std::size_t head, std::size_t sequence) {
-  return gold_graph(capture.queries_of(layer, head, sequence), capture.keys_of(layer, head, sequence),
-                    capture.head(layer, head));
+  return detail::in_head(capture, layer, head, [&] {
+    return gold_graph(capture.queries_of(layer, head, sequence), capture.keys_of(layer, head, sequence),
+                      capture.head(layer, head));
+  });
 }
 
 double GraphMetrics::sparsity() const {

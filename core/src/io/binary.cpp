@@ -116,6 +116,14 @@ void InputFile::read_exact(unsigned char* out, std::size_t n, const char* what) 
 
 std::vector<unsigned char> InputFile::read_all(std::size_t max_bytes) {
   std::vector<unsigned char> bytes;
+  // A regular file's size is known: refuse a large one before reading any of it.
+  if (regular_) {
+    const std::size_t size = this->size();
+    if (size > max_bytes)
+      fail(op_, path_, "file too large (" + std::to_string(size) + " bytes, more than the limit of " +
+                           std::to_string(max_bytes) + ")");
+    bytes.reserve(size);
+  }
   unsigned char chunk[1 << 16];
   for (;;) {
     const std::size_t got = std::fread(chunk, 1, sizeof chunk, file_.get());

@@ -116,8 +116,8 @@ class InputFile {
   void read_exact(unsigned char* out, std::size_t n, const char* what);
   // Everything up to the end of the file, read in chunks rather than trusting
   // a size reported up front: the file may be a pipe, or change while it is
-  // read. Throws "file too large (more than <max_bytes> bytes)" or
-  // "read error (...)".
+  // read. A regular file larger than max_bytes is refused before any read.
+  // Throws "file too large (...)" or "read error (...)".
   std::vector<unsigned char> read_all(std::size_t max_bytes = static_cast<std::size_t>(-1));
 
  private:

@@ -9,6 +9,7 @@
 // validate_capture().
 #include "entgraph/io/capture.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdint>
@@ -18,13 +19,16 @@
 #include <filesystem>
 #include <limits>
 #include <nlohmann/json.hpp>
-#include <set>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "entgraph/error.hpp"
+#include "entgraph/transforms.hpp"
 #include "io/binary.hpp"
+#include "io/json_strict.hpp"
+#include "io/output_folder.hpp"
+#include "runtime/numbers.hpp"
 
 namespace entgraph {
 namespace {
@@ -61,73 +65,17 @@ std::string shown(const Json& j) {
   return detail::printable(text.data(), text.size(), 60);
 }
 
-// Parses JSON text, rejecting more than max_levels levels of nested arrays
-// and objects (the parser is iterative, but dump() and the destructor of some
-// versions recurse) and, if repeated is not null, collecting a repeated key
-// of the top-level object into *repeated (nlohmann keeps the last one
-// silently).
+// Parses JSON text (detail::parse_json_strict): more than max_levels levels
+// of nested arrays and objects, or a key repeated in any object, is an error;
+// with repeated, the message of a repeated key is stored there instead, for
+// read_capture to report after "format" and "version".
 Json parse_json(const std::string& text, const std::string& prefix, const std::string& what, int max_levels,
                 std::string* repeated = nullptr) {
-  std::set<std::string> top_keys;
-  bool too_deep = false;
-  const Json::parser_callback_t callback = [&](int depth, Json::parse_event_t event, Json& parsed) {
-    // depth counts the enclosing arrays and objects; a new one is level depth + 1.
-    const bool opens = event == Json::parse_event_t::object_start || event == Json::parse_event_t::array_start;
-    if (opens && depth + 1 > max_levels) too_deep = true;
-    if (repeated != nullptr && event == Json::parse_event_t::key && depth == 1 && repeated->empty() &&
-        parsed.is_string() && !top_keys.insert(parsed.get<std::string>()).second)
-      *repeated = parsed.get<std::string>();
-    return !too_deep;  // once too deep, discard everything so nothing deep is built
-  };
-  Json j;
-  try {
-    j = Json::parse(text, callback);
-  } catch (const Json::exception& e) {
-    fail(prefix, what + " is not valid JSON (" + detail::printable(e.what(), std::strlen(e.what()), 200) + ")");
-  }
-  if (too_deep)
-    fail(prefix,
-         what + " is nested too deeply (more than " + std::to_string(max_levels) + " levels of arrays and objects)");
-  return j;
+  return detail::parse_json_strict<Json>(text, prefix, what, max_levels, repeated);
 }
 
 // True if s is valid UTF-8 (what JSON text must be).
-bool valid_utf8(const std::string& s) {
-  std::size_t i = 0;
-  const std::size_t n = s.size();
-  while (i < n) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    std::size_t len;
-    std::uint32_t cp;
-    if (c < 0x80) {
-      ++i;
-      continue;
-    } else if ((c & 0xe0) == 0xc0) {
-      len = 2;
-      cp = c & 0x1fu;
-    } else if ((c & 0xf0) == 0xe0) {
-      len = 3;
-      cp = c & 0x0fu;
-    } else if ((c & 0xf8) == 0xf0) {
-      len = 4;
-      cp = c & 0x07u;
-    } else {
-      return false;
-    }
-    if (n - i < len) return false;
-    for (std::size_t k = 1; k < len; ++k) {
-      const auto cc = static_cast<unsigned char>(s[i + k]);
-      if ((cc & 0xc0) != 0x80) return false;
-      cp = (cp << 6) | (cc & 0x3fu);
-    }
-    // Overlong forms, surrogates and code points past U+10FFFF.
-    if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) || cp > 0x10ffff ||
-        (cp >= 0xd800 && cp <= 0xdfff))
-      return false;
-    i += len;
-  }
-  return true;
-}
+bool valid_utf8(const std::string& s) { return utf8_invalid_offset(s) == s.size(); }
 
 // The sizes derived from layers, heads, head_dim and lengths, each checked
 // for overflow.
@@ -192,14 +140,51 @@ std::string head_name(const Capture& c, std::size_t index) {
   return "layer " + str(index / c.heads) + ", head " + str(index % c.heads);
 }
 
-// The shortest of %.15g, %.16g, %.17g that reads back as v: 0.1, not 0.10000000000000001.
-std::string number(double v) {
-  char buf[40];
-  for (int digits = 15; digits <= 17; ++digits) {
-    std::snprintf(buf, sizeof buf, "%.*g", digits, v);
-    if (std::strtod(buf, nullptr) == v) break;
+static_assert(kCaptureMaxAlpha == kMaxEntmaxAlpha, "a capture's alpha range is the entmax transform's");
+
+// The shortest text that reads back as v: 0.1, not 0.10000000000000001.
+std::string number(double v) { return detail::number_text(v); }
+
+// Per head, the largest query and key norms bound every score and every
+// partial sum of one: |scale q.k| <= scale |q| |k| (Cauchy-Schwarz), and the
+// kernels accumulate q.k before scaling. Both must stay below
+// kCaptureMaxScore, half the float32 maximum, so that rounding cannot push a
+// score to infinity. Norms are computed in double: |q|^2 may overflow float.
+// The largest norm among rows [0, rows) of a (head_dim columns), in double,
+// and the row it is at (first_token + row) if larger than best.
+void largest_norm(const float* a, std::size_t rows, std::size_t head_dim, std::size_t first_token, double& best,
+                  std::size_t& token) {
+  for (std::size_t t = 0; t < rows; ++t) {
+    const float* row = a + t * head_dim;
+    double n2 = 0;
+    for (std::size_t d = 0; d < head_dim; ++d) n2 += static_cast<double>(row[d]) * row[d];
+    if (std::sqrt(n2) > best) {
+      best = std::sqrt(n2);
+      token = first_token + t;
+    }
   }
-  return buf;
+}
+
+// The bound of head hi's scores from its largest query and key norms.
+void check_head_scores(const Capture& c, std::size_t hi, double q, std::size_t qt, double k, std::size_t kt,
+                       const std::string& prefix) {
+  const double scale = c.settings[hi].scale;
+  if (!(q * k * std::max(1.0, scale) <= kCaptureMaxScore))
+    fail(prefix, "queries and keys of " + head_name(c, hi) + " make scores overflow float32: " +
+                     (scale > 1.0 ? "scale * " : "") + "max |q| * max |k| = " + number(q * k * std::max(1.0, scale)) +
+                     " (scale " + number(scale) + ", max |q| " + number(q) + " at token " + str(qt) + ", max |k| " +
+                     number(k) + " at token " + str(kt) + "; expected at most 2^127 = " + number(kCaptureMaxScore) +
+                     ")");
+}
+
+void check_score_range(const Capture& c, const Sizes& s, const std::string& prefix) {
+  for (std::size_t hi = 0; hi < s.heads_total; ++hi) {
+    std::size_t qt = 0, kt = 0;
+    double q = 0, k = 0;
+    largest_norm(c.queries.data() + hi * s.tokens * c.head_dim, s.tokens, c.head_dim, 0, q, qt);
+    largest_norm(c.keys.data() + hi * s.tokens * c.head_dim, s.tokens, c.head_dim, 0, k, kt);
+    check_head_scores(c, hi, q, qt, k, kt, prefix);
+  }
 }
 
 Sizes validate_settings(const Capture& c, const Sizes& s, const std::string& prefix);
@@ -223,6 +208,7 @@ Sizes validate(const Capture& c, const std::string& prefix, bool arrays = true) 
   check_finite(c, s, c.queries, "queries", prefix);
   check_finite(c, s, c.keys, "keys", prefix);
   check_finite(c, s, c.values, "values", prefix);
+  check_score_range(c, s, prefix);
   return s;
 }
 
@@ -233,16 +219,21 @@ Sizes validate_settings(const Capture& c, const Sizes& s, const std::string& pre
          "settings has " + str(c.settings.size()) + " entries (expected layers * heads = " + str(s.heads_total) + ")");
   for (std::size_t i = 0; i < c.settings.size(); ++i) {
     const HeadSettings& h = c.settings[i];
-    if (!(std::isfinite(h.alpha) && h.alpha >= 1.0))
-      fail(prefix, "alpha of " + head_name(c, i) + " is " + number(h.alpha) + " (expected a finite value >= 1)");
+    if (!(h.alpha >= 1.0 && h.alpha <= kCaptureMaxAlpha))
+      fail(prefix, "alpha of " + head_name(c, i) + " is " + number(h.alpha) + " (expected a value in [1, " +
+                       number(kCaptureMaxAlpha) + "], the range of the entmax transform)");
     if (!(std::isfinite(h.scale) && h.scale > 0.0))
       fail(prefix, "scale of " + head_name(c, i) + " is " + number(h.scale) + " (expected a finite value > 0)");
+    if (!detail::fits_float(h.scale))  // scores are computed in float32
+      fail(prefix, "scale of " + head_name(c, i) + " is " + number(h.scale) +
+                       " (expected at most the float32 maximum, 3.4028235e+38: scores are float32)");
   }
   if (!c.texts.empty() && c.texts.size() != c.lengths.size())
     fail(prefix, "texts has " + str(c.texts.size()) + " entries (expected 0 or one per sequence, " +
                      str(c.lengths.size()) + ")");
   for (std::size_t i = 0; i < c.texts.size(); ++i)
-    if (!valid_utf8(c.texts[i])) fail(prefix, "texts[" + str(i) + "] is not valid UTF-8");
+    if (const std::size_t at = utf8_invalid_offset(c.texts[i]); at != c.texts[i].size())
+      fail(prefix, "texts[" + str(i) + "] is not valid UTF-8 (at byte " + str(at) + ")");
   if (!valid_utf8(c.provenance)) fail(prefix, "provenance is not valid UTF-8");
   if (!parse_json(c.provenance, prefix, "provenance", kMaxJsonDepth).is_object())
     fail(prefix,
@@ -459,10 +450,10 @@ std::string capture_json_text(const Capture& c, bool has_values, const std::stri
   return text + "\n}\n";
 }
 
-// Writes capture.json, the last file of a capture: a folder whose
-// capture.json is new has all its arrays.
-void write_capture_json(const std::string& dir, const std::string& text, const std::string& prefix) {
-  const std::string json_path = (fs::path(dir) / "capture.json").string();
+// Writes capture.json into the staged folder (see OutputFolder: it is moved
+// into place last).
+void write_capture_json(const detail::OutputFolder& out, const std::string& text, const std::string& prefix) {
+  const std::string json_path = out.path("capture.json");
   try {
     detail::write_file_bytes("write_capture", json_path, text.data(), text.size());
   } catch (const Error& e) {
@@ -470,20 +461,19 @@ void write_capture_json(const std::string& dir, const std::string& text, const s
   }
 }
 
-// Removes dir/capture.json, if any, before the arrays it may describe are
-// overwritten: if writing fails half-way, no capture.json points at them.
-void remove_old_json(const std::string& dir, const std::string& prefix) {
-  std::error_code ec;
-  fs::remove(fs::path(dir) / "capture.json", ec);
-  if (ec) fail(prefix, "capture.json: cannot remove the old one (" + ec.message() + ")");
+// The files of a capture, capture.json (its manifest) last.
+std::vector<std::string> capture_file_names(bool with_values) {
+  std::vector<std::string> names = {"queries.npy", "keys.npy"};
+  if (with_values) names.push_back("values.npy");
+  names.push_back("capture.json");
+  return names;
 }
 
-// Creates dir and its parents if needed.
-void make_folder(const std::string& dir, const std::string& prefix) {
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) fail(prefix, "cannot create the folder (" + ec.message() + ")");
-  if (!fs::is_directory(dir, ec)) fail(prefix, "is not a folder");
+// Refuses an output larger than the free space of the file system it goes to.
+void check_free_space(const detail::OutputFolder& out, std::uint64_t bytes, const std::string& prefix) {
+  const unsigned long long available = detail::free_bytes_at(out.staging());
+  if (bytes > available)
+    fail(prefix, "the capture needs " + str(bytes) + " bytes but its file system has " + str(available) + " free");
 }
 
 }  // namespace
@@ -569,7 +559,47 @@ MatrixView<float> Capture::values_of(std::size_t layer, std::size_t head, std::s
           lengths[sequence], head_dim};
 }
 
-void validate_capture(const Capture& capture) { validate(capture, "validate_capture: "); }
+void validate_capture(const Capture& capture) {
+  const std::string source = capture.source.empty() ? std::string() : "capture " + capture.source + ": ";
+  validate(capture, "validate_capture: " + source);
+}
+
+std::size_t utf8_invalid_offset(std::string_view s) {
+  std::size_t i = 0;
+  const std::size_t n = s.size();
+  while (i < n) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    std::size_t len;
+    std::uint32_t cp;
+    if (c < 0x80) {
+      ++i;
+      continue;
+    } else if ((c & 0xe0) == 0xc0) {
+      len = 2;
+      cp = c & 0x1fu;
+    } else if ((c & 0xf0) == 0xe0) {
+      len = 3;
+      cp = c & 0x0fu;
+    } else if ((c & 0xf8) == 0xf0) {
+      len = 4;
+      cp = c & 0x07u;
+    } else {
+      return i;
+    }
+    if (n - i < len) return i;
+    for (std::size_t k = 1; k < len; ++k) {
+      const auto cc = static_cast<unsigned char>(s[i + k]);
+      if ((cc & 0xc0) != 0x80) return i;
+      cp = (cp << 6) | (cc & 0x3fu);
+    }
+    // Overlong forms, surrogates and code points past U+10FFFF.
+    if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) || cp > 0x10ffff ||
+        (cp >= 0xd800 && cp <= 0xdfff))
+      return i;
+    i += len;
+  }
+  return n;
+}
 
 void write_capture(const std::string& dir, const Capture& c, NpyDtype dtype) {
   const std::string prefix = "write_capture: " + dir + ": ";
@@ -597,11 +627,15 @@ void write_capture(const std::string& dir, const Capture& c, NpyDtype dtype) {
 
   const std::string text = capture_json_text(c, c.has_values(), prefix);
 
-  make_folder(dir, prefix);
-  remove_old_json(dir, prefix);
+  // Written into a staged folder and moved into place whole (OutputFolder).
+  detail::OutputFolder out("write_capture", dir);
+  out.check_targets(capture_file_names(c.has_values()));
+  const std::uint64_t per_file = encode_npy_header(dtype, shape).size() + std::uint64_t{s.count} * npy_dtype_size(dtype);
+  const std::uint64_t total = text.size() + per_file * arrays.size();
+  check_free_space(out, total, prefix);
   for (const Out& a : arrays) {
     const std::string name = std::string(a.role) + ".npy";
-    const std::string path = (fs::path(dir) / name).string();
+    const std::string path = out.path(name);
     try {
       if (dtype == NpyDtype::float16)
         write_npy(path, a.half);
@@ -611,7 +645,8 @@ void write_capture(const std::string& dir, const Capture& c, NpyDtype dtype) {
       restate(e, "write_npy", path, name, prefix);
     }
   }
-  write_capture_json(dir, text, prefix);  // last
+  write_capture_json(out, text, prefix);
+  out.commit(capture_file_names(c.has_values()), "capture.json");
 }
 
 // ---------------------------------------------------------------------------
@@ -630,11 +665,18 @@ struct CaptureWriter::State {
   NpyDtype dtype = NpyDtype::float32;
   std::size_t item = 4;         // bytes per element in the files
   std::size_t data_start = 0;   // the .npy header's size: where element 0 is
+  std::size_t array_bytes = 0;  // the elements of one array
+  std::uint64_t total_bytes = 0;  // every file
   std::string json;             // capture.json, written by finish()
+  std::unique_ptr<detail::OutputFolder> out;  // the staged folder
   std::vector<Array> arrays;
   std::vector<std::size_t> offsets;  // first token of each sequence
   std::vector<bool> written;
   std::size_t written_count = 0;
+  // Per head, the largest query and key norms so far and their tokens
+  // (validate_capture's score bound, checked as the sequences arrive).
+  std::vector<double> max_q, max_k;
+  std::vector<std::size_t> max_q_token, max_k_token;
   bool failed = false, finished = false;
   std::vector<unsigned char> buffer;  // one encoded (layer, head) slice
 
@@ -655,13 +697,13 @@ struct CaptureWriter::State {
   }
 };
 
-CaptureWriter::CaptureWriter(const std::string& dir, std::size_t layers, std::size_t heads, std::size_t head_dim,
-                             std::vector<std::size_t> lengths, bool with_values, std::vector<HeadSettings> settings,
-                             std::vector<std::string> texts, std::string provenance, NpyDtype dtype)
-    : state_(std::make_unique<State>()) {
-  State& w = *state_;
-  w.dir = dir;
-  w.prefix = "CaptureWriter: " + dir + ": ";
+namespace {
+// The checks and sizes of a capture to be written, before any file exists:
+// everything CaptureWriter's constructor and capture_file_bytes share.
+void plan(CaptureWriter::State& w, const std::string& prefix, std::size_t layers, std::size_t heads,
+          std::size_t head_dim, std::vector<std::size_t> lengths, bool with_values, std::vector<HeadSettings> settings,
+          std::vector<std::string> texts, std::string provenance, NpyDtype dtype) {
+  w.prefix = prefix;
   if (dtype != NpyDtype::float32 && dtype != NpyDtype::float16)
     fail(w.prefix, std::string("unsupported dtype ") + npy_dtype_name(dtype) + " (expected float32 or float16)");
   w.meta.layers = layers;
@@ -676,30 +718,55 @@ CaptureWriter::CaptureWriter(const std::string& dir, std::size_t layers, std::si
   w.dtype = dtype;
   w.item = npy_dtype_size(dtype);
   w.json = capture_json_text(w.meta, with_values, w.prefix);
+  if (!checked_mul(w.sizes.count, w.item, w.array_bytes)) fail(w.prefix, "the arrays' byte count overflows");
+  w.data_start = encode_npy_header(dtype, {layers, heads, w.sizes.tokens, head_dim}).size();
+  if (w.array_bytes > static_cast<std::size_t>(std::numeric_limits<long>::max()) - w.data_start)
+    fail(w.prefix, "the arrays are too large for this platform's file offsets");
+  const std::uint64_t per_file = static_cast<std::uint64_t>(w.data_start) + w.array_bytes;
+  w.total_bytes = per_file * (with_values ? 3 : 2) + w.json.size();
+}
+}  // namespace
+
+std::uint64_t capture_file_bytes(std::size_t layers, std::size_t heads, std::size_t head_dim,
+                                 std::vector<std::size_t> lengths, bool with_values, std::vector<HeadSettings> settings,
+                                 std::vector<std::string> texts, std::string provenance, NpyDtype dtype) {
+  CaptureWriter::State w;
+  plan(w, "capture_file_bytes: ", layers, heads, head_dim, std::move(lengths), with_values, std::move(settings),
+       std::move(texts), std::move(provenance), dtype);
+  return w.total_bytes;
+}
+
+CaptureWriter::CaptureWriter(const std::string& dir, std::size_t layers, std::size_t heads, std::size_t head_dim,
+                             std::vector<std::size_t> lengths, bool with_values, std::vector<HeadSettings> settings,
+                             std::vector<std::string> texts, std::string provenance, NpyDtype dtype)
+    : state_(std::make_unique<State>()) {
+  State& w = *state_;
+  w.dir = dir;
+  plan(w, "CaptureWriter: " + dir + ": ", layers, heads, head_dim, std::move(lengths), with_values, std::move(settings),
+       std::move(texts), std::move(provenance), dtype);
   std::size_t first = 0;
   for (std::size_t n : w.meta.lengths) {
     w.offsets.push_back(first);
     first += n;  // no overflow: checked_sizes
   }
   w.written.assign(w.meta.lengths.size(), false);
-  std::size_t bytes = 0;
-  if (!checked_mul(w.sizes.count, w.item, bytes)) fail(w.prefix, "the arrays' byte count overflows");
+  w.max_q.assign(w.sizes.heads_total, 0.0);
+  w.max_k.assign(w.sizes.heads_total, 0.0);
+  w.max_q_token.assign(w.sizes.heads_total, 0);
+  w.max_k_token.assign(w.sizes.heads_total, 0);
 
-  const std::vector<unsigned char> header =
-      encode_npy_header(dtype, {layers, heads, w.sizes.tokens, head_dim});
-  w.data_start = header.size();
-  if (bytes > static_cast<std::size_t>(std::numeric_limits<long>::max()) - w.data_start)
-    fail(w.prefix, "the arrays are too large for this platform's file offsets");
-
-  make_folder(dir, w.prefix);
-  remove_old_json(dir, w.prefix);
+  // Nothing in dir changes before finish(): the files are staged (OutputFolder).
+  w.out = std::make_unique<detail::OutputFolder>("CaptureWriter", dir);
+  w.out->check_targets(capture_file_names(with_values));
+  check_free_space(*w.out, w.total_bytes, w.prefix);
+  const std::vector<unsigned char> header = encode_npy_header(dtype, {layers, heads, w.sizes.tokens, head_dim});
   std::vector<const char*> roles = {"queries", "keys"};
   if (with_values) roles.push_back("values");
   for (const char* role : roles) {
     State::Array a;
     a.role = role;
     a.name = std::string(role) + ".npy";
-    a.path = (fs::path(dir) / a.name).string();
+    a.path = w.out->path(a.name);
     errno = 0;
     a.file.reset(std::fopen(a.path.c_str(), "wb"));
     if (!a.file) w.write_failed(a, "cannot open file for writing");
@@ -708,10 +775,10 @@ CaptureWriter::CaptureWriter(const std::string& dir, std::size_t layers, std::si
       w.write_failed(a, "write failed");
     // The file at its final size from the start; the sequences fill it in.
     std::error_code ec;
-    fs::resize_file(a.path, w.data_start + bytes, ec);
+    fs::resize_file(a.path, w.data_start + w.array_bytes, ec);
     if (ec) {
-      fail(w.prefix, a.name + ": cannot extend the file to " + str(w.data_start + bytes) + " bytes (" + ec.message() +
-                         ")");
+      fail(w.prefix, a.name + ": cannot extend the file to " + str(w.data_start + w.array_bytes) + " bytes (" +
+                         ec.message() + ")");
     }
     w.arrays.push_back(std::move(a));
   }
@@ -761,6 +828,13 @@ void CaptureWriter::write_sequence(std::size_t sequence, const std::vector<float
       if (w.dtype == NpyDtype::float16) w.encode(data.data() + hi * slice, slice, first_of(hi), a.role);
     }
   }
+  std::vector<double> max_q = w.max_q, max_k = w.max_k;
+  std::vector<std::size_t> max_q_token = w.max_q_token, max_k_token = w.max_k_token;
+  for (std::size_t hi = 0; hi < w.sizes.heads_total; ++hi) {
+    largest_norm(queries.data() + hi * slice, n, c.head_dim, w.offsets[sequence], max_q[hi], max_q_token[hi]);
+    largest_norm(keys.data() + hi * slice, n, c.head_dim, w.offsets[sequence], max_k[hi], max_k_token[hi]);
+    check_head_scores(c, hi, max_q[hi], max_q_token[hi], max_k[hi], max_k_token[hi], prefix);
+  }
   for (std::size_t i = 0; i < w.arrays.size(); ++i) {
     State::Array& a = w.arrays[i];
     const std::vector<float>& data = *given[i];
@@ -775,6 +849,10 @@ void CaptureWriter::write_sequence(std::size_t sequence, const std::vector<float
   }
   w.written[sequence] = true;
   ++w.written_count;
+  w.max_q = std::move(max_q);
+  w.max_k = std::move(max_k);
+  w.max_q_token = std::move(max_q_token);
+  w.max_k_token = std::move(max_k_token);
 }
 
 void CaptureWriter::finish() {
@@ -791,7 +869,8 @@ void CaptureWriter::finish() {
     if (std::fflush(a.file.get()) != 0) w.write_failed(a, "write failed");
     if (std::fclose(a.file.release()) != 0) w.write_failed(a, "write failed");
   }
-  write_capture_json(w.dir, w.json, w.prefix);
+  write_capture_json(*w.out, w.json, w.prefix);
+  w.out->commit(capture_file_names(w.with_values), "capture.json");
   w.finished = true;
 }
 
@@ -824,8 +903,7 @@ Capture read_capture(const std::string& dir) {
   const Json& version = j.at("version");
   if (!version.is_number_integer()) fail(prefix, "\"version\" is not an integer (got " + shown(version) + ")");
   if (version != kVersion) fail(prefix, "unsupported version " + shown(version) + " (expected 1)");
-  if (!repeated.empty())
-    fail(prefix, "duplicate key \"" + detail::printable(repeated.data(), repeated.size()) + "\" in capture.json");
+  if (!repeated.empty()) fail(prefix, repeated);
   for (const auto& item : j.items()) {
     bool known = false;
     for (const char* k : kKnownKeys) known = known || item.key() == k;
@@ -879,7 +957,8 @@ Capture read_capture(const std::string& dir) {
   c.queries = read_array(dir, queries_file, "queries", shape, s, prefix);
   c.keys = read_array(dir, keys_file, "keys", shape, s, prefix);
   if (!values_file.empty()) c.values = read_array(dir, values_file, "values", shape, s, prefix);
-  validate(c, prefix);  // ranges of alpha and scale, NaN and infinity in the data
+  validate(c, prefix);  // ranges of alpha and scale, NaN and infinity in the data, score range
+  c.source = dir;
   return c;
 }
 

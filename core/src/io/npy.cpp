@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <limits>
@@ -305,6 +306,23 @@ Prefix parse_prefix(const unsigned char* prefix, std::size_t total, const std::s
   return out;
 }
 
+// NumPy's sizes are signed 64-bit (npy_intp): a larger dimension or byte
+// count makes a file NumPy refuses, even an empty one such as (0, 2^64 - 1).
+// Neither written nor read.
+void check_numpy_limits(const char* op, const std::string& name, NpyDtype dtype, const std::vector<std::size_t>& shape,
+                        std::size_t bytes) {
+  constexpr std::uint64_t kNumpyMax = std::numeric_limits<std::int64_t>::max();
+  for (std::size_t d = 0; d < shape.size(); ++d)
+    if (static_cast<std::uint64_t>(shape[d]) > kNumpyMax)
+      fail(op, name,
+           "shape " + npy_shape_string(shape) + ": dimension " + std::to_string(d) +
+               " is larger than NumPy can read (2^63 - 1 = 9223372036854775807)");
+  if (static_cast<std::uint64_t>(bytes) > kNumpyMax)
+    fail(op, name,
+         "shape " + npy_shape_string(shape) + " of " + npy_dtype_name(dtype) +
+             " holds more bytes than NumPy can read (2^63 - 1)");
+}
+
 Layout parse_layout(const Prefix& prefix, const char* header, const std::string& name) {
   Layout layout;
   HeaderParser(header, prefix.header_len, name).parse(layout);
@@ -314,6 +332,7 @@ Layout parse_layout(const Prefix& prefix, const char* header, const std::string&
   const std::size_t item = npy_dtype_size(layout.dtype);
   if (count > std::numeric_limits<std::size_t>::max() / item)
     fail("read_npy", name, "shape " + npy_shape_string(layout.shape) + " has too many bytes (overflow)");
+  check_numpy_limits("read_npy", name, layout.dtype, layout.shape, count * item);
   layout.data_bytes = count * item;
   layout.data_offset = prefix.header_offset + prefix.header_len;
   return layout;
@@ -344,6 +363,7 @@ std::vector<unsigned char> encode_header(NpyDtype dtype, const std::vector<std::
   const std::size_t item = npy_dtype_size(dtype);
   if (!checked_count(shape, count) || count > std::numeric_limits<std::size_t>::max() / item)
     fail(op, name, "shape " + npy_shape_string(shape) + " has too many elements (overflow)");
+  check_numpy_limits(op, name, dtype, shape, count * item);
   if (data_bytes != count * item)
     fail(op, name,
          "data size does not match the shape (got " + std::to_string(data_bytes) + " bytes, expected " +

@@ -43,6 +43,16 @@ struct TransformKernels {
   BackwardRow entmax_backward;   // general alpha
 };
 
+// The backward of the entmax family, dz = s (dp - <s, dp> / sum s) with
+// s = p^e on the support (p > 0) and dz = 0 off it (e: 1 softmax, 0
+// sparsemax, 1/2 entmax15, 2 - alpha entmax), evaluated in double with dp
+// and s scaled so that nothing overflows on the way: the result is infinite
+// only where the exact one is beyond the type's range. For the rows whose
+// plain evaluation would overflow (|dp| near the maximum, or s beyond it for
+// alpha > 2); every kernel falls back to it. Never throws; dz may alias p or dp.
+void family_backward_robust(const float* p, const float* dp, float* dz, std::size_t n, double e);
+void family_backward_robust(const double* p, const double* dp, double* dz, std::size_t n, double e);
+
 // The table of an available instruction set (throws if it is not).
 const TransformKernels& transform_kernels(CpuIsa isa);
 // The table of cpu_isa().

@@ -66,6 +66,10 @@ class TensorSource {
     if (t->shape != shape)
       fail("tensor '" + tensor + "' has shape " + shape_string(t->shape) + ", the config implies " +
            shape_string(shape));
+    // Weights are real numbers: an integer or boolean tensor is a wrong file,
+    // not something to convert silently.
+    if (t->dtype != "F32" && t->dtype != "F16" && t->dtype != "BF16" && t->dtype != "F64")
+      fail("tensor '" + tensor + "' has dtype " + t->dtype + " (expected a float dtype: F32, F16, BF16 or F64)");
     std::vector<float> values = t->to_float();
     for (float v : values)
       if (!std::isfinite(v)) fail("tensor '" + tensor + "' holds NaN or Inf");
@@ -372,6 +376,13 @@ Capture Teacher::capture(const std::vector<std::string>& texts) const {
   cap.texts = texts;
   cap.provenance = capture_provenance(c);
   return cap;
+}
+
+std::uint64_t Teacher::capture_bytes(const std::vector<std::string>& texts, NpyDtype dtype) const {
+  const TeacherConfig& c = config_;
+  return capture_file_bytes(c.layers, c.heads, c.head_dim(), capture_lengths(c, texts, "Teacher::capture_bytes"),
+                            /*with_values=*/true, std::vector<HeadSettings>(c.layers * c.heads, capture_settings(c)),
+                            texts, capture_provenance(c), dtype);
 }
 
 void Teacher::capture_to(const std::string& dir, const std::vector<std::string>& texts, NpyDtype dtype,

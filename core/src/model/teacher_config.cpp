@@ -6,6 +6,7 @@
 
 #include "entgraph/error.hpp"
 #include "entgraph/model.hpp"
+#include "io/json_strict.hpp"
 
 namespace entgraph {
 namespace {
@@ -22,7 +23,8 @@ std::size_t size_field(const json& j, const char* key, std::size_t fallback, std
   if (!j.contains(key)) return fallback;
   const json& v = j.at(key);
   if (!v.is_number_integer() || v.get<long long>() < 1 || static_cast<unsigned long long>(v.get<long long>()) > max)
-    fail(name, std::string("'") + key + "' must be an integer in [1, " + std::to_string(max) + "], got " + v.dump());
+    fail(name, std::string("'") + key + "' must be an integer in [1, " + std::to_string(max) + "], got " +
+                   detail::json_excerpt(v));
   return static_cast<std::size_t>(v.get<long long>());
 }
 
@@ -33,12 +35,8 @@ const char* position_scheme_name(PositionScheme scheme) {
 }
 
 TeacherConfig parse_teacher_config(const std::string& json_text, const std::string& name) {
-  json j;
-  try {
-    j = json::parse(json_text);
-  } catch (const json::exception& e) {
-    fail(name, std::string("not valid JSON (") + e.what() + ")");
-  }
+  // Invalid JSON, too deep, or a key repeated in any object.
+  const json j = detail::parse_json_strict<json>(json_text, "teacher config: " + name + ": ", "the file");
   if (!j.is_object()) fail(name, "expected a JSON object");
   if (j.value("format", std::string()) != "entgraph-teacher")
     fail(name, "'format' must be \"entgraph-teacher\"");
@@ -46,17 +44,21 @@ TeacherConfig parse_teacher_config(const std::string& json_text, const std::stri
 
   TeacherConfig c;
   std::string positions = "learned";  // absent: the first teachers, which predate the field
-  try {
-    c.name = j.value("name", std::string("teacher"));
-    c.kind = j.value("kind", std::string("causal"));
-    c.causal = j.value("causal", c.kind == "causal");
-    c.weights = j.value("weights", c.weights);
-    c.alpha = j.value("alpha", c.alpha);
-    c.layer_norm_eps = j.value("layer_norm_eps", c.layer_norm_eps);
-  } catch (const json::exception& e) {
-    fail(name, std::string("a field has the wrong type (") + e.what() + ")");
-  }
-  if (c.kind != "causal" && c.kind != "masked") fail(name, "'kind' must be \"causal\" or \"masked\", got \"" + c.kind + "\"");
+  // Each optional field, named if it has the wrong JSON type.
+  auto field = [&](const char* key, auto fallback, bool (json::*is_type)() const, const char* type) {
+    if (!j.contains(key)) return fallback;
+    const json& v = j.at(key);
+    if (!(v.*is_type)()) fail(name, std::string("'") + key + "' must be " + type + ", got " + detail::json_excerpt(v));
+    return v.get<decltype(fallback)>();
+  };
+  c.name = field("name", std::string("teacher"), &json::is_string, "a string");
+  c.kind = field("kind", std::string("causal"), &json::is_string, "a string");
+  c.causal = field("causal", c.kind == "causal", &json::is_boolean, "true or false");
+  c.weights = field("weights", c.weights, &json::is_string, "a string");
+  c.alpha = field("alpha", c.alpha, &json::is_number, "a number");
+  c.layer_norm_eps = field("layer_norm_eps", c.layer_norm_eps, &json::is_number, "a number");
+  if (c.kind != "causal" && c.kind != "masked")
+    fail(name, "'kind' must be \"causal\" or \"masked\", got " + detail::quoted_key(c.kind));
   // Generous caps: enough for any model this runtime is meant for, small
   // enough that a hostile config cannot ask for absurd allocations.
   c.vocab = size_field(j, "vocab", c.vocab, 1u << 20, name);
@@ -69,7 +71,7 @@ TeacherConfig parse_teacher_config(const std::string& json_text, const std::stri
   if (j.contains("mask_token")) {
     const json& m = j.at("mask_token");
     if (!m.is_number_integer() || m.get<long long>() < 0 || static_cast<unsigned long long>(m.get<long long>()) >= c.vocab)
-      fail(name, "'mask_token' must be an integer in [0, vocab), got " + m.dump());
+      fail(name, "'mask_token' must be an integer in [0, vocab), got " + detail::json_excerpt(m));
     c.mask_token = static_cast<std::size_t>(m.get<long long>());
   }
   if (c.d_model % c.heads != 0)
@@ -79,13 +81,13 @@ TeacherConfig parse_teacher_config(const std::string& json_text, const std::stri
   if (!(c.layer_norm_eps > 0.0 && c.layer_norm_eps < 1.0)) fail(name, "'layer_norm_eps' must be in (0, 1)");
   if (j.contains("positions")) {
     if (!j.at("positions").is_string())
-      fail(name, "'positions' must be \"learned\" or \"rotary\", got " + j.at("positions").dump());
+      fail(name, "'positions' must be \"learned\" or \"rotary\", got " + detail::json_excerpt(j.at("positions")));
     positions = j.at("positions").get<std::string>();
   }
   if (positions == "rotary")
     c.positions = PositionScheme::rotary;
   else if (positions != "learned")
-    fail(name, "'positions' must be \"learned\" or \"rotary\", got \"" + positions + "\"");
+    fail(name, "'positions' must be \"learned\" or \"rotary\", got " + detail::quoted_key(positions));
   if (c.positions == PositionScheme::rotary) {
     // PyTorch's model reads a missing base as "no rotation": require it
     // rather than guess a default the weights were not trained with.
@@ -96,7 +98,7 @@ TeacherConfig parse_teacher_config(const std::string& json_text, const std::stri
     // token or more (all the same at 1): no usable position code. A
     // non-finite one gives NaN angles.
     if (!base.is_number() || !(std::isfinite(c.rotary_base) && c.rotary_base > 1.0))
-      fail(name, "'rotary_base' must be a finite number > 1, got " + j.at("rotary_base").dump());
+      fail(name, "'rotary_base' must be a finite number > 1, got " + detail::json_excerpt(j.at("rotary_base")));
     if (c.head_dim() % 2 != 0)
       fail(name, "rotary positions need an even head dimension ('d_model' / 'heads' = " +
                      std::to_string(c.head_dim()) + ")");
@@ -104,7 +106,7 @@ TeacherConfig parse_teacher_config(const std::string& json_text, const std::stri
     fail(name, "'rotary_base' applies only to \"positions\": \"rotary\" (positions are \"learned\")");
   }
   if (c.weights.empty() || c.weights.find("..") != std::string::npos || c.weights.front() == '/')
-    fail(name, "'weights' must be a file name inside the teacher's folder, got \"" + c.weights + "\"");
+    fail(name, "'weights' must be a file name inside the teacher's folder, got " + detail::quoted_key(c.weights));
   return c;
 }
 

@@ -39,6 +39,7 @@
 #include "entgraph/error.hpp"
 #include "entgraph/training/projection.hpp"
 #include "entgraph/transforms.hpp"
+#include "io/capture_context.hpp"
 #include "kernels/matmul_kernels.hpp"
 #include "predictors/parameter_json.hpp"
 #include "predictors/registry.hpp"
@@ -131,7 +132,15 @@ class LowRankThresholdPredictor final : public Predictor {
   std::string method() const override { return kMethod; }
   bool learned() const override { return true; }
 
-  void fit(const Capture& capture, const FitOptions&) override {
+  // wq and wk (head_dim x r per head) from head_dim x head_dim covariances.
+  FitSize fit_size(const Capture& capture) const override {
+    const double heads = static_cast<double>(capture.layers) * static_cast<double>(capture.heads);
+    const double d = static_cast<double>(capture.head_dim);
+    return {static_cast<std::uint64_t>(heads * 2.0 * d * static_cast<double>(rank_for(capture.head_dim))),
+            heads * (static_cast<double>(capture.tokens()) * d * d + 40.0 * d * d * d)};
+  }
+
+  void fit_parameters(const Capture& capture, const FitOptions&) override {
     validate_capture(capture);
     const std::size_t heads = capture.layers * capture.heads, d = capture.head_dim;
     std::vector<Projection> projections(heads);
@@ -139,19 +148,21 @@ class LowRankThresholdPredictor final : public Predictor {
     parallel_for(heads, 1, [&](std::size_t begin, std::size_t end) {
       for (std::size_t h = begin; h < end; ++h) {
         const std::size_t layer = h / capture.heads, head = h % capture.heads;
-        const HeadSettings& hs = capture.head(layer, head);
-        std::vector<double> cq(d * d, 0.0), ck(d * d, 0.0);
-        for (std::size_t s = 0; s < capture.sequences(); ++s) {
-          for (const auto& [x, c, scale] : {std::tuple{capture.queries_of(layer, head, s), &cq, hs.scale},
-                                            std::tuple{capture.keys_of(layer, head, s), &ck, 1.0}})
-            for (std::size_t i = 0; i < x.rows; ++i)
-              for (std::size_t a = 0; a < d; ++a) {
-                const double xa = scale * static_cast<double>(x(i, a));
-                for (std::size_t b = a; b < d; ++b) (*c)[a * d + b] += xa * scale * static_cast<double>(x(i, b));
-              }
-        }
-        projections[h] = fit_head(cq, ck, hs.scale, d, rank_for(d));
-        alphas[h] = hs.alpha;
+        detail::in_head(capture, layer, head, [&] {
+          const HeadSettings& hs = capture.head(layer, head);
+          std::vector<double> cq(d * d, 0.0), ck(d * d, 0.0);
+          for (std::size_t s = 0; s < capture.sequences(); ++s) {
+            for (const auto& [x, c, scale] : {std::tuple{capture.queries_of(layer, head, s), &cq, hs.scale},
+                                              std::tuple{capture.keys_of(layer, head, s), &ck, 1.0}})
+              for (std::size_t i = 0; i < x.rows; ++i)
+                for (std::size_t a = 0; a < d; ++a) {
+                  const double xa = scale * static_cast<double>(x(i, a));
+                  for (std::size_t b = a; b < d; ++b) (*c)[a * d + b] += xa * scale * static_cast<double>(x(i, b));
+                }
+          }
+          projections[h] = fit_head(cq, ck, hs.scale, d, rank_for(d));
+          alphas[h] = hs.alpha;
+        });
       }
     });
     layers_ = capture.layers;
@@ -287,8 +298,9 @@ class LowRankThresholdPredictor final : public Predictor {
                             (rank_ == 0 ? " (head_dim " + std::to_string(dim_) + ")" : ""));
     std::vector<double> alphas(layers_ * heads_);
     for_each_head(p, m, "alpha", layers_, heads_, [&](const json& v, const std::string& f, std::size_t i) {
-      if (!v.is_number() || !(v.get<double>() >= 1.0) || !(v.get<double>() <= 1e6))
-        bad_field(m, f, "expected a number alpha in [1, 1e6]");
+      if (!v.is_number() || !(v.get<double>() >= 1.0) || !(v.get<double>() <= kMaxEntmaxAlpha))
+        bad_field(m, f,
+                  "expected a number alpha in [1, " + number_text(kMaxEntmaxAlpha) + "] (got " + json_excerpt(v) + ")");
       alphas[i] = v.get<double>();
     });
     projections_ = read_projections(p, m, layers_, heads_, dim_, rank);

@@ -6,7 +6,6 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
-#include <cstdio>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -14,6 +13,8 @@
 
 #include "entgraph/error.hpp"
 #include "entgraph/training/projection.hpp"
+#include "io/json_strict.hpp"
+#include "runtime/numbers.hpp"
 
 namespace entgraph::detail {
 
@@ -27,8 +28,30 @@ inline std::size_t read_size(const json& p, const std::string& method, const cha
   if (!p.contains(key)) bad_field(method, key, "missing");
   const json& v = p.at(key);
   if (!v.is_number_unsigned() || v.get<std::uint64_t>() < min || v.get<std::uint64_t>() > max)
-    bad_field(method, key, "expected an integer in [" + std::to_string(min) + ", " + std::to_string(max) + "]");
+    bad_field(method, key,
+              "expected an integer in [" + std::to_string(min) + ", " + std::to_string(max) + "] (got " +
+                  json_excerpt(v) + ")");
   return static_cast<std::size_t>(v.get<std::uint64_t>());
+}
+
+// A number that is finite as the float it is stored in, or false: 1e39 is
+// a finite double but overflows float32.
+inline bool to_finite_float(const json& x, float& out) {
+  if (!x.is_number()) return false;
+  const double d = x.get<double>();
+  if (!fits_float(d)) return false;
+  out = static_cast<float>(d);
+  return true;
+}
+
+// One entry of a parameter array: a number finite as a float32.
+inline float read_float(const json& x, const std::string& method, const std::string& field) {
+  float f = 0;
+  if (!to_finite_float(x, f))
+    bad_field(method, field,
+              "expected a finite number within the float32 range (|x| <= 3.4028235e+38; got " + json_excerpt(x) +
+                  ")");
+  return f;
 }
 
 // A rows x cols nested array of finite numbers, appended to out.
@@ -41,27 +64,50 @@ inline void read_matrix(const json& v, const std::string& method, const std::str
     if (!row.is_array() || row.size() != cols)
       bad_field(method, field + "[" + std::to_string(i) + "]",
                 "expected an array of " + std::to_string(cols) + " numbers");
-    for (std::size_t j = 0; j < cols; ++j) {
-      const json& x = row[j];
-      if (!x.is_number() || !std::isfinite(x.get<double>()))
-        bad_field(method, field + "[" + std::to_string(i) + "][" + std::to_string(j) + "]", "expected a finite number");
-      out.push_back(static_cast<float>(x.get<double>()));
-    }
+    for (std::size_t j = 0; j < cols; ++j)
+      out.push_back(read_float(row[j], method, field + "[" + std::to_string(i) + "][" + std::to_string(j) + "]"));
   }
 }
 
-// The double of the shortest decimal (at most 9 significant digits) that
-// reads back to x: JSON numbers are doubles, and a float widened to double
-// would print with up to 17 digits, twice the text. Checked through the
-// readers' path (text -> double -> float), so the value is always exact.
-inline double shortest_float(float x) {
-  char text[32];
-  for (int digits = 6; digits <= 9; ++digits) {
-    std::snprintf(text, sizeof text, "%.*g", digits, static_cast<double>(x));
-    const double d = std::strtod(text, nullptr);
-    if (static_cast<float>(d) == x) return d;
+// Significant digits in the text json's dump gives a double.
+inline int dumped_digits(double d) {
+  const std::string text = json(d).dump();
+  std::string digits;
+  for (char ch : text) {
+    if (ch == 'e' || ch == 'E') break;
+    if (ch >= '0' && ch <= '9') digits += ch;
   }
-  return static_cast<double>(x);
+  const std::size_t first = digits.find_first_not_of('0'), last = digits.find_last_not_of('0');
+  return first == std::string::npos ? 1 : static_cast<int>(last - first + 1);
+}
+
+// A double that reads back to x (text -> double -> float, the readers' path)
+// and that json prints with at most 9 significant digits: JSON numbers are
+// doubles, and a float widened to double would print with up to 17 digits,
+// twice the text. The shortest decimal that reads back to x (number_text)
+// is the first choice, but json's printer (Grisu2) does not always print
+// that double shortest (0.07193161 comes out as 0.07193161000000001), so
+// neighbouring decimals with as few digits are tried next.
+inline double shortest_float(float x) {
+  if (!std::isfinite(x)) return static_cast<double>(x);
+  const double first = std::strtod(number_text(x).c_str(), nullptr);
+  if (dumped_digits(first) <= 9) return first;
+  for (int p = 1; p <= 9; ++p) {
+    char buf[48];
+    std::snprintf(buf, sizeof buf, "%.*e", p - 1, static_cast<double>(x));  // d.ddd e±XX: p digits
+    std::string mantissa;
+    const char* e = buf;
+    for (; *e != 'e'; ++e)
+      if (*e >= '0' && *e <= '9') mantissa += *e;
+    const long long m = std::atoll(mantissa.c_str());
+    const int exponent = std::atoi(e + 1) - (p - 1);
+    for (long long delta : {0, -1, 1, -2, 2, -3, 3}) {
+      std::snprintf(buf, sizeof buf, "%s%llde%d", x < 0 ? "-" : "", m + delta, exponent);
+      const double d = std::strtod(buf, nullptr);
+      if (static_cast<float>(d) == x && dumped_digits(d) <= 9) return d;
+    }
+  }
+  return first;
 }
 
 inline json write_matrix(const float* data, std::size_t rows, std::size_t cols) {

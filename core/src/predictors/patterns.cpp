@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "entgraph/error.hpp"
+#include "io/capture_context.hpp"
 #include "predictors/parameter_json.hpp"
 #include "predictors/registry.hpp"
 
@@ -99,7 +100,7 @@ void normalised_row(MatrixView<const float> v, std::size_t i, double* out) {
 void reject_parameters(const char* method, const nlohmann::json& parameters) {
   if (!parameters.empty())
     throw Error(std::string(method) + ": parameters: expected an empty object (the method learns nothing), got " +
-                parameters.dump());
+                json_excerpt(parameters));
 }
 
 // ---------------------------------------------------------------- fixed patterns
@@ -297,7 +298,15 @@ class RoutingPredictor final : public Predictor {
   std::string method() const override { return "routing"; }
   bool learned() const override { return true; }
 
-  void fit(const Capture& capture, const FitOptions&) override {
+  // The centroids (clusters x head_dim per head) and Lloyd's iterations.
+  FitSize fit_size(const Capture& capture) const override {
+    const double heads = static_cast<double>(capture.layers) * static_cast<double>(capture.heads);
+    const double d = static_cast<double>(capture.head_dim), k = static_cast<double>(clusters_);
+    return {static_cast<std::uint64_t>(heads * k * d),
+            heads * static_cast<double>(iterations_ + 1) * 2.0 * static_cast<double>(capture.tokens()) * k * d};
+  }
+
+  void fit_parameters(const Capture& capture, const FitOptions&) override {
     if (capture.layers == 0 || capture.heads == 0 || capture.head_dim == 0 || capture.lengths.empty())
       throw Error("routing: fit: the capture is empty (layers, heads, head_dim and lengths must be >= 1)");
     const std::size_t d = capture.head_dim, c = clusters_;
@@ -306,85 +315,87 @@ class RoutingPredictor final : public Predictor {
     std::vector<std::size_t> assign, counts;
     for (std::size_t layer = 0; layer < capture.layers; ++layer)
       for (std::size_t head = 0; head < capture.heads; ++head) {
-        // The points: normalised queries, then keys, sequence by sequence.
-        points.clear();
-        for (std::size_t s = 0; s < capture.sequences(); ++s)
-          for (MatrixView<const float> v : {capture.queries_of(layer, head, s), capture.keys_of(layer, head, s)})
-            for (std::size_t i = 0; i < v.rows; ++i) {
-              points.resize(points.size() + d);
-              normalised_row(v, i, points.data() + points.size() - d);
-            }
-        const std::size_t N = points.size() / d;
-        if (N == 0) throw Error("routing: fit: the capture has no tokens");
-        auto point = [&](std::size_t p) { return points.data() + p * d; };
-        auto dot = [&](const double* a, const double* b) {
-          double s = 0.0;
-          for (std::size_t t = 0; t < d; ++t) s += a[t] * b[t];
-          return s;
-        };
-        // k-means++ on squared distances between unit vectors.
-        std::mt19937_64 rng = stream(kTagRouting, seed_, layer, head, 0);
-        cent.assign(c * d, 0.0);
-        std::vector<double> dist(N, std::numeric_limits<double>::infinity());
-        for (std::size_t ci = 0; ci < c; ++ci) {
-          std::size_t pick = 0;
-          if (ci == 0) {
-            pick = static_cast<std::size_t>(uniform_below(rng, N));
-          } else {
-            double total = 0.0;
-            for (double v : dist) total += v;
-            if (!(total > 0.0)) {
+        in_head(capture, layer, head, [&] {
+          // The points: normalised queries, then keys, sequence by sequence.
+          points.clear();
+          for (std::size_t s = 0; s < capture.sequences(); ++s)
+            for (MatrixView<const float> v : {capture.queries_of(layer, head, s), capture.keys_of(layer, head, s)})
+              for (std::size_t i = 0; i < v.rows; ++i) {
+                points.resize(points.size() + d);
+                normalised_row(v, i, points.data() + points.size() - d);
+              }
+          const std::size_t N = points.size() / d;
+          if (N == 0) throw Error("routing: fit: the capture has no tokens");
+          auto point = [&](std::size_t p) { return points.data() + p * d; };
+          auto dot = [&](const double* a, const double* b) {
+            double s = 0.0;
+            for (std::size_t t = 0; t < d; ++t) s += a[t] * b[t];
+            return s;
+          };
+          // k-means++ on squared distances between unit vectors.
+          std::mt19937_64 rng = stream(kTagRouting, seed_, layer, head, 0);
+          cent.assign(c * d, 0.0);
+          std::vector<double> dist(N, std::numeric_limits<double>::infinity());
+          for (std::size_t ci = 0; ci < c; ++ci) {
+            std::size_t pick = 0;
+            if (ci == 0) {
               pick = static_cast<std::size_t>(uniform_below(rng, N));
             } else {
-              double u = uniform01(rng) * total;
-              pick = N - 1;
-              for (std::size_t p = 0; p < N; ++p) {
-                if (u < dist[p]) {
-                  pick = p;
-                  break;
+              double total = 0.0;
+              for (double v : dist) total += v;
+              if (!(total > 0.0)) {
+                pick = static_cast<std::size_t>(uniform_below(rng, N));
+              } else {
+                double u = uniform01(rng) * total;
+                pick = N - 1;
+                for (std::size_t p = 0; p < N; ++p) {
+                  if (u < dist[p]) {
+                    pick = p;
+                    break;
+                  }
+                  u -= dist[p];
                 }
-                u -= dist[p];
               }
             }
-          }
-          std::copy(point(pick), point(pick) + d, cent.begin() + static_cast<std::ptrdiff_t>(ci * d));
-          const double* cc = cent.data() + ci * d;
-          for (std::size_t p = 0; p < N; ++p) {
-            double s = 0.0;
-            for (std::size_t t = 0; t < d; ++t) s += (point(p)[t] - cc[t]) * (point(p)[t] - cc[t]);
-            dist[p] = std::min(dist[p], s);
-          }
-        }
-        // Lloyd: assign to the nearest centroid (largest dot product), move each
-        // centroid to its members' normalised mean (an empty cluster stays).
-        assign.assign(N, SIZE_MAX);
-        for (std::size_t it = 0; it < iterations_; ++it) {
-          bool changed = false;
-          for (std::size_t p = 0; p < N; ++p) {
-            std::size_t best = 0;
-            double best_value = -std::numeric_limits<double>::infinity();
-            for (std::size_t ci = 0; ci < c; ++ci) {
-              const double v = dot(point(p), cent.data() + ci * d);
-              if (v > best_value) best_value = v, best = ci;
+            std::copy(point(pick), point(pick) + d, cent.begin() + static_cast<std::ptrdiff_t>(ci * d));
+            const double* cc = cent.data() + ci * d;
+            for (std::size_t p = 0; p < N; ++p) {
+              double s = 0.0;
+              for (std::size_t t = 0; t < d; ++t) s += (point(p)[t] - cc[t]) * (point(p)[t] - cc[t]);
+              dist[p] = std::min(dist[p], s);
             }
-            if (assign[p] != best) assign[p] = best, changed = true;
           }
-          if (!changed) break;
-          sums.assign(c * d, 0.0);
-          counts.assign(c, 0);
-          for (std::size_t p = 0; p < N; ++p) {
-            ++counts[assign[p]];
-            for (std::size_t t = 0; t < d; ++t) sums[assign[p] * d + t] += point(p)[t];
+          // Lloyd: assign to the nearest centroid (largest dot product), move each
+          // centroid to its members' normalised mean (an empty cluster stays).
+          assign.assign(N, SIZE_MAX);
+          for (std::size_t it = 0; it < iterations_; ++it) {
+            bool changed = false;
+            for (std::size_t p = 0; p < N; ++p) {
+              std::size_t best = 0;
+              double best_value = -std::numeric_limits<double>::infinity();
+              for (std::size_t ci = 0; ci < c; ++ci) {
+                const double v = dot(point(p), cent.data() + ci * d);
+                if (v > best_value) best_value = v, best = ci;
+              }
+              if (assign[p] != best) assign[p] = best, changed = true;
+            }
+            if (!changed) break;
+            sums.assign(c * d, 0.0);
+            counts.assign(c, 0);
+            for (std::size_t p = 0; p < N; ++p) {
+              ++counts[assign[p]];
+              for (std::size_t t = 0; t < d; ++t) sums[assign[p] * d + t] += point(p)[t];
+            }
+            for (std::size_t ci = 0; ci < c; ++ci) {
+              const double norm = std::sqrt(dot(sums.data() + ci * d, sums.data() + ci * d));
+              if (counts[ci] == 0 || !(norm > 0.0)) continue;
+              for (std::size_t t = 0; t < d; ++t) cent[ci * d + t] = sums[ci * d + t] / norm;
+            }
           }
-          for (std::size_t ci = 0; ci < c; ++ci) {
-            const double norm = std::sqrt(dot(sums.data() + ci * d, sums.data() + ci * d));
-            if (counts[ci] == 0 || !(norm > 0.0)) continue;
-            for (std::size_t t = 0; t < d; ++t) cent[ci * d + t] = sums[ci * d + t] / norm;
-          }
-        }
-        std::vector<float>& out = centroids[layer * capture.heads + head];
-        out.resize(c * d);
-        for (std::size_t t = 0; t < c * d; ++t) out[t] = static_cast<float>(cent[t]);
+          std::vector<float>& out = centroids[layer * capture.heads + head];
+          out.resize(c * d);
+          for (std::size_t t = 0; t < c * d; ++t) out[t] = static_cast<float>(cent[t]);
+        });
       }
     layers_ = capture.layers;
     heads_ = capture.heads;
@@ -487,10 +498,12 @@ class RoutingPredictor final : public Predictor {
           if (v.size() != dim)
             throw Error(where + atc + " has " + std::to_string(v.size()) + " entries, expected head_dim " +
                         std::to_string(dim));
-          for (const nlohmann::json& x : v) {
-            if (!x.is_number() || !std::isfinite(x.get<double>()))
-              throw Error(where + atc + " holds a non-number or non-finite entry");
-            flat.push_back(static_cast<float>(x.get<double>()));
+          for (std::size_t e = 0; e < v.size(); ++e) {
+            float x = 0;
+            if (!to_finite_float(v[e], x))
+              throw Error(where + atc + "[" + std::to_string(e) +
+                          "] is not a finite number within the float32 range (got " + json_excerpt(v[e]) + ")");
+            flat.push_back(x);
           }
         }
         centroids.push_back(std::move(flat));

@@ -5,13 +5,25 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 
 #include "entgraph/error.hpp"
+#include "io/binary.hpp"
+#include "io/json_strict.hpp"
 #include "predictors/registry.hpp"
+#include "runtime/numbers.hpp"
 
 namespace entgraph {
 namespace detail {
+
+namespace {
+
+// A setting's value in a message: printable, at most 60 bytes (a parameter
+// file may hold a setting of any length).
+std::string excerpt(const std::string& v) { return printable(v.data(), v.size(), 60) + (v.size() > 60 ? "..." : ""); }
+
+}  // namespace
 
 // The union settings belong to the base class (Predictor's constructor).
 SettingsReader::SettingsReader(std::string method, const PredictorSettings& settings)
@@ -26,23 +38,25 @@ const std::string* SettingsReader::find(const std::string& key) {
 long SettingsReader::integer(const std::string& key, long fallback, long min, long max) {
   const std::string* v = find(key);
   if (v == nullptr) return fallback;
+  // Digits with an optional sign only: strtol alone would take " 5" or "+5".
+  const std::size_t first = !v->empty() && ((*v)[0] == '-' || (*v)[0] == '+') ? 1 : 0;
+  const bool digits = v->size() > first && v->find_first_not_of("0123456789", first) == std::string::npos;
   errno = 0;
   char* end = nullptr;
-  const long x = std::strtol(v->c_str(), &end, 10);
-  if (v->empty() || *end != '\0' || errno != 0 || x < min || x > max)
+  const long x = digits ? std::strtol(v->c_str(), &end, 10) : 0;
+  if (!digits || errno != 0 || x < min || x > max)
     throw Error(method_ + ": setting '" + key + "': expected an integer in [" + std::to_string(min) + ", " +
-                std::to_string(max) + "], got '" + *v + "'");
+                std::to_string(max) + "], got '" + excerpt(*v) + "'");
   return x;
 }
 
 double SettingsReader::number(const std::string& key, double fallback, double min, double max) {
   const std::string* v = find(key);
   if (v == nullptr) return fallback;
-  char* end = nullptr;
-  const double x = std::strtod(v->c_str(), &end);
-  if (v->empty() || *end != '\0' || !std::isfinite(x) || x < min || x > max)
-    throw Error(method_ + ": setting '" + key + "': expected a number in [" + std::to_string(min) + ", " +
-                std::to_string(max) + "], got '" + *v + "'");
+  double x = 0;  // a plain decimal: no "0x2", "inf", "nan" or trailing text
+  if (!parse_decimal(*v, x) || x < min || x > max)
+    throw Error(method_ + ": setting '" + key + "': expected a number in [" + number_text(min) + ", " +
+                number_text(max) + "], got '" + excerpt(*v) + "'");
   return x;
 }
 
@@ -54,7 +68,7 @@ std::string SettingsReader::text(const std::string& key, const std::string& fall
     if (*v == a) return *v;
   std::string list;
   for (const std::string& a : allowed) list += (list.empty() ? "" : ", ") + a;
-  throw Error(method_ + ": setting '" + key + "': expected one of " + list + ", got '" + *v + "'");
+  throw Error(method_ + ": setting '" + key + "': expected one of " + list + ", got '" + excerpt(*v) + "'");
 }
 
 void SettingsReader::finish() const {
@@ -89,7 +103,32 @@ Predictor::Predictor(PredictorSettings settings) : settings_(std::move(settings)
   extra_global_ = static_cast<std::size_t>(reader.integer("extra_global", 0, 0, 1 << 20));
 }
 
-void Predictor::fit(const Capture&, const FitOptions&) {}
+void Predictor::fit(const Capture& capture, const FitOptions& options) {
+  check_fit_size(capture);
+  fit_parameters(capture, options);
+}
+
+void Predictor::fit_parameters(const Capture&, const FitOptions&) {}
+
+Predictor::FitSize Predictor::fit_size(const Capture&) const { return {}; }
+
+void Predictor::check_fit_size(const Capture& capture) const {
+  const FitSize size = fit_size(capture);
+  std::string settings;
+  for (const auto& [key, value] : settings_) settings += (settings.empty() ? "" : ", ") + key + "=" + value;
+  const std::string on = " on this capture (" + std::to_string(capture.layers) + " layers x " +
+                         std::to_string(capture.heads) + " heads, " + std::to_string(capture.tokens()) +
+                         " tokens, head_dim " + std::to_string(capture.head_dim) + ") with settings {" + settings + "}";
+  if (size.parameters > kMaxFitParameters)
+    throw Error(method() + ": fit: would learn " + std::to_string(size.parameters) + " values" + on +
+                ", more than the limit of " + std::to_string(kMaxFitParameters) + "; use smaller settings");
+  if (size.operations > kMaxFitOperations) {
+    char ops[32];
+    std::snprintf(ops, sizeof ops, "%.3g", size.operations);
+    throw Error(method() + ": fit: would take about " + ops + " multiply-adds" + on + ", more than the limit of 1e13" +
+                "; use smaller settings");
+  }
+}
 
 void Predictor::set_union_patterns(long extra_window, std::size_t extra_global) {
   if (extra_window < -1) throw Error(method() + ": extra_window must be >= -1 (-1: none)");
@@ -197,18 +236,24 @@ std::unique_ptr<Predictor> make_predictor(const std::string& method, const Predi
   return detail::factory_of(method, "make_predictor: ").create(settings);
 }
 
+std::unique_ptr<Predictor> read_predictor(const std::string& path, const char* op) {
+  const std::vector<unsigned char> bytes = detail::read_file_bytes(op, path, kMaxParameterFileBytes);
+  return load_predictor(std::string(bytes.begin(), bytes.end()), path);
+}
+
 std::unique_ptr<Predictor> load_predictor(const std::string& json_text, const std::string& name) {
   const std::string where = "load_predictor: " + name + ": ";
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(json_text);
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(where + "not valid JSON (" + e.what() + ")");
-  }
+  // Invalid JSON, too deep, or a key repeated in any object: "<where>the file ...".
+  const nlohmann::json j = detail::parse_json_strict<nlohmann::json>(json_text, where, "the file");
   if (!j.is_object() || j.value("format", std::string()) != "entgraph-predictor")
     throw Error(where + "not a predictor file ('format' must be \"entgraph-predictor\")");
   if (!j.contains("version") || j["version"] != 1) throw Error(where + "unsupported 'version' (expected 1)");
   if (!j.contains("method") || !j["method"].is_string()) throw Error(where + "'method' must be a string");
+  for (const auto& item : j.items())  // a typo ("parameter") must not drop what it holds
+    if (item.key() != "format" && item.key() != "version" && item.key() != "method" && item.key() != "settings" &&
+        item.key() != "parameters")
+      throw Error(where + "unknown key " + detail::quoted_key(item.key()) +
+                  " (expected format, version, method, settings, parameters)");
   PredictorSettings settings;
   if (j.contains("settings")) {
     if (!j["settings"].is_object()) throw Error(where + "'settings' must be an object of strings");

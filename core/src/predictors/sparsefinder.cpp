@@ -21,6 +21,7 @@
 #include "entgraph/training/progress.hpp"
 #include "entgraph/training/projection.hpp"
 #include "predictors/parameter_json.hpp"
+#include "io/capture_context.hpp"
 #include "predictors/registry.hpp"
 #include "runtime/parallel.hpp"
 
@@ -55,7 +56,21 @@ class SparsefinderBase : public Predictor {
  public:
   bool learned() const override { return true; }
 
-  void fit(const Capture& capture, const FitOptions& options) override {
+  // The projections (wq and wk, head_dim x r per head) and their training,
+  // plus what the method learns on them (bucket_size).
+  FitSize fit_size(const Capture& capture) const override {
+    const ProjectionOptions& po = common_.projection;
+    const double heads = static_cast<double>(capture.layers) * static_cast<double>(capture.heads);
+    const double d = static_cast<double>(capture.head_dim), r = static_cast<double>(po.rank);
+    const double tokens = static_cast<double>(capture.tokens());
+    FitSize size = bucket_size(capture);
+    size.parameters += static_cast<std::uint64_t>(heads * 2.0 * d * r);
+    size.operations += heads * static_cast<double>(po.epochs) * tokens * (1.0 + static_cast<double>(po.negatives)) *
+                       4.0 * d * r;
+    return size;
+  }
+
+  void fit_parameters(const Capture& capture, const FitOptions& options) override {
     validate_capture(capture);
     ProjectionOptions po = common_.projection;
     if (!common_.has_seed) po.seed = options.seed;
@@ -87,6 +102,7 @@ class SparsefinderBase : public Predictor {
     for (const auto& [key, value] : changes) merged[key] = value;
     std::unique_ptr<Predictor> p = make_predictor(method(), merged);
     auto& same = static_cast<SparsefinderBase&>(*p);
+    same.check_fit_size(capture);
     same.layers_ = layers_;
     same.heads_ = heads_;
     same.dim_ = dim_;
@@ -99,6 +115,8 @@ class SparsefinderBase : public Predictor {
   SparsefinderBase(const PredictorSettings& settings, SettingsReader& reader)
       : Predictor(settings), common_(read_common(reader, settings)) {}
 
+  // The size of what fit_buckets learns (nothing for distance).
+  virtual FitSize bucket_size(const Capture&) const { return {}; }
   // What each method learns after the projections (nothing for distance).
   virtual void fit_buckets(const Capture&, const std::vector<Projection>&, std::uint64_t, bool) {}
   virtual void buckets_json(json&) const {}
@@ -245,6 +263,14 @@ class QuantizationPredictor final : public SparsefinderBase {
     bins_ = static_cast<std::size_t>(reader.integer("buckets", 4, 1, 1 << 16));
   }
 
+  FitSize bucket_size(const Capture& capture) const override {
+    const double heads = static_cast<double>(capture.layers) * static_cast<double>(capture.heads);
+    const double r = static_cast<double>(common_.projection.rank);
+    // The edges, and a sort of every projected coordinate.
+    return {static_cast<std::uint64_t>(heads * r * static_cast<double>(bins_ - 1)),
+            heads * r * 2.0 * static_cast<double>(capture.tokens()) * 32.0};
+  }
+
   // Per head, r x (B - 1) edges: the j/B quantiles (j = 1..B-1) of the
   // projected queries and keys of every sequence, one coordinate at a time.
   void fit_buckets(const Capture& capture, const std::vector<Projection>& projections, std::uint64_t,
@@ -255,20 +281,22 @@ class QuantizationPredictor final : public SparsefinderBase {
     parallel_for(heads, 1, [&](std::size_t begin, std::size_t end) {
       for (std::size_t h = begin; h < end; ++h) {
         const std::size_t layer = h / capture.heads, head = h % capture.heads;
-        std::vector<std::vector<float>> coords(r);
-        for (std::size_t s = 0; s < capture.sequences(); ++s) {
-          const std::vector<float> qp = projections[h].project_queries(capture.queries_of(layer, head, s));
-          const std::vector<float> kp = projections[h].project_keys(capture.keys_of(layer, head, s));
-          for (const auto* v : {&qp, &kp})
-            for (std::size_t i = 0; i < v->size(); ++i) coords[i % r].push_back((*v)[i]);
-        }
-        std::vector<float>& e = edges[h];
-        e.resize(r * (B - 1));
-        for (std::size_t c = 0; c < r; ++c) {
-          std::vector<float>& v = coords[c];
-          std::sort(v.begin(), v.end());
-          for (std::size_t b = 1; b < B; ++b) e[c * (B - 1) + b - 1] = v[std::min(v.size() - 1, b * v.size() / B)];
-        }
+        detail::in_head(capture, layer, head, [&] {
+          std::vector<std::vector<float>> coords(r);
+          for (std::size_t s = 0; s < capture.sequences(); ++s) {
+            const std::vector<float> qp = projections[h].project_queries(capture.queries_of(layer, head, s));
+            const std::vector<float> kp = projections[h].project_keys(capture.keys_of(layer, head, s));
+            for (const auto* v : {&qp, &kp})
+              for (std::size_t i = 0; i < v->size(); ++i) coords[i % r].push_back((*v)[i]);
+          }
+          std::vector<float>& e = edges[h];
+          e.resize(r * (B - 1));
+          for (std::size_t c = 0; c < r; ++c) {
+            std::vector<float>& v = coords[c];
+            std::sort(v.begin(), v.end());
+            for (std::size_t b = 1; b < B; ++b) e[c * (B - 1) + b - 1] = v[std::min(v.size() - 1, b * v.size() / B)];
+          }
+        });
         bar.advance();
       }
     });
@@ -360,6 +388,15 @@ class KMeansPredictor final : public SparsefinderBase {
                   ", clusters " + std::to_string(clusters_) + ")");
   }
 
+  FitSize bucket_size(const Capture& capture) const override {
+    const double heads = static_cast<double>(capture.layers) * static_cast<double>(capture.heads);
+    const double r = static_cast<double>(common_.projection.rank), k = static_cast<double>(clusters_);
+    // The centroids; Lloyd's iterations over queries and keys, each restart.
+    return {static_cast<std::uint64_t>(heads * k * r),
+            heads * static_cast<double>(restarts_) * static_cast<double>(iterations_ + 1) * 2.0 *
+                static_cast<double>(capture.tokens()) * k * r};
+  }
+
   void fit_buckets(const Capture& capture, const std::vector<Projection>& projections, std::uint64_t seed,
                    bool quiet) override {
     const std::size_t heads = capture.layers * capture.heads, r = common_.projection.rank;
@@ -368,19 +405,21 @@ class KMeansPredictor final : public SparsefinderBase {
     parallel_for(heads, 1, [&](std::size_t begin, std::size_t end) {
       for (std::size_t h = begin; h < end; ++h) {
         const std::size_t layer = h / capture.heads, head = h % capture.heads;
-        std::vector<float> points;
-        for (std::size_t s = 0; s < capture.sequences(); ++s) {
-          const std::vector<float> qp = projections[h].project_queries(capture.queries_of(layer, head, s));
-          const std::vector<float> kp = projections[h].project_keys(capture.keys_of(layer, head, s));
-          points.insert(points.end(), qp.begin(), qp.end());
-          points.insert(points.end(), kp.begin(), kp.end());
-        }
-        KMeansOptions ko;
-        ko.clusters = clusters_;
-        ko.restarts = restarts_;
-        ko.iterations = iterations_;
-        ko.seed = mix_seed(seed, layer, head);
-        centroids[h] = kmeans({points.data(), points.size() / r, r}, ko).centroids;
+        detail::in_head(capture, layer, head, [&] {
+          std::vector<float> points;
+          for (std::size_t s = 0; s < capture.sequences(); ++s) {
+            const std::vector<float> qp = projections[h].project_queries(capture.queries_of(layer, head, s));
+            const std::vector<float> kp = projections[h].project_keys(capture.keys_of(layer, head, s));
+            points.insert(points.end(), qp.begin(), qp.end());
+            points.insert(points.end(), kp.begin(), kp.end());
+          }
+          KMeansOptions ko;
+          ko.clusters = clusters_;
+          ko.restarts = restarts_;
+          ko.iterations = iterations_;
+          ko.seed = mix_seed(seed, layer, head);
+          centroids[h] = kmeans({points.data(), points.size() / r, r}, ko).centroids;
+        });
         bar.advance();
       }
     });

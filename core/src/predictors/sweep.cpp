@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "entgraph/error.hpp"
+#include "io/capture_context.hpp"
 #include "runtime/parallel.hpp"
 
 namespace entgraph {
@@ -44,15 +45,17 @@ std::vector<EvalReport> evaluate_windows(const Predictor& predictor, const Captu
   detail::parallel_for(gold.graphs.size(), 1, [&](std::size_t begin, std::size_t end) {
     for (std::size_t i = begin; i < end; ++i) {
       const std::size_t l = i / (c.heads * sequences), h = i / sequences % c.heads, s = i % sequences;
-      const bool causal = c.head(l, h).causal;
-      const MatrixView<const float> q = c.queries_of(l, h, s), k = c.keys_of(l, h, s);
-      const Graph own = predictor.predict(q, k, l, h, causal);
-      for (std::size_t w = 0; w < count; ++w)
-        each[i * count + w] =
-            windows[w] < 0 && global == 0
-                ? compare_graphs(own, gold.graphs[i], causal)
-                : compare_graphs(graph_union(own, window_global_graph(q.rows, k.rows, windows[w], global, causal)),
-                                 gold.graphs[i], causal);
+      detail::in_head(c, l, h, [&] {
+        const bool causal = c.head(l, h).causal;
+        const MatrixView<const float> q = c.queries_of(l, h, s), k = c.keys_of(l, h, s);
+        const Graph own = predictor.predict(q, k, l, h, causal);
+        for (std::size_t w = 0; w < count; ++w)
+          each[i * count + w] =
+              windows[w] < 0 && global == 0
+                  ? compare_graphs(own, gold.graphs[i], causal)
+                  : compare_graphs(graph_union(own, window_global_graph(q.rows, k.rows, windows[w], global, causal)),
+                                   gold.graphs[i], causal);
+      });
     }
   });
   const double seconds = seconds_since(t0);
@@ -173,7 +176,18 @@ std::string duration_text(double seconds) {
 SweepResult run_sweep(const std::vector<SweepGrid>& grids, const Capture& train, const Capture& test,
                       const SweepOptions& options) {
   if (train.layers != test.layers || train.heads != test.heads || train.head_dim != test.head_dim)
-    throw Error("run_sweep: the train and test captures have different layers, heads or head_dim");
+    throw Error("run_sweep: the train capture " + (train.source.empty() ? "" : train.source + " ") + "has " +
+                std::to_string(train.layers) + " layers x " + std::to_string(train.heads) + " heads, head_dim " +
+                std::to_string(train.head_dim) + ", the test capture " + (test.source.empty() ? "" : test.source + " ") +
+                std::to_string(test.layers) + " x " + std::to_string(test.heads) + ", head_dim " +
+                std::to_string(test.head_dim) + " (they must match)");
+  // Every grid value's settings against the fit limits, before any work.
+  for (const SweepGrid& grid : grids)
+    for (const std::string& value : grid.values) {
+      PredictorSettings settings = grid.settings;
+      if (!grid.parameter.empty()) settings[grid.parameter] = value;
+      make_predictor(grid.method, settings)->check_fit_size(train);
+    }
   const auto start = std::chrono::steady_clock::now();
   const GoldGraphs gold(test);
   SweepResult result;

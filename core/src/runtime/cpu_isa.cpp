@@ -1,9 +1,11 @@
 #include <atomic>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "entgraph/error.hpp"
 #include "entgraph/runtime.hpp"
+#include "io/binary.hpp"
 #include "kernels/transform_kernels.hpp"
 
 #if defined(ENTGRAPH_HAVE_X86)
@@ -38,9 +40,16 @@ bool compiled_and_supported(CpuIsa isa) {
 
 CpuIsa initial_isa() {
   if (const char* env = std::getenv("ENTGRAPH_CPU_ISA")) {
-    const CpuIsa isa = parse_cpu_isa(env);
+    const std::string name = detail::printable(env, std::strlen(env));
+    CpuIsa isa;
+    try {
+      isa = parse_cpu_isa(env);
+    } catch (const Error&) {
+      throw Error("ENTGRAPH_CPU_ISA: unknown instruction set (got '" + name +
+                  "', expected reference, sse2, avx2, avx512 or simd128)");
+    }
     if (!compiled_and_supported(isa))
-      throw Error(std::string("ENTGRAPH_CPU_ISA: '") + env + "' is not available on this machine or build");
+      throw Error("ENTGRAPH_CPU_ISA: '" + name + "' is not available on this machine or build");
     return isa;
   }
   return available_cpu_isas().back();

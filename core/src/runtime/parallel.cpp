@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <condition_variable>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <mutex>
 #include <thread>
@@ -10,6 +11,7 @@
 
 #include "entgraph/error.hpp"
 #include "entgraph/runtime.hpp"
+#include "io/binary.hpp"
 
 namespace entgraph {
 namespace {
@@ -19,10 +21,13 @@ std::size_t default_threads() {
   return 1;  // a WebAssembly build without pthreads cannot start workers
 #else
   if (const char* env = std::getenv("ENTGRAPH_NUM_THREADS")) {
-    char* end = nullptr;
-    const long v = std::strtol(env, &end, 10);
-    if (end != env && *end == '\0' && v > 0 && v <= 4096) return static_cast<std::size_t>(v);
-    throw Error(std::string("ENTGRAPH_NUM_THREADS: not a thread count (got '") + env + "', expected 1..4096)");
+    // Digits only: strtol alone would take " 4", "+4" or "4 ".
+    const std::size_t len = std::strlen(env);
+    const bool digits = len > 0 && len <= 4 && std::strspn(env, "0123456789") == len;
+    const long v = digits ? std::strtol(env, nullptr, 10) : 0;
+    if (v > 0 && v <= 4096) return static_cast<std::size_t>(v);
+    throw Error("ENTGRAPH_NUM_THREADS: not a thread count (got '" + detail::printable(env, len) +
+                "', expected 1..4096)");
   }
   const unsigned hw = std::thread::hardware_concurrency();
   return hw == 0 ? 1 : hw;

@@ -16,6 +16,7 @@
 
 #include "entgraph/error.hpp"
 #include "entgraph/training/projection.hpp"
+#include "runtime/numbers.hpp"
 
 namespace entgraph {
 namespace {
@@ -448,7 +449,7 @@ KMeansResult kmeans(MatrixView<const float> points, const KMeansOptions& options
   check_points(points, options.clusters, "kmeans");
   if (options.restarts == 0) throw Error("kmeans: restarts must be >= 1 (got 0)");
   if (!(options.tolerance >= 0) || !std::isfinite(options.tolerance))
-    throw Error("kmeans: tolerance must be finite and >= 0 (got " + std::to_string(options.tolerance) + ")");
+    throw Error("kmeans: tolerance must be finite and >= 0 (got " + detail::number_text(options.tolerance) + ")");
   const Points p(points);
   const std::size_t k = options.clusters;
   const double tolerance = options.tolerance * mean_variance(p);

@@ -8,6 +8,8 @@
 #include "entgraph/error.hpp"
 #include "entgraph/graph.hpp"
 #include "entgraph/training/progress.hpp"
+#include "io/capture_context.hpp"
+#include "runtime/numbers.hpp"
 #include "runtime/parallel.hpp"
 
 namespace entgraph {
@@ -71,9 +73,9 @@ void check_options(const ProjectionOptions& o, const char* op) {
   if (o.rank == 0) bad("rank must be >= 1 (got 0)");
   if (o.batch == 0) bad("batch must be >= 1 (got 0)");
   if (o.negatives == 0) bad("negatives must be >= 1 (got 0)");
-  if (!(o.lr > 0) || !std::isfinite(o.lr)) bad("lr must be finite and > 0 (got " + std::to_string(o.lr) + ")");
+  if (!(o.lr > 0) || !std::isfinite(o.lr)) bad("lr must be finite and > 0 (got " + detail::number_text(o.lr) + ")");
   if (!(o.margin >= 0) || !std::isfinite(o.margin))
-    bad("margin must be finite and >= 0 (got " + std::to_string(o.margin) + ")");
+    bad("margin must be finite and >= 0 (got " + detail::number_text(o.margin) + ")");
 }
 
 // The gold graphs of one head and what sampling needs.
@@ -310,8 +312,10 @@ std::vector<Projection> train_projections(const Capture& capture, const Projecti
   ProgressBar bar("training projections", heads, options.quiet);
   detail::parallel_for(heads, 1, [&](std::size_t begin, std::size_t end) {
     for (std::size_t i = begin; i < end; ++i) {
-      out[i] = train_projection(capture, i / capture.heads, i % capture.heads, options,
-                                stats ? &(*stats)[i] : nullptr);
+      const std::size_t layer = i / capture.heads, head = i % capture.heads;
+      out[i] = detail::in_head(capture, layer, head, [&] {
+        return train_projection(capture, layer, head, options, stats ? &(*stats)[i] : nullptr);
+      });
       bar.advance();
     }
   });

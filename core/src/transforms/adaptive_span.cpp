@@ -13,7 +13,7 @@ namespace {
 
 void check_ramp(const char* op, double ramp) {
   if (!(ramp > 0 && std::isfinite(ramp)))
-    throw Error(std::string(op) + ": ramp must be finite and > 0 (got " + std::to_string(ramp) + ")");
+    throw Error(std::string(op) + ": ramp must be finite and > 0 (got " + detail::number_text(ramp) + ")");
 }
 
 template <class T>
@@ -22,7 +22,7 @@ void check_span(const char* op, const T* span, std::size_t rows) {
   for (std::size_t r = 0; r < rows; ++r)
     if (!std::isfinite(span[r]))
       throw Error(std::string(op) + ": span is not finite at row " + std::to_string(r) + " (got " +
-                  std::to_string(static_cast<double>(span[r])) + ")");
+                  detail::number_text(span[r]) + ")");
 }
 
 detail::RowParams row_params(double span, const AdaptiveSpan& shape, std::size_t row) {
@@ -101,7 +101,7 @@ namespace {
 template <class T>
 void check_dynamic_span(const char* op, ConstMatrix<T> hidden, const T* v, T b, double max_span) {
   if (!(max_span > 0 && std::isfinite(max_span)))
-    throw Error(std::string(op) + ": max_span must be finite and > 0 (got " + std::to_string(max_span) + ")");
+    throw Error(std::string(op) + ": max_span must be finite and > 0 (got " + detail::number_text(max_span) + ")");
   if (v == nullptr) throw Error(std::string(op) + ": v must not be null");
   if (!std::isfinite(b)) throw Error(std::string(op) + ": b is not finite");
   detail::check_finite<T>(op, "hidden", hidden);

@@ -104,7 +104,7 @@ void check_upper(const char* op, ConstMatrix<T> scores, ConstMatrix<T> upper, Ma
       if (!mask.empty() && !mask(r, j)) continue;
       const T b = upper(r, j);
       if (!(std::isfinite(b) && b >= 0))
-        throw Error(std::string(op) + ": upper must be finite and >= 0 (got " + std::to_string(double(b)) +
+        throw Error(std::string(op) + ": upper must be finite and >= 0 (got " + detail::number_text(b) +
                     " at row " + std::to_string(r) + ", column " + std::to_string(j) + ")");
       if (scores(r, j) == -std::numeric_limits<T>::infinity()) continue;
       total += b;
@@ -112,7 +112,7 @@ void check_upper(const char* op, ConstMatrix<T> scores, ConstMatrix<T> upper, Ma
     }
     if (any && total < 1.0 - 1e-6)
       throw Error(std::string(op) + ": upper bounds of row " + std::to_string(r) + " sum to " +
-                  std::to_string(total) + " (expected >= 1: no distribution satisfies them)");
+                  detail::number_text(total) + " (expected >= 1: no distribution satisfies them)");
   }
 }
 
@@ -148,20 +148,29 @@ void constrained_backward(const char* op, ConstMatrix<T> probs, ConstMatrix<T> u
   detail::parallel_for(probs.rows, detail::grain_for(n), [&](std::size_t begin, std::size_t end) {
     for (std::size_t r = begin; r < end; ++r) {
       const T *p = probs.row(r), *u = upper.row(r), *g = grad_probs.row(r);
+      // Gradients scaled by 2^-k, the power of two of the largest |g|, so
+      // that neither the sum nor g - q overflows whatever their size (exact:
+      // a power of two); only the final product can, where the exact one does.
+      double big = 0;
+      for (std::size_t j = 0; j < n; ++j) big = std::max(big, std::abs(static_cast<double>(g[j])));
+      const int k = big > 0 ? std::ilogb(big) : 0;
       double wsum = 0, wg = 0;
       for (std::size_t j = 0; j < n; ++j) {
         if (!is_free(p[j], u[j])) continue;
         const double w = weight(p[j]);
         wsum += w;
-        wg += w * g[j];
+        wg += w * std::ldexp(static_cast<double>(g[j]), -k);
       }
-      const double q = wsum > 0 ? wg / wsum : 0.0;
+      const double q = wsum > 0 ? wg / wsum : 0.0;  // scaled by 2^-k
       for (std::size_t j = 0; j < n; ++j) {
         // Read everything first: the outputs may alias probs or grad_probs.
-        const T pj = p[j], gj = g[j];
+        const T pj = p[j];
+        const double gj = std::ldexp(static_cast<double>(g[j]), -k);
         const bool free = is_free(pj, u[j]);
-        grad_scores(r, j) = free ? static_cast<T>(weight(pj) * (gj - q)) : T(0);
-        if (!grad_upper.empty()) grad_upper(r, j) = !free && pj > 0 ? static_cast<T>(gj - q) : T(0);
+        const double w = free ? weight(pj) : 0.0;
+        grad_scores(r, j) = w > 0 ? detail::narrow<T>(std::ldexp(w * (gj - q), k)) : T(0);  // p = 0: exactly 0
+        if (!grad_upper.empty())
+          grad_upper(r, j) = !free && pj > 0 ? detail::narrow<T>(std::ldexp(gj - q, k)) : T(0);
       }
     }
   });

@@ -12,8 +12,8 @@ namespace {
 
 void check_alpha(const char* op, double alpha) {
   if (!(alpha >= 1.0 && alpha <= kMaxEntmaxAlpha))
-    throw Error(std::string(op) + ": alpha out of range (got " + std::to_string(alpha) + ", expected 1 <= alpha <= " +
-                std::to_string(kMaxEntmaxAlpha) + "; alpha = 1 is softmax)");
+    throw Error(std::string(op) + ": alpha out of range (got " + detail::number_text(alpha) +
+                ", expected 1 <= alpha <= " + detail::number_text(kMaxEntmaxAlpha) + "; alpha = 1 is softmax)");
 }
 
 // dL/dalpha of one row, in double:

@@ -32,12 +32,12 @@ void check_target(const char* op, ConstMatrix<T> target, MaskView mask) {
       const bool masked = !mask.empty() && !mask(r, j);
       if (!(std::isfinite(q) && q >= 0) || (masked && q != 0))
         throw Error(std::string(op) + ": target is not a distribution at row " + std::to_string(r) + ", column " +
-                    std::to_string(j) + " (got " + std::to_string(double(q)) +
+                    std::to_string(j) + " (got " + detail::number_text(q) +
                     (masked ? ", expected 0 on a masked entry)" : ", expected a finite value >= 0)"));
       total += q;
     }
     if (std::abs(total - 1.0) > 1e-4)
-      throw Error(std::string(op) + ": target row " + std::to_string(r) + " sums to " + std::to_string(total) +
+      throw Error(std::string(op) + ": target row " + std::to_string(r) + " sums to " + detail::number_text(total) +
                   " (expected 1)");
   }
 }

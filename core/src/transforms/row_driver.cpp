@@ -1,16 +1,8 @@
 #include "transforms/row_driver.hpp"
 
-#include <sstream>
 #include <vector>
 
 namespace entgraph::detail {
-
-std::string num(double x) {
-  std::ostringstream s;
-  s.precision(9);
-  s << x;
-  return s.str();
-}
 
 void check_transform_scalars(const Transform& t, const char* op, const std::string& name) {
   if (t.kind == TransformKind::entmax && !(t.alpha >= 1.0 && t.alpha <= kMaxEntmaxAlpha))

@@ -8,14 +8,27 @@
 #include <cstddef>
 #include <limits>
 #include <string>
+#include <type_traits>
 
 #include "entgraph/error.hpp"
 #include "entgraph/matrix_view.hpp"
 #include "entgraph/transforms.hpp"
 #include "kernels/reference/transforms_reference.hpp"
+#include "runtime/numbers.hpp"
 #include "runtime/parallel.hpp"
 
 namespace entgraph::detail {
+
+// v in T, past T's range (for float: what rounds to infinity) as an explicit
+// infinity rather than an out-of-range conversion.
+template <class T>
+T narrow(double v) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (!(std::abs(v) < 0x1.ffffffp127) && !std::isnan(v))
+      return v > 0 ? std::numeric_limits<float>::infinity() : -std::numeric_limits<float>::infinity();
+  }
+  return static_cast<T>(v);
+}
 
 // "(got 3x4, expected 3x5)" style shape text.
 std::string shape_text(std::size_t rows, std::size_t cols);
@@ -23,8 +36,8 @@ std::string shape_text(std::size_t rows, std::size_t cols);
 // name is how the caller's argument is called ("options.transform"). Other
 // kinds pass.
 void check_transform_scalars(const Transform& t, const char* op, const std::string& name);
-// Numbers in error messages: doubles with 9 significant digits.
-std::string num(double x);
+// Numbers in error messages: the shortest text that reads back (number_text).
+inline std::string num(double x) { return number_text(x); }
 inline std::string num(std::size_t x) { return std::to_string(x); }
 
 // Throws unless `view` has data (when not empty) and a row stride that fits

@@ -4,6 +4,7 @@
 
 #include "entgraph/error.hpp"
 #include "entgraph/transforms.hpp"
+#include "runtime/numbers.hpp"
 
 namespace entgraph {
 
@@ -13,7 +14,7 @@ std::string Transform::name() const {
     case TransformKind::softmax: return "softmax";
     case TransformKind::sparsemax: return "sparsemax";
     case TransformKind::entmax15: return "entmax15";
-    case TransformKind::entmax: out << "entmax(alpha=" << alpha << ")"; return out.str();
+    case TransformKind::entmax: out << "entmax(alpha=" << detail::number_text(alpha) << ")"; return out.str();
     case TransformKind::topk_softmax: out << "topk_softmax(k=" << k << ")"; return out.str();
     case TransformKind::adaptive_span: return "adaptive_span";
     case TransformKind::constrained_softmax: return "constrained_softmax";

@@ -30,8 +30,10 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "entgraph/io/npy.hpp"
@@ -39,9 +41,20 @@
 
 namespace entgraph {
 
+// The largest α a capture may hold: the range of the entmax transform
+// (kMaxEntmaxAlpha in transforms.hpp), so that every head's gold graph can be
+// computed.
+inline constexpr double kCaptureMaxAlpha = 1000.0;
+
+// The largest max |q| * max |k| * max(1, scale) of a head (norms over all its
+// tokens): 2^127, half the float32 maximum. It bounds every score
+// scale * q.k and every partial sum of the dot product, so scores stay finite
+// in float32 whatever the rounding.
+inline constexpr double kCaptureMaxScore = 0x1p127;
+
 // How the attention of one head turns scores into weights.
 struct HeadSettings {
-  double alpha = 1.5;   // α of the entmax transform (1 = softmax, 1.5 = entmax15, 2 = sparsemax); finite, >= 1
+  double alpha = 1.5;   // α of the entmax transform (1 = softmax, 1.5 = entmax15, 2 = sparsemax), in [1, 1000]
   bool causal = false;  // query i of a sequence sees keys 0..i of that sequence only
   double scale = 0.0;   // scores = scale * q.k; finite and > 0 in a valid capture (Capture::make sets 1/sqrt(head_dim))
 };
@@ -59,6 +72,7 @@ struct Capture {
   std::vector<HeadSettings> settings;  // layers * heads entries, index layer * heads + head
   std::vector<std::string> texts;      // empty, or the text (UTF-8) of each sequence
   std::string provenance = "{}";       // a JSON object as text, free-form (model, source, date, ...)
+  std::string source;  // where it was read from (read_capture: the folder), or empty; names it in errors, never written
 
   // A capture of the given sizes with zero-filled arrays (values too if
   // with_values) and default settings: alpha 1.5, causal false, scale
@@ -100,22 +114,29 @@ struct Capture {
 };
 
 // Checks that a capture is consistent; throws entgraph::Error
-// ("validate_capture: <what>") naming the first field that is not: a zero
+// ("validate_capture: <what>", or "validate_capture: capture <source>: <what>"
+// for a capture that has a source) naming the first field that is not: a zero
 // layers / heads / head_dim, no sequences, a zero length, a size product that
 // overflows, queries / keys / values whose size is not
 // layers * heads * tokens() * head_dim (values may be empty), settings that
-// are not layers * heads entries, an alpha that is below 1 or not finite, a
-// scale that is not finite and > 0, texts that are neither empty nor one per
+// are not layers * heads entries, an alpha outside [1, kCaptureMaxAlpha], a
+// scale that is not finite and > 0 or is beyond the float32 maximum, texts that are neither empty nor one per
 // sequence or are not valid UTF-8, provenance that is not a JSON object (of
-// at most 64 levels of nested arrays and objects), and NaN or infinity in queries, keys or values
-// (naming the array, layer, head and token of the first one).
+// at most 64 levels of nested arrays and objects, no key repeated), NaN or
+// infinity in queries, keys or values (naming the array, layer, head and
+// token of the first one), and a head whose queries and keys could make a
+// score overflow float32: max |q| * max |k| * max(1, scale) above
+// kCaptureMaxScore (naming the layer and head).
 void validate_capture(const Capture& capture);
 
 // Writes dir/capture.json, dir/queries.npy, dir/keys.npy and, if the capture
-// has values, dir/values.npy (each created or truncated; other files in dir
-// are left alone), creating dir and its parents if needed. An old
-// capture.json is removed before the arrays are written and the new one is
-// written last, so a failure half-way leaves no capture.json. dtype is
+// has values, dir/values.npy (other files in dir are left alone), creating
+// dir and its parents if needed. The capture appears whole or not at all:
+// the files are written into a staging folder beside or inside dir and moved
+// into place only once complete (capture.json last), so a failure (full
+// disk, file size limit, read-only folder) leaves an existing capture in dir
+// as it was. A capture larger than the free space of dir's file system is
+// refused before anything is written. dtype is
 // NpyDtype::float32 (exact) or NpyDtype::float16 (rounded to nearest even).
 // "alpha", "causal" and "scale" are written as one value when every head
 // agrees, else as [layers][heads] arrays. The capture is validated, and for
@@ -135,13 +156,15 @@ void write_capture(const std::string& dir, const Capture& capture, NpyDtype dtyp
 //   for (s = 0; s < lengths.size(); ++s) w.write_sequence(s, queries_s, keys_s, values_s);
 //   w.finish();  // writes capture.json
 //
-// The constructor removes dir/capture.json if there is one (its arrays are
-// about to be overwritten), then creates queries.npy, keys.npy and, with
-// values, values.npy at their full size; write_sequence puts each (layer,
-// head) slice of a sequence at its final place in them; finish() writes
-// capture.json, last. A writer destroyed before finish() (an error, an
-// exception elsewhere) leaves the arrays but no capture.json, so no reader
-// ever sees a capture with incomplete arrays.
+// Nothing in dir changes before finish(). The constructor refuses a capture
+// larger than the free space of dir's file system (capture_file_bytes gives
+// the size), then creates queries.npy, keys.npy and, with values, values.npy
+// at their full size in a staging folder (beside dir if dir does not exist,
+// else a hidden folder inside it); write_sequence puts each (layer, head)
+// slice of a sequence at its final place in them; finish() writes
+// capture.json and moves the files into dir, capture.json last. A writer
+// destroyed before finish() (an error, an exception elsewhere) removes its
+// staging folder and leaves an existing capture in dir as it was.
 //
 // Errors are entgraph::Error "CaptureWriter: <dir>: <what>", in the words of
 // write_capture's and validate_capture's: from the constructor for what
@@ -177,10 +200,27 @@ class CaptureWriter {
   std::size_t sequences() const;          // lengths.size()
   std::size_t sequences_written() const;  // how many write_sequence has taken
 
+  struct State;  // opaque
+
  private:
-  struct State;
   std::unique_ptr<State> state_;
 };
+
+// The exact number of bytes CaptureWriter (or write_capture) writes for a
+// capture of these sizes, settings, texts and provenance: every .npy file
+// and capture.json. For a check against a limit before any work. Throws
+// entgraph::Error ("capture_file_bytes: ...") for what the constructor
+// rejects before writing (see CaptureWriter).
+std::uint64_t capture_file_bytes(std::size_t layers, std::size_t heads, std::size_t head_dim,
+                                 std::vector<std::size_t> lengths, bool with_values, std::vector<HeadSettings> settings,
+                                 std::vector<std::string> texts = {}, std::string provenance = "{}",
+                                 NpyDtype dtype = NpyDtype::float32);
+
+// The byte offset of the first byte of text that is not part of valid UTF-8
+// (what a capture's texts must be: they are stored as JSON strings), or
+// text.size() if all of it is valid. Overlong forms, surrogates and code
+// points past U+10FFFF are invalid; a sequence cut by the end is invalid.
+std::size_t utf8_invalid_offset(std::string_view text);
 
 // Reads the capture in dir (float16 files are widened to float32 exactly).
 // Throws entgraph::Error ("read_capture: <dir>: <what>") if dir or
@@ -188,15 +228,20 @@ class CaptureWriter {
 // (or nests arrays and objects more than 65 levels deep, i.e. 64 in
 // provenance, or is larger than 1 GiB), "format" is not
 // "entgraph-capture", "version" is not 1, a key is unknown (named: this
-// catches typos like "casual") or repeated, a required key is missing, a
-// value has the wrong JSON type or is out of range (sizes and lengths must be
-// integers >= 1, alpha >= 1, scale > 0, texts one string per sequence,
+// catches typos like "casual") or repeated (in any object, provenance
+// included), a required key is missing, a value has the wrong JSON type or is
+// out of range (sizes and lengths must be integers >= 1, alpha in
+// [1, kCaptureMaxAlpha], scale > 0, texts one string per sequence,
 // provenance an object), a [layers][heads] array has the wrong size, a file
 // name is empty, absolute, or contains ".." or a path separator, a .npy file
 // is missing, malformed or truncated (read_npy's checks) or is not float16 or
 // float32, a .npy shape is not (layers, heads, sum of lengths, head_dim), or
 // the data holds NaN or infinity (naming the array, layer, head and token of
-// the first one). The result passes validate_capture().
+// the first one), or a head's queries and keys could make a score overflow
+// (see validate_capture). The result passes validate_capture(); its source
+// is dir, so that errors raised while working on one of its heads (gold
+// graphs, fitting, prediction, evaluation) read "capture <dir>, layer L,
+// head H: ...".
 Capture read_capture(const std::string& dir);
 
 }  // namespace entgraph

@@ -20,8 +20,10 @@
 // a wrong magic string, an unknown version, a header longer than the file, a
 // header that is not a dict or misses / repeats / adds keys, big-endian,
 // object, structured or unknown dtypes, 'fortran_order': True, negative shape
-// entries, shapes whose element or byte count overflows std::size_t, and data
-// shorter or longer than the shape says. The reader checks every length
+// entries, shapes whose element or byte count overflows std::size_t, shapes
+// NumPy cannot hold (a dimension or byte count above 2^63 - 1, its signed
+// npy_intp, even with no elements, e.g. (0, 2^64 - 1)), and data shorter or
+// longer than the shape says. The reader checks every length
 // against the size of the file or buffer before it allocates, so a hostile
 // header can neither make it read out of bounds nor allocate more than the
 // input holds.
@@ -112,7 +114,10 @@ NpyArray read_npy_bytes(const void* data, std::size_t size, const std::string& n
 // at a multiple of 64 bytes, then the data. version is 1, 2 or 3 (the major
 // version of the format), or 0 for the smallest that fits (1 unless the header
 // exceeds 65535 bytes). Throws entgraph::Error if bytes.size() does not match
-// the shape, or if version is 1 and the header does not fit, or is not 0-3.
+// the shape, if a dimension or the byte count exceeds 2^63 - 1 (NumPy's sizes
+// are signed 64-bit: it cannot read such a file, even an empty one like
+// shape (0, 2^64 - 1)), or if version is 1 and the header does not fit, or is
+// not 0-3.
 std::vector<unsigned char> encode_npy(const NpyArray& array, int version = 0);
 
 // What encode_npy puts before the data of an array of that dtype and shape

@@ -37,6 +37,12 @@ namespace entgraph {
 
 using PredictorSettings = std::map<std::string, std::string>;
 
+// The limits of Predictor::fit: 2^24 learned values (64 MiB as float32, a
+// parameter file of at most about 300 MB) and 1e13 multiply-adds (hours on
+// one core).
+inline constexpr std::uint64_t kMaxFitParameters = std::uint64_t{1} << 24;
+inline constexpr double kMaxFitOperations = 1e13;
+
 struct FitOptions {
   std::uint64_t seed = 0;  // overrides nothing: methods also read "seed" from their settings
   bool quiet = true;       // false: progress bars on stderr for long fits
@@ -50,8 +56,23 @@ class Predictor {
   virtual std::string method() const = 0;
   // Whether fit() learns anything (false for fixed patterns).
   virtual bool learned() const { return false; }
-  // Learns parameters for every layer and head of the capture.
-  virtual void fit(const Capture& capture, const FitOptions& options);
+  // Learns parameters for every layer and head of the capture. Settings whose
+  // fit on this capture would build more than kMaxFitParameters learned
+  // values or take more than kMaxFitOperations are refused (entgraph::Error
+  // naming the method, the size and the settings that drive it) before any
+  // work: in-range settings can still be absurd for a capture's size.
+  void fit(const Capture& capture, const FitOptions& options);
+  // What a fit on `capture` would build, from the settings and the capture's
+  // sizes alone: learned values (floats in the parameter file) and, roughly,
+  // multiply-adds. Zero for fixed patterns.
+  struct FitSize {
+    std::uint64_t parameters = 0;
+    double operations = 0.0;
+  };
+  virtual FitSize fit_size(const Capture& capture) const;
+  // Throws entgraph::Error if fit_size(capture) is beyond the limits (what
+  // fit() checks first; sweeps check every grid value before fitting any).
+  void check_fit_size(const Capture& capture) const;
   // The predicted graph of one head for one sequence: q is n x d, k is m x d
   // (n = m for self-attention). Includes the extra_window / extra_global edges.
   Graph predict(MatrixView<const float> q, MatrixView<const float> k, std::size_t layer, std::size_t head,
@@ -87,6 +108,9 @@ class Predictor {
   // The "parameters" object as JSON text ("{}" for fixed patterns).
   virtual std::string parameters_json() const { return "{}"; }
 
+  // fit() after check_fit_size(): the method's learning (nothing for fixed patterns).
+  virtual void fit_parameters(const Capture& capture, const FitOptions& options);
+
   PredictorSettings settings_;
   long extra_window_ = -1;
   std::size_t extra_global_ = 0;
@@ -105,7 +129,17 @@ bool predictor_has_setting(const std::string& method, const std::string& key);
 // take the method's defaults). Throws entgraph::Error for an unknown method,
 // an unknown setting or a bad value.
 std::unique_ptr<Predictor> make_predictor(const std::string& method, const PredictorSettings& settings = {});
-// Reads a parameter file written by to_json(); name is used in errors.
+// Reads a parameter file written by to_json(); name is used in errors
+// ("load_predictor: <name>: ..."). Throws entgraph::Error for invalid JSON, a
+// key repeated in any object, more than 64 levels of nesting, a wrong format
+// or version, or parameters the method rejects (every number must be finite
+// as the float32 it is stored in).
 std::unique_ptr<Predictor> load_predictor(const std::string& json_text, const std::string& name = "<memory>");
+// Largest parameter file read_predictor accepts: 512 MiB, above what a fit
+// within kMaxFitParameters writes.
+inline constexpr std::size_t kMaxParameterFileBytes = std::size_t{1} << 29;
+// load_predictor of the file at path, refused before reading if larger than
+// kMaxParameterFileBytes. op names the caller in errors ("<op>: <path>: ...").
+std::unique_ptr<Predictor> read_predictor(const std::string& path, const char* op = "read_predictor");
 
 }  // namespace entgraph

@@ -4,9 +4,78 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 namespace entgraph::detail {
+
+template <class T>
+constexpr T kInfT = std::numeric_limits<T>::infinity();
+
+// Scaled so that nothing overflows: with the support S = {p > 0}, its weight
+// s_ref = ref^e (ref: the largest p for e >= 0, the smallest for e < 0, so
+// that t = s / s_ref = (p / ref)^e lies in [0, 1]) and M = 2^k, the power of
+// two of max |dp| over S, dz_i = t_i (dp_i / M - q') * M * s_ref with
+// q' = <t, dp / M> / sum t, |q'| < 2. Only the final product can overflow,
+// and only where the exact result does.
+template <class T>
+void family_backward_robust_impl(const T* p, const T* dp, T* dz, std::size_t n, double e) {
+  double ref = 0, big = 0;
+  bool any = false;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (!(p[i] > 0)) continue;
+    const double pi = static_cast<double>(p[i]);
+    ref = !any ? pi : e >= 0 ? std::max(ref, pi) : std::min(ref, pi);
+    big = std::max(big, std::abs(static_cast<double>(dp[i])));
+    any = true;
+  }
+  if (!any || big == 0 || !std::isfinite(big)) {
+    for (std::size_t i = 0; i < n; ++i) dz[i] = T(0);  // no support, or dp = 0 on it
+    return;
+  }
+  const int k = std::ilogb(big);
+  double tt = 0, tdp = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (!(p[i] > 0)) continue;
+    const double t = std::pow(static_cast<double>(p[i]) / ref, e);
+    tt += t;
+    tdp += t * std::ldexp(static_cast<double>(dp[i]), -k);
+  }
+  const double qn = tdp / tt;  // tt >= 1: the reference entry has t = 1
+  // s_ref = mant * 2^exp2, from pow when it is a normal double, else from logs.
+  double mant = 0;
+  int exp2 = 0;
+  const double sref = std::pow(ref, e);
+  if (std::isnormal(sref)) {
+    mant = std::frexp(sref, &exp2);
+  } else {
+    const double l = e * std::log2(ref);
+    const double whole = std::floor(l);
+    mant = std::exp2(l - whole);
+    exp2 = static_cast<int>(std::clamp(whole, -1e6, 1e6));
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    const double pi = static_cast<double>(p[i]), gi = static_cast<double>(dp[i]);  // read before dz[i] is written
+    if (!(pi > 0)) {
+      dz[i] = T(0);
+      continue;
+    }
+    const double r = std::pow(pi / ref, e) * (std::ldexp(gi, -k) - qn);
+    const double v = std::ldexp(r * mant, exp2 + k);
+    // Past T's range (for float: what rounds to infinity) the exact value is
+    // too: infinity, said explicitly rather than by an out-of-range cast.
+    const double limit = std::is_same_v<T, float> ? 0x1.ffffffp127 : std::numeric_limits<double>::infinity();
+    dz[i] = std::abs(v) < limit ? static_cast<T>(v) : v > 0 ? kInfT<T> : -kInfT<T>;
+  }
+}
+
+void family_backward_robust(const float* p, const float* dp, float* dz, std::size_t n, double e) {
+  family_backward_robust_impl(p, dp, dz, n, e);
+}
+void family_backward_robust(const double* p, const double* dp, double* dz, std::size_t n, double e) {
+  family_backward_robust_impl(p, dp, dz, n, e);
+}
+
 namespace {
 
 constexpr double kNegInf = -std::numeric_limits<double>::infinity();
@@ -139,31 +208,36 @@ void adaptive_span(const double* s, double* p, std::size_t n, const RowParams& p
   for (std::size_t j = 0; j < n; ++j) p[j] /= sum;
 }
 
-// dz = s (dp - <s, dp> / sum s) with the given s(p).
+// dz = s (dp - <s, dp> / sum s) with the given s(p) = p^e on the support
+// (s(0) = 0). When that overflows on the way (|dp| near the double maximum,
+// or s beyond it for alpha > 2), family_backward_robust redoes the row.
 template <class Weight>
-void entmax_family_backward(const double* p, const double* dp, double* dz, std::size_t n, Weight weight) {
-  double ss = 0, sdp = 0;
+void entmax_family_backward(const double* p, const double* dp, double* dz, std::size_t n, double e, Weight weight) {
+  double ss = 0, sdp = 0, big = 0;
   for (std::size_t i = 0; i < n; ++i) {
     const double s = weight(p[i]);
     ss += s;
     sdp += s * dp[i];
+    if (s > 0) big = std::max(big, std::abs(dp[i]));
   }
   const double q = ss > 0 ? sdp / ss : 0.0;
-  for (std::size_t i = 0; i < n; ++i) dz[i] = weight(p[i]) * (dp[i] - q);
+  if (!(std::isfinite(ss) && std::isfinite(sdp) && big + std::abs(q) <= std::numeric_limits<double>::max()))
+    return family_backward_robust(p, dp, dz, n, e);
+  for (std::size_t i = 0; i < n; ++i) dz[i] = p[i] > 0 ? weight(p[i]) * (dp[i] - q) : 0.0;
 }
 
 void softmax_backward(const double* p, const double* dp, double* dz, std::size_t n, const RowParams&) {
-  entmax_family_backward(p, dp, dz, n, [](double x) { return x; });
+  entmax_family_backward(p, dp, dz, n, 1.0, [](double x) { return x; });
 }
 void sparsemax_backward(const double* p, const double* dp, double* dz, std::size_t n, const RowParams&) {
-  entmax_family_backward(p, dp, dz, n, [](double x) { return x > 0 ? 1.0 : 0.0; });
+  entmax_family_backward(p, dp, dz, n, 0.0, [](double x) { return x > 0 ? 1.0 : 0.0; });
 }
 void entmax15_backward(const double* p, const double* dp, double* dz, std::size_t n, const RowParams&) {
-  entmax_family_backward(p, dp, dz, n, [](double x) { return std::sqrt(x); });
+  entmax_family_backward(p, dp, dz, n, 0.5, [](double x) { return std::sqrt(x); });
 }
 void entmax_backward(const double* p, const double* dp, double* dz, std::size_t n, const RowParams& params) {
   const double e = 2 - params.alpha;
-  entmax_family_backward(p, dp, dz, n, [e](double x) { return x > 0 ? std::pow(x, e) : 0.0; });
+  entmax_family_backward(p, dp, dz, n, e, [e](double x) { return x > 0 ? std::pow(x, e) : 0.0; });
 }
 
 }  // namespace

@@ -575,21 +575,31 @@ struct Kernels {
   }
 
   // -------------------------------------------------------------------------
-  // Backward of the entmax family: dz = s (dp - <s, dp> / sum s) with s(p).
-  // For the sparse members (Sparse = true) a batch with no support needs
-  // neither dp nor the weight: it is skipped, then written as zeros.
+  // Backward of the entmax family: dz = s (dp - <s, dp> / sum s) with s(p)
+  // = p^e on the support. For the sparse members (Sparse = true) a batch with
+  // no support needs neither dp nor the weight: it is skipped, then written
+  // as zeros. A row whose sums overflow, or where dp - q could (|dp| near the
+  // float maximum), goes to family_backward_robust before anything is
+  // written: finite inputs give finite outputs wherever the exact ones are,
+  // and exactly 0 where p = 0.
   template <bool Sparse, class Weight>
-  static void family_backward(const float* p, const float* dp, float* dz, std::size_t n, Weight weight) {
-    B ss(0.0f), sdp(0.0f);
+  static void family_backward(const float* p, const float* dp, float* dz, std::size_t n, double e, Weight weight) {
+    B ss(0.0f), sdp(0.0f), big(0.0f);
     for (std::size_t i = 0; i < n; i += W) {
       const B pb = load(p, i, n, 0.0f);
       if (Sparse && !xsimd::any(pb > B(0.0f))) continue;
       const B s = weight(pb);
+      const B g = load(dp, i, n, 0.0f);
       ss += s;
-      sdp += s * load(dp, i, n, 0.0f);
+      sdp += s * g;
+      big = xsimd::max(big, xsimd::abs(g));
     }
-    const double total = sum(ss);
-    const B q(total > 0 ? static_cast<float>(sum(sdp) / total) : 0.0f);
+    const double total = sum(ss), weighted = sum(sdp);
+    const double qd = total > 0 ? weighted / total : 0.0;
+    if (!(std::isfinite(total) && std::isfinite(weighted) &&
+          static_cast<double>(max(big)) + std::fabs(qd) <= static_cast<double>(std::numeric_limits<float>::max())))
+      return family_backward_robust(p, dp, dz, n, e);
+    const B q(static_cast<float>(qd));
     for (std::size_t i = 0; i < n; i += W) {
       const B pb = load(p, i, n, 0.0f);
       if (Sparse && !xsimd::any(pb > B(0.0f))) {
@@ -601,13 +611,13 @@ struct Kernels {
   }
 
   static void softmax_backward(const float* p, const float* dp, float* dz, std::size_t n, const RowParams&) {
-    family_backward<false>(p, dp, dz, n, [](const B& x) { return x; });
+    family_backward<false>(p, dp, dz, n, 1.0, [](const B& x) { return x; });
   }
   static void sparsemax_backward(const float* p, const float* dp, float* dz, std::size_t n, const RowParams&) {
-    family_backward<true>(p, dp, dz, n, [](const B& x) { return select0(x > B(0.0f), B(1.0f)); });
+    family_backward<true>(p, dp, dz, n, 0.0, [](const B& x) { return select0(x > B(0.0f), B(1.0f)); });
   }
   static void entmax15_backward(const float* p, const float* dp, float* dz, std::size_t n, const RowParams&) {
-    family_backward<true>(p, dp, dz, n, [](const B& x) { return xsimd::sqrt(x); });
+    family_backward<true>(p, dp, dz, n, 0.5, [](const B& x) { return xsimd::sqrt(x); });
   }
   // s = p^(2 - alpha) on the support. For alpha = 1 + 2^-j (1.5, 1.25,
   // 1.125), s = p / p^(2^-j) takes j square roots instead of a log and an exp.
@@ -616,7 +626,7 @@ struct Kernels {
     for (int j = 1; j <= 3; ++j)
       if (params.alpha == 1.0 + std::ldexp(1.0, -j)) roots = j;
     if (roots > 0) {
-      family_backward<true>(p, dp, dz, n, [&](const B& x) {
+      family_backward<true>(p, dp, dz, n, 2.0 - params.alpha, [&](const B& x) {
         B r = x;
         for (int j = 0; j < roots; ++j) r = xsimd::sqrt(r);
         return select0(x > B(0.0f), x / xsimd::max(r, B(1e-30f)));
@@ -624,7 +634,7 @@ struct Kernels {
       return;
     }
     const B e(static_cast<float>(2.0 - params.alpha));
-    family_backward<true>(p, dp, dz, n, [&](const B& x) {
+    family_backward<true>(p, dp, dz, n, 2.0 - params.alpha, [&](const B& x) {
       // The clamp must stay a normal float: subnormal inputs to log are slow.
       return select0(x > B(0.0f), xsimd::exp(e * xsimd::log(xsimd::max(x, B(1e-30f)))));
     });
