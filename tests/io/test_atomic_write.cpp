@@ -11,6 +11,7 @@
 #include <vector>
 
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include "entgraph/io/capture.hpp"
 #include "entgraph/io/npy.hpp"
@@ -207,6 +208,27 @@ TEST_SUITE("io") {
     std::uintmax_t total = 0;
     for (const std::string& f : listing(cap)) total += fs::file_size(cap + "/" + f);
     CHECK(total == capture_file_bytes(2, 2, 4, {4000}, true, big.settings));
+  }
+
+  TEST_CASE("captures: a read-only folder is an error that changes nothing") {
+    if (geteuid() == 0) {
+      MESSAGE("skipped: running as root, which can write into read-only folders");
+      return;
+    }
+    TempDir dir;
+    const std::string cap = dir.file("cap");
+    const Capture old = Capture::make(1, 1, 2, {3}, false);
+    write_capture(cap, old);
+    const Bytes json = read_bytes(cap + "/capture.json");
+    fs::permissions(cap, fs::perms::owner_read | fs::perms::owner_exec);
+    CHECK_ERROR_CONTAINS(write_capture(cap, Capture::make(1, 1, 2, {5}, false)), "cannot create a folder to write into");
+    fs::permissions(dir.path(), fs::perms::owner_read | fs::perms::owner_exec);
+    CHECK_ERROR_CONTAINS(write_capture(dir.file("new"), old), "cannot create a folder to write into");
+    fs::permissions(dir.path(), fs::perms::owner_all);
+    fs::permissions(cap, fs::perms::owner_all);
+    CHECK(read_bytes(cap + "/capture.json") == json);
+    CHECK(listing(cap) == std::vector<std::string>{"capture.json", "keys.npy", "queries.npy"});
+    CHECK(listing(dir.path()) == std::vector<std::string>{"cap"});
   }
 
   TEST_CASE("write_file_bytes: a link keeps pointing at the replaced file; a device is written in place") {

@@ -87,18 +87,20 @@ Graph graph_from_js(const val& object, const char* name) {
   g.indices.reserve(indices.size());
   for (double i : indices) {
     if (!(i >= 0 && i < 4294967296.0) || i != std::floor(i))
-      throw Error(indices_name + ": not a key index (got " + std::to_string(i) + ")");
+      throw Error(indices_name + ": not a key index (got " + js_number_text(i) + ")");
     g.indices.push_back(static_cast<std::uint32_t>(i));
   }
   g.validate(name);
   return g;
 }
 
+std::string js_number_text(double value) { return val(value).call<std::string>("toString"); }
+
 std::string json_of(const val& value) { return val::global("JSON").call<std::string>("stringify", value); }
 
 std::size_t to_size(double value, const char* name) {
   if (!std::isfinite(value) || value < 0 || value != std::floor(value) || value > static_cast<double>(std::numeric_limits<std::size_t>::max()))
-    throw Error(std::string(name) + ": expected a whole number >= 0 (got " + std::to_string(value) + ")");
+    throw Error(std::string(name) + ": expected a whole number >= 0 (got " + js_number_text(value) + ")");
   return static_cast<std::size_t>(value);
 }
 

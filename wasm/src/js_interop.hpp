@@ -77,6 +77,8 @@ Graph graph_from_js(const val& object, const char* name);
 
 // A JSON text from a JavaScript value, for structured arguments.
 std::string json_of(const val& value);
+// A number as JavaScript prints it (the shortest text that reads back: 0.1, 1e+30).
+std::string js_number_text(double value);
 
 // An unsigned integer from a JavaScript number: finite, whole, in range.
 std::size_t to_size(double value, const char* name);
