@@ -78,6 +78,21 @@ bench-exact: build
 bench-wasm: build wasm
 	node tools/bench_wasm.mjs
 
+# Fuzzing (tests/fuzz, docs/FUZZING.md): clang's libFuzzer with ASan and
+# UBSan, every target (.npy, safetensors, capture.json, predictor parameter
+# files, teacher config) for FUZZ_SECONDS seconds each (default 60), on a copy
+# of its seed corpus in build/fuzz/corpus/; prints the executions per target
+# and fails on any finding. Debian's clang and libclang-rt-dev (libFuzzer)
+# are installed if missing. Not part of `make test` (whose build replays the
+# seed corpus: ctest fuzz.corpus.*).
+.PHONY: fuzz
+FUZZ_SECONDS ?= 60
+fuzz:
+	@tools/install_deps.sh clang libclang-rt-dev
+	cmake --preset fuzz
+	cmake --build --preset fuzz
+	tests/fuzz/run_fuzz.sh build/fuzz $(FUZZ_SECONDS)
+
 # entgraph's k-means against scikit-learn's KMeans (lloyd, k-means++, 10
 # restarts), one thread, on a generated mixture of 16 Gaussians at k = 4, 8,
 # 16, timed in one run (native/bench/kmeans_vs_sklearn.py; docs/PERFORMANCE.md,

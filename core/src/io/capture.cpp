@@ -924,6 +924,17 @@ Capture read_capture(const std::string& dir) {
   const std::string keys_file = get_file_name(j, "keys", prefix);
   const std::string values_file = j.contains("values") ? get_file_name(j, "values", prefix) : std::string();
 
+  // One setting per head is allocated below, before the arrays are read: a
+  // capture.json claiming more heads than its queries file can hold
+  // (2 bytes an element at least) is refused first when that would be large
+  // (smaller mismatches get read_npy's more specific message).
+  if (s.heads_total > (std::size_t{1} << 16)) {
+    std::error_code ec;
+    const std::uintmax_t bytes = fs::file_size(fs::path(dir) / queries_file, ec);
+    if (ec || bytes / 2 < s.count)
+      fail(prefix, queries_file + ": " + (ec ? "cannot open file (" + ec.message() + ")" : str(bytes) + " bytes") +
+                       ", too few for layers * heads * tokens * head_dim = " + str(s.count) + " values");
+  }
   HeadSettings defaults;
   defaults.scale = 1.0 / std::sqrt(static_cast<double>(c.head_dim));
   c.settings.assign(s.heads_total, defaults);

@@ -73,6 +73,9 @@ TeacherConfig parse_teacher_config(const std::string& json_text, const std::stri
     if (!m.is_number_integer() || m.get<long long>() < 0 || static_cast<unsigned long long>(m.get<long long>()) >= c.vocab)
       fail(name, "'mask_token' must be an integer in [0, vocab), got " + detail::json_excerpt(m));
     c.mask_token = static_cast<std::size_t>(m.get<long long>());
+  } else if (c.mask_token >= c.vocab) {
+    fail(name, "'mask_token' is absent and its default " + std::to_string(c.mask_token) +
+                   " is not below 'vocab' (" + std::to_string(c.vocab) + "); give 'mask_token' in [0, vocab)");
   }
   if (c.d_model % c.heads != 0)
     fail(name, "'d_model' (" + std::to_string(c.d_model) + ") must be a multiple of 'heads' (" +
