@@ -391,3 +391,43 @@ TEST_SUITE("losses") {
     }
   }
 }  // TEST_SUITE
+
+TEST_SUITE("losses") {
+  TEST_CASE("fenchel_young: float32 losses are shift-invariant, matching float64 to float32 rounding at offsets of 1e4") {
+    // The loss does not change when a constant is added to every score. With
+    // p rounded to float32, <z, p - q> on unshifted scores around 1e4 lost
+    // three digits (softmax, label 1: 1.18096 for 1.1806294).
+    {
+      const std::vector<float> z = {10000.5f, 10000.0f, 9999.25f, 9998.0f};
+      const std::int64_t label = 1;
+      float l = -1;
+      fenchel_young_loss<float>(Transform::softmax(), ConstMatrix<float>(z.data(), 1, 4), &label, &l);
+      CHECK(l == doctest::Approx(1.1806294).epsilon(2e-7));
+    }
+    const std::size_t rows = 16, n = 40;
+    const Matrix<double> base = float_exact_matrix(rows, n, 3.0, 77);
+    const Matrix<double> q = random_target(rows, n, 78);
+    for (const Transform& t : loss_transforms()) {
+      CAPTURE(t.name());
+      for (double offset : {0.0, 1e4, -1e4, 3e4}) {
+        CAPTURE(offset);
+        Matrix<double> z = base;
+        for (double& x : z.data) x += offset;
+        const Matrix<float> zf = z.cast<float>();
+        // The reference: the float64 loss of the same (float-rounded) scores.
+        const std::vector<double> want = loss_of(t, zf.cast<double>(), q);
+        for (CpuIsa isa : available_cpu_isas()) {
+          IsaScope scope(isa);
+          const std::string isa_name = scope.name();
+          CAPTURE(isa_name);
+          const std::vector<double> got = loss_of(t, zf, q.cast<float>());
+          for (std::size_t i = 0; i < rows; ++i) {
+            CAPTURE(i);
+            // A few float32 roundings of the loss itself, and of its terms near 0.
+            CHECK(std::abs(got[i] - want[i]) <= 8 * 0x1p-24 * std::max(1.0, std::abs(want[i])));
+          }
+        }
+      }
+    }
+  }
+}
