@@ -36,6 +36,47 @@ double oracle_err(const Matrix<double>& s, const std::vector<double>& z, const A
 }  // namespace
 
 TEST_SUITE("transforms") {
+  TEST_CASE("adaptive_span: a span from facebookresearch/adaptive-span gives its attention (computed by hand)") {
+    // Its AdaptiveMask over max_size = 4 keys (oldest first, the last one the
+    // previous token): template linspace(1 - 4, 0) = [-3, -2, -1, 0], mask =
+    // clamp((template + current_val * 4) / ramp + 1, 0, 1); with
+    // current_val = 0.25 and ramp = 2: [0, 0.5, 1, 1]. Attention is
+    // softmax(s) * mask, renormalised.
+    const double current_val = 0.25, max_size = 4, ramp = 2;
+    const std::vector<double> s = {0.5, -0.25, 1.0, 0.125};
+    const std::vector<double> fb_mask = {0.0, 0.5, 1.0, 1.0};
+    std::vector<double> want(4);
+    double total = 0;
+    for (std::size_t j = 0; j < 4; ++j) total += want[j] = fb_mask[j] * std::exp(s[j]);
+    for (double& w : want) w /= total;
+    // Here: the query at position 4, keys 0..3 (distances 4, 3, 2, 1).
+    const double z = span_from_adaptive_span_repo(current_val, max_size);
+    CHECK(z == 2.0);
+    AdaptiveSpan shape;
+    shape.ramp = ramp;
+    shape.query_offset = 4;
+    const Matrix<double> sm = [&] {
+      Matrix<double> m(1, 4);
+      m.data = s;
+      return m;
+    }();
+    for (CpuIsa isa : available_cpu_isas()) {
+      IsaScope scope(isa);
+      const std::string isa_name = scope.name();
+      CAPTURE(isa_name);
+      const Matrix<float> p = span_forward<float>(sm, {z}, shape);
+      CHECK(p(0, 0) == 0.0f);  // the mask's 0 is exactly 0 here too
+      for (std::size_t j = 1; j < 4; ++j) CHECK(p(0, j) == doctest::Approx(want[j]).epsilon(1e-6));
+    }
+    const Matrix<double> pd = span_forward<double>(sm, {z}, shape);
+    for (std::size_t j = 0; j < 4; ++j) CHECK(pd(0, j) == doctest::Approx(want[j]).epsilon(1e-14));
+    // Without the conversion (z = current_val * max_size) the keys shift by one.
+    CHECK(span_forward<double>(sm, {current_val * max_size}, shape)(0, 1) == 0.0);
+    CHECK_THROWS_WITH_AS(span_from_adaptive_span_repo(0.5, 0), doctest::Contains("max_span must be finite and > 0"),
+                         Error);
+    CHECK_THROWS_WITH_AS(span_from_adaptive_span_repo(std::nan(""), 8), doctest::Contains("current_val"), Error);
+  }
+
   TEST_CASE("adaptive_span: the span mask is 1 up to z, 0 from z + R, linear and non-increasing between") {
     for (double z : {0.0, 2.5, 17.0}) {
       for (double ramp : {0.5, 1.0, 32.0}) {

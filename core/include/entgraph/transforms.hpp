@@ -121,6 +121,13 @@ struct AdaptiveSpan {
 // The soft span mask m_z(x).
 template <class T>
 T span_mask(T distance, T span, T ramp);
+// The span z of this convention for a span learned with
+// facebookresearch/adaptive-span's AdaptiveMask (current_val in [0, 1],
+// max_span = its max_size): that code gives the previous token the mask
+// value the paper (and this library) gives distance 0, so its spans are one
+// position shorter: z = current_val * max_span + 1 gives the same attention.
+// Throws unless current_val and max_span are finite and max_span > 0.
+double span_from_adaptive_span_repo(double current_val, double max_span);
 // span has one entry per row: the same z for every row of a head (learned per
 // head), or z_t from dynamic_span (one per query). Throws on non-finite span,
 // ramp <= 0, or NaN/+inf scores.

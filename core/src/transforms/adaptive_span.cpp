@@ -42,6 +42,16 @@ template <class T>
 void span_gradient(ConstMatrix<T> probs, ConstMatrix<T> grad_probs, const T* span, const AdaptiveSpan& shape,
                    T* grad_span);
 
+double span_from_adaptive_span_repo(double current_val, double max_span) {
+  if (!std::isfinite(current_val))
+    throw Error("span_from_adaptive_span_repo: current_val must be finite (got " + detail::number_text(current_val) +
+                ")");
+  if (!(std::isfinite(max_span) && max_span > 0))
+    throw Error("span_from_adaptive_span_repo: max_span must be finite and > 0 (got " +
+                detail::number_text(max_span) + ")");
+  return current_val * max_span + 1.0;
+}
+
 template <class T>
 T span_mask(T distance, T span, T ramp) {
   return std::clamp((ramp + span - distance) / ramp, T(0), T(1));
