@@ -114,20 +114,24 @@ Predictor::FitSize Predictor::fit_size(const Capture&) const { return {}; }
 
 void Predictor::check_fit_size(const Capture& capture) const {
   const FitSize size = fit_size(capture);
+  std::string what;
+  if (size.parameters > kMaxFitParameters) {
+    what = "would learn " + std::to_string(size.parameters) + " values";
+  } else if (size.operations > kMaxFitOperations) {
+    char ops[32];
+    std::snprintf(ops, sizeof ops, "%.3g", size.operations);  // an estimate: three digits
+    what = std::string("would take about ") + ops + " multiply-adds";
+  } else {
+    return;  // the usual case: no message built
+  }
+  static_assert(kMaxFitOperations == 1e13, "the message below states the limit");
+  const std::string limit = size.parameters > kMaxFitParameters ? std::to_string(kMaxFitParameters) : "1e13";
   std::string settings;
   for (const auto& [key, value] : settings_) settings += (settings.empty() ? "" : ", ") + key + "=" + value;
-  const std::string on = " on this capture (" + std::to_string(capture.layers) + " layers x " +
-                         std::to_string(capture.heads) + " heads, " + std::to_string(capture.tokens()) +
-                         " tokens, head_dim " + std::to_string(capture.head_dim) + ") with settings {" + settings + "}";
-  if (size.parameters > kMaxFitParameters)
-    throw Error(method() + ": fit: would learn " + std::to_string(size.parameters) + " values" + on +
-                ", more than the limit of " + std::to_string(kMaxFitParameters) + "; use smaller settings");
-  if (size.operations > kMaxFitOperations) {
-    char ops[32];
-    std::snprintf(ops, sizeof ops, "%.3g", size.operations);
-    throw Error(method() + ": fit: would take about " + ops + " multiply-adds" + on + ", more than the limit of 1e13" +
-                "; use smaller settings");
-  }
+  throw Error(method() + ": fit: " + what + " on this capture (" + std::to_string(capture.layers) + " layers x " +
+              std::to_string(capture.heads) + " heads, " + std::to_string(capture.tokens()) + " tokens, head_dim " +
+              std::to_string(capture.head_dim) + ") with settings {" + settings + "}, more than the limit of " + limit +
+              "; use smaller settings");
 }
 
 void Predictor::set_union_patterns(long extra_window, std::size_t extra_global) {
