@@ -2,9 +2,11 @@
 // same float inputs, and the unfused scores_to_probs against the CPU transforms.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "entgraph/attention.hpp"
@@ -134,6 +136,41 @@ TEST_SUITE("cuda") {
           CAPTURE(capacity);
           CHECK(test::max_abs_diff(gpu_attention(q, k, v, o, capacity), want) <= kTol);
         }
+      }
+  }
+
+  TEST_CASE("fused attention: the candidate floor keeps every support score, in any key order") {
+    // Sweep 1 drops the scores below a floor solved from the candidates kept
+    // so far. Keys sorted by query 0's score give it rising scores (the floor
+    // is solved again and again) and query 1 (= -query 0) falling ones; the
+    // other queries are random. Scales from flat rows (supports of hundreds,
+    // some over the capacity) to peaked ones.
+    const std::size_t n = 70, m = 3000, d = 32;
+    Matrix<float> q = random_matrix<float>(n, d, 1.0, 31);
+    Matrix<float> k = random_matrix<float>(m, d, 1.0, 32);
+    const Matrix<float> v = random_matrix<float>(m, d, 1.0, 33);
+    for (std::size_t c = 0; c < d; ++c) q.data[d + c] = -q.data[c];
+    std::vector<std::pair<double, std::size_t>> order(m);
+    for (std::size_t j = 0; j < m; ++j) {
+      double s = 0.0;
+      for (std::size_t c = 0; c < d; ++c) s += static_cast<double>(q.data[c]) * k.data[j * d + c];
+      order[j] = {s, j};
+    }
+    std::sort(order.begin(), order.end());
+    Matrix<float> sorted(m, d);
+    for (std::size_t j = 0; j < m; ++j)
+      std::copy_n(k.data.begin() + static_cast<std::ptrdiff_t>(order[j].second * d), d,
+                  sorted.data.begin() + static_cast<std::ptrdiff_t>(j * d));
+    k = sorted;
+    for (const Transform& t :
+         {Transform::entmax15(), Transform::entmax(1.25), Transform::sparsemax(), Transform::entmax(3.0)})
+      for (double scale : {0.01, 0.05, 0.2, 1.0, 4.0}) {
+        CAPTURE(test::describe(t));
+        CAPTURE(scale);
+        AttentionOptions<float> o;
+        o.transform = t;
+        o.scale = scale;
+        CHECK(test::max_abs_diff(gpu_attention(q, k, v, o), cpu_attention(q, k, v, o)) <= kTol);
       }
   }
 

@@ -146,11 +146,14 @@ inline constexpr float kTauTolerance = 2e-7f;
 // kTauTolerance. alpha > 2: bisection in double down to double resolution
 // (the weights are steep near 0, see Tau). The support is never empty: tau <
 // hi <= 0 and the max has x - max = 0.
+//
+// Stopped after max_iterations, it returns the bracket's lower end: a tau
+// whose mass is >= 1, so at or below the root (a cheap lower bound).
 __device__ inline Tau warp_entmax_tau(const float* x, std::size_t count, float max, const Weighting& e, double lo,
-                                      double hi) {
+                                      double hi, int max_iterations = 200) {
   const unsigned lane = threadIdx.x % kWarpSize;
   if (!e.newton) {
-    for (int it = 0; it < 200; ++it) {
+    for (int it = 0; it < max_iterations; ++it) {
       const double mid = 0.5 * (lo + hi);
       if (!(mid > lo && mid < hi)) break;
       double f = 0.0;
@@ -168,7 +171,7 @@ __device__ inline Tau warp_entmax_tau(const float* x, std::size_t count, float m
   }
   float flo = static_cast<float>(lo), fhi = static_cast<float>(hi);
   float t = flo;
-  for (int it = 0; it < 200; ++it) {
+  for (int it = 0; it < max_iterations; ++it) {
     float f = 0.0f, g = 0.0f;
     for (std::size_t i = lane; i < count; i += kWarpSize) {
       const float w = (x[i] - max) - t;

@@ -18,11 +18,16 @@
 // alpha-entmax, in the scale x = (alpha - 1) scale q.k where the threshold tau
 // (relative to the row max M) lies in [-1, 0) (attention_common.cuh):
 // 1. Sweep over K: running max, and a candidate list per query in global
-//    scratch (n x capacity floats) of the scores x >= running max - 1, the
-//    only ones that can be in the support. When a tile's new candidates do
-//    not fit, the list is first compacted against the current max (which
-//    drops the candidates that fell out as the max grew); if they still do
-//    not fit the query is marked overflowed.
+//    scratch (n x capacity floats) of the scores that can still be in the
+//    support: x >= running max - 1, and x >= a floor below the final
+//    threshold. The floor is the threshold of the candidates kept so far
+//    (adding scores only raises the threshold of a row, so a subset's is a
+//    lower bound), solved again (three Newton steps from below, each a lower
+//    bound) whenever the list doubles past 128. On N(0, 1) scores it cuts
+//    the scores written from about 430 to 220 per row at n = 4096, and the
+//    list the final solve reads from about 430 to 60. When a tile's
+//    new candidates exceed the capacity even after that, the query is marked
+//    overflowed.
 // 2. tau from the candidates: safeguarded Newton (bisection for alpha > 2),
 //    one warp per query.
 // 3. Overflowed queries only (correctness first): more sweeps over K, each
@@ -74,7 +79,9 @@ constexpr int kMaxNarrowing = 8;        // sweeps; then the bracket is 16^-8 ~ 2
 constexpr int kMaxNarrowingSteep = 12;  // alpha > 2: 16^-12 ~ 4e-15, as the weights are steep near 0
 constexpr double kNarrowedWidth = 1e-12;  // a narrower bracket is tau itself
 constexpr std::size_t kDefaultCapacity = 1024;
-constexpr int kRowSlots = 2 * 2 + 5 + 2;  // float-sized slots of RowState per row
+constexpr int kFirstTighten = 128;  // candidates kept before the floor is first solved
+constexpr int kTightenSteps = 3;    // Newton steps per floor: every step from below is a lower bound
+constexpr int kRowSlots = 2 * 2 + 6 + 3;  // float-sized slots of RowState per row
 
 // Per-query status of the entmax solve.
 enum RowStatus : int {
@@ -135,7 +142,9 @@ struct RowState {
   float* rescale;  // softmax: this tile's factor for the accumulator
   float* tau_hi;   // tau = tau_hi + tau_lo (see detail::Tau)
   float* tau_lo;
+  float* floor;    // entmax sweep 1: a lower bound on the row's final threshold x - max - tau = 0
   int* count;      // candidates stored
+  int* tighten_at; // entmax sweep 1: solve the floor again when the list would exceed this
   int* status;
 };
 
@@ -148,8 +157,10 @@ __device__ inline RowState row_state(float* base) {  // base is 16-byte aligned
   s.rescale = base + 6 * kBlockM;
   s.tau_hi = base + 7 * kBlockM;
   s.tau_lo = base + 8 * kBlockM;
-  s.count = reinterpret_cast<int*>(base + 9 * kBlockM);
-  s.status = reinterpret_cast<int*>(base + 10 * kBlockM);
+  s.floor = base + 9 * kBlockM;
+  s.count = reinterpret_cast<int*>(base + 10 * kBlockM);
+  s.tighten_at = reinterpret_cast<int*>(base + 11 * kBlockM);
+  s.status = reinterpret_cast<int*>(base + 12 * kBlockM);
   return s;
 }
 
@@ -282,49 +293,67 @@ __device__ void store_out(float* out, int q0, int n, const float* row_sum, const
 }
 
 // ---------------------------------------------------------------------------
-// Row phases: warp w handles rows [16 w, 16 w + 16); lane 0 writes the state.
+// Row phases. The common work is per thread: thread t owns half t % 2 of
+// row t / 2 of the tile (so warp w still owns rows [16 w, 16 w + 16)), and a
+// pair combines its halves with one shuffle. With one warp per row, the 16
+// rows of a warp were 16 dependent chains of warp reductions; the profile of
+// the first GPU run put half of the entmax kernel there (and waiting at the
+// next barrier). The rare steps that need a whole warp (the candidate list's
+// floor, compaction, narrowing) keep one row at a time: warp w handles rows
+// [16 w, 16 w + 16), lane 0 writes the state.
 
 __device__ inline int warp_row(int rr) { return static_cast<int>(threadIdx.x / kWarpSize) * kRowsPerWarp + rr; }
 __device__ inline unsigned lanes_below() { return (1u << (threadIdx.x % kWarpSize)) - 1u; }
 
+// This thread's half of its row: the row, the half's first column, and the
+// column of step c. The steps are rotated per thread so that the warp's 32
+// reads of each step fall in 32 distinct banks (row strides are 8 mod 32).
+template <int BN>
+struct HalfRow {
+  static constexpr int kHalf = BN / 2;
+  static_assert((kHalf & (kHalf - 1)) == 0, "half rows are a power of two wide");
+  int r, h, first, shift;
+  __device__ HalfRow()
+      : r(static_cast<int>(threadIdx.x) / 2),
+        h(static_cast<int>(threadIdx.x) % 2),
+        first(h * kHalf),
+        shift(2 * ((r % kRowsPerWarp) / 4) + h) {}
+  __device__ int column(int c) const { return first + ((c + shift) & (kHalf - 1)); }
+};
+
+__device__ inline float pair_max(float v) { return fmaxf(v, __shfl_xor_sync(kFullWarp, v, 1)); }
+__device__ inline float pair_sum(float v) { return v + __shfl_xor_sync(kFullWarp, v, 1); }
+
 // Softmax: online max and sum; the tile's scores become exp2(x - max).
 template <int BN, int kLdS>
 __device__ void softmax_rows(float* Ss, RowState rs) {
-  constexpr int kPer = BN / 32;
-  const int lane = threadIdx.x % kWarpSize;
-  for (int rr = 0; rr < kRowsPerWarp; ++rr) {
-    const int r = warp_row(rr);
-    float* row = Ss + r * kLdS;
-    float x[kPer];
-    float tile_max = -INFINITY;
+  const HalfRow<BN> hr;
+  float* row = Ss + hr.r * kLdS;
+  float tile_max = -INFINITY;
 #pragma unroll
-    for (int c = 0; c < kPer; ++c) {
-      x[c] = row[lane + 32 * c];
-      tile_max = fmaxf(tile_max, x[c]);
-    }
-    tile_max = detail::warp_max(tile_max);
-    const float old_max = rs.max[r];
-    const float new_max = fmaxf(old_max, tile_max);
-    float part = 0.0f, rescale = 1.0f;
-    if (new_max != -INFINITY) {
-      rescale = exp2f(old_max - new_max);  // 0 when old_max = -inf
+  for (int c = 0; c < HalfRow<BN>::kHalf; ++c) tile_max = fmaxf(tile_max, row[hr.column(c)]);
+  tile_max = pair_max(tile_max);
+  const float old_max = rs.max[hr.r];
+  const float new_max = fmaxf(old_max, tile_max);
+  float part = 0.0f, rescale = 1.0f;
+  if (new_max != -INFINITY) {
+    rescale = exp2f(old_max - new_max);  // 0 when old_max = -inf
 #pragma unroll
-      for (int c = 0; c < kPer; ++c) {
-        const float e = exp2f(x[c] - new_max);
-        row[lane + 32 * c] = e;
-        part += e;
-      }
-    } else {
+    for (int c = 0; c < HalfRow<BN>::kHalf; ++c) {
+      const int j = hr.column(c);
+      const float e = exp2f(row[j] - new_max);
+      row[j] = e;
+      part += e;
+    }
+  } else {
 #pragma unroll
-      for (int c = 0; c < kPer; ++c) row[lane + 32 * c] = 0.0f;
-    }
-    part = detail::warp_sum(part);
-    __syncwarp();
-    if (lane == 0) {
-      rs.max[r] = new_max;
-      rs.sum[r] = rs.sum[r] * rescale + part;
-      rs.rescale[r] = rescale;
-    }
+    for (int c = 0; c < HalfRow<BN>::kHalf; ++c) row[hr.column(c)] = 0.0f;
+  }
+  part = pair_sum(part);
+  if (hr.h == 0) {
+    rs.max[hr.r] = new_max;
+    rs.sum[hr.r] = rs.sum[hr.r] * rescale + part;
+    rs.rescale[hr.r] = rescale;
   }
 }
 
@@ -347,52 +376,130 @@ __device__ inline int compact_candidates(float* list, int count, float thr) {
   return kept;
 }
 
-// Entmax sweep 1: running max, and candidates x >= running max - 1.
+// The candidates' threshold as an absolute score, rounded down with a margin
+// far above the solve's rounding (tau to ~1e-7, x - max to an ulp of max): a
+// floor that is never above the exact threshold of the candidates, so never
+// above the row's final one.
+__device__ inline float threshold_floor(float max, detail::Tau tau) {
+  const double t = static_cast<double>(max) + static_cast<double>(tau.hi) + static_cast<double>(tau.lo);
+  return __double2float_rd(t - (1e-4 + 1e-6 * fabs(static_cast<double>(max))));
+}
+
+// How many of this lane's kPer scores the warp holds at or above thr, with
+// the ballots for placing them.
+template <int kPer>
+__device__ inline int count_at_least(const float (&x)[kPer], float thr, unsigned (&bal)[kPer]) {
+  int n = 0;
+#pragma unroll
+  for (int c = 0; c < kPer; ++c) {
+    bal[c] = __ballot_sync(kFullWarp, x[c] >= thr);
+    n += __popc(bal[c]);
+  }
+  return n;
+}
+
+// Entmax sweep 1 for row r, the whole warp: running max, candidates x >=
+// max(running max - 1, floor), the floor solved again first when the list
+// would exceed tighten_at, compaction when it would exceed the capacity.
 template <int BN, int kLdS>
-__device__ void collect_running(const float* Ss, RowState rs, const FusedParams& p, int q0) {
+__device__ void collect_row_warp(const float* Ss, RowState rs, const FusedParams& p, int q0, int r) {
   constexpr int kPer = BN / 32;
   const int lane = threadIdx.x % kWarpSize;
-  for (int rr = 0; rr < kRowsPerWarp; ++rr) {
-    const int r = warp_row(rr);
-    const float* row = Ss + r * kLdS;
-    float x[kPer];
-    float tile_max = -INFINITY;
+  const float* row = Ss + r * kLdS;
+  float x[kPer];
+  float tile_max = -INFINITY;
 #pragma unroll
-    for (int c = 0; c < kPer; ++c) {
-      x[c] = row[lane + 32 * c];
-      tile_max = fmaxf(tile_max, x[c]);
+  for (int c = 0; c < kPer; ++c) {
+    x[c] = row[lane + 32 * c];
+    tile_max = fmaxf(tile_max, x[c]);
+  }
+  tile_max = detail::warp_max(tile_max);
+  const float old_max = rs.max[r];
+  const float new_max = fmaxf(old_max, tile_max);
+  int status = rs.status[r];
+  int count = rs.count[r];
+  float floor = rs.floor[r];
+  int tighten_at = rs.tighten_at[r];
+  if (new_max != -INFINITY && status == kCollecting) {
+    float thr = fmaxf(new_max - 1.0f, floor);
+    unsigned bal[kPer];
+    int fresh = count_at_least(x, thr, bal);
+    float* list = p.cand + static_cast<std::size_t>(q0 + r) * static_cast<std::size_t>(p.cap);
+    if (count + fresh > tighten_at && count > 0) {
+      // The list holds old_max and every seen score above max(floor, old_max - 1), so its mass there is
+      // >= 1 and the solve may start there.
+      const double lo = fmax(-1.0, static_cast<double>(floor) - static_cast<double>(old_max));
+      floor = fmaxf(floor, threshold_floor(old_max, detail::warp_entmax_tau(list, static_cast<std::size_t>(count),
+                                                                            old_max, p.w, lo, 0.0, kTightenSteps)));
+      thr = fmaxf(new_max - 1.0f, floor);
+      count = compact_candidates(list, count, thr);
+      fresh = count_at_least(x, thr, bal);
+      tighten_at = max(kFirstTighten, 2 * (count + fresh));
     }
-    tile_max = detail::warp_max(tile_max);
-    const float new_max = fmaxf(rs.max[r], tile_max);
-    int status = rs.status[r];
-    int count = rs.count[r];
-    if (new_max != -INFINITY && status == kCollecting) {
-      const float thr = new_max - 1.0f;
-      unsigned bal[kPer];
-      int fresh = 0;
+    if (count + fresh > p.cap) count = compact_candidates(list, count, thr);
+    if (count + fresh > p.cap) {
+      status = kOverflowed;
+    } else {
 #pragma unroll
       for (int c = 0; c < kPer; ++c) {
-        bal[c] = __ballot_sync(kFullWarp, x[c] >= thr);
-        fresh += __popc(bal[c]);
+        if (x[c] >= thr) list[count + __popc(bal[c] & lanes_below())] = x[c];
+        count += __popc(bal[c]);
       }
-      float* list = p.cand + static_cast<std::size_t>(q0 + r) * static_cast<std::size_t>(p.cap);
-      if (count + fresh > p.cap) count = compact_candidates(list, count, thr);
-      if (count + fresh > p.cap) {
-        status = kOverflowed;
-      } else {
+    }
+  }
+  __syncwarp();
+  if (lane == 0) {
+    rs.max[r] = new_max;
+    rs.count[r] = count;
+    rs.floor[r] = floor;
+    rs.tighten_at[r] = tighten_at;
+    rs.status[r] = status;
+  }
+}
+
+// Entmax sweep 1: running max, and candidates x >= max(running max - 1,
+// floor). Each thread appends its half row's candidates; a row whose list
+// needs its floor solved again or compacting goes to collect_row_warp.
+template <int BN, int kLdS>
+__device__ void collect_running(const float* Ss, RowState rs, const FusedParams& p, int q0) {
+  const HalfRow<BN> hr;
+  const float* row = Ss + hr.r * kLdS;
+  float tile_max = -INFINITY;
 #pragma unroll
-        for (int c = 0; c < kPer; ++c) {
-          if (x[c] >= thr) list[count + __popc(bal[c] & lanes_below())] = x[c];
-          count += __popc(bal[c]);
-        }
-      }
+  for (int c = 0; c < HalfRow<BN>::kHalf; ++c) tile_max = fmaxf(tile_max, row[hr.column(c)]);
+  tile_max = pair_max(tile_max);
+  const float old_max = rs.max[hr.r];
+  const float new_max = fmaxf(old_max, tile_max);
+  const bool collecting = new_max != -INFINITY && rs.status[hr.r] == kCollecting;
+  const int count = rs.count[hr.r];
+  const float thr = fmaxf(new_max - 1.0f, rs.floor[hr.r]);
+  int mine = 0;
+  if (collecting) {
+#pragma unroll
+    for (int c = 0; c < HalfRow<BN>::kHalf; ++c) mine += row[hr.column(c)] >= thr ? 1 : 0;
+  }
+  const int other = __shfl_xor_sync(kFullWarp, mine, 1);
+  const int fresh = mine + other;
+  const bool slow = collecting && ((count + fresh > rs.tighten_at[hr.r] && count > 0) || count + fresh > p.cap);
+  if (collecting && !slow) {
+    float* out = p.cand + static_cast<std::size_t>(q0 + hr.r) * static_cast<std::size_t>(p.cap) + count +
+                 (hr.h == 1 ? other : 0);
+    int pos = 0;
+#pragma unroll
+    for (int c = 0; c < HalfRow<BN>::kHalf; ++c) {
+      const float x = row[hr.column(c)];
+      if (x >= thr) out[pos++] = x;
     }
-    __syncwarp();
-    if (lane == 0) {
-      rs.max[r] = new_max;
-      rs.count[r] = count;
-      rs.status[r] = status;
-    }
+  }
+  if (!slow && hr.h == 0) {
+    rs.max[hr.r] = new_max;
+    if (collecting) rs.count[hr.r] = count + fresh;
+  }
+  unsigned pending = __ballot_sync(kFullWarp, slow && hr.h == 0);
+  while (pending != 0) {
+    const int lane = __ffs(pending) - 1;
+    pending &= pending - 1;
+    collect_row_warp<BN, kLdS>(Ss, rs, p, q0, warp_row(lane / 2));
   }
 }
 
@@ -425,7 +532,9 @@ __device__ void solve_after_collect(RowState rs, double* mass, int* count_above,
       status = kEmpty;
     } else if (status == kCollecting) {
       const float* list = p.cand + static_cast<std::size_t>(q0 + r) * static_cast<std::size_t>(p.cap);
-      tau = detail::warp_entmax_tau(list, static_cast<std::size_t>(rs.count[r]), mx, p.w, -1.0, 0.0);
+      // The floor is at or below the threshold, so the mass there is >= 1: a valid, closer start.
+      const double lo = fmax(-1.0, static_cast<double>(rs.floor[r]) - static_cast<double>(mx));
+      tau = detail::warp_entmax_tau(list, static_cast<std::size_t>(rs.count[r]), mx, p.w, lo, 0.0);
       status = kSolved;
     } else {
       status = kNarrowing;
@@ -553,24 +662,23 @@ __device__ void after_narrowing(RowState rs, double* mass, int* count_above, con
 // Entmax output sweep: the tile's scores become weights; row sums accumulate.
 template <int BN, int kLdS>
 __device__ void entmax_weight_rows(float* Ss, RowState rs, const FusedParams& p) {
-  constexpr int kPer = BN / 32;
-  const int lane = threadIdx.x % kWarpSize;
-  for (int rr = 0; rr < kRowsPerWarp; ++rr) {
-    const int r = warp_row(rr);
-    float* row = Ss + r * kLdS;
-    const bool solved = rs.status[r] == kSolved;
-    const float mx = rs.max[r];
-    const detail::Tau tau{rs.tau_hi[r], rs.tau_lo[r]};
-    float part = 0.0f;
-#pragma unroll
-    for (int c = 0; c < kPer; ++c) {
-      const float w = solved ? detail::attention_weight(row[lane + 32 * c], mx, tau, p.w) : 0.0f;
-      row[lane + 32 * c] = w;
-      part += w;
-    }
-    part = detail::warp_sum(part);
-    if (lane == 0) rs.sum[r] += part;
+  const HalfRow<BN> hr;
+  float* row = Ss + hr.r * kLdS;
+  const bool solved = rs.status[hr.r] == kSolved;
+  const float mx = rs.max[hr.r];
+  const detail::Tau tau{rs.tau_hi[hr.r], rs.tau_lo[hr.r]};
+  float part = 0.0f;
+  // Not fully unrolled: attention_weight inlines powf, and 32 copies of it
+  // spilled registers and missed the instruction cache.
+#pragma unroll 4
+  for (int c = 0; c < HalfRow<BN>::kHalf; ++c) {
+    const int j = hr.column(c);
+    const float w = solved ? detail::attention_weight(row[j], mx, tau, p.w) : 0.0f;
+    row[j] = w;
+    part += w;
   }
+  part = pair_sum(part);
+  if (hr.h == 0) rs.sum[hr.r] += part;
 }
 
 template <int D, int DV, bool kSoftmax>
@@ -602,7 +710,9 @@ __global__ void __launch_bounds__(kThreads) fused_attention_kernel(const FusedPa
     rs.tau_lo[threadIdx.x] = 0.0f;
     rs.lo[threadIdx.x] = -1.0;
     rs.hi[threadIdx.x] = 0.0;
+    rs.floor[threadIdx.x] = -INFINITY;
     rs.count[threadIdx.x] = 0;
+    rs.tighten_at[threadIdx.x] = kFirstTighten;
     rs.status[threadIdx.x] = kCollecting;
   }
   float acc[4][DV / 8];
