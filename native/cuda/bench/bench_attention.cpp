@@ -2,7 +2,7 @@
 // the default scale 1/sqrt(d) (scores about N(0, 1)), float32, d = dv.
 //   cuda_attention/fused/<transform>/n:<n>/d:<d>/causal:<c>
 //       the fused kernel; softmax and entmax run the same code (the target:
-//       entmax15 <= 2x softmax at n = 4096, d = 64);
+//       entmax15 <= 1.5x softmax at n = 4096; docs/CUDA.md has the numbers);
 //   cuda_attention/cublas/<transform>/n:<n>/d:<d>
 //       the unfused baseline: cublasSgemm S = Q K^T, scores_to_probs (one warp
 //       per row), cublasSgemm O = P V; S is n x n in memory;

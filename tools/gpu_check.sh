@@ -1,0 +1,47 @@
+#!/bin/bash
+# The GPU check of the CUDA backend in one command (docs/CUDA.md): the CUDA
+# tests, every CUDA benchmark, the CPU transforms beside them, and
+# compute-sanitizer's memcheck over the fused attention tests. Built binaries
+# are taken from BUILD (default build/release); results go to OUT (default
+# gpu-check/): machine.txt, cuda_tests.log, cuda_bench.{txt,json},
+# cpu_bench.{txt,json}, memcheck.log. Exits non-zero if a test fails.
+#   tools/gpu_check.sh [BUILD] [OUT]
+set -u
+build=${1:-build/release}
+out=${2:-gpu-check}
+mkdir -p "$out"
+tests=$build/tests/entgraph_cuda_tests
+bench=$build/native/cuda/entgraph_cuda_bench
+cpu_bench=$build/native/bench/entgraph_bench
+for f in "$tests" "$bench" "$cpu_bench"; do
+  [ -x "$f" ] || { echo "gpu_check: $f is missing (build with CUDA and benchmarks first: make build)" >&2; exit 2; }
+done
+{
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv
+  lscpu | grep -E 'Model name|^CPU\(s\)'
+} > "$out/machine.txt" 2>&1
+cat "$out/machine.txt"
+
+timeout 300 "$tests" --no-version=true --duration=true > "$out/cuda_tests.log" 2>&1
+status=$?
+echo "cuda tests: exit $status"
+grep -E "ERROR|FAILED|test cases|assertions|Status" "$out/cuda_tests.log" | head -40
+
+timeout 400 "$bench" --benchmark_min_time=0.1 --benchmark_out="$out/cuda_bench.json" --benchmark_out_format=json \
+  > "$out/cuda_bench.txt" 2>&1
+echo "cuda benchmarks: exit $?"
+# The CPU path at the GPU transforms' shapes, one thread and every thread.
+threads=$(nproc)
+timeout 200 "$cpu_bench" --benchmark_min_time=0.05 \
+  --benchmark_filter="BM_(forward|backward)/(softmax|sparsemax|entmax15|entmax_alpha1.25|entmax_alpha1.75|entmax_alpha3|topk_softmax)/n:(512|4096)/threads:(1|$threads)/" \
+  --benchmark_out="$out/cpu_bench.json" --benchmark_out_format=json > "$out/cpu_bench.txt" 2>&1
+echo "cpu benchmarks: exit $?"
+
+sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+if [ -x "$sanitizer" ]; then
+  timeout 300 "$sanitizer" --tool memcheck --leak-check no "$tests" --no-version=true -tc='*fused attention*' \
+    > "$out/memcheck.log" 2>&1
+  echo "memcheck: exit $?"
+  tail -1 "$out/memcheck.log"
+fi
+exit $status
