@@ -7,14 +7,19 @@ Usage:
 Reads the output of
     entgraph_bench --benchmark_out=bench.json --benchmark_out_format=json
 and prints:
-  1. the performance targets (float32, one thread, n = 512 and 4096, all from
-     this one run), each PASS or MISS:
-       entmax15 forward            <= 3.0 x softmax forward
+  1. the performance targets (float32, one thread, all from this one run),
+     each PASS or MISS; at n = 512 and 4096:
+       entmax15 forward            <= 1.5 x softmax forward
        sparsemax forward           <= 2.5 x softmax forward
        general-alpha entmax fwd    <= 6.0 x softmax forward (every alpha run)
+       top-k softmax fwd (k = n/8, k = 8)       <= 2.0 x softmax forward
+       constrained softmax / sparsemax fwd      <= 5.0 x softmax forward
+       general-alpha bwd with grad_alpha        <= 3.0 x softmax forward
        every backward              <= 2.0 x its own forward
-     (BM_backward, without the optional parameter gradients; the
-     BM_backward_params variants are tabulated but not judged)
+     (BM_backward, without the optional parameter gradients, except the
+     grad_alpha target above), and at n = 64 (short rows):
+       general-alpha entmax fwd    <= 4.0 x softmax forward
+       entmax15 forward            <= 2.5 x softmax forward
   2. every transform's forward and backward time as a ratio to the softmax
      forward of the same n and thread count, one table per thread count;
   3. backward / own forward, and the speed-up from one thread to all;
@@ -35,6 +40,7 @@ from collections import defaultdict
 
 UNIT_NS = {"ns": 1.0, "us": 1e3, "ms": 1e6, "s": 1e9}
 TARGET_SIZES = (512, 4096)
+SHORT_ROWS = 64
 TARGET_THREADS = 1
 # Suffixes Google Benchmark itself may append to a name; not part of the key.
 GB_SUFFIXES = {"repeats", "min_time", "min_warmup_time", "iterations"}
@@ -119,7 +125,7 @@ class Run:
         return sorted(seen, key=transform_order)
 
 
-ORDER = ["softmax", "sparsemax", "entmax15", "entmax_alpha", "topk_softmax", "adaptive_span",
+ORDER = ["softmax", "sparsemax", "entmax15", "entmax_alpha", "topk_softmax", "topk_softmax_k8", "adaptive_span",
          "constrained_softmax", "constrained_sparsemax"]
 
 
@@ -167,9 +173,23 @@ def targets(run, other=None):
 
     for n in TARGET_SIZES:
         soft = (("BM_forward", "softmax"), {"n": n, "threads": t})
-        checks = [("entmax15 fwd / softmax fwd", "entmax15", 3.0), ("sparsemax fwd / softmax fwd", "sparsemax", 2.5)]
+        checks = [("entmax15 fwd / softmax fwd", "entmax15", 1.5), ("sparsemax fwd / softmax fwd", "sparsemax", 2.5)]
         checks += [(f"{g} fwd / softmax fwd", g, 6.0) for g in general]
+        checks += [(f"{tr} fwd / softmax fwd", tr, 2.0) for tr in ("topk_softmax", "topk_softmax_k8") if tr in fwd]
+        checks += [(f"{tr} fwd / softmax fwd", tr, 5.0) for tr in ("constrained_softmax", "constrained_sparsemax")
+                   if tr in fwd]
         for label, tr, limit in checks:
+            r, o = both((("BM_forward", tr), {"n": n, "threads": t}), soft)
+            rows.append((label, n, r, limit, o))
+        for g in general:
+            r, o = both((("BM_backward_params", g), {"n": n, "threads": t}), soft)
+            if r is not None:
+                rows.append((f"{g} bwd + grad_alpha / softmax fwd", n, r, 3.0, o))
+    if SHORT_ROWS in run.values("BM_forward", "n"):
+        n = SHORT_ROWS
+        soft = (("BM_forward", "softmax"), {"n": n, "threads": t})
+        for label, tr, limit in [("entmax15 fwd / softmax fwd", "entmax15", 2.5)] + [
+                (f"{g} fwd / softmax fwd", g, 4.0) for g in general]:
             r, o = both((("BM_forward", tr), {"n": n, "threads": t}), soft)
             rows.append((label, n, r, limit, o))
     for n in TARGET_SIZES:

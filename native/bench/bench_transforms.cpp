@@ -131,6 +131,11 @@ const std::vector<TransformCase>& cases() {
       c.forward = [](Workload& w, Matrix p) { topk_softmax<float>(w.scores_view(), p, topk_k(w.n)); };
       c.backward = [](Workload&, CMatrix p, CMatrix dp, Matrix dz) { topk_softmax_backward<float>(p, dp, dz); };
       v.push_back(c);
+      // k = 8: the selection at the other end, a handful out of the row.
+      c.name = "topk_softmax_k8";
+      c.params = [](std::size_t) { return std::string("k=8"); };
+      c.forward = [](Workload& w, Matrix p) { topk_softmax<float>(w.scores_view(), p, 8); };
+      v.push_back(c);
     }
     {
       TransformCase c;

@@ -99,47 +99,89 @@ struct Kernels {
     for (std::size_t i = 0; i < n; i += W) store(p, i, n, load(p, i, n, 0.0f) * cb);
   }
 
-  // Appends c = (z - shift) * mul of the entries with c > threshold to vals,
-  // and their indices to idx; returns the count. The test is on the centred
-  // value: shift + threshold / mul would round away when |shift| >> 1. Whole
-  // batches below the threshold cost one compare, cheap for peaked rows.
-  static std::size_t gather_candidates(const float* z, std::size_t n, float threshold, float shift, float mul,
-                                       float* vals, std::uint32_t* idx) {
-    std::size_t c = 0;
-    const B t(threshold), sb(shift), mb(mul);
-#if defined(__AVX512F__)
-    // AVX-512 compresses the selected lanes in a register, one instruction
-    // each for the values and the indices, and stores the first popcount
-    // lanes (Zen 4's compress straight to memory is microcoded, hundreds of
-    // cycles); the -inf padding of the tail is never selected.
-    if constexpr (std::is_same_v<A, xsimd::avx512bw>) {
-      const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-      for (std::size_t i = 0; i < n; i += W) {
-        const __m512 v = static_cast<__m512>((load(z, i, n, -kInf) - sb) * mb);
-        const __mmask16 keep = _mm512_cmp_ps_mask(v, static_cast<__m512>(t), _CMP_GT_OQ);
-        if (keep == 0) continue;
-        const int count = __builtin_popcount(keep);
-        const __mmask16 first = static_cast<__mmask16>((1u << count) - 1u);
-        _mm512_mask_storeu_ps(vals + c, first, _mm512_maskz_compress_ps(keep, v));
-        _mm512_mask_storeu_epi32(idx + c, first,
-                                 _mm512_maskz_compress_epi32(keep, _mm512_add_epi32(iota, _mm512_set1_epi32(static_cast<int>(i)))));
-        c += static_cast<std::size_t>(count);
+  // Compression: the lanes of v where keep holds, in order, stored at out
+  // (and their indices i + lane at idx), returning how many. The stores are
+  // whole batches, so up to W values past the count are written: callers
+  // leave that much room. AVX-512 compresses in a register (Zen 4's compress
+  // straight to memory is microcoded, hundreds of cycles); AVX2 permutes by a
+  // table of the 256 masks; other sets store lane by lane.
+  struct Compress8 {  // per 8-bit mask, the kept lanes' indices, 4 bits each
+    std::uint32_t packed[256];
+    constexpr Compress8() : packed() {
+      for (unsigned m = 0; m < 256; ++m) {
+        unsigned c = 0;
+        for (unsigned l = 0; l < 8; ++l)
+          if ((m >> l) & 1u) packed[m] |= l << (4 * c++);
       }
-      return c;
+    }
+  };
+  static constexpr Compress8 kCompress8{};
+  static constexpr bool kRegisterCompress = std::is_same_v<A, xsimd::avx512bw> || std::is_same_v<A, xsimd::avx2>;
+
+  static std::size_t compress(const B& v, const BB& keep, float* out, std::size_t i = 0,
+                              std::uint32_t* idx = nullptr) {
+#if defined(__AVX512F__)
+    if constexpr (std::is_same_v<A, xsimd::avx512bw>) {
+      const __mmask16 k = static_cast<__mmask16>(keep);
+      _mm512_storeu_ps(out, _mm512_maskz_compress_ps(k, static_cast<__m512>(v)));
+      if (idx != nullptr) {
+        const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+        _mm512_storeu_si512(idx, _mm512_maskz_compress_epi32(k, _mm512_add_epi32(iota, _mm512_set1_epi32(static_cast<int>(i)))));
+      }
+      return static_cast<std::size_t>(__builtin_popcount(k));
     }
 #endif
-    for (std::size_t i = 0; i < n; i += W) {
-      const B v = (load(z, i, n, -kInf) - sb) * mb;
-      if (!xsimd::any(v > t)) continue;
-      alignas(64) float buf[W];
-      v.store_aligned(buf);
-      for (std::size_t l = 0; l < W; ++l) {
-        vals[c] = buf[l];
-        idx[c] = static_cast<std::uint32_t>(i + l);
-        c += buf[l] > threshold;
-      }
+#if defined(__AVX2__)
+    if constexpr (std::is_same_v<A, xsimd::avx2>) {
+      const int bits = _mm256_movemask_ps(static_cast<__m256>(keep));
+      const __m256i perm = _mm256_and_si256(
+          _mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(kCompress8.packed[bits])),
+                            _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28)),
+          _mm256_set1_epi32(7));
+      _mm256_storeu_ps(out, _mm256_permutevar8x32_ps(static_cast<__m256>(v), perm));
+      if (idx != nullptr)
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(idx),
+                            _mm256_add_epi32(perm, _mm256_set1_epi32(static_cast<int>(i))));
+      return static_cast<std::size_t>(__builtin_popcount(static_cast<unsigned>(bits)));
+    }
+#endif
+    alignas(64) float buf[W], flag[W];
+    v.store_aligned(buf);
+    select0(keep, B(1.0f)).store_aligned(flag);
+    std::size_t c = 0;
+    for (std::size_t l = 0; l < W; ++l) {
+      out[c] = buf[l];
+      if (idx != nullptr) idx[c] = static_cast<std::uint32_t>(i + l);
+      c += flag[l] != 0.0f;
     }
     return c;
+  }
+
+  // Appends c = (z - shift) * mul of the entries where keep(z, c) holds to
+  // vals, and their indices to idx (W of room past the end of each); returns
+  // the count. Whole batches with no entry kept cost one test, cheap for
+  // peaked rows; the -inf padding of the tail is never kept.
+  template <class Keep>
+  static std::size_t gather_where(const float* z, std::size_t n, float shift, float mul, Keep keep, float* vals,
+                                  std::uint32_t* idx) {
+    std::size_t c = 0;
+    const B sb(shift), mb(mul);
+    for (std::size_t i = 0; i < n; i += W) {
+      const B raw = load(z, i, n, -kInf);
+      const B v = (raw - sb) * mb;
+      const BB kept = keep(raw, v);
+      if (!xsimd::any(kept)) continue;
+      c += compress(v, kept, vals + c, i, idx + c);
+    }
+    return c;
+  }
+
+  // The entries with c = (z - shift) * mul > threshold. The test is on the
+  // centred value: shift + threshold / mul would round away when |shift| >> 1.
+  static std::size_t gather_candidates(const float* z, std::size_t n, float threshold, float shift, float mul,
+                                       float* vals, std::uint32_t* idx) {
+    const B t(threshold);
+    return gather_where(z, n, shift, mul, [&](const B&, const B& c) { return c > t; }, vals, idx);
   }
 
   // A row's max and its candidates c = (z - max) * mul > threshold, with
@@ -482,67 +524,298 @@ struct Kernels {
   }
 
   // -------------------------------------------------------------------------
-  // Top-k softmax: the k-th largest score, then a softmax over the scores >= it
-  // (ties at the k-th all kept).
+  // Top-k softmax: the k-th largest score t, then a softmax over the scores
+  // >= t (ties at the k-th all kept).
   //
-  // The k-th largest: a sample of one entry in 8 brackets it between two of
-  // its own order statistics (rank k/8 give or take three standard
-  // deviations); one SIMD pass counts the row above each, and if the bracket
-  // holds, only the entries inside it are gathered and selected among. Short
-  // rows, or a sample that missed, select on a copy of the whole row.
-  static std::size_t count_above(const float* z, std::size_t n, float t, bool or_equal) {
-    const B tb(t);
-    B cnt(0.0f);
-    for (std::size_t i = 0; i < n; i += W) {
-      const B v = load(z, i, n, -kInf);
-      cnt += select0(or_equal ? (v >= tb) : (v > tb), B(1.0f));
-    }
-    return static_cast<std::size_t>(sum(cnt));
+  // t is found by narrowing a bracket lo <= t < hi with SIMD counting passes:
+  // c(x) = #{z >= x} does not increase with x, and c(lo) >= k > c(hi). Each
+  // pass counts at two trial points meant to fall just either side of rank k:
+  // first from the row's mean and standard deviation as if the scores were
+  // normal (attention scores nearly are: then one pass leaves a band of about
+  // kBand scores), then by interpolating the counts between the bracket's
+  // ends. A pass that does not halve the band is followed by one that shrinks
+  // the bracket to the band's own min and max (all equal: that is t) and
+  // splits it in thirds of the floats' order-preserving integer keys, so any
+  // row, ties and outliers included, ends after a bounded number of passes.
+  // Once the band is a quarter of the row it is compressed into scratch and
+  // the passes run on it; at kBand scores or fewer it is selected directly.
+  static constexpr std::size_t kBand = 32;
+
+  // Counting in float lanes is exact below 2^24 per lane: longer arrays are
+  // counted in chunks.
+  static constexpr std::size_t kCountChunk = std::size_t{1} << 22;
+
+  static std::uint32_t order_key(float x) {
+    std::uint32_t b;
+    std::memcpy(&b, &x, sizeof b);
+    return (b & 0x80000000u) != 0 ? ~b : (b | 0x80000000u);
+  }
+  static float key_value(std::uint32_t key) {
+    const std::uint32_t b = (key & 0x80000000u) != 0 ? (key & 0x7fffffffu) : ~key;
+    float x;
+    std::memcpy(&x, &b, sizeof x);
+    return x;
   }
 
-  static float kth_largest(const float* z, std::size_t n, std::size_t k, float* scratch) {
-    auto greater = [](float a, float b) { return a > b; };
-    if (n >= 512) {
-      const std::size_t ns = n / 8;
-      for (std::size_t i = 0; i < ns; ++i) scratch[i] = z[8 * i];
-      const double r = static_cast<double>(k) * static_cast<double>(ns) / static_cast<double>(n);
-      const double margin = 3.0 * std::sqrt(r + 1.0) + 2.0;
-      const std::size_t r_hi = r > margin ? static_cast<std::size_t>(r - margin) : 0;
-      const std::size_t r_lo = static_cast<std::size_t>(r + margin) < ns ? static_cast<std::size_t>(r + margin) : ns - 1;
-      std::nth_element(scratch, scratch + r_hi, scratch + ns, greater);
-      const float t_hi = scratch[r_hi];
-      std::nth_element(scratch + r_hi, scratch + r_lo, scratch + ns, greater);
-      const float t_lo = scratch[r_lo];
-      const std::size_t above = count_above(z, n, t_hi, false);
-      if (above < k && count_above(z, n, t_lo, true) >= k) {
-        std::size_t band = 0;
-        for (std::size_t i = 0; i < n; ++i) {
-          scratch[band] = z[i];
-          band += z[i] >= t_lo && z[i] <= t_hi;
-        }
-        const std::size_t rank = k - above - 1;
-        std::nth_element(scratch, scratch + rank, scratch + band, greater);
-        return scratch[rank];
+  // z with P(Z > z) = q for a standard normal Z (Abramowitz & Stegun 26.2.23,
+  // |error| < 5e-4): only a guess for where to count.
+  static double normal_upper_quantile(double q) {
+    const bool upper = q < 0.5;
+    const double t = std::sqrt(-2.0 * std::log(upper ? q : 1.0 - q));
+    const double z = t - (2.515517 + t * (0.802853 + t * 0.010328)) / (1.0 + t * (1.432788 + t * (0.189269 + t * 0.001308)));
+    return upper ? z : -z;
+  }
+
+  // One pass: the max of the row, and over its finite entries (not -inf):
+  // their count, min, mean and standard deviation.
+  struct RowStats {
+    float max = -kInf, min = kInf;
+    std::size_t finite = 0;
+    double mean = 0.0, sd = 0.0;
+  };
+  static RowStats row_stats(const float* z, std::size_t n) {
+    RowStats st;
+    double total = 0.0, total_sq = 0.0;
+    B mx(-kInf);
+    for (std::size_t start = 0; start < n; start += kCountChunk) {
+      const std::size_t end = n - start < kCountChunk ? n : start + kCountChunk;
+      B mn(kInf), cnt(0.0f), s1(0.0f), s2(0.0f);
+      for (std::size_t i = start; i < end; i += W) {
+        const B v = load(z, i, end, -kInf);
+        const BB in = v > B(-kInf);
+        const B x = select0(in, v);
+        mx = xsimd::max(mx, v);
+        mn = xsimd::min(mn, xsimd::select(in, v, B(kInf)));
+        cnt += select0(in, B(1.0f));
+        s1 += x;
+        s2 = xsimd::fma(x, x, s2);
       }
+      const float chunk_min = min(mn);
+      st.min = chunk_min < st.min ? chunk_min : st.min;
+      st.finite += static_cast<std::size_t>(sum(cnt));
+      total += sum(s1);
+      total_sq += sum(s2);
     }
-    for (std::size_t i = 0; i < n; ++i) scratch[i] = z[i];
-    std::nth_element(scratch, scratch + (k - 1), scratch + n, greater);
-    return scratch[k - 1];
+    st.max = max(mx);
+    if (st.finite > 0) {
+      st.mean = total / static_cast<double>(st.finite);
+      const double var = total_sq / static_cast<double>(st.finite) - st.mean * st.mean;
+      st.sd = var > 0.0 ? std::sqrt(var) : 0.0;
+    }
+    return st;
   }
 
-  static void topk_softmax(const float* z, float* p, std::size_t n, const RowParams& params, float* scratch) {
-    const float m = row_max(z, n);
-    if (m == -kInf) return fill(p, n, 0.0f);
-    const float kth = params.k < n ? kth_largest(z, n, params.k, scratch) : -kInf;
-    const B mb(m), kb(kth);
-    B acc(0.0f);
-    for (std::size_t i = 0; i < n; i += W) {
-      const B v = load(z, i, n, -kInf);
-      const B e = select0(v >= kb, xsimd::exp(v - mb));
-      acc += e;
-      store(p, i, n, e);
+  // One pass over a: ca = #{a >= ta}, cb = #{a >= tb} (ta <= tb), and the
+  // entries in [ta, tb) copied to out (ca - cb of them), so that when the
+  // rank falls between the two points the next pass reads only those.
+  static void split_at(const float* a, std::size_t m, float ta, float tb, float* out, std::size_t& ca,
+                       std::size_t& cb) {
+    const B at(ta), bt(tb);
+    std::size_t c = 0;
+    ca = cb = 0;
+#if defined(__AVX512F__)
+    if constexpr (std::is_same_v<A, xsimd::avx512bw>) {
+      // Counts in integer lanes (mask to GPR moves and popcounts would chain
+      // the loop); only the band's few lanes go through popcount.
+      const __m512i one = _mm512_set1_epi32(1);
+      __m512i na = _mm512_setzero_si512(), nb = _mm512_setzero_si512();
+      for (std::size_t i = 0; i < m; i += W) {
+        const __m512 v = static_cast<__m512>(load(a, i, m, -kInf));
+        const __mmask16 ge_a = _mm512_cmp_ps_mask(v, static_cast<__m512>(at), _CMP_GE_OQ);
+        const __mmask16 ge_b = _mm512_cmp_ps_mask(v, static_cast<__m512>(bt), _CMP_GE_OQ);
+        na = _mm512_mask_add_epi32(na, ge_a, na, one);
+        nb = _mm512_mask_add_epi32(nb, ge_b, nb, one);
+        c += compress(B(v), BB(static_cast<__mmask16>(ge_a & ~ge_b)), out + c);  // branch-free
+      }
+      ca = static_cast<std::size_t>(static_cast<unsigned>(_mm512_reduce_add_epi32(na)));
+      cb = static_cast<std::size_t>(static_cast<unsigned>(_mm512_reduce_add_epi32(nb)));
+      return;
     }
-    scale(p, n, static_cast<float>(1.0 / sum(acc)));
+#endif
+    for (std::size_t start = 0; start < m; start += kCountChunk) {
+      const std::size_t end = m - start < kCountChunk ? m : start + kCountChunk;
+      B na(0.0f), nb(0.0f);
+      for (std::size_t i = start; i < end; i += W) {
+        const B v = load(a, i, end, -kInf);
+        const BB ge_a = v >= at, ge_b = v >= bt;
+        na += select0(ge_a, B(1.0f));
+        nb += select0(ge_b, B(1.0f));
+        const BB mid = ge_a & !ge_b;
+        if (kRegisterCompress || xsimd::any(mid)) c += compress(v, mid, out + c);  // no branch where it is cheap
+      }
+      ca += static_cast<std::size_t>(sum(na));
+      cb += static_cast<std::size_t>(sum(nb));
+    }
+  }
+
+  // Copies the entries of a in [lo, hi) to out (W of room past the end);
+  // returns their count and their min and max.
+  static std::size_t gather_band(const float* a, std::size_t m, float lo, float hi, float* out, float& bmin,
+                                 float& bmax) {
+    std::size_t c = 0;
+    const B L(lo), H(hi);
+    B mn(kInf), mx(-kInf);
+    for (std::size_t i = 0; i < m; i += W) {
+      const B v = load(a, i, m, -kInf);
+      const BB in = (v >= L) & (v < H);
+      if (!xsimd::any(in)) continue;
+      mn = xsimd::min(mn, xsimd::select(in, v, B(kInf)));
+      mx = xsimd::max(mx, xsimd::select(in, v, B(-kInf)));
+      c += compress(v, in, out + c);
+    }
+    bmin = min(mn);
+    bmax = max(mx);
+    return c;
+  }
+
+  // The k-th largest of z (1 <= k <= st.finite). scratch holds 2n + 64
+  // floats: two buffers for the band, used in turn, with room between.
+  static float kth_largest(const float* z, std::size_t n, std::size_t k, const RowStats& st, float* scratch) {
+    float* const buffers[2] = {scratch, scratch + n + 32};  // W of room past each (scratch: 2n + 64)
+    int next = 0;             // the buffer the next band goes to
+    const float* a = z;       // the entries still searched: the row, then a band
+    float* copied = nullptr;  // a when it is a band in scratch
+    std::size_t m = n, rank = k;
+    float lo = st.min, hi = std::nextafter(st.max, kInf);
+    std::size_t c_lo = st.finite, c_hi = 0;  // counts over a of >= lo and >= hi
+    bool guessed = false, stalled = false;
+    for (int pass = 0; pass < 200 && c_lo - c_hi > kBand; ++pass) {
+      const std::size_t band = c_lo - c_hi;
+      // Aim a little either side of the rank: at rank + margin (>= rank) and rank - margin.
+      const double margin = static_cast<double>(kBand) / 4.0;
+      const double r_a = static_cast<double>(rank) + margin, r_b = static_cast<double>(rank) + 1.0 - margin;
+      float ta = lo, tb = lo;
+      if (stalled) {
+        float bmin, bmax;
+        gather_band(a, m, lo, hi, buffers[next], bmin, bmax);  // only the bounds are used
+        if (!(bmin < bmax)) return bmin;                        // every score of the band is the k-th
+        lo = bmin;  // no score lies between the old and the new ends: the counts stay
+        hi = std::nextafter(bmax, kInf);
+      } else if (!guessed) {
+        guessed = true;
+        if (std::isfinite(st.mean) && std::isfinite(st.sd) && st.sd > 0.0) {
+          // Even for normal scores the rank at a quantile point varies by
+          // sqrt(r (1 - r / f)): aim 2.5 of those either side, so that the
+          // band is usually caught and copied in this pass.
+          const double f = static_cast<double>(st.finite), rr = static_cast<double>(rank);
+          const double spread = margin + 2.5 * std::sqrt(rr * (1.0 - rr / f));
+          const double g_a = rr + spread, g_b = rr + 1.0 - spread;
+          const double q_a = (g_a - 0.5 < f - 0.5 ? g_a - 0.5 : f - 0.5) / f;
+          const double q_b = (g_b - 0.5 > 0.5 ? g_b - 0.5 : 0.5) / f;
+          ta = static_cast<float>(st.mean + st.sd * normal_upper_quantile(q_a));
+          tb = static_cast<float>(st.mean + st.sd * normal_upper_quantile(q_b));
+        }
+      } else {
+        const double span = static_cast<double>(hi) - static_cast<double>(lo);
+        const double width = static_cast<double>(c_lo - c_hi);
+        ta = static_cast<float>(static_cast<double>(lo) + span * (static_cast<double>(c_lo) - r_a) / width);
+        tb = static_cast<float>(static_cast<double>(lo) + span * (static_cast<double>(c_lo) - r_b) / width);
+      }
+      // A point past an end is that end (its count is known; the other point
+      // still splits the band). No point strictly inside (a stall, a guess
+      // that is not finite, a band too narrow for the interpolation): thirds
+      // of the keys.
+      const std::uint32_t key_lo = order_key(lo), d = order_key(hi) - key_lo;
+      if (d <= 1) return lo;  // lo is the only value the band can hold
+      if (tb < ta) {
+        const float t = ta;
+        ta = tb;
+        tb = t;
+      }
+      ta = ta > lo ? ta : lo;
+      tb = tb < hi ? tb : hi;
+      if (!(ta < hi && tb > lo && (ta > lo || tb < hi))) {
+        ta = key_value(key_lo + (d / 3 > 1 ? d / 3 : 1));
+        tb = key_value(key_lo + (d - d / 3 < d ? d - d / 3 : d - 1));
+      }
+      std::size_t ca, cb;
+      split_at(a, m, ta, tb, buffers[next], ca, cb);
+      if (cb >= rank) {
+        lo = tb;
+        c_lo = cb;
+      } else if (ca >= rank) {  // the band is [ta, tb), just copied
+        a = copied = buffers[next];
+        next ^= 1;
+        m = ca - cb;
+        rank -= cb;
+        lo = ta;
+        hi = tb;
+        c_lo = m;
+        c_hi = 0;
+      } else {
+        hi = ta;
+        c_hi = ca;
+      }
+      stalled = 2 * (c_lo - c_hi) > band;
+    }
+    // The band: the copied array itself when nothing outside [lo, hi) is left in it.
+    float* out = copied;
+    std::size_t count = m;
+    if (copied == nullptr || c_lo != m || c_hi != 0) {
+      float bmin, bmax;
+      out = buffers[next];
+      count = gather_band(a, m, lo, hi, out, bmin, bmax);
+    }
+    const std::size_t r = rank - c_hi;  // 1 <= r <= count
+    if (count <= kBand) return rank_select(out, count, r);
+    std::nth_element(out, out + (r - 1), out + count, [](float x, float y) { return x > y; });  // after 200 passes only
+    return out[r - 1];
+  }
+
+  // The r-th largest of x[0, m), branch-free for a small band: the largest
+  // x_i with #{x_j >= x_i} >= r. W candidates at a time, each x_j broadcast
+  // against them, so there is no reduction per candidate.
+  static float rank_select(const float* x, std::size_t m, std::size_t r) {
+    const B rb(static_cast<float>(r));
+    B best(-kInf);
+    for (std::size_t i = 0; i < m; i += W) {
+      const B cand = load(x, i, m, -kInf);
+      B count(0.0f);
+      for (std::size_t j = 0; j < m; ++j) count += select0(B(x[j]) >= cand, B(1.0f));
+      best = xsimd::max(best, xsimd::select(count >= rb, cand, B(-kInf)));
+    }
+    return max(best);
+  }
+
+  // The softmax runs on the kept scores only, compressed with their indices
+  // (k of them, not n: the exp is most of the work), then scattered.
+  static void topk_softmax(const float* z, float* p, std::size_t n, const RowParams& params, float* scratch) {
+    const RowStats st = row_stats(z, n);
+    if (st.max == -kInf) return fill(p, n, 0.0f);
+    const B mb(st.max);
+    if (params.k >= st.finite) {  // every finite score is kept: softmax
+      B acc(0.0f);
+      for (std::size_t i = 0; i < n; i += W) {
+        const B e = xsimd::exp(load(z, i, n, -kInf) - mb);
+        acc += e;
+        store(p, i, n, e);
+      }
+      return scale(p, n, static_cast<float>(1.0 / sum(acc)));
+    }
+    const B kth(kth_largest(z, n, params.k, st, scratch));
+    if (params.k * W >= n) {
+      // Most batches hold a kept score: one exp pass, as softmax, masked.
+      B acc(0.0f);
+      for (std::size_t i = 0; i < n; i += W) {
+        const B v = load(z, i, n, -kInf);
+        const B e = select0(v >= kth, xsimd::exp(v - mb));
+        acc += e;
+        store(p, i, n, e);
+      }
+      return scale(p, n, static_cast<float>(1.0 / sum(acc)));
+    }
+    float* vals = scratch;
+    std::uint32_t* idx = reinterpret_cast<std::uint32_t*>(scratch + n + 16);
+    const std::size_t count = gather_where(z, n, st.max, 1.0f, [&](const B& raw, const B&) { return raw >= kth; }, vals, idx);
+    B acc(0.0f);
+    for (std::size_t i = 0; i < count; i += W) {
+      const B e = xsimd::exp(load(vals, i, count, -kInf));  // the padding's exp(-inf) is 0
+      acc += e;
+      store(vals, i, count, e);
+    }
+    const float inv = static_cast<float>(1.0 / sum(acc));
+    fill(p, n, 0.0f);
+    for (std::size_t j = 0; j < count; ++j) p[idx[j]] = vals[j] * inv;
   }
 
   // -------------------------------------------------------------------------
