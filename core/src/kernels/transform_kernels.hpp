@@ -26,6 +26,9 @@ inline constexpr std::size_t scratch_floats(std::size_t n) { return 2 * n + 64; 
 using ValidRow = bool (*)(const float* z, std::size_t n);  // no NaN and no +inf
 using ForwardRow = void (*)(const float* z, float* p, std::size_t n, const RowParams& params, float* scratch);
 using BackwardRow = void (*)(const float* p, const float* dp, float* dz, std::size_t n, const RowParams& params);
+// A backward that also returns the row's gradient in the transform's alpha.
+using BackwardAlphaRow = void (*)(const float* p, const float* dp, float* dz, std::size_t n, const RowParams& params,
+                                  double* grad_alpha);
 
 struct TransformKernels {
   CpuIsa isa;
@@ -41,6 +44,7 @@ struct TransformKernels {
   BackwardRow sparsemax_backward;
   BackwardRow entmax15_backward;
   BackwardRow entmax_backward;   // general alpha
+  BackwardAlphaRow entmax_backward_alpha;  // general alpha, and d<dp, p>/d alpha
 };
 
 // The backward of the entmax family, dz = s (dp - <s, dp> / sum s) with
@@ -52,6 +56,14 @@ struct TransformKernels {
 // alpha > 2); every kernel falls back to it. Never throws; dz may alias p or dp.
 void family_backward_robust(const float* p, const float* dp, float* dz, std::size_t n, double e);
 void family_backward_robust(const double* p, const double* dp, double* dz, std::size_t n, double e);
+
+// d<dp, p>/d alpha of an alpha-entmax row p, in double. With s = p^(2 - alpha)
+// on the support, S = sum s, H = sum p log p and beta = 1 / (alpha - 1):
+//   beta^2 (<dp, p> - <dp, s> / S) - beta (<dp, p log p> - H <dp, s> / S).
+// The reference of every kernel's grad_alpha, and their fallback where float
+// sums overflow.
+double entmax_grad_alpha(const float* p, const float* dp, std::size_t n, double alpha);
+double entmax_grad_alpha(const double* p, const double* dp, std::size_t n, double alpha);
 
 // The table of an available instruction set (throws if it is not).
 const TransformKernels& transform_kernels(CpuIsa isa);

@@ -2,7 +2,6 @@
 // the gradient with respect to alpha.
 #include <cmath>
 #include <string>
-#include <vector>
 
 #include "entgraph/transforms.hpp"
 #include "transforms/row_driver.hpp"
@@ -14,32 +13,6 @@ void check_alpha(const char* op, double alpha) {
   if (!(alpha >= 1.0 && alpha <= kMaxEntmaxAlpha))
     throw Error(std::string(op) + ": alpha out of range (got " + detail::number_text(alpha) +
                 ", expected 1 <= alpha <= " + detail::number_text(kMaxEntmaxAlpha) + "; alpha = 1 is softmax)");
-}
-
-// dL/dalpha of one row, in double:
-//   sum_i g_i [beta^2 (p_i - s_i/S) - beta (p_i log p_i - s_i H/S)],
-// s = p^(2-alpha), S = sum s, H = sum p log p, beta = 1/(alpha-1).
-// One log and one exp per support entry, kept for the second pass.
-template <class T>
-double row_grad_alpha(const T* p, const T* g, std::size_t n, double alpha) {
-  const double e = 2.0 - alpha, beta = 1.0 / (alpha - 1.0);
-  thread_local std::vector<double> s, plogp;
-  s.resize(n);
-  plogp.resize(n);
-  double S = 0, H = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    if (p[i] <= 0) continue;
-    const double lp = std::log(static_cast<double>(p[i]));
-    S += (s[i] = std::exp(e * lp));
-    H += (plogp[i] = p[i] * lp);
-  }
-  double out = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    if (p[i] <= 0) continue;
-    const double si = s[i] / S;
-    out += static_cast<double>(g[i]) * (beta * beta * (p[i] - si) - beta * (plogp[i] - si * H));
-  }
-  return out;
 }
 
 }  // namespace
@@ -73,17 +46,24 @@ void entmax_backward(ConstMatrix<T> probs, ConstMatrix<T> grad_probs, MatrixView
   detail::RowParams params;
   params.alpha = alpha;
   const auto& kernels = detail::kernels_for<T>();
-  // grad_alpha first: grad_scores may overwrite probs or grad_probs.
-  detail::check_backward_args<T>("entmax_backward", probs, grad_probs, grad_scores);
-  if (grad_alpha != nullptr) {
-    detail::parallel_for(probs.rows, detail::grain_for(probs.cols), [&](std::size_t begin, std::size_t end) {
-      for (std::size_t r = begin; r < end; ++r)
-        grad_alpha[r] =
-            alpha == 1.0 ? T(0) : static_cast<T>(row_grad_alpha(probs.row(r), grad_probs.row(r), probs.cols, alpha));
-    });
+  if (grad_alpha == nullptr || alpha == 1.0) {
+    detail::backward_rows<T>("entmax_backward", probs, grad_probs, grad_scores,
+                             alpha == 1.0 ? kernels.softmax_backward : kernels.entmax_backward, params);
+    if (grad_alpha != nullptr)
+      for (std::size_t r = 0; r < probs.rows; ++r) grad_alpha[r] = T(0);
+    return;
   }
-  detail::backward_rows<T>("entmax_backward", probs, grad_probs, grad_scores,
-                           alpha == 1.0 ? kernels.softmax_backward : kernels.entmax_backward, params);
+  // One kernel per row computes both: grad_alpha from the first pass's sums,
+  // before dz (which may alias probs or grad_probs) is written.
+  detail::check_backward_args<T>("entmax_backward", probs, grad_probs, grad_scores);
+  const std::size_t n = probs.cols;
+  detail::parallel_for(probs.rows, detail::grain_for(n), [&](std::size_t begin, std::size_t end) {
+    for (std::size_t r = begin; r < end; ++r) {
+      double ga = 0.0;
+      kernels.entmax_backward_alpha(probs.row(r), grad_probs.row(r), grad_scores.row(r), n, params, &ga);
+      grad_alpha[r] = static_cast<T>(ga);
+    }
+  });
 }
 
 double entmax_alpha_from_param(double a) {

@@ -77,6 +77,34 @@ void family_backward_robust(const double* p, const double* dp, double* dz, std::
 }
 
 namespace {
+template <class T>
+double entmax_grad_alpha_impl(const T* p, const T* dp, std::size_t n, double alpha) {
+  const double e = 2.0 - alpha, beta = 1.0 / (alpha - 1.0);
+  double S = 0, H = 0, gp = 0, gs = 0, gplp = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (!(p[i] > 0)) continue;
+    const double pi = static_cast<double>(p[i]), g = static_cast<double>(dp[i]);
+    const double lp = std::log(pi), s = std::exp(e * lp), plp = pi * lp;
+    S += s;
+    H += plp;
+    gp += g * pi;
+    gs += g * s;
+    gplp += g * plp;
+  }
+  if (!(S > 0)) return 0.0;
+  const double mean_gs = gs / S;
+  return beta * beta * (gp - mean_gs) - beta * (gplp - H * mean_gs);
+}
+}  // namespace
+
+double entmax_grad_alpha(const float* p, const float* dp, std::size_t n, double alpha) {
+  return entmax_grad_alpha_impl(p, dp, n, alpha);
+}
+double entmax_grad_alpha(const double* p, const double* dp, std::size_t n, double alpha) {
+  return entmax_grad_alpha_impl(p, dp, n, alpha);
+}
+
+namespace {
 
 constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 
@@ -239,12 +267,17 @@ void entmax_backward(const double* p, const double* dp, double* dz, std::size_t 
   const double e = 2 - params.alpha;
   entmax_family_backward(p, dp, dz, n, e, [e](double x) { return x > 0 ? std::pow(x, e) : 0.0; });
 }
+void entmax_backward_alpha(const double* p, const double* dp, double* dz, std::size_t n, const RowParams& params,
+                           double* grad_alpha) {
+  *grad_alpha = entmax_grad_alpha(p, dp, n, params.alpha);  // first: dz may alias p or dp
+  entmax_backward(p, dp, dz, n, params);
+}
 
 }  // namespace
 
 const ReferenceKernels64 kReference64 = {
     softmax,          sparsemax,          entmax15,          entmax,          topk_softmax, adaptive_span,
-    softmax_backward, sparsemax_backward, entmax15_backward, entmax_backward,
+    softmax_backward, sparsemax_backward, entmax15_backward, entmax_backward, entmax_backward_alpha,
 };
 
 namespace {
@@ -276,6 +309,12 @@ void widened_backward(const float* p, const float* dp, float* dz, std::size_t n,
   for (std::size_t i = 0; i < n; ++i) dz[i] = static_cast<float>(dz64[i]);
 }
 
+void widened_backward_alpha(const float* p, const float* dp, float* dz, std::size_t n, const RowParams& params,
+                            double* grad_alpha) {
+  *grad_alpha = entmax_grad_alpha(p, dp, n, params.alpha);  // first: dz may alias p or dp
+  widened_backward<&ReferenceKernels64::entmax_backward>(p, dp, dz, n, params);
+}
+
 bool valid(const float* z, std::size_t n) {
   for (std::size_t i = 0; i < n; ++i)
     if (!(z[i] < std::numeric_limits<float>::infinity())) return false;
@@ -304,6 +343,7 @@ const TransformKernels kReferenceKernels = {
     widened_backward<&ReferenceKernels64::sparsemax_backward>,
     widened_backward<&ReferenceKernels64::entmax15_backward>,
     widened_backward<&ReferenceKernels64::entmax_backward>,
+    widened_backward_alpha,
 };
 
 }  // namespace entgraph::detail

@@ -15,6 +15,8 @@ namespace entgraph::detail {
 using ForwardRow64 = void (*)(const double* z, double* p, std::size_t n, const RowParams& params, double* scratch);
 using BackwardRow64 = void (*)(const double* p, const double* dp, double* dz, std::size_t n,
                                const RowParams& params);
+using BackwardAlphaRow64 = void (*)(const double* p, const double* dp, double* dz, std::size_t n,
+                                    const RowParams& params, double* grad_alpha);
 
 struct ReferenceKernels64 {
   ForwardRow64 softmax;
@@ -27,6 +29,7 @@ struct ReferenceKernels64 {
   BackwardRow64 sparsemax_backward;
   BackwardRow64 entmax15_backward;
   BackwardRow64 entmax_backward;
+  BackwardAlphaRow64 entmax_backward_alpha;
 };
 
 extern const ReferenceKernels64 kReference64;

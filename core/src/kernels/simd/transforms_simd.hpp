@@ -872,6 +872,12 @@ struct Kernels {
     if (!(std::isfinite(total) && std::isfinite(weighted) &&
           static_cast<double>(max(big)) + std::fabs(qd) <= static_cast<double>(std::numeric_limits<float>::max())))
       return family_backward_robust(p, dp, dz, n, e);
+    family_store<Sparse>(p, dp, dz, n, qd, weight);
+  }
+
+  // The family backward's second pass: dz = s(p) (dp - q).
+  template <bool Sparse, class Weight>
+  static void family_store(const float* p, const float* dp, float* dz, std::size_t n, double qd, Weight weight) {
     const B q(static_cast<float>(qd));
     for (std::size_t i = 0; i < n; i += W) {
       const B pb = load(p, i, n, 0.0f);
@@ -894,28 +900,105 @@ struct Kernels {
   }
   // s = p^(2 - alpha) on the support. For alpha = 1 + 2^-j (1.5, 1.25,
   // 1.125), s = p / p^(2^-j) takes j square roots instead of a log and an exp.
+  template <class F>
+  static void with_entmax_weight(const RowParams& params, F f) {
+    const int roots = root_count(params.alpha);
+    f([roots](const B& x) {
+      B r = x;
+      for (int j = 0; j < roots; ++j) r = xsimd::sqrt(r);
+      return select0(x > B(0.0f), x / xsimd::max(r, B(1e-30f)));
+    });
+  }
+
   static void entmax_backward(const float* p, const float* dp, float* dz, std::size_t n, const RowParams& params) {
-    int roots = 0;
+    if (root_count(params.alpha) > 0)
+      return with_entmax_weight(params, [&](auto weight) { family_backward<true>(p, dp, dz, n, 2.0 - params.alpha, weight); });
+    entmax_log_backward(p, dp, dz, n, params.alpha, nullptr);
+  }
+
+  // The backward and the row's gradient in alpha (entmax_grad_alpha's
+  // formula) together. Below alpha = 1.25 the formula's beta^2 = 1 / (alpha -
+  // 1)^2 multiplies the float sums' rounding past float accuracy (at alpha =
+  // 1.0001, beyond the value itself): there grad_alpha comes from the double
+  // reference.
+  static constexpr double kFloatGradAlphaMin = 1.25;
+
+  static void entmax_backward_alpha(const float* p, const float* dp, float* dz, std::size_t n,
+                                    const RowParams& params, double* grad_alpha) {
+    if (params.alpha < kFloatGradAlphaMin) {
+      *grad_alpha = entmax_grad_alpha(p, dp, n, params.alpha);  // before dz, which may alias p or dp
+      return entmax_backward(p, dp, dz, n, params);
+    }
+    entmax_log_backward(p, dp, dz, n, params.alpha, grad_alpha);
+  }
+
+  static int root_count(double alpha) {
     for (int j = 1; j <= 3; ++j)
-      if (params.alpha == 1.0 + std::ldexp(1.0, -j)) roots = j;
-    if (roots > 0) {
-      family_backward<true>(p, dp, dz, n, 2.0 - params.alpha, [&](const B& x) {
-        B r = x;
-        for (int j = 0; j < roots; ++j) r = xsimd::sqrt(r);
-        return select0(x > B(0.0f), x / xsimd::max(r, B(1e-30f)));
-      });
+      if (alpha == 1.0 + std::ldexp(1.0, -j)) return j;
+    return 0;
+  }
+
+  // The general-alpha backward through s = exp((2 - alpha) log p), and
+  // grad_alpha when asked: the first pass's log also gives p log p, so the
+  // gradient's sums (p log p, dp p, dp p log p) cost a few multiply-adds.
+  // Unless dz aliases an input, the first pass leaves s in dz for the second,
+  // which then needs no log or exp. Rows whose float sums overflow go to
+  // family_backward_robust (and grad_alpha to the double reference).
+  static void entmax_log_backward(const float* p, const float* dp, float* dz, std::size_t n, double alpha,
+                                  double* grad_alpha) {
+    const double e = 2.0 - alpha;
+    const B eb(static_cast<float>(e));
+    const bool keep_s = dz != p && dz != dp;
+    B ss(0.0f), sdp(0.0f), big(0.0f), h(0.0f), gp(0.0f), gplp(0.0f);
+    for (std::size_t i = 0; i < n; i += W) {
+      const B pb = load(p, i, n, 0.0f);
+      const BB in = pb > B(0.0f);
+      if (!xsimd::any(in)) {
+        if (keep_s) store(dz, i, n, B(0.0f));
+        continue;
+      }
+      const B lp = xsimd::log(xsimd::max(pb, B(1e-30f)));  // a normal float: subnormal inputs to log are slow
+      const B s = select0(in, xsimd::exp(eb * lp));
+      if (keep_s) store(dz, i, n, s);
+      const B g = load(dp, i, n, 0.0f);
+      ss += s;
+      sdp += s * g;
+      big = xsimd::max(big, xsimd::abs(g));
+      if (grad_alpha != nullptr) {
+        const B plp = select0(in, pb * lp);
+        h += plp;
+        gp += pb * g;
+        gplp += plp * g;
+      }
+    }
+    const double total = sum(ss), weighted = sum(sdp), g_p = sum(gp), g_plp = sum(gplp);
+    const double qd = total > 0 ? weighted / total : 0.0;
+    if (!(std::isfinite(total) && std::isfinite(weighted) && std::isfinite(g_p) && std::isfinite(g_plp) &&
+          static_cast<double>(max(big)) + std::fabs(qd) <= static_cast<double>(std::numeric_limits<float>::max()))) {
+      if (grad_alpha != nullptr) *grad_alpha = entmax_grad_alpha(p, dp, n, alpha);
+      return family_backward_robust(p, dp, dz, n, e);  // p and dp are intact: dz aliases neither, or was not written
+    }
+    if (grad_alpha != nullptr) {
+      const double beta = 1.0 / (alpha - 1.0);
+      *grad_alpha = total > 0 ? beta * beta * (g_p - qd) - beta * (g_plp - sum(h) * qd) : 0.0;
+    }
+    const B q(static_cast<float>(qd));
+    if (keep_s) {
+      for (std::size_t i = 0; i < n; i += W) {
+        const B s = load(dz, i, n, 0.0f);
+        if (xsimd::any(s > B(0.0f))) store(dz, i, n, s * (load(dp, i, n, 0.0f) - q));
+      }
       return;
     }
-    const B e(static_cast<float>(2.0 - params.alpha));
-    family_backward<true>(p, dp, dz, n, 2.0 - params.alpha, [&](const B& x) {
-      // The clamp must stay a normal float: subnormal inputs to log are slow.
-      return select0(x > B(0.0f), xsimd::exp(e * xsimd::log(xsimd::max(x, B(1e-30f)))));
+    family_store<true>(p, dp, dz, n, qd, [eb](const B& x) {
+      return select0(x > B(0.0f), xsimd::exp(eb * xsimd::log(xsimd::max(x, B(1e-30f)))));
     });
   }
 
   static TransformKernels table(CpuIsa isa) {
     return {isa,          valid,  finite,         softmax,  sparsemax,          entmax15,          entmax,
-            topk_softmax, adaptive_span,   softmax_backward, sparsemax_backward, entmax15_backward, entmax_backward};
+            topk_softmax, adaptive_span,   softmax_backward, sparsemax_backward, entmax15_backward, entmax_backward,
+            entmax_backward_alpha};
   }
 };
 
