@@ -3,6 +3,8 @@
 // backward (scores and bounds) against finite differences.
 #include <doctest/doctest.h>
 
+#include <limits>
+
 #include "transforms/transform_support.hpp"
 
 using namespace entgraph;
@@ -195,6 +197,50 @@ TEST_SUITE("transforms") {
         CHECK_NOTHROW(pf = cforward<float>(kind, dirty_z, dirty_u, &mask));
         CHECK(dist_stats(pf, &mask).masked_nonzero == 0);
         CHECK(row_rel_err(pf, pd) <= 1e-5);
+      }
+    }
+  }
+
+  TEST_CASE("constrained: the SIMD solvers agree with the exact ones on hard rows") {
+    // The float kernels solve without sorting (fixed-point passes for
+    // softmax; piece roots, chords and bisection for sparsemax): tight bounds
+    // (u ~ 1/n, g a staircase), bounds summing to exactly 1, zero bounds,
+    // scores offset by 1e4, ties, and one bound of 1 on a row's only key.
+    for (Kind kind : {Kind::softmax, Kind::sparsemax}) {
+      CAPTURE(kind_name(kind));
+      for (std::size_t n : {5, 64, 1000, 4096}) {
+        for (int shape = 0; shape < 5; ++shape) {
+          CAPTURE(n);
+          CAPTURE(shape);
+          Matrix<double> z = float_exact_matrix(2, n, 2.0, 900 + n + static_cast<std::size_t>(shape));
+          Matrix<double> u = random_bounds(2, n, shape == 0 ? 1.0001 : 1.5, 950 + n);
+          for (std::size_t j = 0; j < n; ++j) {
+            if (shape == 1) u(0, j) = u(1, j) = 1.0 / 1024.0 * (j < 1024 ? 1.0 : 0.0);  // sum exactly 1 when n >= 1024
+            if (shape == 2) z(0, j) = static_cast<float>(z(0, j) + 1e4);  // float-exact, as the float path sees it
+            if (shape == 3) z(0, j) = z(1, j) = std::round(z(0, j));
+            if (shape == 4) u(0, j) = j % 3 == 0 ? 0.0 : 2.0 * u(0, j);  // zero bounds; the rest still sum past 1
+          }
+          if (shape == 1 && n < 1024) continue;
+          if (shape == 4) {  // row 1: one key, bound 1
+            for (std::size_t j = 1; j < n; ++j) z(1, j) = -std::numeric_limits<double>::infinity();
+            u(1, 0) = 1.0;
+          }
+          const Matrix<double> pd = cforward<double>(kind, z, u);
+          for (CpuIsa isa : available_cpu_isas()) {
+            IsaScope scope(isa);
+            const std::string isa_name = scope.name();
+            CAPTURE(isa_name);
+            const Matrix<float> pf = cforward<float>(kind, z, u);
+            CHECK(above_bound(pf, u) == 0);
+            CHECK(dist_stats(pf).max_sum_err <= 1e-5);
+            CHECK(row_rel_err(pf, pd) <= 1e-5);
+            std::size_t saturation_differs = 0;  // p == u decides where the backward sends gradient
+            for (std::size_t i = 0; i < pd.data.size(); ++i)
+              saturation_differs += (pd.data[i] == u.data[i] && pd.data[i] > 0) !=
+                                    (static_cast<double>(pf.data[i]) == static_cast<double>(static_cast<float>(u.data[i])) && pf.data[i] > 0);
+            CHECK(saturation_differs == 0);
+          }
+        }
       }
     }
   }

@@ -26,6 +26,9 @@ inline constexpr std::size_t scratch_floats(std::size_t n) { return 2 * n + 64; 
 using ValidRow = bool (*)(const float* z, std::size_t n);  // no NaN and no +inf
 using ForwardRow = void (*)(const float* z, float* p, std::size_t n, const RowParams& params, float* scratch);
 using BackwardRow = void (*)(const float* p, const float* dp, float* dz, std::size_t n, const RowParams& params);
+// Constrained softmax / sparsemax: the row's upper bounds u beside its scores.
+// p may alias z or u: kernels read everything before writing p.
+using ConstrainedRow = void (*)(const float* z, const float* u, float* p, std::size_t n, float* scratch);
 // A backward that also returns the row's gradient in the transform's alpha.
 using BackwardAlphaRow = void (*)(const float* p, const float* dp, float* dz, std::size_t n, const RowParams& params,
                                   double* grad_alpha);
@@ -45,6 +48,8 @@ struct TransformKernels {
   BackwardRow entmax15_backward;
   BackwardRow entmax_backward;   // general alpha
   BackwardAlphaRow entmax_backward_alpha;  // general alpha, and d<dp, p>/d alpha
+  ConstrainedRow constrained_softmax;
+  ConstrainedRow constrained_sparsemax;
 };
 
 // The backward of the entmax family, dz = s (dp - <s, dp> / sum s) with
@@ -64,6 +69,13 @@ void family_backward_robust(const double* p, const double* dp, double* dz, std::
 // sums overflow.
 double entmax_grad_alpha(const float* p, const float* dp, std::size_t n, double alpha);
 double entmax_grad_alpha(const double* p, const double* dp, std::size_t n, double alpha);
+
+// The exact constrained rows in double (the references, and the kernels'
+// fallback for rows their passes do not settle).
+void constrained_softmax_exact(const float* z, const float* u, float* p, std::size_t n);
+void constrained_softmax_exact(const double* z, const double* u, double* p, std::size_t n);
+void constrained_sparsemax_exact(const float* z, const float* u, float* p, std::size_t n);
+void constrained_sparsemax_exact(const double* z, const double* u, double* p, std::size_t n);
 
 // The table of an available instruction set (throws if it is not).
 const TransformKernels& transform_kernels(CpuIsa isa);

@@ -1,9 +1,9 @@
 // Constrained softmax (Martins & Kreutzer 2017) and constrained sparsemax
 // (Malaviya et al. 2018): p <= u elementwise on the simplex.
 //
-// Both are solved exactly by sorting breakpoints (O(n log n) per row). They are
-// not hot paths of attention, so there is one templated implementation for
-// float and double, accumulating in double.
+// The rows are solved by the kernel tables (SIMD for float, sort-free; the
+// exact double solvers in kernels/reference as the reference and fallback);
+// this file validates the bounds and computes the backward.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -17,80 +17,6 @@
 
 namespace entgraph {
 namespace {
-
-// Scores may hold -inf for masked entries (they get p = 0). p may alias z or
-// u, so nothing is written before everything is read.
-//
-// p = min(u, c e) with e = exp(z - max): start with no entry saturated and
-// c = 1 / sum e; saturate every entry with c e_i >= u_i and recompute
-// c = (1 - sum_sat u) / sum_free e. Each round removes mass from the free set
-// more slowly than it removes bound, so c only grows and saturated entries
-// stay saturated: at most n rounds, usually two or three, each one pass.
-template <class T>
-void csoftmax_row(const T* z, const T* u, T* p, std::size_t n) {
-  double m = -std::numeric_limits<double>::infinity();
-  for (std::size_t i = 0; i < n; ++i) m = std::max<double>(m, z[i]);
-  if (m == -std::numeric_limits<double>::infinity()) return std::fill(p, p + n, T(0));
-  thread_local std::vector<double> e, bound;
-  thread_local std::vector<unsigned char> saturated;
-  e.assign(n, 0.0);
-  bound.assign(u, u + n);
-  saturated.assign(n, 0);
-  for (std::size_t i = 0; i < n; ++i)
-    if (z[i] != -std::numeric_limits<T>::infinity()) e[i] = std::exp(static_cast<double>(z[i]) - m);
-  double c = 0;
-  for (bool changed = true; changed;) {
-    double bound_mass = 0, free_mass = 0;  // summed afresh: no drift from updates
-    for (std::size_t i = 0; i < n; ++i) {
-      if (saturated[i]) bound_mass += bound[i];
-      else free_mass += e[i];
-    }
-    c = free_mass > 0 ? (1.0 - bound_mass) / free_mass : 0.0;
-    changed = false;
-    for (std::size_t i = 0; i < n; ++i) {
-      if (saturated[i] || e[i] == 0 || c * e[i] < bound[i]) continue;
-      saturated[i] = 1;
-      changed = true;
-    }
-  }
-  for (std::size_t i = 0; i < n; ++i) p[i] = static_cast<T>(saturated[i] ? bound[i] : c * e[i]);
-}
-
-// g(tau) = sum clamp(z_i - tau, 0, u_i) is piecewise linear and decreasing:
-// sweep its breakpoints (z_i where i turns free, z_i - u_i where it saturates)
-// from the top until g reaches 1, then solve the linear piece. p may alias z
-// or u: the row is read whole before it is written.
-template <class T>
-void csparsemax_row(const T* z, const T* u, T* p, std::size_t n) {
-  std::vector<std::pair<double, int>> events;  // (tau, slope change as tau decreases)
-  for (std::size_t i = 0; i < n; ++i) {
-    if (z[i] == -std::numeric_limits<T>::infinity()) continue;
-    events.emplace_back(static_cast<double>(z[i]), +1);
-    events.emplace_back(static_cast<double>(z[i]) - static_cast<double>(u[i]), -1);
-  }
-  if (events.empty()) return std::fill(p, p + n, T(0));
-  std::sort(events.begin(), events.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
-  double g = 0, tau = events[0].first;
-  long slope = 0;
-  for (std::size_t e = 0; e < events.size(); ++e) {
-    const double next = events[e].first;
-    const double g_next = g + static_cast<double>(slope) * (tau - next);
-    if (slope > 0 && g_next >= 1.0) {
-      tau -= (1.0 - g) / static_cast<double>(slope);
-      g = 1.0;
-      break;
-    }
-    g = g_next;
-    tau = next;
-    slope += events[e].second;
-  }
-  for (std::size_t i = 0; i < n; ++i) {
-    const T zi = z[i], ui = u[i];
-    p[i] = zi == -std::numeric_limits<T>::infinity()
-               ? T(0)
-               : static_cast<T>(std::clamp(static_cast<double>(zi) - tau, 0.0, static_cast<double>(ui)));
-  }
-}
 
 // Bounds must be finite and >= 0 where unmasked, and sum to >= 1 over the
 // entries that can take mass (unmasked, score > -inf), unless there are none.
@@ -123,8 +49,8 @@ void constrained_forward(const char* op, ConstMatrix<T> scores, ConstMatrix<T> u
   check_upper<T>(op, scores, upper, mask);
   // The row kernel needs its row's bounds: the row index travels in query_pos.
   detail::forward_rows<T>(op, scores, probs, mask,
-                          [&](const T* z, T* p, std::size_t n, const detail::RowParams& params, T*) {
-                            row_fn(z, upper.row(static_cast<std::size_t>(params.query_pos)), p, n);
+                          [&](const T* z, T* p, std::size_t n, const detail::RowParams& params, T* scratch) {
+                            row_fn(z, upper.row(static_cast<std::size_t>(params.query_pos)), p, n, scratch);
                           },
                           [](std::size_t r) {
                             detail::RowParams params;
@@ -180,12 +106,13 @@ void constrained_backward(const char* op, ConstMatrix<T> probs, ConstMatrix<T> u
 
 template <class T>
 void constrained_softmax(ConstMatrix<T> scores, ConstMatrix<T> upper, MatrixView<T> probs, MaskView mask) {
-  constrained_forward<T>("constrained_softmax", scores, upper, probs, mask, csoftmax_row<T>);
+  constrained_forward<T>("constrained_softmax", scores, upper, probs, mask, detail::kernels_for<T>().constrained_softmax);
 }
 
 template <class T>
 void constrained_sparsemax(ConstMatrix<T> scores, ConstMatrix<T> upper, MatrixView<T> probs, MaskView mask) {
-  constrained_forward<T>("constrained_sparsemax", scores, upper, probs, mask, csparsemax_row<T>);
+  constrained_forward<T>("constrained_sparsemax", scores, upper, probs, mask,
+                         detail::kernels_for<T>().constrained_sparsemax);
 }
 
 template <class T>

@@ -5,6 +5,7 @@
 #include <functional>
 #include <limits>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace entgraph::detail {
@@ -96,6 +97,92 @@ double entmax_grad_alpha_impl(const T* p, const T* dp, std::size_t n, double alp
   return beta * beta * (gp - mean_gs) - beta * (gplp - H * mean_gs);
 }
 }  // namespace
+
+namespace {
+// Scores may hold -inf for masked entries (they get p = 0). p may alias z or
+// u, so nothing is written before everything is read.
+//
+// p = min(u, c e) with e = exp(z - max): start with no entry saturated and
+// c = 1 / sum e; saturate every entry with c e_i >= u_i and recompute
+// c = (1 - sum_sat u) / sum_free e. Each round removes mass from the free set
+// more slowly than it removes bound, so c only grows and saturated entries
+// stay saturated: at most n rounds, usually two or three, each one pass.
+template <class T>
+void csoftmax_row(const T* z, const T* u, T* p, std::size_t n) {
+  double m = -std::numeric_limits<double>::infinity();
+  for (std::size_t i = 0; i < n; ++i) m = std::max<double>(m, z[i]);
+  if (m == -std::numeric_limits<double>::infinity()) return std::fill(p, p + n, T(0));
+  thread_local std::vector<double> e, bound;
+  thread_local std::vector<unsigned char> saturated;
+  e.assign(n, 0.0);
+  bound.assign(u, u + n);
+  saturated.assign(n, 0);
+  for (std::size_t i = 0; i < n; ++i)
+    if (z[i] != -std::numeric_limits<T>::infinity()) e[i] = std::exp(static_cast<double>(z[i]) - m);
+  double c = 0;
+  for (bool changed = true; changed;) {
+    double bound_mass = 0, free_mass = 0;  // summed afresh: no drift from updates
+    for (std::size_t i = 0; i < n; ++i) {
+      if (saturated[i]) bound_mass += bound[i];
+      else free_mass += e[i];
+    }
+    c = free_mass > 0 ? (1.0 - bound_mass) / free_mass : 0.0;
+    changed = false;
+    for (std::size_t i = 0; i < n; ++i) {
+      if (saturated[i] || e[i] == 0 || c * e[i] < bound[i]) continue;
+      saturated[i] = 1;
+      changed = true;
+    }
+  }
+  for (std::size_t i = 0; i < n; ++i) p[i] = static_cast<T>(saturated[i] ? bound[i] : c * e[i]);
+}
+
+// g(tau) = sum clamp(z_i - tau, 0, u_i) is piecewise linear and decreasing:
+// sweep its breakpoints (z_i where i turns free, z_i - u_i where it saturates)
+// from the top until g reaches 1, then solve the linear piece. p may alias z
+// or u: the row is read whole before it is written.
+template <class T>
+void csparsemax_row(const T* z, const T* u, T* p, std::size_t n) {
+  std::vector<std::pair<double, int>> events;  // (tau, slope change as tau decreases)
+  for (std::size_t i = 0; i < n; ++i) {
+    if (z[i] == -std::numeric_limits<T>::infinity()) continue;
+    events.emplace_back(static_cast<double>(z[i]), +1);
+    events.emplace_back(static_cast<double>(z[i]) - static_cast<double>(u[i]), -1);
+  }
+  if (events.empty()) return std::fill(p, p + n, T(0));
+  std::sort(events.begin(), events.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  double g = 0, tau = events[0].first;
+  long slope = 0;
+  for (std::size_t e = 0; e < events.size(); ++e) {
+    const double next = events[e].first;
+    const double g_next = g + static_cast<double>(slope) * (tau - next);
+    if (slope > 0 && g_next >= 1.0) {
+      tau -= (1.0 - g) / static_cast<double>(slope);
+      g = 1.0;
+      break;
+    }
+    g = g_next;
+    tau = next;
+    slope += events[e].second;
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    const T zi = z[i], ui = u[i];
+    p[i] = zi == -std::numeric_limits<T>::infinity()
+               ? T(0)
+               : static_cast<T>(std::clamp(static_cast<double>(zi) - tau, 0.0, static_cast<double>(ui)));
+  }
+}
+
+}  // namespace
+
+void constrained_softmax_exact(const float* z, const float* u, float* p, std::size_t n) { csoftmax_row(z, u, p, n); }
+void constrained_softmax_exact(const double* z, const double* u, double* p, std::size_t n) { csoftmax_row(z, u, p, n); }
+void constrained_sparsemax_exact(const float* z, const float* u, float* p, std::size_t n) {
+  csparsemax_row(z, u, p, n);
+}
+void constrained_sparsemax_exact(const double* z, const double* u, double* p, std::size_t n) {
+  csparsemax_row(z, u, p, n);
+}
 
 double entmax_grad_alpha(const float* p, const float* dp, std::size_t n, double alpha) {
   return entmax_grad_alpha_impl(p, dp, n, alpha);
@@ -278,6 +365,8 @@ void entmax_backward_alpha(const double* p, const double* dp, double* dz, std::s
 const ReferenceKernels64 kReference64 = {
     softmax,          sparsemax,          entmax15,          entmax,          topk_softmax, adaptive_span,
     softmax_backward, sparsemax_backward, entmax15_backward, entmax_backward, entmax_backward_alpha,
+    [](const double* z, const double* u, double* p, std::size_t n, double*) { constrained_softmax_exact(z, u, p, n); },
+    [](const double* z, const double* u, double* p, std::size_t n, double*) { constrained_sparsemax_exact(z, u, p, n); },
 };
 
 namespace {
@@ -344,6 +433,8 @@ const TransformKernels kReferenceKernels = {
     widened_backward<&ReferenceKernels64::entmax15_backward>,
     widened_backward<&ReferenceKernels64::entmax_backward>,
     widened_backward_alpha,
+    [](const float* z, const float* u, float* p, std::size_t n, float*) { constrained_softmax_exact(z, u, p, n); },
+    [](const float* z, const float* u, float* p, std::size_t n, float*) { constrained_sparsemax_exact(z, u, p, n); },
 };
 
 }  // namespace entgraph::detail

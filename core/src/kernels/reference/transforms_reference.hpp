@@ -17,6 +17,7 @@ using BackwardRow64 = void (*)(const double* p, const double* dp, double* dz, st
                                const RowParams& params);
 using BackwardAlphaRow64 = void (*)(const double* p, const double* dp, double* dz, std::size_t n,
                                     const RowParams& params, double* grad_alpha);
+using ConstrainedRow64 = void (*)(const double* z, const double* u, double* p, std::size_t n, double* scratch);
 
 struct ReferenceKernels64 {
   ForwardRow64 softmax;
@@ -30,6 +31,8 @@ struct ReferenceKernels64 {
   BackwardRow64 entmax15_backward;
   BackwardRow64 entmax_backward;
   BackwardAlphaRow64 entmax_backward_alpha;
+  ConstrainedRow64 constrained_softmax;
+  ConstrainedRow64 constrained_sparsemax;
 };
 
 extern const ReferenceKernels64 kReference64;

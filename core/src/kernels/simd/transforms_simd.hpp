@@ -819,6 +819,171 @@ struct Kernels {
   }
 
   // -------------------------------------------------------------------------
+  // Constrained softmax (p <= u on the simplex): p = min(u, c e) with
+  // e = exp(z - max) and c the scalar that makes p sum to 1. The saturated set
+  // {c e >= u} only grows with c, and c = (1 - sum_saturated u) /
+  // sum_free e computed from a set is at least the c that set came from, so
+  // the iteration rises to the fixed point; each step is one pass, usually two
+  // or three in all. Rows it has not settled in kConstrainedPasses go to the
+  // exact double solver. e is kept in scratch; p (which may alias z or u) is
+  // written last.
+  static constexpr int kConstrainedPasses = 32;
+
+  // Sums in double lanes, for the constrained solvers: their thresholds come
+  // from differences like 1 - sum_saturated u, where float lanes lose the
+  // digits that tight bounds (u ~ 1/n) need.
+  using BD = xsimd::batch<double, A>;
+  static void add_wide(BD& acc, const B& v) {
+    alignas(64) float buf[W];
+    v.store_aligned(buf);
+    for (std::size_t h = 0; h < W; h += BD::size) acc += BD::load_aligned(buf + h);
+  }
+  static double sum(const BD& v) {
+    alignas(64) double buf[BD::size];
+    v.store_aligned(buf);
+    double s = 0;
+    for (std::size_t l = 0; l < BD::size; ++l) s += buf[l];
+    return s;
+  }
+
+  static void constrained_softmax(const float* z, const float* u, float* p, std::size_t n, float* scratch) {
+    const float m = row_max(z, n);
+    if (m == -kInf) return fill(p, n, 0.0f);
+    float* e = scratch;
+    const B mb(m);
+    B acc(0.0f);
+    for (std::size_t i = 0; i < n; i += W) {
+      const B ev = xsimd::exp(load(z, i, n, -kInf) - mb);
+      acc += ev;
+      store(e, i, n, ev);
+    }
+    float c = static_cast<float>(1.0 / sum(acc));
+    // c e within float rounding of u counts as reaching it: when the bounds
+    // sum to exactly 1 every one must saturate, and the last c comes out of
+    // (1 - sum_saturated u) / e an ulp short.
+    const B near_one(1.0f - 0x1p-22f);
+    std::size_t previous = n + 1;  // saturated count of the last pass
+    for (int pass = 0;; ++pass) {
+      if (pass == kConstrainedPasses) return constrained_softmax_exact(z, u, p, n);
+      const B cb(c);
+      BD bound(0.0), free(0.0);
+      B count(0.0f);
+      for (std::size_t i = 0; i < n; i += W) {
+        // Entries with e = 0 (masked: their u may be anything) are never saturated, as the tail.
+        const B ev = load(e, i, n, 0.0f), uv = load(u, i, n, kInf);
+        const BB sat = (cb * ev >= uv * near_one) & (ev > B(0.0f));
+        add_wide(bound, select0(sat, uv));
+        add_wide(free, select0(!sat, ev));
+        count += select0(sat, B(1.0f));
+      }
+      const double free_mass = sum(free);
+      const std::size_t saturated = static_cast<std::size_t>(sum(count));
+      if (saturated == previous || !(free_mass > 0)) break;  // the set is settled: c is its value
+      previous = saturated;
+      c = static_cast<float>((1.0 - sum(bound)) / free_mass);
+    }
+    const B cb(c);
+    for (std::size_t i = 0; i < n; i += W) {
+      const B ev = load(e, i, n, 0.0f), uv = load(u, i, n, kInf), w = cb * ev;
+      store(p, i, n, xsimd::select((w >= uv * near_one) & (ev > B(0.0f)), uv, w));
+    }
+  }
+
+  // Constrained sparsemax: p = clamp(z - tau, 0, u) with g(tau) = sum p = 1.
+  // g is decreasing and piecewise linear: at tau, with F the free entries
+  // (0 < z - tau < u) and S the saturated ones, g(t) = sum_S u + sum_F (z - t)
+  // on tau's piece, whose root (sum_S u + sum_F z - 1) / |F| is the next
+  // tau: exact as soon as it lies on the same piece. A bracket lo < tau* <= hi
+  // (g(lo) >= 1 > g(hi)) turns steps that leave it into bisections. One pass
+  // each; rows not settled in kConstrainedPasses go to the exact solver.
+  // tau is a double, applied as two floats: (z - hi) - lo is exact to float
+  // rounding of the result near the threshold (z close to hi), where tight
+  // bounds (p <= u ~ 1/n) need it; z - float(tau) would be off by an ulp of
+  // |z| there, 5e-4 of p at n = 1000.
+  static void constrained_sparsemax(const float* z, const float* u, float* p, std::size_t n, float*) {
+    const float m = row_max(z, n);
+    if (m == -kInf) return fill(p, n, 0.0f);
+    // At lo = min (z - u) over the entries that can take mass every one is
+    // saturated: g(lo) = sum u >= 1 (the op checked it, to 1e-6).
+    B lo_b(kInf);
+    BD bound_total(0.0);
+    for (std::size_t i = 0; i < n; i += W) {
+      const B zv = load(z, i, n, -kInf), uv = load(u, i, n, 0.0f);
+      const BB in = zv > B(-kInf);
+      lo_b = xsimd::min(lo_b, xsimd::select(in, zv - uv, B(kInf)));
+      add_wide(bound_total, select0(in, uv));
+    }
+    // (min in float lanes, then one ulp lower: the rounded z - u may lie above the exact one)
+    const float lo_f = min(lo_b);
+    double lo = static_cast<double>(lo_f) - (std::fabs(static_cast<double>(lo_f)) * 0x1p-23 + 0x1p-126),
+           hi = static_cast<double>(m);
+    // Start where the chord from (lo, sum u) to (max, 0) crosses 1, or at
+    // sparsemax's bound max - 1 if that is higher (loose bounds).
+    const double total = sum(bound_total);
+    double g_lo = total, g_hi = 0.0;  // g at the bracket's ends
+    double tau = total > 1.0 ? lo + (hi - lo) * (total - 1.0) / total : lo;
+    if (m - 1.0 > tau) tau = m - 1.0;
+    int same_side = 0;  // Illinois: passes in a row that moved the same end
+    for (int pass = 0;; ++pass) {
+      if (pass == kConstrainedPasses) return constrained_sparsemax_exact(z, u, p, n);
+      const float t_hi = static_cast<float>(tau);
+      const B th(t_hi), tl(static_cast<float>(tau - t_hi));
+      // In double lanes, sum_S u and sum_F z (exact float inputs): the piece's
+      // root comes out as exact as the double solver's.
+      BD saturated_mass(0.0), free_scores(0.0);
+      B free_count(0.0f);
+      for (std::size_t i = 0; i < n; i += W) {
+        const B zv = load(z, i, n, -kInf), uv = load(u, i, n, 0.0f), d = (zv - th) - tl;
+        const BB sat = (d >= uv) & (d > B(0.0f)), in = (d > B(0.0f)) & !sat;
+        add_wide(saturated_mass, select0(sat, uv));
+        add_wide(free_scores, select0(in, zv));
+        free_count += select0(in, B(1.0f));
+      }
+      const double k = sum(free_count), base = sum(saturated_mass) + sum(free_scores);
+      const double g = base - k * tau;  // sum p at tau
+      if (g == 1.0) break;  // a root (on a flat piece, as when the bounds sum to exactly 1)
+      if (g >= 1.0) {
+        same_side = same_side > 0 ? same_side + 1 : 1;
+        lo = tau;
+        g_lo = g;
+      } else {
+        same_side = same_side < 0 ? same_side - 1 : -1;
+        hi = tau;
+        g_hi = g;
+      }
+      // The root of tau's piece when it lies in the bracket (exact if it is
+      // on the same piece). Tight bounds leave few entries free (u ~ 1/n: g
+      // is nearly a staircase), so the piece is often too short: then the
+      // chord of the bracket, with the end kept twice in a row weighted
+      // down (Illinois), which follows the staircase's overall slope.
+      double next = k > 0 ? (base - 1.0) / k : lo - 1.0;
+      if (!(next >= lo && next < hi)) {
+        const double wl = same_side <= -2 ? 0.5 : 1.0, wh = same_side >= 2 ? 0.5 : 1.0;
+        const double a = (g_lo - 1.0) * wl, b = (1.0 - g_hi) * wh;
+        next = a + b > 0 ? lo + (hi - lo) * a / (a + b) : 0.5 * (lo + hi);
+        if (!(next > lo && next < hi)) next = 0.5 * (lo + hi);
+      }
+      if (next == tau) break;  // tau is its own piece's root: exact
+      tau = next;
+    }
+    // p = clamp(z - tau, 0, u) in double lanes, then rounded: an entry within
+    // float rounding of its bound is saturated (p == u) exactly when the
+    // double solver says so, which the backward's routing of gradient to u
+    // depends on. Masked entries get 0 whatever their u.
+    const BD tau_d(tau), zero(0.0);
+    for (std::size_t i = 0; i < n; i += W) {
+      alignas(64) float zb[W], ub[W], pb[W];
+      load(z, i, n, -kInf).store_aligned(zb);
+      load(u, i, n, 0.0f).store_aligned(ub);
+      for (std::size_t h = 0; h < W; h += BD::size) {
+        const BD d = BD::load_aligned(zb + h) - tau_d;
+        xsimd::select(d > zero, xsimd::min(d, BD::load_aligned(ub + h)), zero).store_aligned(pb + h);
+      }
+      store(p, i, n, B::load_aligned(pb));
+    }
+  }
+
+  // -------------------------------------------------------------------------
   // Adaptive span: p ∝ m(x) exp(s), m(x) = clamp((R + z - x)/R, 0, 1) with
   // x = query_pos - j, i.e. m = clamp(base + j/R, 0, 1). The max is taken over
   // keys with m > 0 only, so keys outside the span cannot underflow the rest.
@@ -998,7 +1163,7 @@ struct Kernels {
   static TransformKernels table(CpuIsa isa) {
     return {isa,          valid,  finite,         softmax,  sparsemax,          entmax15,          entmax,
             topk_softmax, adaptive_span,   softmax_backward, sparsemax_backward, entmax15_backward, entmax_backward,
-            entmax_backward_alpha};
+            entmax_backward_alpha, constrained_softmax, constrained_sparsemax};
   }
 };
 
