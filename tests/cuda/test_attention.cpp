@@ -52,6 +52,16 @@ Matrix<double> gpu_attention(const Matrix<float>& q, const Matrix<float>& k, con
 // Outputs are convex combinations of V rows: compare absolutely, relative to max |v|.
 constexpr double kTol = 1e-4;
 
+// The GPU's attention against the CPU's for one transform, mask and scale (0: 1/sqrt(d)).
+void check_against_cpu(const Matrix<float>& q, const Matrix<float>& k, const Matrix<float>& v, const Transform& t,
+                       bool causal, double scale = 0.0) {
+  AttentionOptions<float> o;
+  o.transform = t;
+  o.causal = causal;
+  o.scale = scale;
+  CHECK(test::max_abs_diff(gpu_attention(q, k, v, o), cpu_attention(q, k, v, o)) <= kTol);
+}
+
 struct Case {
   std::size_t n, m, d, dv;
 };
@@ -86,10 +96,7 @@ TEST_SUITE("cuda") {
           CAPTURE(c.dv);
           CAPTURE(test::describe(t));
           CAPTURE(causal);
-          AttentionOptions<float> o;
-          o.transform = t;
-          o.causal = causal;
-          CHECK(test::max_abs_diff(gpu_attention(q, k, v, o), cpu_attention(q, k, v, o)) <= kTol);
+          check_against_cpu(q, k, v, t, causal);
         }
     }
   }
@@ -107,11 +114,7 @@ TEST_SUITE("cuda") {
             CAPTURE(dv);
             CAPTURE(test::describe(t));
             CAPTURE(causal);
-            AttentionOptions<float> o;
-            o.transform = t;
-            o.causal = causal;
-            o.scale = 0.3;
-            CHECK(test::max_abs_diff(gpu_attention(q, k, v, o), cpu_attention(q, k, v, o)) <= kTol);
+            check_against_cpu(q, k, v, t, causal, 0.3);
           }
       }
   }
@@ -167,10 +170,7 @@ TEST_SUITE("cuda") {
       for (double scale : {0.01, 0.05, 0.2, 1.0, 4.0}) {
         CAPTURE(test::describe(t));
         CAPTURE(scale);
-        AttentionOptions<float> o;
-        o.transform = t;
-        o.scale = scale;
-        CHECK(test::max_abs_diff(gpu_attention(q, k, v, o), cpu_attention(q, k, v, o)) <= kTol);
+        check_against_cpu(q, k, v, t, false, scale);
       }
   }
 

@@ -77,26 +77,32 @@ void constrained_backward(const char* op, ConstMatrix<T> probs, ConstMatrix<T> u
       // Gradients scaled by 2^-k, the power of two of the largest |g|, so
       // that neither the sum nor g - q overflows whatever their size (exact:
       // a power of two); only the final product can, where the exact one does.
+      // The scalings are products with exact powers of two (as ldexp, without
+      // its call per entry).
       double big = 0;
       for (std::size_t j = 0; j < n; ++j) big = std::max(big, std::abs(static_cast<double>(g[j])));
       const int k = big > 0 ? std::ilogb(big) : 0;
+      const double down = std::ldexp(1.0, -k), up = std::ldexp(1.0, k);
       double wsum = 0, wg = 0;
       for (std::size_t j = 0; j < n; ++j) {
-        if (!is_free(p[j], u[j])) continue;
-        const double w = weight(p[j]);
+        const bool free = is_free(p[j], u[j]);
+        const double w = free ? weight(p[j]) : 0.0;
         wsum += w;
-        wg += w * std::ldexp(static_cast<double>(g[j]), -k);
+        wg += w * (static_cast<double>(g[j]) * down);
       }
       const double q = wsum > 0 ? wg / wsum : 0.0;  // scaled by 2^-k
+      // Branch-free selects (the classes of random rows defeat prediction).
+      // Read everything first: the outputs may alias probs or grad_probs.
+      T* dz = grad_scores.row(r);
+      T* du = grad_upper.empty() ? nullptr : grad_upper.row(r);
       for (std::size_t j = 0; j < n; ++j) {
-        // Read everything first: the outputs may alias probs or grad_probs.
         const T pj = p[j];
-        const double gj = std::ldexp(static_cast<double>(g[j]), -k);
+        const double d = static_cast<double>(g[j]) * down - q;
         const bool free = is_free(pj, u[j]);
-        const double w = free ? weight(pj) : 0.0;
-        grad_scores(r, j) = w > 0 ? detail::narrow<T>(std::ldexp(w * (gj - q), k)) : T(0);  // p = 0: exactly 0
-        if (!grad_upper.empty())
-          grad_upper(r, j) = !free && pj > 0 ? detail::narrow<T>(std::ldexp(gj - q, k)) : T(0);
+        const double w = free ? weight(pj) : 0.0;  // p = 0: w = 0, so dz is exactly 0
+        const double sat = !free & (pj > 0) ? 1.0 : 0.0;
+        dz[j] = detail::narrow<T>((w * d) * up);
+        if (du != nullptr) du[j] = detail::narrow<T>((sat * d) * up);
       }
     }
   });
@@ -120,7 +126,8 @@ void constrained_softmax_backward(ConstMatrix<T> probs, ConstMatrix<T> upper, Co
                                   MatrixView<T> grad_scores, MatrixView<T> grad_upper) {
   constrained_backward<T>(
       "constrained_softmax_backward", probs, upper, grad_probs, grad_scores, grad_upper,
-      [](T p, T u) { return p < u || p == 0; }, [](T p) { return static_cast<double>(p); });
+      [](T p, T u) { return (p < u) | (p == 0); },  // | and &, not || and &&: no branches to mispredict
+      [](T p) { return static_cast<double>(p); });
 }
 
 template <class T>
@@ -128,7 +135,7 @@ void constrained_sparsemax_backward(ConstMatrix<T> probs, ConstMatrix<T> upper, 
                                     MatrixView<T> grad_scores, MatrixView<T> grad_upper) {
   constrained_backward<T>(
       "constrained_sparsemax_backward", probs, upper, grad_probs, grad_scores, grad_upper,
-      [](T p, T u) { return p > 0 && p < u; }, [](T) { return 1.0; });
+      [](T p, T u) { return (p > 0) & (p < u); }, [](T) { return 1.0; });
 }
 
 #define ENTGRAPH_INSTANTIATE(T)                                                                                  \

@@ -319,20 +319,27 @@ struct HalfRow {
         first(h * kHalf),
         shift(2 * ((r % kRowsPerWarp) / 4) + h) {}
   __device__ int column(int c) const { return first + ((c + shift) & (kHalf - 1)); }
+  // The max of the row (both halves; the pair's other thread calls it too).
+  __device__ float row_max(const float* row) const;
 };
 
 __device__ inline float pair_max(float v) { return fmaxf(v, __shfl_xor_sync(kFullWarp, v, 1)); }
 __device__ inline float pair_sum(float v) { return v + __shfl_xor_sync(kFullWarp, v, 1); }
+
+template <int BN>
+__device__ float HalfRow<BN>::row_max(const float* row) const {
+  float m = -INFINITY;
+#pragma unroll
+  for (int c = 0; c < kHalf; ++c) m = fmaxf(m, row[column(c)]);
+  return pair_max(m);
+}
 
 // Softmax: online max and sum; the tile's scores become exp2(x - max).
 template <int BN, int kLdS>
 __device__ void softmax_rows(float* Ss, RowState rs) {
   const HalfRow<BN> hr;
   float* row = Ss + hr.r * kLdS;
-  float tile_max = -INFINITY;
-#pragma unroll
-  for (int c = 0; c < HalfRow<BN>::kHalf; ++c) tile_max = fmaxf(tile_max, row[hr.column(c)]);
-  tile_max = pair_max(tile_max);
+  const float tile_max = hr.row_max(row);
   const float old_max = rs.max[hr.r];
   const float new_max = fmaxf(old_max, tile_max);
   float part = 0.0f, rescale = 1.0f;
@@ -464,10 +471,7 @@ template <int BN, int kLdS>
 __device__ void collect_running(const float* Ss, RowState rs, const FusedParams& p, int q0) {
   const HalfRow<BN> hr;
   const float* row = Ss + hr.r * kLdS;
-  float tile_max = -INFINITY;
-#pragma unroll
-  for (int c = 0; c < HalfRow<BN>::kHalf; ++c) tile_max = fmaxf(tile_max, row[hr.column(c)]);
-  tile_max = pair_max(tile_max);
+  const float tile_max = hr.row_max(row);
   const float old_max = rs.max[hr.r];
   const float new_max = fmaxf(old_max, tile_max);
   const bool collecting = new_max != -INFINITY && rs.status[hr.r] == kCollecting;
