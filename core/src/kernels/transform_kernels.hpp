@@ -29,6 +29,10 @@ using BackwardRow = void (*)(const float* p, const float* dp, float* dz, std::si
 // Constrained softmax / sparsemax: the row's upper bounds u beside its scores.
 // p may alias z or u: kernels read everything before writing p.
 using ConstrainedRow = void (*)(const float* z, const float* u, float* p, std::size_t n, float* scratch);
+// Their backward: dz, and du (the gradient in u; may be null). The outputs
+// may alias p or g.
+using ConstrainedBackwardRow = void (*)(const float* p, const float* u, const float* g, float* dz, float* du,
+                                        std::size_t n);
 // A backward that also returns the row's gradient in the transform's alpha.
 using BackwardAlphaRow = void (*)(const float* p, const float* dp, float* dz, std::size_t n, const RowParams& params,
                                   double* grad_alpha);
@@ -50,6 +54,8 @@ struct TransformKernels {
   BackwardAlphaRow entmax_backward_alpha;  // general alpha, and d<dp, p>/d alpha
   ConstrainedRow constrained_softmax;
   ConstrainedRow constrained_sparsemax;
+  ConstrainedBackwardRow constrained_softmax_backward;
+  ConstrainedBackwardRow constrained_sparsemax_backward;
 };
 
 // The backward of the entmax family, dz = s (dp - <s, dp> / sum s) with
@@ -76,6 +82,13 @@ void constrained_softmax_exact(const float* z, const float* u, float* p, std::si
 void constrained_softmax_exact(const double* z, const double* u, double* p, std::size_t n);
 void constrained_sparsemax_exact(const float* z, const float* u, float* p, std::size_t n);
 void constrained_sparsemax_exact(const double* z, const double* u, double* p, std::size_t n);
+// Their backward in double, with gradients scaled by a power of two so that
+// nothing overflows on the way (softmax_kind: constrained softmax, else
+// sparsemax). The reference, and the kernels' path for extreme gradients.
+void constrained_backward_exact(bool softmax_kind, const float* p, const float* u, const float* g, float* dz,
+                                float* du, std::size_t n);
+void constrained_backward_exact(bool softmax_kind, const double* p, const double* u, const double* g, double* dz,
+                                double* du, std::size_t n);
 
 // The table of an available instruction set (throws if it is not).
 const TransformKernels& transform_kernels(CpuIsa isa);

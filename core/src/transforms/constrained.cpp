@@ -59,11 +59,11 @@ void constrained_forward(const char* op, ConstMatrix<T> scores, ConstMatrix<T> u
                           });
 }
 
-// Shared backward: free entries pass gradient to z through `weight`, saturated
-// ones to u. q is the mean of dp over free entries weighted by `weight`.
-template <class T, class Free, class Weight>
+// Shared backward: validation, then the kind's row kernel (dz, and du when
+// grad_upper is given).
+template <class T, class Kernel>
 void constrained_backward(const char* op, ConstMatrix<T> probs, ConstMatrix<T> upper, ConstMatrix<T> grad_probs,
-                          MatrixView<T> grad_scores, MatrixView<T> grad_upper, Free is_free, Weight weight) {
+                          MatrixView<T> grad_scores, MatrixView<T> grad_upper, Kernel kernel) {
   detail::check_shape(op, "upper", upper, probs.rows, probs.cols);
   detail::check_shape(op, "grad_probs", grad_probs, probs.rows, probs.cols);
   detail::check_shape(op, "grad_scores", grad_scores, probs.rows, probs.cols);
@@ -72,39 +72,9 @@ void constrained_backward(const char* op, ConstMatrix<T> probs, ConstMatrix<T> u
   detail::check_finite<T>(op, "grad_probs", grad_probs);
   const std::size_t n = probs.cols;
   detail::parallel_for(probs.rows, detail::grain_for(n), [&](std::size_t begin, std::size_t end) {
-    for (std::size_t r = begin; r < end; ++r) {
-      const T *p = probs.row(r), *u = upper.row(r), *g = grad_probs.row(r);
-      // Gradients scaled by 2^-k, the power of two of the largest |g|, so
-      // that neither the sum nor g - q overflows whatever their size (exact:
-      // a power of two); only the final product can, where the exact one does.
-      // The scalings are products with exact powers of two (as ldexp, without
-      // its call per entry).
-      double big = 0;
-      for (std::size_t j = 0; j < n; ++j) big = std::max(big, std::abs(static_cast<double>(g[j])));
-      const int k = big > 0 ? std::ilogb(big) : 0;
-      const double down = std::ldexp(1.0, -k), up = std::ldexp(1.0, k);
-      double wsum = 0, wg = 0;
-      for (std::size_t j = 0; j < n; ++j) {
-        const bool free = is_free(p[j], u[j]);
-        const double w = free ? weight(p[j]) : 0.0;
-        wsum += w;
-        wg += w * (static_cast<double>(g[j]) * down);
-      }
-      const double q = wsum > 0 ? wg / wsum : 0.0;  // scaled by 2^-k
-      // Branch-free selects (the classes of random rows defeat prediction).
-      // Read everything first: the outputs may alias probs or grad_probs.
-      T* dz = grad_scores.row(r);
-      T* du = grad_upper.empty() ? nullptr : grad_upper.row(r);
-      for (std::size_t j = 0; j < n; ++j) {
-        const T pj = p[j];
-        const double d = static_cast<double>(g[j]) * down - q;
-        const bool free = is_free(pj, u[j]);
-        const double w = free ? weight(pj) : 0.0;  // p = 0: w = 0, so dz is exactly 0
-        const double sat = !free & (pj > 0) ? 1.0 : 0.0;
-        dz[j] = detail::narrow<T>((w * d) * up);
-        if (du != nullptr) du[j] = detail::narrow<T>((sat * d) * up);
-      }
-    }
+    for (std::size_t r = begin; r < end; ++r)
+      kernel(probs.row(r), upper.row(r), grad_probs.row(r), grad_scores.row(r),
+             grad_upper.empty() ? nullptr : grad_upper.row(r), n);
   });
 }
 
@@ -124,18 +94,15 @@ void constrained_sparsemax(ConstMatrix<T> scores, ConstMatrix<T> upper, MatrixVi
 template <class T>
 void constrained_softmax_backward(ConstMatrix<T> probs, ConstMatrix<T> upper, ConstMatrix<T> grad_probs,
                                   MatrixView<T> grad_scores, MatrixView<T> grad_upper) {
-  constrained_backward<T>(
-      "constrained_softmax_backward", probs, upper, grad_probs, grad_scores, grad_upper,
-      [](T p, T u) { return (p < u) | (p == 0); },  // | and &, not || and &&: no branches to mispredict
-      [](T p) { return static_cast<double>(p); });
+  constrained_backward<T>("constrained_softmax_backward", probs, upper, grad_probs, grad_scores, grad_upper,
+                          detail::kernels_for<T>().constrained_softmax_backward);
 }
 
 template <class T>
 void constrained_sparsemax_backward(ConstMatrix<T> probs, ConstMatrix<T> upper, ConstMatrix<T> grad_probs,
                                     MatrixView<T> grad_scores, MatrixView<T> grad_upper) {
-  constrained_backward<T>(
-      "constrained_sparsemax_backward", probs, upper, grad_probs, grad_scores, grad_upper,
-      [](T p, T u) { return (p > 0) & (p < u); }, [](T) { return 1.0; });
+  constrained_backward<T>("constrained_sparsemax_backward", probs, upper, grad_probs, grad_scores, grad_upper,
+                          detail::kernels_for<T>().constrained_sparsemax_backward);
 }
 
 #define ENTGRAPH_INSTANTIATE(T)                                                                                  \

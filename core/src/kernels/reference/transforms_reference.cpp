@@ -1,4 +1,5 @@
 #include "kernels/reference/transforms_reference.hpp"
+#include "transforms/row_driver.hpp"  // narrow
 
 #include <algorithm>
 #include <cmath>
@@ -184,6 +185,47 @@ void constrained_sparsemax_exact(const double* z, const double* u, double* p, st
   csparsemax_row(z, u, p, n);
 }
 
+namespace {
+// Free entries (softmax: p < u or p == 0; sparsemax: 0 < p < u) pass gradient
+// to z with weight w (p; 1), saturated ones (p == u > 0) to u:
+// dz = w (g - q), du = g - q, q = sum w g / sum w over the free entries.
+// Gradients are scaled by 2^-k, the power of two of the largest |g| (exact),
+// so that neither the sum nor g - q overflows; only the final product can,
+// where the exact one does.
+template <class T>
+void constrained_backward_row(bool softmax_kind, const T* p, const T* u, const T* g, T* dz, T* du, std::size_t n) {
+  auto is_free = [softmax_kind](T pj, T uj) { return softmax_kind ? (pj < uj) | (pj == 0) : (pj > 0) & (pj < uj); };
+  double big = 0;
+  for (std::size_t j = 0; j < n; ++j) big = std::max(big, std::abs(static_cast<double>(g[j])));
+  const int k = big > 0 ? std::ilogb(big) : 0;
+  const double down = std::ldexp(1.0, -k), up = std::ldexp(1.0, k);
+  double wsum = 0, wg = 0;
+  for (std::size_t j = 0; j < n; ++j) {
+    const double w = is_free(p[j], u[j]) ? (softmax_kind ? static_cast<double>(p[j]) : 1.0) : 0.0;
+    wsum += w;
+    wg += w * (static_cast<double>(g[j]) * down);
+  }
+  const double q = wsum > 0 ? wg / wsum : 0.0;  // scaled by 2^-k
+  for (std::size_t j = 0; j < n; ++j) {  // everything read before written: dz, du may alias p or g
+    const T pj = p[j];
+    const double d = static_cast<double>(g[j]) * down - q;
+    const bool free = is_free(pj, u[j]);
+    const double w = free ? (softmax_kind ? static_cast<double>(pj) : 1.0) : 0.0;  // p = 0: dz exactly 0
+    dz[j] = narrow<T>((w * d) * up);
+    if (du != nullptr) du[j] = !free && pj > 0 ? narrow<T>(d * up) : T(0);
+  }
+}
+}  // namespace
+
+void constrained_backward_exact(bool softmax_kind, const float* p, const float* u, const float* g, float* dz,
+                                float* du, std::size_t n) {
+  constrained_backward_row(softmax_kind, p, u, g, dz, du, n);
+}
+void constrained_backward_exact(bool softmax_kind, const double* p, const double* u, const double* g, double* dz,
+                                double* du, std::size_t n) {
+  constrained_backward_row(softmax_kind, p, u, g, dz, du, n);
+}
+
 double entmax_grad_alpha(const float* p, const float* dp, std::size_t n, double alpha) {
   return entmax_grad_alpha_impl(p, dp, n, alpha);
 }
@@ -367,6 +409,12 @@ const ReferenceKernels64 kReference64 = {
     softmax_backward, sparsemax_backward, entmax15_backward, entmax_backward, entmax_backward_alpha,
     [](const double* z, const double* u, double* p, std::size_t n, double*) { constrained_softmax_exact(z, u, p, n); },
     [](const double* z, const double* u, double* p, std::size_t n, double*) { constrained_sparsemax_exact(z, u, p, n); },
+    [](const double* p, const double* u, const double* g, double* dz, double* du, std::size_t n) {
+      constrained_backward_exact(true, p, u, g, dz, du, n);
+    },
+    [](const double* p, const double* u, const double* g, double* dz, double* du, std::size_t n) {
+      constrained_backward_exact(false, p, u, g, dz, du, n);
+    },
 };
 
 namespace {
@@ -435,6 +483,12 @@ const TransformKernels kReferenceKernels = {
     widened_backward_alpha,
     [](const float* z, const float* u, float* p, std::size_t n, float*) { constrained_softmax_exact(z, u, p, n); },
     [](const float* z, const float* u, float* p, std::size_t n, float*) { constrained_sparsemax_exact(z, u, p, n); },
+    [](const float* p, const float* u, const float* g, float* dz, float* du, std::size_t n) {
+      constrained_backward_exact(true, p, u, g, dz, du, n);
+    },
+    [](const float* p, const float* u, const float* g, float* dz, float* du, std::size_t n) {
+      constrained_backward_exact(false, p, u, g, dz, du, n);
+    },
 };
 
 }  // namespace entgraph::detail

@@ -18,6 +18,8 @@ using BackwardRow64 = void (*)(const double* p, const double* dp, double* dz, st
 using BackwardAlphaRow64 = void (*)(const double* p, const double* dp, double* dz, std::size_t n,
                                     const RowParams& params, double* grad_alpha);
 using ConstrainedRow64 = void (*)(const double* z, const double* u, double* p, std::size_t n, double* scratch);
+using ConstrainedBackwardRow64 = void (*)(const double* p, const double* u, const double* g, double* dz, double* du,
+                                          std::size_t n);
 
 struct ReferenceKernels64 {
   ForwardRow64 softmax;
@@ -33,6 +35,8 @@ struct ReferenceKernels64 {
   BackwardAlphaRow64 entmax_backward_alpha;
   ConstrainedRow64 constrained_softmax;
   ConstrainedRow64 constrained_sparsemax;
+  ConstrainedBackwardRow64 constrained_softmax_backward;
+  ConstrainedBackwardRow64 constrained_sparsemax_backward;
 };
 
 extern const ReferenceKernels64 kReference64;

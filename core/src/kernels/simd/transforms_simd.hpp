@@ -983,6 +983,47 @@ struct Kernels {
     }
   }
 
+  // Constrained backward: free entries (softmax: p < u or p == 0; sparsemax:
+  // 0 < p < u) pass gradient to z with weight w (p; 1), saturated ones
+  // (p == u > 0) to u: dz = w (g - q), du = g - q, q = sum w g / sum w over
+  // the free entries. g is scaled by 2^-k, the power of two of max |g|
+  // (exact), so the float sums stay near 1; rows whose scale leaves float's
+  // comfortable range go to the double reference. Reads before writes per
+  // batch: dz and du may alias p or g.
+  template <bool kSoftmax>
+  static void constrained_backward(const float* p, const float* u, const float* g, float* dz, float* du,
+                                   std::size_t n) {
+    B big(0.0f);
+    for (std::size_t i = 0; i < n; i += W) big = xsimd::max(big, xsimd::abs(load(g, i, n, 0.0f)));
+    const float largest = max(big);
+    if (!(largest > 0x1p-100f && largest < 0x1p100f))
+      return constrained_backward_exact(kSoftmax, p, u, g, dz, du, n);
+    const int k = std::ilogb(largest);
+    const B down(std::ldexp(1.0f, -k)), up(std::ldexp(1.0f, k));
+    auto weight = [](const B& pb, const B& ub) {
+      if constexpr (kSoftmax)
+        return select0((pb < ub) | (pb == B(0.0f)), pb);
+      else
+        return select0((pb > B(0.0f)) & (pb < ub), B(1.0f));
+    };
+    B ws(0.0f), wg(0.0f);
+    for (std::size_t i = 0; i < n; i += W) {
+      const B w = weight(load(p, i, n, 0.0f), load(u, i, n, kInf));
+      ws += w;
+      wg += w * (load(g, i, n, 0.0f) * down);
+    }
+    const double total = sum(ws);
+    const B q(static_cast<float>(total > 0 ? sum(wg) / total : 0.0));
+    for (std::size_t i = 0; i < n; i += W) {
+      const B pb = load(p, i, n, 0.0f), ub = load(u, i, n, kInf);
+      const B d = load(g, i, n, 0.0f) * down - q;
+      const BB free = kSoftmax ? (pb < ub) | (pb == B(0.0f)) : (pb > B(0.0f)) & (pb < ub);
+      const B w = weight(pb, ub);
+      store(dz, i, n, (w * d) * up);  // p = 0: w = 0, dz exactly 0
+      if (du != nullptr) store(du, i, n, select0((!free) & (pb > B(0.0f)), d) * up);
+    }
+  }
+
   // -------------------------------------------------------------------------
   // Adaptive span: p ∝ m(x) exp(s), m(x) = clamp((R + z - x)/R, 0, 1) with
   // x = query_pos - j, i.e. m = clamp(base + j/R, 0, 1). The max is taken over
@@ -1163,7 +1204,8 @@ struct Kernels {
   static TransformKernels table(CpuIsa isa) {
     return {isa,          valid,  finite,         softmax,  sparsemax,          entmax15,          entmax,
             topk_softmax, adaptive_span,   softmax_backward, sparsemax_backward, entmax15_backward, entmax_backward,
-            entmax_backward_alpha, constrained_softmax, constrained_sparsemax};
+            entmax_backward_alpha, constrained_softmax, constrained_sparsemax, constrained_backward<true>,
+            constrained_backward<false>};
   }
 };
 
