@@ -217,6 +217,22 @@ void constrained_backward_row(bool softmax_kind, const T* p, const T* u, const T
 }
 }  // namespace
 
+namespace {
+// The table entries (the forward's scratch unused; the kind fixed).
+template <class T>
+void csoftmax_kernel(const T* z, const T* u, T* p, std::size_t n, T*) {
+  csoftmax_row(z, u, p, n);
+}
+template <class T>
+void csparsemax_kernel(const T* z, const T* u, T* p, std::size_t n, T*) {
+  csparsemax_row(z, u, p, n);
+}
+template <class T, bool kSoftmax>
+void constrained_backward_kernel(const T* p, const T* u, const T* g, T* dz, T* du, std::size_t n) {
+  constrained_backward_row(kSoftmax, p, u, g, dz, du, n);
+}
+}  // namespace
+
 void constrained_backward_exact(bool softmax_kind, const float* p, const float* u, const float* g, float* dz,
                                 float* du, std::size_t n) {
   constrained_backward_row(softmax_kind, p, u, g, dz, du, n);
@@ -407,14 +423,8 @@ void entmax_backward_alpha(const double* p, const double* dp, double* dz, std::s
 const ReferenceKernels64 kReference64 = {
     softmax,          sparsemax,          entmax15,          entmax,          topk_softmax, adaptive_span,
     softmax_backward, sparsemax_backward, entmax15_backward, entmax_backward, entmax_backward_alpha,
-    [](const double* z, const double* u, double* p, std::size_t n, double*) { constrained_softmax_exact(z, u, p, n); },
-    [](const double* z, const double* u, double* p, std::size_t n, double*) { constrained_sparsemax_exact(z, u, p, n); },
-    [](const double* p, const double* u, const double* g, double* dz, double* du, std::size_t n) {
-      constrained_backward_exact(true, p, u, g, dz, du, n);
-    },
-    [](const double* p, const double* u, const double* g, double* dz, double* du, std::size_t n) {
-      constrained_backward_exact(false, p, u, g, dz, du, n);
-    },
+    csoftmax_kernel<double>, csparsemax_kernel<double>, constrained_backward_kernel<double, true>,
+    constrained_backward_kernel<double, false>,
 };
 
 namespace {
@@ -481,14 +491,10 @@ const TransformKernels kReferenceKernels = {
     widened_backward<&ReferenceKernels64::entmax15_backward>,
     widened_backward<&ReferenceKernels64::entmax_backward>,
     widened_backward_alpha,
-    [](const float* z, const float* u, float* p, std::size_t n, float*) { constrained_softmax_exact(z, u, p, n); },
-    [](const float* z, const float* u, float* p, std::size_t n, float*) { constrained_sparsemax_exact(z, u, p, n); },
-    [](const float* p, const float* u, const float* g, float* dz, float* du, std::size_t n) {
-      constrained_backward_exact(true, p, u, g, dz, du, n);
-    },
-    [](const float* p, const float* u, const float* g, float* dz, float* du, std::size_t n) {
-      constrained_backward_exact(false, p, u, g, dz, du, n);
-    },
+    csoftmax_kernel<float>,
+    csparsemax_kernel<float>,
+    constrained_backward_kernel<float, true>,
+    constrained_backward_kernel<float, false>,
 };
 
 }  // namespace entgraph::detail
