@@ -48,12 +48,17 @@ struct Kernels {
     v.store_aligned(buf);
     for (std::size_t l = 0; i + l < n; ++l) p[i + l] = buf[l];
   }
+  // The lanes' sum in double, added as a tree (depth log2 W, not W: a pass
+  // over a few candidates is dominated by these reductions). The order
+  // depends only on W, so wasm and native SSE2 agree bit for bit.
   static double sum(const B& v) {
     alignas(64) float buf[W];
     v.store_aligned(buf);
-    double s = 0;
-    for (std::size_t l = 0; l < W; ++l) s += buf[l];
-    return s;
+    double d[W];
+    for (std::size_t l = 0; l < W; ++l) d[l] = buf[l];
+    for (std::size_t w = W / 2; w >= 1; w /= 2)
+      for (std::size_t l = 0; l < w; ++l) d[l] += d[l + w];
+    return d[0];
   }
   static float max(const B& v) {
     alignas(64) float buf[W];
@@ -158,8 +163,8 @@ struct Kernels {
   }
 
   // Appends c = (z - shift) * mul of the entries where keep(z, c) holds to
-  // vals, and their indices to idx (W of room past the end of each); returns
-  // the count. Whole batches with no entry kept cost one test, cheap for
+  // vals, and their indices to idx unless it is null (W of room past the end
+  // of each); returns the count. Whole batches with no entry kept cost one test, cheap for
   // peaked rows; the -inf padding of the tail is never kept.
   template <class Keep>
   static std::size_t gather_where(const float* z, std::size_t n, float shift, float mul, Keep keep, float* vals,
@@ -171,7 +176,7 @@ struct Kernels {
       const B v = (raw - sb) * mb;
       const BB kept = keep(raw, v);
       if (!xsimd::any(kept)) continue;
-      c += compress(v, kept, vals + c, i, idx + c);
+      c += compress(v, kept, vals + c, i, idx == nullptr ? nullptr : idx + c);
     }
     return c;
   }
@@ -185,7 +190,7 @@ struct Kernels {
   }
 
   // A row's max and its candidates c = (z - max) * mul > threshold, with
-  // their indices, laid out in scratch. False for a row of only -inf (nothing
+  // their indices when `indexed` (else idx is null), laid out in scratch. False for a row of only -inf (nothing
   // to attend to), which the caller turns into zeros.
   struct Candidates {
     float max;
@@ -193,12 +198,12 @@ struct Kernels {
     std::uint32_t* idx;
     std::size_t count;
   };
-  static bool candidates(const float* z, std::size_t n, float threshold, float mul, float* scratch,
+  static bool candidates(const float* z, std::size_t n, float threshold, float mul, bool indexed, float* scratch,
                          Candidates& out) {
     out.max = row_max(z, n);
     if (out.max == -kInf) return false;
     out.c = scratch;
-    out.idx = reinterpret_cast<std::uint32_t*>(scratch + n + 16);
+    out.idx = indexed ? reinterpret_cast<std::uint32_t*>(scratch + n + 16) : nullptr;
     out.count = gather_candidates(z, n, threshold, out.max, mul, out.c, out.idx);
     return true;
   }
@@ -255,81 +260,141 @@ struct Kernels {
 
   static void sparsemax(const float* z, float* p, std::size_t n, const RowParams&, float* scratch) {
     Candidates cand;
-    if (!candidates(z, n, -1.0f, 1.0f, scratch, cand)) return fill(p, n, 0.0f);
+    if (!candidates(z, n, -1.0f, 1.0f, false, scratch, cand)) return fill(p, n, 0.0f);
     // (z - max) - tau, not z - (max + tau): the latter rounds tau away when |max| >> 1.
     const B mb(cand.max), tb(static_cast<float>(sparsemax_tau(cand.c, cand.count)));
     for (std::size_t i = 0; i < n; i += W) store(p, i, n, xsimd::max((load(z, i, n, -kInf) - mb) - tb, B(0.0f)));
   }
 
   // -------------------------------------------------------------------------
-  // 1.5-entmax: p = [(z - max)/2 - tau]_+^2 with tau in [-1, 0]. Candidates
-  // c = (z - max)/2 > -1 are gathered. Then each pass computes, over the
-  // current support {c > t}, count k, S1 = sum (c - t), S2 = sum (c - t)^2 and
-  // min c, and the closed-form root t + s of sum (c - t - s)^2 = 1 on that
-  // support. If every support element stays above it, it is the exact tau.
-  // Otherwise take a Newton step on f(t) = sum (c - t)_+^2 - 1: f is convex, so
-  // Newton from the left never overshoots and the support only shrinks towards
-  // the true one. Ties at the threshold can stall that, hence the sort fallback.
+  // 1.5-entmax: p = [(z - max)/2 - tau]_+^2 with tau in [-1, 0). Candidates
+  // c = (z - max)/2 > -1 are gathered; tau is the root of the convex,
+  // decreasing f(x) = sum (c - x)_+^2 - 1. A pass at a trial point x sums
+  // over S = {c > x}: K, S1 = sum (c - x), S2 = sum (c - x)^2 (f(x) = S2 - 1),
+  // the least element of S and the largest element outside it. That gives
+  // - rho, the root of the quadratic sum_S (c - rho)^2 = 1: it is tau exactly
+  //   when S is the support (all of S above rho, the rest at or below it);
+  // - bounds: f(x) >= 0 means x <= tau <= rho (right of x the quadratic is at
+  //   least f), f(x) < 0 means S is inside the support, so rho <= tau < x.
+  // The next point is rho when it narrows the bracket, else a Newton step on
+  // h(x) = ||(c - x)_+||_2 - 1, x + (S2 - sqrt S2) / S1: h is convex too, so
+  // from the left it never overshoots, and it is nearly linear, so it goes
+  // much farther than Newton on f. About 3.5 passes at n = 512 (Newton on f
+  // from -1 took 5.5). The sums are float lanes, so rho loses digits when
+  // measured from far away (c - x ~ 1 over thousands of candidates): it is
+  // accepted only from a point with S2 <= 2, else it is the next point. Ties
+  // at the threshold could stall all this: hence the sort fallback.
   static double entmax15_tau(float* c, std::size_t nc) {
-    double t = -1.0;
+    double lower = -1.0, upper = 0.0, x = -1.0;
     for (int pass = 0; pass < kMaxPasses; ++pass) {
-      const B tb(static_cast<float>(t));
-      B s1(0.0f), s2(0.0f), k(0.0f), lo(kInf);
+      const float xf = static_cast<float>(x);
+      x = xf;
+      const B xb(xf);
+      B s1(0.0f), s2(0.0f), k(0.0f), lo(kInf), hi(-kInf);
       for (std::size_t i = 0; i < nc; i += W) {
         const B v = load(c, i, nc, -kInf);
-        const BB in = v > tb;
-        const B d = select0(in, v - tb);
+        const BB in = v > xb;
+        const B d = select0(in, v - xb);
         s1 += d;
         s2 += d * d;
         k += select0(in, B(1.0f));
         lo = xsimd::min(lo, xsimd::select(in, v, B(kInf)));
+        hi = xsimd::max(hi, xsimd::select(in, B(-kInf), v));
       }
-      const double S1 = sum(s1), S2 = sum(s2), K = sum(k), mean = S1 / K;
-      // Closed form on this support: tau = mean_c - sqrt((1 - V) / K) with
-      // V = sum (c - mean_c)^2. From S1, S2 (sums of d = c - t ~ 1) both the
-      // mean and V lose digits on nearly uniform rows, so they only propose; an
-      // accepted root is recomputed from sums of e = c - pivot around the
-      // proposed mean, which are small and centred (one more pass).
-      const double v_rough = S2 - S1 * S1 / K;
-      if (v_rough <= 1.0 && static_cast<double>(min(lo)) >= t + mean - std::sqrt((1.0 - v_rough) / K) - 1e-6) {
-        const float pivot = static_cast<float>(t + mean);
-        const B pb(pivot);
-        B se(0.0f), se2(0.0f);
-        for (std::size_t i = 0; i < nc; i += W) {
-          const B v = load(c, i, nc, -kInf);
-          const B e = select0(v > tb, v - pb);
-          se += e;
-          se2 += e * e;
-        }
-        const double E1 = sum(se), V = sum(se2) - E1 * E1 / K;
-        const double root = pivot + E1 / K - std::sqrt((V < 1.0 ? 1.0 - V : 0.0) / K);
-        // Accept within float rounding: an element this close to tau gets ~0.
-        if (static_cast<double>(min(lo)) >= root - 1e-7) return root;
+      const double K = sum(k), S1 = sum(s1), S2 = sum(s2);
+      if (K == 0) {  // x at or above the max: an upper bound
+        upper = x;
+        x = 0.5 * (lower + upper);
+        continue;
       }
-      const double step = (S2 - 1.0) / (2.0 * S1);
-      if (!(step > 1e-9)) return t;  // f(t) ~ 0 already
-      t += step;
+      const bool below = S2 >= 1.0;
+      const double mean = S1 / K, disc = std::max(mean * mean - (S2 - 1.0) / K, below ? -1.0 : 0.0);
+      double next = 0.5 * (lower + upper);
+      if (below) {
+        lower = std::max(lower, x);
+        next = x + (S2 - std::sqrt(S2)) / S1;
+      } else {
+        upper = std::min(upper, x);
+      }
+      if (disc >= 0.0) {
+        const double rho = x + mean - std::sqrt(disc);
+        if (static_cast<double>(min(lo)) >= rho - 1e-7 && static_cast<double>(max(hi)) <= rho + 1e-7 && S2 <= 2.0)
+          return rho;
+        if (rho > lower && rho < upper) next = rho;
+        if (below) upper = std::min(upper, rho);
+        else lower = std::max(lower, rho);
+      }
+      x = next >= lower && next <= upper && next != x ? next : 0.5 * (lower + upper);
     }
     std::sort(c, c + nc, [](float a, float b) { return a > b; });
-    double s = 0, ss = 0;
-    t = -1.0;
+    double s = 0, ss = 0, t = -1.0;
     for (std::size_t j = 1; j <= nc; ++j) {
-      const double x = c[j - 1], kk = static_cast<double>(j);
-      s += x;
-      ss += x * x;
-      const double mean = s / kk, delta = (1.0 - (ss - kk * mean * mean)) / kk;
+      const double v = c[j - 1], kk = static_cast<double>(j);
+      s += v;
+      ss += v * v;
+      const double m = s / kk, delta = (1.0 - (ss - kk * m * m)) / kk;
       if (delta < 0) break;
-      const double tj = mean - std::sqrt(delta);
-      if (tj < x) t = tj;
+      const double tj = m - std::sqrt(delta);
+      if (tj < v) t = tj;
       else break;
     }
     return t;
   }
 
+  // Few candidates (short rows, nc <= 2W): each candidate c_j proposes the
+  // support {c >= c_j}, and all proposals are solved at once, one per lane,
+  // in nc steps with no horizontal sum (those dominate passes over a few
+  // candidates). Relative to c_j, over its proposal: K, S1 = sum (c - c_j),
+  // S2 = sum (c - c_j)^2, and the root of sum (c - t)^2 = 1,
+  // t_j = c_j + S1/K - sqrt((S1/K)^2 - (S2 - 1)/K). The consistent proposals
+  // (t_j < c_j) are the sorted row's prefixes up to the support, whose roots
+  // grow with the prefix: tau is the largest of them, the sorted scan's
+  // answer (ties enter a proposal together). Even and odd i keep separate
+  // sums so that four independent chains hide the adds' latency.
+  static constexpr std::size_t kPairCandidates = 2 * W;
+
+  struct Proposals {
+    B k = B(0.0f), s1 = B(0.0f), s2 = B(0.0f);
+    void add(const B& d) {
+      const BB in = d >= B(0.0f);
+      const B dm = select0(in, d);
+      k += select0(in, B(1.0f));
+      s1 += dm;
+      s2 += dm * dm;
+    }
+    B root(const Proposals& other, const B& cj) const {
+      const B kk = k + other.k, mean = (s1 + other.s1) / kk;
+      const B disc = mean * mean - (s2 + other.s2 - B(1.0f)) / kk;
+      const B t = cj + mean - xsimd::sqrt(xsimd::max(disc, B(0.0f)));
+      return xsimd::select((kk > B(0.0f)) & (disc >= B(0.0f)) & (t < cj), t, B(-1.0f));
+    }
+  };
+
+  static double entmax15_tau_pairs(const float* c, std::size_t nc) {
+    const B c0 = load(c, 0, nc, kInf), c1 = load(c, W, nc, kInf);  // +inf lanes propose nothing
+    Proposals even0, even1, odd0, odd1;
+    std::size_t i = 0;
+    for (; i + 1 < nc; i += 2) {
+      const B x(c[i]), y(c[i + 1]);
+      even0.add(x - c0);
+      even1.add(x - c1);
+      odd0.add(y - c0);
+      odd1.add(y - c1);
+    }
+    if (i < nc) {
+      even0.add(B(c[i]) - c0);
+      even1.add(B(c[i]) - c1);
+    }
+    // tau >= -1: the max (c = 0) alone has mass 1 there.
+    return max(xsimd::max(even0.root(odd0, c0), even1.root(odd1, c1)));
+  }
+
   static void entmax15(const float* z, float* p, std::size_t n, const RowParams&, float* scratch) {
     Candidates cand;
-    if (!candidates(z, n, -1.0f, 0.5f, scratch, cand)) return fill(p, n, 0.0f);
-    const B mb(cand.max), half(0.5f), tb(static_cast<float>(entmax15_tau(cand.c, cand.count)));
+    if (!candidates(z, n, -1.0f, 0.5f, false, scratch, cand)) return fill(p, n, 0.0f);
+    const double tau = cand.count <= kPairCandidates ? entmax15_tau_pairs(cand.c, cand.count)
+                                                     : entmax15_tau(cand.c, cand.count);
+    const B mb(cand.max), half(0.5f), tb(static_cast<float>(tau));
     for (std::size_t i = 0; i < n; i += W) {
       const B d = xsimd::max((load(z, i, n, -kInf) - mb) * half - tb, B(0.0f));
       store(p, i, n, d * d);
@@ -355,7 +420,7 @@ struct Kernels {
     const double a = params.alpha - 1.0;
     const float reach = static_cast<float>(1.0 / a);
     Candidates cand;
-    if (!candidates(z, n, std::isfinite(reach) ? -reach : -kInf, 1.0f, scratch, cand)) return fill(p, n, 0.0f);
+    if (!candidates(z, n, std::isfinite(reach) ? -reach : -kInf, 1.0f, true, scratch, cand)) return fill(p, n, 0.0f);
     if (params.alpha > 2.0) {
       entmax_candidates_double(cand.c, cand.count, a);
     } else {
@@ -380,11 +445,16 @@ struct Kernels {
       if (f > 0) lo = x > lo ? x : lo;
       else hi = x < hi ? x : hi;
       const double denom = 2 * slope * slope - f * curv;
-      double next = denom > 0 ? x + 2 * f * slope / denom : 0.5 * (lo + hi);
-      if (!(next > lo && next < hi)) next = 0.5 * (lo + hi);
-      const double step = std::fabs(next - x), limit = tol * (1.0 + std::fabs(next));
+      const double step_to = denom > 0 ? x + 2 * f * slope / denom : x;
+      const double limit = tol * (1.0 + std::fabs(x));
+      // Converged where the step is tiny and f small: a root hit exactly
+      // (f = 0) lands on the bracket's end, which must not send it bisecting.
+      if (f == 0.0 || (denom > 0 && std::fabs(step_to - x) <= limit && std::fabs(f) <= f_tol))
+        return std::min(std::max(step_to, lo), hi);
+      const double next = denom > 0 && step_to > lo && step_to < hi ? step_to : 0.5 * (lo + hi);
+      const double step = std::fabs(next - x);
       x = next;
-      if ((step <= limit && (std::fabs(f) <= f_tol || it >= 30)) || hi - lo <= limit) break;
+      if ((step <= limit && it >= 30) || hi - lo <= limit) break;
     }
     return x;
   }
