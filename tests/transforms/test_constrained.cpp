@@ -205,11 +205,14 @@ TEST_SUITE("transforms") {
     // The float kernels solve without sorting (fixed-point passes for
     // softmax; piece roots, chords and bisection for sparsemax): tight bounds
     // (u ~ 1/n, g a staircase), bounds summing to exactly 1, zero bounds,
-    // scores offset by 1e4, ties, and one bound of 1 on a row's only key.
+    // scores offset by 1e4, ties, and one bound of 1 on a row's only key;
+    // and scores far from normal, which the sparsemax solver's first guess
+    // assumes: uniform tight bounds c / n over wide, nearly flat, two-cluster
+    // and skewed (exp) scores.
     for (Kind kind : {Kind::softmax, Kind::sparsemax}) {
       CAPTURE(kind_name(kind));
       for (std::size_t n : {5, 64, 1000, 4096}) {
-        for (int shape = 0; shape < 5; ++shape) {
+        for (int shape = 0; shape < 9; ++shape) {
           CAPTURE(n);
           CAPTURE(shape);
           Matrix<double> z = float_exact_matrix(2, n, 2.0, 900 + n + static_cast<std::size_t>(shape));
@@ -219,6 +222,15 @@ TEST_SUITE("transforms") {
             if (shape == 2) z(0, j) = static_cast<float>(z(0, j) + 1e4);  // float-exact, as the float path sees it
             if (shape == 3) z(0, j) = z(1, j) = std::round(z(0, j));
             if (shape == 4) u(0, j) = j % 3 == 0 ? 0.0 : 2.0 * u(0, j);  // zero bounds; the rest still sum past 1
+            const double c[] = {2.0, 1.01, 4.0, 3.0};
+            if (shape >= 5) u(0, j) = u(1, j) = static_cast<float>(c[shape - 5] / static_cast<double>(n));
+            for (std::size_t r = 0; r < 2; ++r) {
+              double& x = z(r, j);
+              if (shape == 5) x = static_cast<float>(50.0 * x);
+              if (shape == 6) x = static_cast<float>(1e-3 * x);
+              if (shape == 7) x = static_cast<float>((j % 2 == 0 ? 3.0 : -3.0) + 0.1 * x);
+              if (shape == 8) x = static_cast<float>(std::exp(x));
+            }
           }
           if (shape == 1 && n < 1024) continue;
           if (shape == 4) {  // row 1: one key, bound 1

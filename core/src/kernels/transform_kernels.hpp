@@ -24,6 +24,9 @@ struct RowParams {
 inline constexpr std::size_t scratch_floats(std::size_t n) { return 2 * n + 64; }
 
 using ValidRow = bool (*)(const float* z, std::size_t n);  // no NaN and no +inf
+// Constrained transforms' bounds: true when every u is finite and >= 0, with
+// *total = the sum (in double) of u where z > -inf.
+using BoundsRow = bool (*)(const float* z, const float* u, std::size_t n, double* total);
 using ForwardRow = void (*)(const float* z, float* p, std::size_t n, const RowParams& params, float* scratch);
 using BackwardRow = void (*)(const float* p, const float* dp, float* dz, std::size_t n, const RowParams& params);
 // Constrained softmax / sparsemax: the row's upper bounds u beside its scores.
@@ -41,6 +44,7 @@ struct TransformKernels {
   CpuIsa isa;
   ValidRow valid;   // no NaN, no +inf (scores)
   ValidRow finite;  // no NaN, no +-inf (gradients)
+  BoundsRow upper_bounds;
   ForwardRow softmax;
   ForwardRow sparsemax;
   ForwardRow entmax15;

@@ -103,39 +103,43 @@ namespace {
 // Scores may hold -inf for masked entries (they get p = 0). p may alias z or
 // u, so nothing is written before everything is read.
 //
-// p = min(u, c e) with e = exp(z - max): start with no entry saturated and
+// p = min(u, c e) with e = exp(z - top): start with no entry saturated and
 // c = 1 / sum e; saturate every entry with c e_i >= u_i and recompute
 // c = (1 - sum_sat u) / sum_free e. Each round removes mass from the free set
 // more slowly than it removes bound, so c only grows and saturated entries
 // stay saturated: at most n rounds, usually two or three, each one pass.
 template <class T>
 void csoftmax_row(const T* z, const T* u, T* p, std::size_t n) {
-  double m = -std::numeric_limits<double>::infinity();
-  for (std::size_t i = 0; i < n; ++i) m = std::max<double>(m, z[i]);
-  if (m == -std::numeric_limits<double>::infinity()) return std::fill(p, p + n, T(0));
-  thread_local std::vector<double> e, bound;
+  constexpr double kNegInf = -std::numeric_limits<double>::infinity();
   thread_local std::vector<unsigned char> saturated;
-  e.assign(n, 0.0);
-  bound.assign(u, u + n);
   saturated.assign(n, 0);
-  for (std::size_t i = 0; i < n; ++i)
-    if (z[i] != -std::numeric_limits<T>::infinity()) e[i] = std::exp(static_cast<double>(z[i]) - m);
-  double c = 0;
+  // Each round: c for the current saturated set, with the free weights
+  // e = exp(z - top) taken from the largest free score `top`, not the row's
+  // max: once the high scores saturate, the free ones can lie thousands
+  // below it, where exp(z - max) underflows even in double.
+  double c = 0, top = kNegInf;
   for (bool changed = true; changed;) {
     double bound_mass = 0, free_mass = 0;  // summed afresh: no drift from updates
+    top = kNegInf;
+    for (std::size_t i = 0; i < n; ++i)
+      if (!saturated[i]) top = std::max<double>(top, z[i]);
     for (std::size_t i = 0; i < n; ++i) {
-      if (saturated[i]) bound_mass += bound[i];
-      else free_mass += e[i];
+      if (saturated[i]) bound_mass += u[i];
+      else if (z[i] != -std::numeric_limits<T>::infinity()) free_mass += std::exp(static_cast<double>(z[i]) - top);
     }
     c = free_mass > 0 ? (1.0 - bound_mass) / free_mass : 0.0;
     changed = false;
     for (std::size_t i = 0; i < n; ++i) {
-      if (saturated[i] || e[i] == 0 || c * e[i] < bound[i]) continue;
+      if (saturated[i] || z[i] == -std::numeric_limits<T>::infinity()) continue;
+      if (c * std::exp(static_cast<double>(z[i]) - top) < static_cast<double>(u[i])) continue;
       saturated[i] = 1;
       changed = true;
     }
   }
-  for (std::size_t i = 0; i < n; ++i) p[i] = static_cast<T>(saturated[i] ? bound[i] : c * e[i]);
+  for (std::size_t i = 0; i < n; ++i) {
+    const bool masked = z[i] == -std::numeric_limits<T>::infinity();
+    p[i] = static_cast<T>(saturated[i] ? u[i] : masked ? 0.0 : c * std::exp(static_cast<double>(z[i]) - top));
+  }
 }
 
 // g(tau) = sum clamp(z_i - tau, 0, u_i) is piecewise linear and decreasing:
@@ -474,12 +478,23 @@ bool finite(const float* z, std::size_t n) {
   return true;
 }
 
+bool upper_bounds(const float* z, const float* u, std::size_t n, double* total) {
+  double s = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (!(std::isfinite(u[i]) && u[i] >= 0)) return false;
+    if (z[i] > -std::numeric_limits<float>::infinity()) s += u[i];
+  }
+  *total = s;
+  return true;
+}
+
 }  // namespace
 
 const TransformKernels kReferenceKernels = {
     CpuIsa::reference,
     valid,
     finite,
+    upper_bounds,
     widened_forward<&ReferenceKernels64::softmax>,
     widened_forward<&ReferenceKernels64::sparsemax>,
     widened_forward<&ReferenceKernels64::entmax15>,
