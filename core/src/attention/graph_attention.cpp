@@ -175,36 +175,37 @@ struct Row {
   RowSettlement settled = RowSettlement::unsettled;
 };
 
-// The transform on one row, straight on its row kernel: the scores come from
-// finite Q and K, so transform_forward's checks and thread-pool dispatch
-// (which dominate on short rows) are not needed.
+// The transform's row kernel and its parameters. Every path of graph
+// attention runs rows through it, straight: the scores come from finite Q and
+// K, so transform_forward's checks and thread-pool dispatch (which dominate on
+// short rows) are not needed, and fast, certified and exact rows get the same
+// bits (transform_forward may batch short rows through another kernel).
+template <class T>
+auto row_kernel(const Transform& t, detail::RowParams& params) {
+  const auto& kernels = detail::kernels_for<T>();
+  params.alpha = t.alpha;
+  params.k = t.k;
+  switch (t.kind) {
+    case TransformKind::sparsemax:
+      return kernels.sparsemax;
+    case TransformKind::entmax15:
+      return kernels.entmax15;
+    case TransformKind::entmax:
+      return t.alpha == 1.0 ? kernels.softmax : kernels.entmax;
+    case TransformKind::topk_softmax:
+      return kernels.topk_softmax;
+    default:
+      return kernels.softmax;
+  }
+}
+
 template <class T>
 void transform_row(const Shared<T>& c, Row<T>& r) {
   const std::size_t cnt = r.scores.size();
   r.probs.resize(cnt);
   if (cnt == 0) return;
-  const Transform& t = c.o->transform;
-  const auto& kernels = detail::kernels_for<T>();
   detail::RowParams params;
-  params.alpha = t.alpha;
-  params.k = t.k;
-  auto kernel = kernels.softmax;
-  switch (t.kind) {
-    case TransformKind::sparsemax:
-      kernel = kernels.sparsemax;
-      break;
-    case TransformKind::entmax15:
-      kernel = kernels.entmax15;
-      break;
-    case TransformKind::entmax:
-      kernel = t.alpha == 1.0 ? kernels.softmax : kernels.entmax;
-      break;
-    case TransformKind::topk_softmax:
-      kernel = kernels.topk_softmax;
-      break;
-    default:
-      break;
-  }
+  const auto kernel = row_kernel<T>(c.o->transform, params);
   r.scratch.resize(detail::scratch_floats(cnt));
   kernel(r.scores.data(), r.probs.data(), cnt, params, r.scratch.data());
 }
@@ -374,6 +375,7 @@ struct TileScratch {
   std::vector<std::uint32_t> pos;        // per key of the union: its index in keys
   std::vector<T> ku, qt, scores;         // K of the union (|union| x d), Q^T of the tile (d x rows), S^T
   std::vector<T> block, probs, vu, out;  // fast path: scores and P (rows x |union|), V of the union, P V
+  std::vector<T> row_scratch;            // the row kernel's
   std::vector<T> qb, bounds, group_max;  // bounds: the rows' query sides (rows x width), a slab of bounds
   std::vector<std::uint32_t> hits;       // keys of a block whose bound clears a row's threshold
   std::vector<std::size_t> scan_rows;    // the rows whose bounds are scanned
@@ -486,7 +488,11 @@ void whole_tile(const Shared<T>& c, TileScratch<T>& t, const std::uint32_t* ids,
       t.block[r * u + p] = t.scores[p * rows + r];
     }
   t.probs.resize(rows * u);
-  transform_forward<T>(c.o->transform, ConstMatrix<T>{t.block.data(), rows, u}, MatrixView<T>{t.probs.data(), rows, u});
+  detail::RowParams params;
+  const auto kernel = row_kernel<T>(c.o->transform, params);
+  t.row_scratch.resize(detail::scratch_floats(u));
+  for (std::size_t r = 0; r < rows; ++r)
+    kernel(t.block.data() + r * u, t.probs.data() + r * u, u, params, t.row_scratch.data());
   t.vu.resize(u * c.dv);
   for (std::size_t x = 0; x < u; ++x) std::copy_n(c.v.row(t.keys[x]), c.dv, t.vu.data() + x * c.dv);
   t.out.resize(rows * c.dv);

@@ -29,6 +29,14 @@ using ValidRow = bool (*)(const float* z, std::size_t n);  // no NaN and no +inf
 using BoundsRow = bool (*)(const float* z, const float* u, std::size_t n, double* total);
 using ForwardRow = void (*)(const float* z, float* p, std::size_t n, const RowParams& params, float* scratch);
 using BackwardRow = void (*)(const float* p, const float* dp, float* dz, std::size_t n, const RowParams& params);
+// Several short rows at once (count <= kRowBatch, n <= kShortRow): row r
+// reads z[r] and writes p[r], as a ForwardRow would; scratch holds
+// short_rows_scratch(n) floats.
+inline constexpr std::size_t kRowBatch = 16;
+inline constexpr std::size_t kShortRow = 128;
+inline constexpr std::size_t short_rows_scratch(std::size_t n) { return kRowBatch * n + 64; }
+using ForwardRows = void (*)(const float* const* z, float* const* p, std::size_t count, std::size_t n,
+                             const RowParams& params, float* scratch);
 // Constrained softmax / sparsemax: the row's upper bounds u beside its scores.
 // p may alias z or u: kernels read everything before writing p.
 using ConstrainedRow = void (*)(const float* z, const float* u, float* p, std::size_t n, float* scratch);
@@ -49,6 +57,7 @@ struct TransformKernels {
   ForwardRow sparsemax;
   ForwardRow entmax15;
   ForwardRow entmax;  // general alpha in (1, kMaxEntmaxAlpha]
+  ForwardRows entmax_short;  // the same, for short rows
   ForwardRow topk_softmax;
   ForwardRow adaptive_span;
   BackwardRow softmax_backward;  // p (dp - <p, dp>): softmax, top-k, adaptive span

@@ -2,6 +2,7 @@
 // the gradient with respect to alpha.
 #include <cmath>
 #include <string>
+#include <type_traits>
 
 #include "entgraph/transforms.hpp"
 #include "transforms/row_driver.hpp"
@@ -35,6 +36,11 @@ void entmax(ConstMatrix<T> scores, MatrixView<T> probs, double alpha, MaskView m
   detail::RowParams params;
   params.alpha = alpha;
   const auto& kernels = detail::kernels_for<T>();
+  if constexpr (std::is_same_v<T, float>) {
+    if (alpha != 1.0 && scores.cols <= detail::kShortRow)  // several rows per SIMD pass
+      return detail::forward_row_batches("entmax", scores, probs, mask, kernels.entmax_short,
+                                         [&](std::size_t) { return params; });
+  }
   detail::forward_rows<T>("entmax", scores, probs, mask, alpha == 1.0 ? kernels.softmax : kernels.entmax,
                           [&](std::size_t) { return params; });
 }

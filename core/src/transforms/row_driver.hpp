@@ -4,8 +4,10 @@
 // that never throws.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 #include <limits>
 #include <string>
 #include <type_traits>
@@ -101,6 +103,38 @@ void forward_rows(const char* op, ConstMatrix<T> scores, MatrixView<T> probs, Ma
         z = scratch;
       }
       kernel(z, probs.row(r), n, params_of(r), scratch + n);
+    }
+  });
+}
+
+// forward_rows for a kernel that takes kRowBatch rows at once (ForwardRows),
+// used where n <= kShortRow. Masked rows are copied into scratch first.
+template <class Params>
+void forward_row_batches(const char* op, ConstMatrix<float> scores, MatrixView<float> probs, MaskView mask,
+                         ForwardRows kernel, Params params_of) {
+  check_shape(op, "probs", probs, scores.rows, scores.cols);
+  check_nonempty(op, "scores", scores);
+  if (!mask.empty()) check_shape(op, "mask", mask, scores.rows, scores.cols);
+  check_scores<float>(op, "scores", scores, mask);
+  const std::size_t n = scores.cols, batches = (scores.rows + kRowBatch - 1) / kRowBatch;
+  parallel_for(batches, grain_for(kRowBatch * n), [&](std::size_t begin, std::size_t end) {
+    float* const copies = thread_scratch<float>(kRowBatch * n + short_rows_scratch(n));
+    float* const scratch = copies + kRowBatch * n;
+    const float* z[kRowBatch];
+    float* p[kRowBatch];
+    for (std::size_t b = begin; b < end; ++b) {
+      const std::size_t first = b * kRowBatch, count = std::min(kRowBatch, scores.rows - first);
+      for (std::size_t r = 0; r < count; ++r) {
+        z[r] = scores.row(first + r);
+        p[r] = probs.row(first + r);
+        if (!mask.empty()) {
+          const std::uint8_t* keep = mask.row(first + r);
+          float* copy = copies + r * n;
+          for (std::size_t j = 0; j < n; ++j) copy[j] = keep[j] ? z[r][j] : -std::numeric_limits<float>::infinity();
+          z[r] = copy;
+        }
+      }
+      kernel(z, p, count, n, params_of(first), scratch);
     }
   });
 }

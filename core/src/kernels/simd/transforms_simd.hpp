@@ -594,6 +594,108 @@ struct Kernels {
   }
 
   // -------------------------------------------------------------------------
+  // General alpha on short rows: over a few dozen candidates a pass is mostly
+  // fixed cost (horizontal sums, the scalar Halley step, the gather and
+  // scatter), so W rows are solved together, one per lane. They are
+  // transposed into scratch (entry j of every row side by side), every sum
+  // is lane-wise, and each lane runs entmax_candidates_float's safeguarded
+  // Halley iteration on its own bracket, frozen once it converges: a row's
+  // result does not depend on the rows beside it. alpha > 2 keeps the
+  // per-row kernel (its solve needs double).
+  static void entmax_short(const float* const* z, float* const* p, std::size_t count, std::size_t n,
+                           const RowParams& params, float* scratch) {
+    if (params.alpha > 2.0) {
+      for (std::size_t r = 0; r < count; ++r) entmax(z[r], p[r], n, params, scratch);
+      return;
+    }
+    for (std::size_t first = 0; first < count; first += W)
+      entmax_lanes(z + first, p + first, std::min(W, count - first), n, params.alpha - 1.0, scratch);
+  }
+
+  static void entmax_lanes(const float* const* z, float* const* p, std::size_t rows, std::size_t n, double a,
+                           float* scratch) {
+    // block[j * W + r] = z[r][j]; lanes past `rows` hold a row of zeros.
+    float* const block = reinterpret_cast<float*>((reinterpret_cast<std::uintptr_t>(scratch) + 63) & ~std::uintptr_t{63});
+    for (std::size_t j = 0; j < n; ++j)
+      for (std::size_t r = 0; r < W; ++r) block[j * W + r] = r < rows ? z[r][j] : 0.0f;
+    auto column = [&](std::size_t j) { return B::load_aligned(block + j * W); };
+    B m(-kInf);
+    for (std::size_t j = 0; j < n; ++j) m = xsimd::max(m, column(j));
+    const BB live = m > B(-kInf);  // rows of only -inf get zeros
+    m = select0(live, m);
+    // As entmax_candidates_float: the unknown is lambda (alpha <= 1.5) or the
+    // threshold lambda - 1/a, x in [offset, hi]; w = 1 + a (u - lambda) and
+    // p = w^(1/a) over the candidates u = z - max > -1/a.
+    const bool threshold_form = a > 0.5;
+    const double beta = 1.0 / a;
+    const int int_power = beta == std::floor(beta) && beta <= 8.0 ? static_cast<int>(beta) : 0;
+    const B ab(static_cast<float>(a)), inv(static_cast<float>(beta)), one(1.0f), reach(static_cast<float>(-beta));
+    const B offset(threshold_form ? static_cast<float>(-beta) : 0.0f);
+    auto weight = [&](const B& u, const B& x, B& w, B& pw) {
+      if (threshold_form) {
+        w = ab * (u - x);
+      } else {
+        const B y = ab * (u - x);
+        w = one + y;
+        if (!int_power) {
+          pw = xsimd::exp(xsimd::log1p(xsimd::max(y, B(-1.0f + 1e-7f))) * inv);
+          return;
+        }
+      }
+      if (int_power) {
+        pw = w;
+        for (int k = 1; k < int_power; ++k) pw *= w;
+      } else {
+        pw = xsimd::exp(xsimd::log(xsimd::max(w, B(1e-30f))) * inv);
+      }
+    };
+    B candidates(0.0f);
+    for (std::size_t j = 0; j < n; ++j) candidates += select0(column(j) - m > reach, one);
+    // f(lambda_hi) <= 0 at lambda_hi = (1 - nc^-a) / a (every candidate at the max).
+    B lo = offset, hi = offset + (one - xsimd::exp(-ab * xsimd::log(xsimd::max(candidates, one)))) * B(static_cast<float>(beta));
+    B x = lo;
+    BB active = live & (hi > lo);
+    const B tol(1e-7f), f_tol(1e-6f);
+    for (int it = 0; it < 200 && xsimd::any(active); ++it) {
+      B sm(0.0f), sd(0.0f), sc(0.0f);
+      for (std::size_t j = 0; j < n; ++j) {
+        B w, pw;
+        weight(column(j) - m, x, w, pw);
+        pw = select0(w > B(0.0f), pw);
+        const B r = one / xsimd::max(w, B(1e-30f)), q = pw * r;
+        sm += pw;
+        sd += q;
+        sc += q * r;
+      }
+      const B f = sm - one, slope = sd, curv = B(static_cast<float>(1.0 - a)) * sc;
+      lo = xsimd::select(active & (f > B(0.0f)), xsimd::max(x, lo), lo);
+      hi = xsimd::select(active & !(f > B(0.0f)), xsimd::min(x, hi), hi);
+      const B denom = B(2.0f) * slope * slope - f * curv;
+      const BB halley = denom > B(0.0f);
+      const B step_to = xsimd::select(halley, x + B(2.0f) * f * slope / denom, x);
+      const B limit = tol * (one + xsimd::abs(x));
+      const BB converged = (f == B(0.0f)) | (halley & (xsimd::abs(step_to - x) <= limit) & (xsimd::abs(f) <= f_tol));
+      const B next = xsimd::select(halley & (step_to > lo) & (step_to < hi), step_to, B(0.5f) * (lo + hi));
+      const BB stop = ((xsimd::abs(next - x) <= limit) & BB(it >= 30)) | (hi - lo <= limit);
+      x = xsimd::select(active, xsimd::select(converged, xsimd::min(xsimd::max(step_to, lo), hi), next), x);
+      active = active & !(converged | stop);
+    }
+    // Weights at x, normalised, written back row by row.
+    B total(0.0f);
+    for (std::size_t j = 0; j < n; ++j) {
+      B w, pw;
+      weight(column(j) - m, x, w, pw);
+      pw = select0(w > B(0.0f), pw);
+      total += pw;
+      pw.store_aligned(block + j * W);
+    }
+    const B scale_by = xsimd::select(live & (total > B(0.0f)), one / total, B(0.0f));
+    for (std::size_t j = 0; j < n; ++j) (column(j) * scale_by).store_aligned(block + j * W);
+    for (std::size_t r = 0; r < rows; ++r)
+      for (std::size_t j = 0; j < n; ++j) p[r][j] = block[j * W + r];
+  }
+
+  // -------------------------------------------------------------------------
   // Top-k softmax: the k-th largest score t, then a softmax over the scores
   // >= t (ties at the k-th all kept).
   //
@@ -1438,7 +1540,7 @@ struct Kernels {
 
   static TransformKernels table(CpuIsa isa) {
     return {isa,          valid,  finite,  upper_bounds,       softmax,  sparsemax,          entmax15,          entmax,
-            topk_softmax, adaptive_span,   softmax_backward, sparsemax_backward, entmax15_backward, entmax_backward,
+            entmax_short, topk_softmax, adaptive_span,   softmax_backward, sparsemax_backward, entmax15_backward, entmax_backward,
             entmax_backward_alpha, constrained_softmax, constrained_sparsemax, constrained_backward<true>,
             constrained_backward<false>};
   }
