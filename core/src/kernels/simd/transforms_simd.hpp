@@ -49,9 +49,28 @@ struct Kernels {
     for (std::size_t l = 0; i + l < n; ++l) p[i + l] = buf[l];
   }
   // The lanes' sum in double, added as a tree (depth log2 W, not W: a pass
-  // over a few candidates is dominated by these reductions). The order
-  // depends only on W, so wasm and native SSE2 agree bit for bit.
+  // over a few candidates is dominated by these reductions): lane l + W/2 to
+  // lane l, then l + W/4, ... The order depends only on W, so wasm and native
+  // SSE2 agree bit for bit; AVX2 and AVX-512 run the same tree in registers.
   static double sum(const B& v) {
+#if defined(__AVX512F__)
+    if constexpr (std::is_same_v<A, xsimd::avx512bw>) {
+      const __m512 x = static_cast<__m512>(v);
+      const __m512d h8 = _mm512_add_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(x)),
+                                       _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1))));
+      const __m256d h4 = _mm256_add_pd(_mm512_castpd512_pd256(h8), _mm512_extractf64x4_pd(h8, 1));
+      const __m128d h2 = _mm_add_pd(_mm256_castpd256_pd128(h4), _mm256_extractf128_pd(h4, 1));
+      return _mm_cvtsd_f64(_mm_add_sd(h2, _mm_unpackhi_pd(h2, h2)));
+    }
+#endif
+#if defined(__AVX2__)
+    if constexpr (std::is_same_v<A, xsimd::avx2>) {
+      const __m256 x = static_cast<__m256>(v);
+      const __m256d h4 = _mm256_add_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(x)), _mm256_cvtps_pd(_mm256_extractf128_ps(x, 1)));
+      const __m128d h2 = _mm_add_pd(_mm256_castpd256_pd128(h4), _mm256_extractf128_pd(h4, 1));
+      return _mm_cvtsd_f64(_mm_add_sd(h2, _mm_unpackhi_pd(h2, h2)));
+    }
+#endif
     alignas(64) float buf[W];
     v.store_aligned(buf);
     double d[W];
@@ -60,7 +79,11 @@ struct Kernels {
       for (std::size_t l = 0; l < w; ++l) d[l] += d[l + w];
     return d[0];
   }
+  // The largest and least lane (exact in any order: AVX-512 reduces in registers).
   static float max(const B& v) {
+#if defined(__AVX512F__)
+    if constexpr (std::is_same_v<A, xsimd::avx512bw>) return _mm512_reduce_max_ps(static_cast<__m512>(v));
+#endif
     alignas(64) float buf[W];
     v.store_aligned(buf);
     float m = buf[0];
@@ -68,6 +91,9 @@ struct Kernels {
     return m;
   }
   static float min(const B& v) {
+#if defined(__AVX512F__)
+    if constexpr (std::is_same_v<A, xsimd::avx512bw>) return _mm512_reduce_min_ps(static_cast<__m512>(v));
+#endif
     alignas(64) float buf[W];
     v.store_aligned(buf);
     float m = buf[0];
@@ -363,37 +389,41 @@ struct Kernels {
       s2 += dm * dm;
     }
     B root(const Proposals& other, const B& cj) const {
-      const B kk = k + other.k, mean = (s1 + other.s1) / kk;
-      const B disc = mean * mean - (s2 + other.s2 - B(1.0f)) / kk;
+      const B kk = k + other.k, inv = B(1.0f) / kk, mean = (s1 + other.s1) * inv;
+      const B disc = mean * mean - (s2 + other.s2 - B(1.0f)) * inv;
       const B t = cj + mean - xsimd::sqrt(xsimd::max(disc, B(0.0f)));
       return xsimd::select((kk > B(0.0f)) & (disc >= B(0.0f)) & (t < cj), t, B(-1.0f));
     }
   };
 
+  template <std::size_t J>  // ceil(nc / W) proposal batches
   static double entmax15_tau_pairs(const float* c, std::size_t nc) {
-    const B c0 = load(c, 0, nc, kInf), c1 = load(c, W, nc, kInf);  // +inf lanes propose nothing
-    Proposals even0, even1, odd0, odd1;
+    B cj[J];
+    for (std::size_t j = 0; j < J; ++j) cj[j] = load(c, j * W, nc, kInf);  // +inf lanes propose nothing
+    Proposals even[J], odd[J];
     std::size_t i = 0;
     for (; i + 1 < nc; i += 2) {
       const B x(c[i]), y(c[i + 1]);
-      even0.add(x - c0);
-      even1.add(x - c1);
-      odd0.add(y - c0);
-      odd1.add(y - c1);
+      for (std::size_t j = 0; j < J; ++j) {
+        even[j].add(x - cj[j]);
+        odd[j].add(y - cj[j]);
+      }
     }
-    if (i < nc) {
-      even0.add(B(c[i]) - c0);
-      even1.add(B(c[i]) - c1);
-    }
+    if (i < nc)
+      for (std::size_t j = 0; j < J; ++j) even[j].add(B(c[i]) - cj[j]);
     // tau >= -1: the max (c = 0) alone has mass 1 there.
-    return max(xsimd::max(even0.root(odd0, c0), even1.root(odd1, c1)));
+    B best = even[0].root(odd[0], cj[0]);
+    for (std::size_t j = 1; j < J; ++j) best = xsimd::max(best, even[j].root(odd[j], cj[j]));
+    return max(best);
   }
 
   static void entmax15(const float* z, float* p, std::size_t n, const RowParams&, float* scratch) {
     Candidates cand;
     if (!candidates(z, n, -1.0f, 0.5f, false, scratch, cand)) return fill(p, n, 0.0f);
-    const double tau = cand.count <= kPairCandidates ? entmax15_tau_pairs(cand.c, cand.count)
-                                                     : entmax15_tau(cand.c, cand.count);
+    const std::size_t nc = cand.count;
+    const double tau = nc <= W                 ? entmax15_tau_pairs<1>(cand.c, nc)
+                       : nc <= kPairCandidates ? entmax15_tau_pairs<2>(cand.c, nc)
+                                               : entmax15_tau(cand.c, nc);
     const B mb(cand.max), half(0.5f), tb(static_cast<float>(tau));
     for (std::size_t i = 0; i < n; i += W) {
       const B d = xsimd::max((load(z, i, n, -kInf) - mb) * half - tb, B(0.0f));
