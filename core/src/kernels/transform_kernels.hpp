@@ -56,6 +56,7 @@ struct TransformKernels {
   ForwardRow softmax;
   ForwardRow sparsemax;
   ForwardRow entmax15;
+  ForwardRows entmax15_short;  // the same, for short rows
   ForwardRow entmax;  // general alpha in (1, kMaxEntmaxAlpha]
   ForwardRows entmax_short;  // the same, for short rows
   ForwardRow topk_softmax;

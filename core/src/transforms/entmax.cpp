@@ -20,6 +20,11 @@ void check_alpha(const char* op, double alpha) {
 
 template <class T>
 void entmax15(ConstMatrix<T> scores, MatrixView<T> probs, MaskView mask) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (scores.cols <= detail::kShortRow)  // several rows per SIMD pass
+      return detail::forward_row_batches("entmax15", scores, probs, mask, detail::kernels_for<T>().entmax15_short,
+                                         [](std::size_t) { return detail::RowParams{}; });
+  }
   detail::forward_rows<T>("entmax15", scores, probs, mask, detail::kernels_for<T>().entmax15,
                           [](std::size_t) { return detail::RowParams{}; });
 }

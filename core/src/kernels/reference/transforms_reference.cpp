@@ -478,9 +478,10 @@ bool finite(const float* z, std::size_t n) {
   return true;
 }
 
-void entmax_short(const float* const* z, float* const* p, std::size_t count, std::size_t n, const RowParams& params,
+template <ForwardRow64 ReferenceKernels64::*Kernel>
+void widened_rows(const float* const* z, float* const* p, std::size_t count, std::size_t n, const RowParams& params,
                   float* scratch) {
-  for (std::size_t r = 0; r < count; ++r) widened_forward<&ReferenceKernels64::entmax>(z[r], p[r], n, params, scratch);
+  for (std::size_t r = 0; r < count; ++r) widened_forward<Kernel>(z[r], p[r], n, params, scratch);
 }
 
 bool upper_bounds(const float* z, const float* u, std::size_t n, double* total) {
@@ -503,8 +504,9 @@ const TransformKernels kReferenceKernels = {
     widened_forward<&ReferenceKernels64::softmax>,
     widened_forward<&ReferenceKernels64::sparsemax>,
     widened_forward<&ReferenceKernels64::entmax15>,
+    widened_rows<&ReferenceKernels64::entmax15>,
     widened_forward<&ReferenceKernels64::entmax>,
-    entmax_short,
+    widened_rows<&ReferenceKernels64::entmax>,
     widened_forward<&ReferenceKernels64::topk_softmax>,
     widened_forward<&ReferenceKernels64::adaptive_span>,
     widened_backward<&ReferenceKernels64::softmax_backward>,

@@ -642,17 +642,32 @@ struct Kernels {
       entmax_lanes(z + first, p + first, std::min(W, count - first), n, params.alpha - 1.0, scratch);
   }
 
-  static void entmax_lanes(const float* const* z, float* const* p, std::size_t rows, std::size_t n, double a,
-                           float* scratch) {
-    // block[j * W + r] = z[r][j]; lanes past `rows` hold a row of zeros.
+  // Up to W rows side by side in scratch (64-byte aligned): block[j W + r] =
+  // z[r][j], lanes past `rows` a row of zeros; and back.
+  static float* transpose_in(const float* const* z, std::size_t rows, std::size_t n, float* scratch) {
     float* const block = reinterpret_cast<float*>((reinterpret_cast<std::uintptr_t>(scratch) + 63) & ~std::uintptr_t{63});
     for (std::size_t j = 0; j < n; ++j)
       for (std::size_t r = 0; r < W; ++r) block[j * W + r] = r < rows ? z[r][j] : 0.0f;
-    auto column = [&](std::size_t j) { return B::load_aligned(block + j * W); };
+    return block;
+  }
+  static void transpose_out(const float* block, float* const* p, std::size_t rows, std::size_t n) {
+    for (std::size_t r = 0; r < rows; ++r)
+      for (std::size_t j = 0; j < n; ++j) p[r][j] = block[j * W + r];
+  }
+  // The lanes' row max; rows of only -inf (not live) get 0.
+  static B lane_max(const float* block, std::size_t n, BB& live) {
     B m(-kInf);
-    for (std::size_t j = 0; j < n; ++j) m = xsimd::max(m, column(j));
-    const BB live = m > B(-kInf);  // rows of only -inf get zeros
-    m = select0(live, m);
+    for (std::size_t j = 0; j < n; ++j) m = xsimd::max(m, B::load_aligned(block + j * W));
+    live = m > B(-kInf);
+    return select0(live, m);
+  }
+
+  static void entmax_lanes(const float* const* z, float* const* p, std::size_t rows, std::size_t n, double a,
+                           float* scratch) {
+    float* const block = transpose_in(z, rows, n, scratch);
+    auto column = [&](std::size_t j) { return B::load_aligned(block + j * W); };
+    BB live;
+    const B m = lane_max(block, n, live);  // rows of only -inf get zeros
     // As entmax_candidates_float: the unknown is lambda (alpha <= 1.5) or the
     // threshold lambda - 1/a, x in [offset, hi]; w = 1 + a (u - lambda) and
     // p = w^(1/a) over the candidates u = z - max > -1/a.
@@ -721,8 +736,69 @@ struct Kernels {
     }
     const B scale_by = xsimd::select(live & (total > B(0.0f)), one / total, B(0.0f));
     for (std::size_t j = 0; j < n; ++j) (column(j) * scale_by).store_aligned(block + j * W);
-    for (std::size_t r = 0; r < rows; ++r)
-      for (std::size_t j = 0; j < n; ++j) p[r][j] = block[j * W + r];
+    transpose_out(block, p, rows, n);
+  }
+
+  // entmax15 on short rows, W at a time: entmax15_tau's iteration with every
+  // sum lane-wise, each lane frozen once its support checks; a lane not
+  // settled in kMaxPasses (ties at the threshold) takes the row kernel.
+  static void entmax15_short(const float* const* z, float* const* p, std::size_t count, std::size_t n,
+                             const RowParams& params, float* scratch) {
+    for (std::size_t first = 0; first < count; first += W)
+      entmax15_lanes(z + first, p + first, std::min(W, count - first), n, params, scratch);
+  }
+
+  static void entmax15_lanes(const float* const* z, float* const* p, std::size_t rows, std::size_t n,
+                             const RowParams& params, float* scratch) {
+    float* const block = transpose_in(z, rows, n, scratch);
+    auto column = [&](std::size_t j) { return B::load_aligned(block + j * W); };
+    BB live;
+    const B m = lane_max(block, n, live), half(0.5f), one(1.0f), zero(0.0f);
+    for (std::size_t j = 0; j < n; ++j) ((column(j) - m) * half).store_aligned(block + j * W);  // c, -inf where masked
+    B lower(-1.0f), upper(0.0f), x(-1.0f), tau(-1.0f);
+    BB active = live;
+    for (int pass = 0; pass < kMaxPasses && xsimd::any(active); ++pass) {
+      B s1(0.0f), s2(0.0f), k(0.0f), lo(kInf), hi(-kInf);
+      for (std::size_t j = 0; j < n; ++j) {
+        const B v = column(j);
+        const BB in = v > x;
+        const B d = select0(in, v - x);
+        s1 += d;
+        s2 += d * d;
+        k += select0(in, one);
+        lo = xsimd::min(lo, xsimd::select(in, v, B(kInf)));
+        hi = xsimd::max(hi, xsimd::select(in, B(-kInf), v));
+      }
+      const BB empty = k == zero, below = (s2 >= one) & (!empty);
+      const B mean = s1 / xsimd::max(k, one);
+      const B disc = mean * mean - (s2 - one) / xsimd::max(k, one);
+      const BB has_root = (!empty) & (below | (disc >= zero));
+      const B rho = x + mean - xsimd::sqrt(xsimd::max(disc, zero));
+      const BB accept = active & has_root & (disc >= zero) & (lo >= rho - B(1e-7f)) & (hi <= rho + B(1e-7f)) &
+                        (s2 <= B(2.0f));
+      tau = xsimd::select(accept, rho, tau);
+      // Bounds: below, x <= tau <= rho; above (or empty), rho <= tau < x.
+      lower = xsimd::select(below, xsimd::max(lower, x), lower);
+      upper = xsimd::select(!below, xsimd::min(upper, x), upper);
+      B next = xsimd::select(below, x + (s2 - xsimd::sqrt(s2)) / xsimd::max(s1, B(1e-30f)), B(0.5f) * (lower + upper));
+      next = xsimd::select(has_root & (disc >= zero) & (rho > lower) & (rho < upper), rho, next);
+      lower = xsimd::select(has_root & (disc >= zero) & (!below), xsimd::max(lower, rho), lower);
+      upper = xsimd::select(has_root & (disc >= zero) & below, xsimd::min(upper, rho), upper);
+      next = xsimd::select((next >= lower) & (next <= upper) & (next != x), next, B(0.5f) * (lower + upper));
+      active = active & !accept;
+      x = xsimd::select(active, next, x);
+    }
+    for (std::size_t j = 0; j < n; ++j) {
+      const B d = xsimd::max(column(j) - tau, zero);
+      select0(live, d * d).store_aligned(block + j * W);
+    }
+    transpose_out(block, p, rows, n);
+    if (xsimd::any(active)) {  // unsettled lanes: the row kernel (sorts)
+      alignas(64) float flag[W];
+      select0(active, one).store_aligned(flag);
+      for (std::size_t r = 0; r < rows; ++r)
+        if (flag[r] != 0.0f) entmax15(z[r], p[r], n, params, scratch);
+    }
   }
 
   // -------------------------------------------------------------------------
@@ -1569,8 +1645,8 @@ struct Kernels {
   }
 
   static TransformKernels table(CpuIsa isa) {
-    return {isa,          valid,  finite,  upper_bounds,       softmax,  sparsemax,          entmax15,          entmax,
-            entmax_short, topk_softmax, adaptive_span,   softmax_backward, sparsemax_backward, entmax15_backward, entmax_backward,
+    return {isa,          valid,  finite,  upper_bounds,       softmax,  sparsemax,          entmax15,
+            entmax15_short, entmax,   entmax_short, topk_softmax, adaptive_span,   softmax_backward, sparsemax_backward, entmax15_backward, entmax_backward,
             entmax_backward_alpha, constrained_softmax, constrained_sparsemax, constrained_backward<true>,
             constrained_backward<false>};
   }
