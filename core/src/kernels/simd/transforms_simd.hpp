@@ -489,29 +489,26 @@ struct Kernels {
     return x;
   }
 
-  // Overwrites the candidates c (u values) with their normalised weights.
-  // The unknown is kept where float resolves w = 1 + a (c - lambda) best:
-  // - alpha <= 1.5: lambda itself, with w^(1/a) = exp(log1p(a (c - lambda)) / a)
-  //   (no cancellation as a -> 0, where the weights tend to softmax's);
-  // - alpha > 1.5: the threshold t = lambda - 1/a, with w = a (c - t). There w
-  //   is small on flat rows (about n^-a) and 1 + x would cancel.
-  static void entmax_candidates_float(float* c, std::size_t nc, double a) {
-    const bool threshold_form = a > 0.5;
-    const double hi = -std::expm1(-a * std::log(static_cast<double>(nc))) / a;
-    const double offset = threshold_form ? -1.0 / a : 0.0;  // unknown = lambda + offset
-    const B ab(static_cast<float>(a)), inv(static_cast<float>(1.0 / a)), one(1.0f);
-    // When 1/a is a small integer k (alpha = 1 + 1/k: 1.5, 1.333, 1.25, ...),
-    // w^k by multiplication replaces a log and an exp, the bulk of the cost.
-    const double beta = 1.0 / a;
-    const int int_power = beta == std::floor(beta) && beta <= 8.0 ? static_cast<int>(beta) : 0;
-    // w and p = w^(1/a) (w <= 0 gives garbage p; callers select on w > 0) of
-    // candidates v at the unknown x (x as a float batch).
-    auto weight = [&](const B& v, const B& x, B& w, B& pw) {
+  // w and p = w^(1/a) of candidates v at the unknown x (a float batch), in
+  // the form entmax_candidates_float describes (w <= 0 gives garbage p;
+  // callers select on w > 0). When 1/a is a small integer k (alpha = 1 + 1/k:
+  // 1.5, 1.333, 1.25, ...), w^k by multiplication replaces a log and an exp,
+  // the bulk of the cost.
+  struct EntmaxWeight {
+    bool threshold_form;
+    int int_power;
+    B ab, inv;
+    explicit EntmaxWeight(double a)
+        : threshold_form(a > 0.5),
+          int_power(1.0 / a == std::floor(1.0 / a) && 1.0 / a <= 8.0 ? static_cast<int>(1.0 / a) : 0),
+          ab(static_cast<float>(a)),
+          inv(static_cast<float>(1.0 / a)) {}
+    void operator()(const B& v, const B& x, B& w, B& pw) const {
       if (threshold_form) {
         w = ab * (v - x);
       } else {
         const B y = ab * (v - x);
-        w = one + y;
+        w = B(1.0f) + y;
         if (!int_power) {
           pw = xsimd::exp(xsimd::log1p(xsimd::max(y, B(-1.0f + 1e-7f))) * inv);
           return;
@@ -523,7 +520,21 @@ struct Kernels {
       } else {
         pw = xsimd::exp(xsimd::log(xsimd::max(w, B(1e-30f))) * inv);
       }
-    };
+    }
+  };
+
+  // Overwrites the candidates c (u values) with their normalised weights.
+  // The unknown is kept where float resolves w = 1 + a (c - lambda) best:
+  // - alpha <= 1.5: lambda itself, with w^(1/a) = exp(log1p(a (c - lambda)) / a)
+  //   (no cancellation as a -> 0, where the weights tend to softmax's);
+  // - alpha > 1.5: the threshold t = lambda - 1/a, with w = a (c - t). There w
+  //   is small on flat rows (about n^-a) and 1 + x would cancel.
+  static void entmax_candidates_float(float* c, std::size_t nc, double a) {
+    const bool threshold_form = a > 0.5;
+    const double hi = -std::expm1(-a * std::log(static_cast<double>(nc))) / a;
+    const double offset = threshold_form ? -1.0 / a : 0.0;  // unknown = lambda + offset
+    const B one(1.0f);
+    const EntmaxWeight weight(a);
     // f = sum p - 1, -f' = sum p / w and f'' = (1 - a) sum p / w^2 over the
     // candidates (dp/dlambda = -p / w since w' = -a and a / a = 1), or over
     // every stride-th batch of them, scaled up to estimate the full sums.
@@ -671,29 +682,10 @@ struct Kernels {
     // As entmax_candidates_float: the unknown is lambda (alpha <= 1.5) or the
     // threshold lambda - 1/a, x in [offset, hi]; w = 1 + a (u - lambda) and
     // p = w^(1/a) over the candidates u = z - max > -1/a.
-    const bool threshold_form = a > 0.5;
+    const EntmaxWeight weight(a);
     const double beta = 1.0 / a;
-    const int int_power = beta == std::floor(beta) && beta <= 8.0 ? static_cast<int>(beta) : 0;
-    const B ab(static_cast<float>(a)), inv(static_cast<float>(beta)), one(1.0f), reach(static_cast<float>(-beta));
-    const B offset(threshold_form ? static_cast<float>(-beta) : 0.0f);
-    auto weight = [&](const B& u, const B& x, B& w, B& pw) {
-      if (threshold_form) {
-        w = ab * (u - x);
-      } else {
-        const B y = ab * (u - x);
-        w = one + y;
-        if (!int_power) {
-          pw = xsimd::exp(xsimd::log1p(xsimd::max(y, B(-1.0f + 1e-7f))) * inv);
-          return;
-        }
-      }
-      if (int_power) {
-        pw = w;
-        for (int k = 1; k < int_power; ++k) pw *= w;
-      } else {
-        pw = xsimd::exp(xsimd::log(xsimd::max(w, B(1e-30f))) * inv);
-      }
-    };
+    const B ab(static_cast<float>(a)), one(1.0f), reach(static_cast<float>(-beta));
+    const B offset(weight.threshold_form ? static_cast<float>(-beta) : 0.0f);
     B candidates(0.0f);
     for (std::size_t j = 0; j < n; ++j) candidates += select0(column(j) - m > reach, one);
     // f(lambda_hi) <= 0 at lambda_hi = (1 - nc^-a) / a (every candidate at the max).
