@@ -190,18 +190,27 @@ struct Kernels {
 
   // Appends c = (z - shift) * mul of the entries where keep(z, c) holds to
   // vals, and their indices to idx unless it is null (W of room past the end
-  // of each); returns the count. Whole batches with no entry kept cost one test, cheap for
-  // peaked rows; the -inf padding of the tail is never kept.
+  // of each); returns the count. The -inf padding of the tail is never kept.
   template <class Keep>
   static std::size_t gather_where(const float* z, std::size_t n, float shift, float mul, Keep keep, float* vals,
                                   std::uint32_t* idx) {
+    // Skipping batches that keep nothing is a branch that short rows
+    // mispredict (about half their batches keep something): there a register
+    // compress of every batch is cheaper. Long rows keep little, and skip.
+    // (Two loops: with one, the compiler branches on the test anyway.)
+    if (kRegisterCompress && n <= 64 * W) return gather_loop<false>(z, n, shift, mul, keep, vals, idx);
+    return gather_loop<true>(z, n, shift, mul, keep, vals, idx);
+  }
+  template <bool kSkip, class Keep>
+  static std::size_t gather_loop(const float* z, std::size_t n, float shift, float mul, Keep keep, float* vals,
+                                 std::uint32_t* idx) {
     std::size_t c = 0;
     const B sb(shift), mb(mul);
     for (std::size_t i = 0; i < n; i += W) {
       const B raw = load(z, i, n, -kInf);
       const B v = (raw - sb) * mb;
       const BB kept = keep(raw, v);
-      if (!xsimd::any(kept)) continue;
+      if (kSkip && !xsimd::any(kept)) continue;
       c += compress(v, kept, vals + c, i, idx == nullptr ? nullptr : idx + c);
     }
     return c;
@@ -216,8 +225,9 @@ struct Kernels {
   }
 
   // A row's max and its candidates c = (z - max) * mul > threshold, with
-  // their indices when `indexed` (else idx is null), laid out in scratch. False for a row of only -inf (nothing
-  // to attend to), which the caller turns into zeros.
+  // their indices when `indexed` (else idx is null), laid out in scratch.
+  // False for a row of only -inf (nothing to attend to), which the caller
+  // turns into zeros.
   struct Candidates {
     float max;
     float* c;
@@ -310,8 +320,9 @@ struct Kernels {
   // measured from far away (c - x ~ 1 over thousands of candidates): it is
   // accepted only from a point with S2 <= 2, else it is the next point. Ties
   // at the threshold could stall all this: hence the sort fallback.
-  static double entmax15_tau(float* c, std::size_t nc) {
-    double lower = -1.0, upper = 0.0, x = -1.0;
+  // start: a lower bound on tau (-1 always is one).
+  static double entmax15_tau(float* c, std::size_t nc, double start) {
+    double lower = start, upper = 0.0, x = start;
     for (int pass = 0; pass < kMaxPasses; ++pass) {
       const float xf = static_cast<float>(x);
       x = xf;
@@ -417,14 +428,25 @@ struct Kernels {
     return max(best);
   }
 
+  // The row: its lanes' maxima first (the row max pass, kept lane-wise).
+  // tau of any subset of the scores is a lower bound on the row's tau (more
+  // entries only add mass), and that of the W lane maxima, solved exactly in
+  // one batch of proposals, usually lies just below it: gathering only the
+  // scores above it leaves a few more than the support, often few enough for
+  // the proposals again, and starts the passes next to the root.
   static void entmax15(const float* z, float* p, std::size_t n, const RowParams&, float* scratch) {
-    Candidates cand;
-    if (!candidates(z, n, -1.0f, 0.5f, false, scratch, cand)) return fill(p, n, 0.0f);
-    const std::size_t nc = cand.count;
-    const double tau = nc <= W                 ? entmax15_tau_pairs<1>(cand.c, nc)
-                       : nc <= kPairCandidates ? entmax15_tau_pairs<2>(cand.c, nc)
-                                               : entmax15_tau(cand.c, nc);
-    const B mb(cand.max), half(0.5f), tb(static_cast<float>(tau));
+    B lanes(-kInf);
+    for (std::size_t i = 0; i < n; i += W) lanes = xsimd::max(lanes, load(z, i, n, -kInf));
+    const float m = max(lanes);
+    if (m == -kInf) return fill(p, n, 0.0f);
+    const B mb(m), half(0.5f);
+    alignas(64) float top[W];
+    ((lanes - mb) * half).store_aligned(top);
+    // (less a margin for the float solve: a floor above tau would drop support)
+    const double floor = std::max(entmax15_tau_pairs<1>(top, W) - 1e-5, -1.0);
+    const std::size_t nc = gather_candidates(z, n, static_cast<float>(floor), m, 0.5f, scratch, nullptr);
+    const double tau = nc <= W ? entmax15_tau_pairs<1>(scratch, nc) : entmax15_tau(scratch, nc, floor);
+    const B tb(static_cast<float>(tau));
     for (std::size_t i = 0; i < n; i += W) {
       const B d = xsimd::max((load(z, i, n, -kInf) - mb) * half - tb, B(0.0f));
       store(p, i, n, d * d);
