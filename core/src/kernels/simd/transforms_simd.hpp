@@ -321,28 +321,17 @@ struct Kernels {
   // accepted only from a point with S2 <= 2, else it is the next point. Ties
   // at the threshold could stall all this: hence the sort fallback.
   // start: a lower bound on tau (-1 always is one).
-  static double entmax15_tau(float* c, std::size_t nc, double start) {
-    double lower = start, upper = 0.0, x = start;
-    for (int pass = 0; pass < kMaxPasses; ++pass) {
-      const float xf = static_cast<float>(x);
-      x = xf;
-      const B xb(xf);
-      B s1(0.0f), s2(0.0f), k(0.0f), lo(kInf), hi(-kInf);
-      for (std::size_t i = 0; i < nc; i += W) {
-        const B v = load(c, i, nc, -kInf);
-        const BB in = v > xb;
-        const B d = select0(in, v - xb);
-        s1 += d;
-        s2 += d * d;
-        k += select0(in, B(1.0f));
-        lo = xsimd::min(lo, xsimd::select(in, v, B(kInf)));
-        hi = xsimd::max(hi, xsimd::select(in, B(-kInf), v));
-      }
-      const double K = sum(k), S1 = sum(s1), S2 = sum(s2);
+  // One solver's state: the bracket and the trial point (a float value).
+  struct Entmax15Search {
+    double lower, upper, x;
+    // The step after a pass at x that found K, S1, S2, the least element of
+    // S and the largest outside it: true with `root` when it is tau, else x
+    // moves to the next point.
+    bool step(double K, double S1, double S2, double least, double largest_out, double& root) {
       if (K == 0) {  // x at or above the max: an upper bound
         upper = x;
-        x = 0.5 * (lower + upper);
-        continue;
+        x = static_cast<float>(0.5 * (lower + upper));
+        return false;
       }
       const bool below = S2 >= 1.0;
       const double mean = S1 / K, disc = std::max(mean * mean - (S2 - 1.0) / K, below ? -1.0 : 0.0);
@@ -354,14 +343,35 @@ struct Kernels {
         upper = std::min(upper, x);
       }
       if (disc >= 0.0) {
-        const double rho = x + mean - std::sqrt(disc);
-        if (static_cast<double>(min(lo)) >= rho - 1e-7 && static_cast<double>(max(hi)) <= rho + 1e-7 && S2 <= 2.0)
-          return rho;
-        if (rho > lower && rho < upper) next = rho;
-        if (below) upper = std::min(upper, rho);
-        else lower = std::max(lower, rho);
+        root = x + mean - std::sqrt(disc);
+        if (least >= root - 1e-7 && largest_out <= root + 1e-7 && S2 <= 2.0) return true;
+        if (root > lower && root < upper) next = root;
+        if (below) upper = std::min(upper, root);
+        else lower = std::max(lower, root);
       }
-      x = next >= lower && next <= upper && next != x ? next : 0.5 * (lower + upper);
+      x = static_cast<float>(next >= lower && next <= upper && next != x ? next : 0.5 * (lower + upper));
+      return false;
+    }
+  };
+
+  // start: a lower bound on tau (-1 always is one).
+  static double entmax15_tau(float* c, std::size_t nc, double start) {
+    Entmax15Search search{start, 0.0, static_cast<float>(start)};
+    for (int pass = 0; pass < kMaxPasses; ++pass) {
+      const B xb(static_cast<float>(search.x));
+      B s1(0.0f), s2(0.0f), k(0.0f), lo(kInf), hi(-kInf);
+      for (std::size_t i = 0; i < nc; i += W) {
+        const B v = load(c, i, nc, -kInf);
+        const BB in = v > xb;
+        const B d = select0(in, v - xb);
+        s1 += d;
+        s2 += d * d;
+        k += select0(in, B(1.0f));
+        lo = xsimd::min(lo, xsimd::select(in, v, B(kInf)));
+        hi = xsimd::max(hi, xsimd::select(in, B(-kInf), v));
+      }
+      double root;
+      if (search.step(sum(k), sum(s1), sum(s2), min(lo), max(hi), root)) return root;
     }
     std::sort(c, c + nc, [](float a, float b) { return a > b; });
     double s = 0, ss = 0, t = -1.0;
@@ -769,50 +779,56 @@ struct Kernels {
     BB live;
     const B m = lane_max(block, n, live), half(0.5f), one(1.0f), zero(0.0f);
     for (std::size_t j = 0; j < n; ++j) ((column(j) - m) * half).store_aligned(block + j * W);  // c, -inf where masked
-    B lower(-1.0f), upper(0.0f), x(-1.0f), tau(-1.0f);
-    BB active = live;
-    for (int pass = 0; pass < kMaxPasses && xsimd::any(active); ++pass) {
+    // The sums are lane-wise; each lane's step is entmax15_tau's, in double.
+    Entmax15Search search[W];
+    alignas(64) float x[W], tau[W], live_flag[W], s1v[W], s2v[W], kv[W], lov[W], hiv[W];
+    select0(live, one).store_aligned(live_flag);
+    std::size_t unsettled = 0;
+    for (std::size_t r = 0; r < W; ++r) {
+      search[r] = {-1.0, 0.0, -1.0};
+      x[r] = -1.0f;
+      tau[r] = -1.0f;
+      unsettled += live_flag[r] != 0.0f;
+    }
+    bool settled[W] = {};
+    for (std::size_t r = 0; r < W; ++r) settled[r] = live_flag[r] == 0.0f;
+    for (int pass = 0; pass < kMaxPasses && unsettled > 0; ++pass) {
+      const B xb = B::load_aligned(x);
       B s1(0.0f), s2(0.0f), k(0.0f), lo(kInf), hi(-kInf);
       for (std::size_t j = 0; j < n; ++j) {
         const B v = column(j);
-        const BB in = v > x;
-        const B d = select0(in, v - x);
+        const BB in = v > xb;
+        const B d = select0(in, v - xb);
         s1 += d;
         s2 += d * d;
         k += select0(in, one);
         lo = xsimd::min(lo, xsimd::select(in, v, B(kInf)));
         hi = xsimd::max(hi, xsimd::select(in, B(-kInf), v));
       }
-      const BB empty = k == zero, below = (s2 >= one) & (!empty);
-      const B mean = s1 / xsimd::max(k, one);
-      const B disc = mean * mean - (s2 - one) / xsimd::max(k, one);
-      const BB has_root = (!empty) & (below | (disc >= zero));
-      const B rho = x + mean - xsimd::sqrt(xsimd::max(disc, zero));
-      const BB accept = active & has_root & (disc >= zero) & (lo >= rho - B(1e-7f)) & (hi <= rho + B(1e-7f)) &
-                        (s2 <= B(2.0f));
-      tau = xsimd::select(accept, rho, tau);
-      // Bounds: below, x <= tau <= rho; above (or empty), rho <= tau < x.
-      lower = xsimd::select(below, xsimd::max(lower, x), lower);
-      upper = xsimd::select(!below, xsimd::min(upper, x), upper);
-      B next = xsimd::select(below, x + (s2 - xsimd::sqrt(s2)) / xsimd::max(s1, B(1e-30f)), B(0.5f) * (lower + upper));
-      next = xsimd::select(has_root & (disc >= zero) & (rho > lower) & (rho < upper), rho, next);
-      lower = xsimd::select(has_root & (disc >= zero) & (!below), xsimd::max(lower, rho), lower);
-      upper = xsimd::select(has_root & (disc >= zero) & below, xsimd::min(upper, rho), upper);
-      next = xsimd::select((next >= lower) & (next <= upper) & (next != x), next, B(0.5f) * (lower + upper));
-      active = active & !accept;
-      x = xsimd::select(active, next, x);
+      s1.store_aligned(s1v);
+      s2.store_aligned(s2v);
+      k.store_aligned(kv);
+      lo.store_aligned(lov);
+      hi.store_aligned(hiv);
+      for (std::size_t r = 0; r < W; ++r) {
+        if (settled[r]) continue;
+        double root;
+        if (search[r].step(kv[r], s1v[r], s2v[r], lov[r], hiv[r], root)) {
+          tau[r] = static_cast<float>(root);
+          settled[r] = true;
+          --unsettled;
+        }
+        x[r] = static_cast<float>(search[r].x);
+      }
     }
+    const B tau_b = B::load_aligned(tau);
     for (std::size_t j = 0; j < n; ++j) {
-      const B d = xsimd::max(column(j) - tau, zero);
+      const B d = xsimd::max(column(j) - tau_b, zero);
       select0(live, d * d).store_aligned(block + j * W);
     }
     transpose_out(block, p, rows, n);
-    if (xsimd::any(active)) {  // unsettled lanes: the row kernel (sorts)
-      alignas(64) float flag[W];
-      select0(active, one).store_aligned(flag);
-      for (std::size_t r = 0; r < rows; ++r)
-        if (flag[r] != 0.0f) entmax15(z[r], p[r], n, params, scratch);
-    }
+    for (std::size_t r = 0; r < rows; ++r)  // unsettled lanes: the row kernel (it sorts)
+      if (!settled[r]) entmax15(z[r], p[r], n, params, scratch);
   }
 
   // -------------------------------------------------------------------------
