@@ -235,6 +235,28 @@ TEST_SUITE("transforms") {
     }
   }
 
+  TEST_CASE("entmax15: flat rows of any length sum to 1 (thousands of equal terms in the threshold's sums)") {
+    for (std::size_t n : {129, 1000, 3000, 4096, 20000}) {
+      CAPTURE(n);
+      Matrix<double> z(3, n);
+      const Matrix<double> noise = float_exact_matrix(1, n, 1e-4, 160 + n);
+      for (std::size_t j = 0; j < n; ++j) {
+        z(0, j) = 0.25;                                          // constant
+        z(1, j) = static_cast<float>(0.25 + noise(0, j));        // nearly constant
+        z(2, j) = j % 2 == 0 ? 1e4 : static_cast<float>(1e4 - 0.5);  // two levels, offset
+      }
+      const Matrix<double> pd = run<double>(Transform::entmax15(), z);
+      for (CpuIsa isa : available_cpu_isas()) {
+        IsaScope scope(isa);
+        const std::string isa_name = scope.name();
+        CAPTURE(isa_name);
+        const Matrix<float> pf = run<float>(Transform::entmax15(), z);
+        CHECK(dist_stats(pf).max_sum_err <= 1e-6);
+        CHECK(row_rel_err(pf, pd) <= 1e-5);
+      }
+    }
+  }
+
   TEST_CASE("entmax: short rows are solved in batches, and a row's result does not depend on the rows beside it") {
     // (entmax15 stands in the list as alpha = 1.5.)
     // n <= kShortRow runs kRowBatch rows at a time, one per SIMD lane: each

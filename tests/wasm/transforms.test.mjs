@@ -160,7 +160,7 @@ describe("transforms: package vs native CLI", () => {
             assert.ok(v >= 0, "p >= 0");
             sum += v;
           }
-          if (any) assert.ok(Math.abs(sum - 1) <= 1e-5, `row ${i} sums to ${sum}`);
+          if (any) assert.ok(Math.abs(sum - 1) <= 1e-5, `row ${i} of ${rows}x${cols} sums to ${sum}`);
           else assert.equal(sum, 0, `row ${i} has nothing to attend to`);
         }
       }

@@ -359,13 +359,17 @@ struct Kernels {
     Entmax15Search search{start, 0.0, static_cast<float>(start)};
     for (int pass = 0; pass < kMaxPasses; ++pass) {
       const B xb(static_cast<float>(search.x));
-      B s1(0.0f), s2(0.0f), k(0.0f), lo(kInf), hi(-kInf);
+      // S1 and S2 in double lanes: on flat rows thousands of equal terms
+      // would round the same way in float lanes (a constant row of 3000 then
+      // summed to 1 + 1e-5 on SSE2).
+      BD s1(0.0), s2(0.0);
+      B k(0.0f), lo(kInf), hi(-kInf);
       for (std::size_t i = 0; i < nc; i += W) {
         const B v = load(c, i, nc, -kInf);
         const BB in = v > xb;
         const B d = select0(in, v - xb);
-        s1 += d;
-        s2 += d * d;
+        add_wide(s1, d);
+        add_wide(s2, d * d);
         k += select0(in, B(1.0f));
         lo = xsimd::min(lo, xsimd::select(in, v, B(kInf)));
         hi = xsimd::max(hi, xsimd::select(in, B(-kInf), v));
