@@ -783,56 +783,50 @@ struct Kernels {
     BB live;
     const B m = lane_max(block, n, live), half(0.5f), one(1.0f), zero(0.0f);
     for (std::size_t j = 0; j < n; ++j) ((column(j) - m) * half).store_aligned(block + j * W);  // c, -inf where masked
-    // The sums are lane-wise; each lane's step is entmax15_tau's, in double.
-    Entmax15Search search[W];
-    alignas(64) float x[W], tau[W], live_flag[W], s1v[W], s2v[W], kv[W], lov[W], hiv[W];
-    select0(live, one).store_aligned(live_flag);
-    std::size_t unsettled = 0;
-    for (std::size_t r = 0; r < W; ++r) {
-      search[r] = {-1.0, 0.0, -1.0};
-      x[r] = -1.0f;
-      tau[r] = -1.0f;
-      unsettled += live_flag[r] != 0.0f;
-    }
-    bool settled[W] = {};
-    for (std::size_t r = 0; r < W; ++r) settled[r] = live_flag[r] == 0.0f;
-    for (int pass = 0; pass < kMaxPasses && unsettled > 0; ++pass) {
-      const B xb = B::load_aligned(x);
+    B lower(-1.0f), upper(0.0f), x(-1.0f), tau(-1.0f);
+    BB active = live;
+    for (int pass = 0; pass < kMaxPasses && xsimd::any(active); ++pass) {
       B s1(0.0f), s2(0.0f), k(0.0f), lo(kInf), hi(-kInf);
       for (std::size_t j = 0; j < n; ++j) {
         const B v = column(j);
-        const BB in = v > xb;
-        const B d = select0(in, v - xb);
+        const BB in = v > x;
+        const B d = select0(in, v - x);
         s1 += d;
         s2 += d * d;
         k += select0(in, one);
         lo = xsimd::min(lo, xsimd::select(in, v, B(kInf)));
         hi = xsimd::max(hi, xsimd::select(in, B(-kInf), v));
       }
-      s1.store_aligned(s1v);
-      s2.store_aligned(s2v);
-      k.store_aligned(kv);
-      lo.store_aligned(lov);
-      hi.store_aligned(hiv);
-      for (std::size_t r = 0; r < W; ++r) {
-        if (settled[r]) continue;
-        double root;
-        if (search[r].step(kv[r], s1v[r], s2v[r], lov[r], hiv[r], root)) {
-          tau[r] = static_cast<float>(root);
-          settled[r] = true;
-          --unsettled;
-        }
-        x[r] = static_cast<float>(search[r].x);
-      }
+      const BB empty = k == zero, below = (s2 >= one) & (!empty);
+      const B mean = s1 / xsimd::max(k, one);
+      const B disc = mean * mean - (s2 - one) / xsimd::max(k, one);
+      const BB has_root = (!empty) & (below | (disc >= zero));
+      const B rho = x + mean - xsimd::sqrt(xsimd::max(disc, zero));
+      const BB accept = active & has_root & (disc >= zero) & (lo >= rho - B(1e-7f)) & (hi <= rho + B(1e-7f)) &
+                        (s2 <= B(2.0f));
+      tau = xsimd::select(accept, rho, tau);
+      // Bounds: below, x <= tau <= rho; above (or empty), rho <= tau < x.
+      lower = xsimd::select(below, xsimd::max(lower, x), lower);
+      upper = xsimd::select(!below, xsimd::min(upper, x), upper);
+      B next = xsimd::select(below, x + (s2 - xsimd::sqrt(s2)) / xsimd::max(s1, B(1e-30f)), B(0.5f) * (lower + upper));
+      next = xsimd::select(has_root & (disc >= zero) & (rho > lower) & (rho < upper), rho, next);
+      lower = xsimd::select(has_root & (disc >= zero) & (!below), xsimd::max(lower, rho), lower);
+      upper = xsimd::select(has_root & (disc >= zero) & below, xsimd::min(upper, rho), upper);
+      next = xsimd::select((next >= lower) & (next <= upper) & (next != x), next, B(0.5f) * (lower + upper));
+      active = active & !accept;
+      x = xsimd::select(active, next, x);
     }
-    const B tau_b = B::load_aligned(tau);
     for (std::size_t j = 0; j < n; ++j) {
-      const B d = xsimd::max(column(j) - tau_b, zero);
+      const B d = xsimd::max(column(j) - tau, zero);
       select0(live, d * d).store_aligned(block + j * W);
     }
     transpose_out(block, p, rows, n);
-    for (std::size_t r = 0; r < rows; ++r)  // unsettled lanes: the row kernel (it sorts)
-      if (!settled[r]) entmax15(z[r], p[r], n, params, scratch);
+    if (xsimd::any(active)) {  // unsettled lanes: the row kernel (sorts)
+      alignas(64) float flag[W];
+      select0(active, one).store_aligned(flag);
+      for (std::size_t r = 0; r < rows; ++r)
+        if (flag[r] != 0.0f) entmax15(z[r], p[r], n, params, scratch);
+    }
   }
 
   // -------------------------------------------------------------------------
