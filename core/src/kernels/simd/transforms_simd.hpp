@@ -304,7 +304,8 @@ struct Kernels {
 
   // -------------------------------------------------------------------------
   // 1.5-entmax: p = [(z - max)/2 - tau]_+^2 with tau in [-1, 0). Candidates
-  // c = (z - max)/2 > -1 are gathered; tau is the root of the convex,
+  // c = (z - max)/2 above a lower bound of tau are gathered (entmax15, below);
+  // tau is the root of the convex,
   // decreasing f(x) = sum (c - x)_+^2 - 1. A pass at a trial point x sums
   // over S = {c > x}: K, S1 = sum (c - x), S2 = sum (c - x)^2 (f(x) = S2 - 1),
   // the least element of S and the largest element outside it. That gives
@@ -315,12 +316,12 @@ struct Kernels {
   // The next point is rho when it narrows the bracket, else a Newton step on
   // h(x) = ||(c - x)_+||_2 - 1, x + (S2 - sqrt S2) / S1: h is convex too, so
   // from the left it never overshoots, and it is nearly linear, so it goes
-  // much farther than Newton on f. About 3.5 passes at n = 512 (Newton on f
-  // from -1 took 5.5). The sums are float lanes, so rho loses digits when
-  // measured from far away (c - x ~ 1 over thousands of candidates): it is
-  // accepted only from a point with S2 <= 2, else it is the next point. Ties
-  // at the threshold could stall all this: hence the sort fallback.
-  // start: a lower bound on tau (-1 always is one).
+  // much farther than Newton on f. About 3.5 passes at n = 512 from -1
+  // (Newton on f took 5.5). rho loses digits when measured from far away
+  // (c - x ~ 1 over thousands of candidates): it is accepted only from a
+  // point with S2 <= 2, else it is the next point. Ties at the threshold
+  // could stall all this: hence the sort fallback.
+  //
   // One solver's state: the bracket and the trial point (a float value).
   struct Entmax15Search {
     double lower, upper, x;
@@ -392,17 +393,16 @@ struct Kernels {
     return t;
   }
 
-  // Few candidates (short rows, nc <= 2W): each candidate c_j proposes the
-  // support {c >= c_j}, and all proposals are solved at once, one per lane,
-  // in nc steps with no horizontal sum (those dominate passes over a few
+  // At most W candidates: each candidate c_j proposes the support
+  // {c >= c_j}, and all proposals are solved at once, one per lane, in nc
+  // steps with no horizontal sum (those dominate passes over a few
   // candidates). Relative to c_j, over its proposal: K, S1 = sum (c - c_j),
   // S2 = sum (c - c_j)^2, and the root of sum (c - t)^2 = 1,
   // t_j = c_j + S1/K - sqrt((S1/K)^2 - (S2 - 1)/K). The consistent proposals
   // (t_j < c_j) are the sorted row's prefixes up to the support, whose roots
   // grow with the prefix: tau is the largest of them, the sorted scan's
   // answer (ties enter a proposal together). Even and odd i keep separate
-  // sums so that four independent chains hide the adds' latency.
-  static constexpr std::size_t kPairCandidates = 2 * W;
+  // sums so that two independent chains hide the adds' latency.
 
   struct Proposals {
     B k = B(0.0f), s1 = B(0.0f), s2 = B(0.0f);
@@ -421,25 +421,17 @@ struct Kernels {
     }
   };
 
-  template <std::size_t J>  // ceil(nc / W) proposal batches
-  static double entmax15_tau_pairs(const float* c, std::size_t nc) {
-    B cj[J];
-    for (std::size_t j = 0; j < J; ++j) cj[j] = load(c, j * W, nc, kInf);  // +inf lanes propose nothing
-    Proposals even[J], odd[J];
+  static double entmax15_tau_pairs(const float* c, std::size_t nc) {  // nc <= W
+    const B cj = load(c, 0, nc, kInf);  // +inf lanes propose nothing
+    Proposals even, odd;
     std::size_t i = 0;
     for (; i + 1 < nc; i += 2) {
-      const B x(c[i]), y(c[i + 1]);
-      for (std::size_t j = 0; j < J; ++j) {
-        even[j].add(x - cj[j]);
-        odd[j].add(y - cj[j]);
-      }
+      even.add(B(c[i]) - cj);
+      odd.add(B(c[i + 1]) - cj);
     }
-    if (i < nc)
-      for (std::size_t j = 0; j < J; ++j) even[j].add(B(c[i]) - cj[j]);
+    if (i < nc) even.add(B(c[i]) - cj);
     // tau >= -1: the max (c = 0) alone has mass 1 there.
-    B best = even[0].root(odd[0], cj[0]);
-    for (std::size_t j = 1; j < J; ++j) best = xsimd::max(best, even[j].root(odd[j], cj[j]));
-    return max(best);
+    return max(even.root(odd, cj));
   }
 
   // The row: its lanes' maxima first (the row max pass, kept lane-wise).
@@ -457,9 +449,9 @@ struct Kernels {
     alignas(64) float top[W];
     ((lanes - mb) * half).store_aligned(top);
     // (less a margin for the float solve: a floor above tau would drop support)
-    const double floor = std::max(entmax15_tau_pairs<1>(top, W) - 1e-5, -1.0);
+    const double floor = std::max(entmax15_tau_pairs(top, W) - 1e-5, -1.0);
     const std::size_t nc = gather_candidates(z, n, static_cast<float>(floor), m, 0.5f, scratch, nullptr);
-    const double tau = nc <= W ? entmax15_tau_pairs<1>(scratch, nc) : entmax15_tau(scratch, nc, floor);
+    const double tau = nc <= W ? entmax15_tau_pairs(scratch, nc) : entmax15_tau(scratch, nc, floor);
     const B tb(static_cast<float>(tau));
     for (std::size_t i = 0; i < n; i += W) {
       const B d = xsimd::max((load(z, i, n, -kInf) - mb) * half - tb, B(0.0f));
@@ -566,11 +558,10 @@ struct Kernels {
   // - alpha > 1.5: the threshold t = lambda - 1/a, with w = a (c - t). There w
   //   is small on flat rows (about n^-a) and 1 + x would cancel.
   static void entmax_candidates_float(float* c, std::size_t nc, double a) {
-    const bool threshold_form = a > 0.5;
-    const double hi = -std::expm1(-a * std::log(static_cast<double>(nc))) / a;
-    const double offset = threshold_form ? -1.0 / a : 0.0;  // unknown = lambda + offset
-    const B one(1.0f);
     const EntmaxWeight weight(a);
+    const double hi = -std::expm1(-a * std::log(static_cast<double>(nc))) / a;
+    const double offset = weight.threshold_form ? -1.0 / a : 0.0;  // unknown = lambda + offset
+    const B one(1.0f);
     // f = sum p - 1, -f' = sum p / w and f'' = (1 - a) sum p / w^2 over the
     // candidates (dp/dlambda = -p / w since w' = -a and a / a = 1), or over
     // every stride-th batch of them, scaled up to estimate the full sums.
