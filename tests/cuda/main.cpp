@@ -6,9 +6,11 @@
 
 #include <cstdio>
 
+#include "entgraph/cuda/backend.hpp"
 #include "entgraph/cuda/device.hpp"
 
 int main(int argc, char** argv) {
+  entgraph::cuda::register_backend();  // the suites reach the GPU through the core's Device::cuda calls
   if (!entgraph::cuda::available()) {
     std::printf("SKIPPED: the CUDA tests need a GPU; none is usable here (%s)\n",
                 entgraph::cuda::unavailable_reason().c_str());

@@ -42,10 +42,29 @@ Matrix<double> cpu_attention(const Matrix<float>& q, const Matrix<float>& k, con
   return out;
 }
 
+// capacity = 0: through the core's Device::cuda call (the backend's kernel);
+// else through the device-memory API with that candidate capacity (small
+// values exercise the overflow path).
 Matrix<double> gpu_attention(const Matrix<float>& q, const Matrix<float>& k, const Matrix<float>& v,
                              const AttentionOptions<float>& o, std::size_t capacity = 0) {
   Matrix<float> out(q.rows, v.cols, -7.0f);  // sentinel: every entry must be written
-  attention_forward(q.view(), k.view(), v.view(), out.view(), o, capacity);
+  if (capacity == 0) {
+    entgraph::attention_forward(Device::cuda, q.view(), k.view(), v.view(), out.view(), o);
+    return out.cast<double>();
+  }
+  DeviceArray<float> dq(q.data.data(), q.data.size()), dk(k.data.data(), k.data.size()),
+      dv(v.data.data(), v.data.size()), dout(out.data.size());
+  DeviceArray<std::uint8_t> pad;
+  if (o.key_padding) pad = DeviceArray<std::uint8_t>(o.key_padding, k.rows);
+  FusedAttentionOptions fo;
+  fo.transform = o.transform;
+  fo.scale = o.scale;
+  fo.causal = o.causal;
+  fo.key_padding = o.key_padding ? pad.data() : nullptr;
+  fo.candidate_capacity = capacity;
+  attention_forward(dq.data(), dk.data(), dv.data(), dout.data(), q.rows, k.rows, q.cols, v.cols, fo);
+  synchronize();
+  dout.download(out.data.data());
   return out.cast<double>();
 }
 
@@ -220,7 +239,7 @@ TEST_SUITE("cuda") {
     AttentionOptions<float> o;
     o.transform = Transform::entmax15();
     Matrix<float> outbig(n, dv + 2, 5.0f);
-    attention_forward(ConstMatrix<float>{qbig.data.data(), n, d, d + 5}, ConstMatrix<float>{kbig.data.data(), m, d, d + 3},
+    entgraph::attention_forward(Device::cuda, ConstMatrix<float>{qbig.data.data(), n, d, d + 5}, ConstMatrix<float>{kbig.data.data(), m, d, d + 3},
                       ConstMatrix<float>{vbig.data.data(), m, dv, dv + 7}, MatrixView<float>{outbig.data.data(), n, dv, dv + 2},
                       o);
     Matrix<double> got(n, dv);
@@ -269,27 +288,27 @@ TEST_SUITE("cuda") {
     const Matrix<float> v = random_matrix<float>(9, 32, 1.0, 63);
     Matrix<float> out(8, 32, 3.0f);
     AttentionOptions<float> o;
-    CHECK_THROWS_WITH_AS(attention_forward(q.view(), k.view(), v.view(), out.view(), o), doctest::Contains("d is not supported"),
+    CHECK_THROWS_WITH_AS(entgraph::attention_forward(Device::cuda, q.view(), k.view(), v.view(), out.view(), o), doctest::Contains("d is not supported"),
                          Error);
     const Matrix<float> q32 = random_matrix<float>(8, 32, 1.0, 61);
     const Matrix<float> k32 = random_matrix<float>(9, 32, 1.0, 62);
     o.transform = Transform::topk_softmax(3);
-    CHECK_THROWS_WITH_AS(attention_forward(q32.view(), k32.view(), v.view(), out.view(), o),
+    CHECK_THROWS_WITH_AS(entgraph::attention_forward(Device::cuda, q32.view(), k32.view(), v.view(), out.view(), o),
                          doctest::Contains("options.transform"), Error);
     o.transform = Transform::entmax(0.5);
-    CHECK_THROWS_WITH_AS(attention_forward(q32.view(), k32.view(), v.view(), out.view(), o), doctest::Contains("alpha"),
+    CHECK_THROWS_WITH_AS(entgraph::attention_forward(Device::cuda, q32.view(), k32.view(), v.view(), out.view(), o), doctest::Contains("alpha"),
                          Error);
     o.transform = Transform::entmax15();
     o.scale = std::nan("");
-    CHECK_THROWS_WITH_AS(attention_forward(q32.view(), k32.view(), v.view(), out.view(), o), doctest::Contains("scale"),
+    CHECK_THROWS_WITH_AS(entgraph::attention_forward(Device::cuda, q32.view(), k32.view(), v.view(), out.view(), o), doctest::Contains("scale"),
                          Error);
     o.scale = 0.0;
     Matrix<float> bad = q32;
     bad(3, 4) = INFINITY;
-    CHECK_THROWS_WITH_AS(attention_forward(bad.view(), k32.view(), v.view(), out.view(), o), doctest::Contains("q has a non-finite entry"),
+    CHECK_THROWS_WITH_AS(entgraph::attention_forward(Device::cuda, bad.view(), k32.view(), v.view(), out.view(), o), doctest::Contains("q has a non-finite entry"),
                          Error);
     Matrix<float> wrong(7, 32);
-    CHECK_THROWS_WITH_AS(attention_forward(q32.view(), k32.view(), v.view(), wrong.view(), o), doctest::Contains("out"),
+    CHECK_THROWS_WITH_AS(entgraph::attention_forward(Device::cuda, q32.view(), k32.view(), v.view(), wrong.view(), o), doctest::Contains("out"),
                          Error);
     for (float x : out.data) CHECK(x == 3.0f);
     // Host memory given to the device API.

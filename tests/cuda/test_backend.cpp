@@ -5,10 +5,15 @@
 #include <algorithm>
 #include <cmath>
 #include <random>
+#include <string>
 #include <vector>
 
-#include "entgraph/cuda/backend.hpp"
+#include "entgraph/attention.hpp"
 #include "entgraph/cuda/device.hpp"
+#include "entgraph/device.hpp"
+#include "entgraph/graph.hpp"
+#include "entgraph/graph_attention.hpp"
+#include "entgraph/transforms.hpp"
 
 namespace entgraph {
 namespace {
@@ -32,6 +37,13 @@ TEST_SUITE("cuda") {
     CHECK(parse_device("cpu") == Device::cpu);
     CHECK(parse_device("cuda") == Device::cuda);
     CHECK_THROWS_WITH_AS(parse_device("gpu"), doctest::Contains("'gpu'"), Error);
+  }
+
+  TEST_CASE("the registered backend reports the GPU as available") {
+    std::string why = "unchanged";
+    CHECK(device_available(Device::cuda, &why));
+    CHECK(why == "unchanged");
+    CHECK(device_available(Device::cpu));
   }
 
   TEST_CASE("transforms, attention and graph attention agree on cpu and cuda") {
@@ -66,7 +78,7 @@ TEST_SUITE("cuda") {
     options.mode = GraphAttentionMode::certify;
     CHECK_THROWS_WITH_AS(graph_attention_forward(Device::cuda, {x.data(), n, d}, {x.data(), n, d}, {x.data(), n, d},
                                                  Graph::full(n, n, false), {out.data(), n, d}, options),
-                         doctest::Contains("CPU features"), Error);
+                         doctest::Contains("certify and exact run on cpu"), Error);
     CHECK(std::all_of(out.begin(), out.end(), [](float o) { return o == 7.0f; }));
   }
 }

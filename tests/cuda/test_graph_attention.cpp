@@ -70,10 +70,18 @@ Matrix<double> cpu_dense(const Matrix<float>& q, const Matrix<float>& k, const M
   return out;
 }
 
+// The CUDA backend computes the graph's rows only (GraphAttentionMode::fast).
+GraphAttentionOptions<float> fast(const AttentionOptions<float>& o) {
+  GraphAttentionOptions<float> go;
+  go.attention = o;
+  go.mode = GraphAttentionMode::fast;
+  return go;
+}
+
 Matrix<double> gpu_graph_attention(const Matrix<float>& q, const Matrix<float>& k, const Matrix<float>& v,
                                    const Graph& g, const AttentionOptions<float>& o) {
   Matrix<float> out(q.rows, v.cols, -7.0f);
-  graph_attention_forward(q.view(), k.view(), v.view(), g, out.view(), o);
+  entgraph::graph_attention_forward(Device::cuda, q.view(), k.view(), v.view(), g, out.view(), fast(o));
   return out.cast<double>();
 }
 
@@ -126,7 +134,7 @@ TEST_SUITE("cuda") {
             const Matrix<double> got = gpu_graph_attention(q, k, v, Graph::full(n, m, causal), o);
             CHECK(test::max_abs_diff(got, cpu_dense(q, k, v, o)) <= kTol);
             Matrix<float> fused(n, 32);
-            attention_forward(q.view(), k.view(), v.view(), fused.view(), o);
+            entgraph::attention_forward(Device::cuda, q.view(), k.view(), v.view(), fused.view(), o);
             CHECK(test::max_abs_diff(got, fused.cast<double>()) <= kTol);
             // Edges the causal mask forbids are ignored: the full non-causal graph gives the same.
             if (causal)
@@ -215,16 +223,16 @@ TEST_SUITE("cuda") {
     const Matrix<float> v = random_matrix<float>(5, 4, 1.0, 113);
     Matrix<float> out(6, 4, 3.0f);
     AttentionOptions<float> o;
-    CHECK_THROWS_WITH_AS(graph_attention_forward(q.view(), k.view(), v.view(), Graph::full(6, 4, false), out.view(), o),
+    CHECK_THROWS_WITH_AS(entgraph::graph_attention_forward(Device::cuda, q.view(), k.view(), v.view(), Graph::full(6, 4, false), out.view(), fast(o)),
                          doctest::Contains("graph.keys"), Error);
-    CHECK_THROWS_WITH_AS(graph_attention_forward(q.view(), k.view(), v.view(), Graph::full(7, 5, false), out.view(), o),
+    CHECK_THROWS_WITH_AS(entgraph::graph_attention_forward(Device::cuda, q.view(), k.view(), v.view(), Graph::full(7, 5, false), out.view(), fast(o)),
                          doctest::Contains("graph.queries"), Error);
     Graph unsorted = Graph::full(6, 5, false);
     std::swap(unsorted.indices[0], unsorted.indices[1]);
-    CHECK_THROWS_AS(graph_attention_forward(q.view(), k.view(), v.view(), unsorted, out.view(), o), Error);
+    CHECK_THROWS_AS(entgraph::graph_attention_forward(Device::cuda, q.view(), k.view(), v.view(), unsorted, out.view(), fast(o)), Error);
     o.transform = Transform::topk_softmax(2);
-    CHECK_THROWS_WITH_AS(graph_attention_forward(q.view(), k.view(), v.view(), Graph::full(6, 5, false), out.view(), o),
-                         doctest::Contains("options.transform"), Error);
+    CHECK_THROWS_WITH_AS(entgraph::graph_attention_forward(Device::cuda, q.view(), k.view(), v.view(), Graph::full(6, 5, false), out.view(), fast(o)),
+                         doctest::Contains("options.attention.transform"), Error);
     for (float x : out.data) CHECK(x == 3.0f);
   }
 }

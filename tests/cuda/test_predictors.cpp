@@ -138,17 +138,6 @@ std::unique_ptr<Predictor> identity_predictor(const std::string& method, Predict
   return load_predictor(file.dump(), method + " (identity projection)");
 }
 
-// The head (0, 0) matrix `key` of a parameter file, row-major, and its shape.
-std::vector<float> saved_matrix(const json& parameters, const char* key, std::size_t& rows, std::size_t& cols) {
-  const json& m = parameters.at(key).at(0).at(0);
-  rows = m.size();
-  cols = rows > 0 ? m[0].size() : 0;
-  std::vector<float> v;
-  for (const json& row : m)
-    for (const json& x : row) v.push_back(static_cast<float>(x.get<double>()));
-  return v;
-}
-
 template <class T>
 std::vector<T> downloaded(const DeviceArray<T>& a) {
   std::vector<T> v(a.size());
@@ -375,14 +364,14 @@ TEST_SUITE("cuda") {
           CAPTURE(n);
           CAPTURE(m);
           CAPTURE(causal);
-          check_same_metrics(cuda::compare_graphs(predicted, gold, causal), entgraph::compare_graphs(predicted, gold, causal));
-          check_same_metrics(cuda::compare_graphs(gold, predicted, causal), entgraph::compare_graphs(gold, predicted, causal));
-          check_same_metrics(cuda::compare_graphs(gold, gold, causal), entgraph::compare_graphs(gold, gold, causal));
+          check_same_metrics(entgraph::compare_graphs(Device::cuda, predicted, gold, causal), entgraph::compare_graphs(predicted, gold, causal));
+          check_same_metrics(entgraph::compare_graphs(Device::cuda, gold, predicted, causal), entgraph::compare_graphs(gold, predicted, causal));
+          check_same_metrics(entgraph::compare_graphs(Device::cuda, gold, gold, causal), entgraph::compare_graphs(gold, gold, causal));
           const Graph none = Graph::empty(n, m);
-          check_same_metrics(cuda::compare_graphs(none, gold, causal), entgraph::compare_graphs(none, gold, causal));
+          check_same_metrics(entgraph::compare_graphs(Device::cuda, none, gold, causal), entgraph::compare_graphs(none, gold, causal));
         }
       }
-    CHECK_THROWS_WITH_AS(cuda::compare_graphs(Graph::empty(2, 3), Graph::empty(3, 3), false),
+    CHECK_THROWS_WITH_AS(entgraph::compare_graphs(Device::cuda, Graph::empty(2, 3), Graph::empty(3, 3), false),
                          doctest::Contains("different shapes"), Error);
   }
 
@@ -419,25 +408,20 @@ TEST_SUITE("cuda") {
     CHECK(cudaStreamDestroy(stream) == cudaSuccess);
   }
 
-  TEST_CASE("fitted Sparsefinder predictors: the GPU path from the parameter file predicts the CPU's graph") {
+  TEST_CASE("fitted Sparsefinder predictors: Predictor::predict on Device::cuda gives the CPU's graph") {
     for (bool causal : {false, true}) {
       const Capture capture = test::clustered_capture(1, 2, 16, {64, 48}, 4, causal);
       const std::vector<std::pair<std::string, PredictorSettings>> methods = {
           {"sparsefinder-distance", {{"t", "1.5"}, {"seed", "3"}}},
           {"sparsefinder-kmeans", {{"clusters", "4"}, {"top", "1"}, {"seed", "3"}}},
           {"sparsefinder-kmeans", {{"clusters", "6"}, {"top", "2"}, {"seed", "3"}}},
-          {"sparsefinder-quantization", {{"buckets", "4"}, {"seed", "3"}}}};
+          {"sparsefinder-quantization", {{"buckets", "4"}, {"seed", "3"}}},
+          {"sparsefinder-distance", {{"t", "1.5"}, {"seed", "3"}, {"extra_window", "2"}, {"extra_global", "1"}}}};
       for (const auto& [method, settings] : methods) {
         auto cpu = make_predictor(method, settings);
         cpu->fit(capture, {});
-        // Head 1 of layer 0: the parameter file holds [layer][head] arrays.
-        const json all = json::parse(cpu->to_json())["parameters"];
-        json head0 = all;
-        for (const char* key : {"wq", "wk", "centroids", "edges"})
-          if (all.contains(key)) head0[key] = json::array({json::array({all[key][0][1]})});
-        std::size_t d = 0, r = 0, r2 = 0, rows = 0, cols = 0;
-        const std::vector<float> wq = saved_matrix(head0, "wq", d, r), wk = saved_matrix(head0, "wk", d, r2);
-        REQUIRE(r == r2);
+        // The same parameters after a round trip through the parameter file.
+        const auto loaded = load_predictor(cpu->to_json());
         GraphMetrics cpu_total, gpu_total;
         for (std::size_t s = 0; s < capture.sequences(); ++s) {
           CAPTURE(method);
@@ -445,20 +429,12 @@ TEST_SUITE("cuda") {
           CAPTURE(s);
           const MatrixView<const float> q = capture.queries_of(0, 1, s), k = capture.keys_of(0, 1, s);
           const Graph want = cpu->predict(q, k, 0, 1, causal);
-          Graph got;
-          if (method == "sparsefinder-distance") {
-            got = predict_distance(q, k, {wq.data(), d, r}, {wk.data(), d, r}, std::stod(settings.at("t")), causal);
-          } else if (method == "sparsefinder-kmeans") {
-            const std::vector<float> c = saved_matrix(head0, "centroids", rows, cols);
-            got = predict_kmeans(q, k, {wq.data(), d, r}, {wk.data(), d, r}, {c.data(), rows, cols},
-                                 std::stoul(settings.at("top")));
-          } else {
-            const std::vector<float> e = saved_matrix(head0, "edges", rows, cols);
-            got = predict_quantization(q, k, {wq.data(), d, r}, {wk.data(), d, r}, {e.data(), rows, cols});
-          }
+          const Graph got = cpu->predict(Device::cuda, q, k, 0, 1, causal);
           check_same_graph(got, want);
+          check_same_graph(loaded->predict(Device::cuda, q, k, 0, 1, causal), want);
           const Graph gold = gold_graph(capture, 0, 1, s);
-          const GraphMetrics gm = cuda::compare_graphs(got, gold, causal), cm = entgraph::compare_graphs(want, gold, causal);
+          const GraphMetrics gm = entgraph::compare_graphs(Device::cuda, got, gold, causal),
+                             cm = entgraph::compare_graphs(want, gold, causal);
           check_same_metrics(gm, cm);
           cpu_total += cm;
           gpu_total += gm;
@@ -468,6 +444,17 @@ TEST_SUITE("cuda") {
         CHECK(cpu_total.predicted > 0);
       }
     }
+  }
+
+  TEST_CASE("predictors without a CUDA kernel say so; a head out of range is refused as on the CPU") {
+    const Capture capture = test::clustered_capture(1, 2, 16, {32}, 4, false);
+    const MatrixView<const float> q = capture.queries_of(0, 0, 0), k = capture.keys_of(0, 0, 0);
+    const auto window = make_predictor("window", {{"window", "4"}});
+    CHECK_THROWS_WITH_AS(window->predict(Device::cuda, q, k, 0, 0, false), doctest::Contains("run it on cpu"), Error);
+    auto sf = make_predictor("sparsefinder-distance", {{"t", "1"}});
+    CHECK_THROWS_WITH_AS(sf->predict(Device::cuda, q, k, 0, 0, false), doctest::Contains("predict before fit"), Error);
+    sf->fit(capture, {});
+    CHECK_THROWS_WITH_AS(sf->predict(Device::cuda, q, k, 0, 5, false), doctest::Contains("out of range"), Error);
   }
 }
 

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "entgraph/cuda/device.hpp"
+#include "entgraph/device.hpp"
 #include "entgraph/cuda/transforms.hpp"
 #include "transforms/transform_support.hpp"
 
@@ -42,7 +43,7 @@ MaskView view_of(const Mask* mask) { return mask ? MaskView(mask->data.data(), m
 
 Matrix<float> gpu_forward(const Transform& t, const Matrix<float>& z, const Mask* mask = nullptr) {
   Matrix<float> p(z.rows, z.cols, kSentinel);
-  cuda::transform_forward(t, z.view(), p.view(), view_of(mask));
+  entgraph::transform_forward(Device::cuda, t, z.view(), p.view(), view_of(mask));
   return p;
 }
 
@@ -55,7 +56,7 @@ Matrix<double> cpu_forward64(const Transform& t, const Matrix<float>& z, const M
 
 Matrix<float> gpu_backward(const Transform& t, const Matrix<float>& p, const Matrix<float>& g) {
   Matrix<float> dz(p.rows, p.cols, kSentinel);
-  cuda::transform_backward(t, p.view(), g.view(), dz.view());
+  entgraph::transform_backward(Device::cuda, t, p.view(), g.view(), dz.view());
   return dz;
 }
 
@@ -370,7 +371,7 @@ TEST_SUITE("cuda") {
         ms[i * stride + j] = mask(i, j);
       }
     const Transform t = Transform::entmax15();
-    cuda::transform_forward(t, ConstMatrix<float>(zs.data(), rows, n, stride), MatrixView<float>(ps.data(), rows, n, stride),
+    entgraph::transform_forward(Device::cuda, t, ConstMatrix<float>(zs.data(), rows, n, stride), MatrixView<float>(ps.data(), rows, n, stride),
                       MaskView(ms.data(), rows, n, stride));
     const Matrix<float> expect = gpu_forward(t, z, &mask);
     for (std::size_t i = 0; i < rows; ++i)
@@ -378,7 +379,7 @@ TEST_SUITE("cuda") {
         if (j < n) CHECK(ps[i * stride + j] == expect(i, j));
         else CHECK(ps[i * stride + j] == kSentinel);
       }
-    cuda::transform_backward(t, ConstMatrix<float>(ps.data(), rows, n, stride), ConstMatrix<float>(gs.data(), rows, n, stride),
+    entgraph::transform_backward(Device::cuda, t, ConstMatrix<float>(ps.data(), rows, n, stride), ConstMatrix<float>(gs.data(), rows, n, stride),
                        MatrixView<float>(dzs.data(), rows, n, stride));
     for (std::size_t i = 0; i < rows; ++i)
       for (std::size_t j = n; j < stride; ++j) CHECK(dzs[i * stride + j] == kSentinel);
@@ -403,7 +404,7 @@ TEST_SUITE("cuda") {
           const std::string where =
               "scores has a non-finite entry at (" + std::to_string(at / n) + ", " + std::to_string(at % n) + ")";
           Matrix<float> p(rows, n, kSentinel);
-          CHECK_THROWS_WITH_AS(cuda::transform_forward(t, zb.view(), p.view()), doctest::Contains(where.c_str()), entgraph::Error);
+          CHECK_THROWS_WITH_AS(entgraph::transform_forward(Device::cuda, t, zb.view(), p.view()), doctest::Contains(where.c_str()), entgraph::Error);
           CHECK(untouched(p));
           // Device pointers: the device output is untouched too.
           DeviceArray<float> dz(zb.data.data(), zb.data.size()), dp(p.data.data(), p.data.size());
@@ -417,13 +418,13 @@ TEST_SUITE("cuda") {
       // Shapes and sizes.
       Matrix<float> p(rows, n, kSentinel), p_rows(rows + 1, n, kSentinel), p_cols(rows, n + 1, kSentinel);
       Mask mask_rows(rows - 1, n, 1);
-      CHECK_THROWS_WITH_AS(cuda::transform_forward(t, z.view(), p_rows.view()), doctest::Contains("probs"), entgraph::Error);
-      CHECK_THROWS_WITH_AS(cuda::transform_forward(t, z.view(), p_cols.view()), doctest::Contains("probs"), entgraph::Error);
-      CHECK_THROWS_WITH_AS(cuda::transform_forward(t, z.view(), p.view(), mask_rows.view()), doctest::Contains("mask"),
+      CHECK_THROWS_WITH_AS(entgraph::transform_forward(Device::cuda, t, z.view(), p_rows.view()), doctest::Contains("probs"), entgraph::Error);
+      CHECK_THROWS_WITH_AS(entgraph::transform_forward(Device::cuda, t, z.view(), p_cols.view()), doctest::Contains("probs"), entgraph::Error);
+      CHECK_THROWS_WITH_AS(entgraph::transform_forward(Device::cuda, t, z.view(), p.view(), mask_rows.view()), doctest::Contains("mask"),
                            entgraph::Error);
       CHECK(untouched(p));
       Matrix<float> z0(rows, 0), p0(rows, 0);
-      CHECK_THROWS_WITH_AS(cuda::transform_forward(t, z0.view(), p0.view()), doctest::Contains("scores rows are empty"),
+      CHECK_THROWS_WITH_AS(entgraph::transform_forward(Device::cuda, t, z0.view(), p0.view()), doctest::Contains("scores rows are empty"),
                            entgraph::Error);
       DeviceArray<float> dz(z.data.data(), z.data.size()), dp(z.data.size());
       CHECK_THROWS_WITH_AS(cuda::transform_forward(t, dz.data(), dp.data(), rows, 0), doctest::Contains("empty"),
@@ -449,14 +450,14 @@ TEST_SUITE("cuda") {
       // Backward: shapes, and non-finite upstream gradients (-inf too).
       const Matrix<float> pr = gpu_forward(t, z);
       Matrix<float> g(rows, n, 1.0f), dzm(rows, n, kSentinel), g_rows(rows + 1, n, 1.0f), dz_cols(rows, n - 1, kSentinel);
-      CHECK_THROWS_WITH_AS(cuda::transform_backward(t, pr.view(), g_rows.view(), dzm.view()), doctest::Contains("grad_probs"),
+      CHECK_THROWS_WITH_AS(entgraph::transform_backward(Device::cuda, t, pr.view(), g_rows.view(), dzm.view()), doctest::Contains("grad_probs"),
                            entgraph::Error);
-      CHECK_THROWS_WITH_AS(cuda::transform_backward(t, pr.view(), g.view(), dz_cols.view()), doctest::Contains("grad_scores"),
+      CHECK_THROWS_WITH_AS(entgraph::transform_backward(Device::cuda, t, pr.view(), g.view(), dz_cols.view()), doctest::Contains("grad_scores"),
                            entgraph::Error);
       for (float bad : {std::numeric_limits<float>::quiet_NaN(), kNegInf}) {
         Matrix<float> gb = g;
         gb(3, 4) = bad;
-        CHECK_THROWS_WITH_AS(cuda::transform_backward(t, pr.view(), gb.view(), dzm.view()),
+        CHECK_THROWS_WITH_AS(entgraph::transform_backward(Device::cuda, t, pr.view(), gb.view(), dzm.view()),
                              doctest::Contains("grad_probs has a non-finite entry at (3, 4)"), entgraph::Error);
       }
       CHECK(untouched(dzm));
@@ -466,18 +467,18 @@ TEST_SUITE("cuda") {
     Matrix<float> p(2, 5, kSentinel);
     for (double alpha : {0.5, 1001.0, std::numeric_limits<double>::quiet_NaN()}) {
       CAPTURE(alpha);
-      CHECK_THROWS_WITH_AS(cuda::transform_forward(Transform::entmax(alpha), small.view(), p.view()),
+      CHECK_THROWS_WITH_AS(entgraph::transform_forward(Device::cuda, Transform::entmax(alpha), small.view(), p.view()),
                            doctest::Contains("alpha out of range"), entgraph::Error);
-      CHECK_THROWS_WITH_AS(cuda::transform_backward(Transform::entmax(alpha), small.view(), small.view(), p.view()),
+      CHECK_THROWS_WITH_AS(entgraph::transform_backward(Device::cuda, Transform::entmax(alpha), small.view(), small.view(), p.view()),
                            doctest::Contains("alpha out of range"), entgraph::Error);
     }
-    CHECK_THROWS_WITH_AS(cuda::transform_forward(Transform::topk_softmax(0), small.view(), p.view()),
+    CHECK_THROWS_WITH_AS(entgraph::transform_forward(Device::cuda, Transform::topk_softmax(0), small.view(), p.view()),
                          doctest::Contains("k must be at least 1"), entgraph::Error);
-    CHECK_THROWS_WITH_AS(cuda::transform_backward(Transform::topk_softmax(0), small.view(), small.view(), p.view()),
+    CHECK_THROWS_WITH_AS(entgraph::transform_backward(Device::cuda, Transform::topk_softmax(0), small.view(), small.view(), p.view()),
                          doctest::Contains("k must be at least 1"), entgraph::Error);
     Transform span;
     span.kind = TransformKind::adaptive_span;
-    CHECK_THROWS_WITH_AS(cuda::transform_forward(span, small.view(), p.view()), doctest::Contains("needs extra inputs"),
+    CHECK_THROWS_WITH_AS(entgraph::transform_forward(Device::cuda, span, small.view(), p.view()), doctest::Contains("needs extra inputs"),
                          entgraph::Error);
     CHECK(std::all_of(p.data.begin(), p.data.end(), [](float x) { return x == kSentinel; }));
   }

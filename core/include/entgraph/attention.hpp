@@ -23,6 +23,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "entgraph/device.hpp"
 #include "entgraph/matrix_view.hpp"
 #include "entgraph/transforms.hpp"
 
@@ -73,6 +74,14 @@ template <class T>
 void attention_backward(ConstMatrix<T> q, ConstMatrix<T> k, ConstMatrix<T> v, ConstMatrix<T> grad_out,
                         MatrixView<T> grad_q, MatrixView<T> grad_k, MatrixView<T> grad_v,
                         const AttentionOptions<T>& options, AttentionParamGrads<T>* params = nullptr);
+
+// The same on `device` (entgraph/device.hpp), float32, without probs or
+// parameter gradients: checked in the core as above, then run there.
+void attention_forward(Device device, ConstMatrix<float> q, ConstMatrix<float> k, ConstMatrix<float> v,
+                       MatrixView<float> out, const AttentionOptions<float>& options);
+void attention_backward(Device device, ConstMatrix<float> q, ConstMatrix<float> k, ConstMatrix<float> v,
+                        ConstMatrix<float> grad_out, MatrixView<float> grad_q, MatrixView<float> grad_k,
+                        MatrixView<float> grad_v, const AttentionOptions<float>& options);
 
 // A contiguous [heads, rows, cols] tensor.
 template <class T>

@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "entgraph/device.hpp"
 #include "entgraph/io/capture.hpp"
 #include "entgraph/matrix_view.hpp"
 
@@ -95,5 +96,7 @@ struct GraphMetrics {
 };
 
 GraphMetrics compare_graphs(const Graph& predicted, const Graph& gold, bool causal);
+// The same on `device` (entgraph/device.hpp); both graphs are validated first.
+GraphMetrics compare_graphs(Device device, const Graph& predicted, const Graph& gold, bool causal);
 
 }  // namespace entgraph

@@ -106,6 +106,12 @@ void graph_attention_forward(ConstMatrix<T> q, ConstMatrix<T> k, ConstMatrix<T> 
                              MatrixView<T> out, const GraphAttentionOptions<T>& options,
                              GraphAttentionReport* report = nullptr);
 
+// The same on `device` (entgraph/device.hpp), float32, checked in the core
+// as above. Devices other than cpu compute GraphAttentionMode::fast only
+// (certify and exact need the CPU's score bounds) and give no report.
+void graph_attention_forward(Device device, ConstMatrix<float> q, ConstMatrix<float> k, ConstMatrix<float> v,
+                             const Graph& graph, MatrixView<float> out, const GraphAttentionOptions<float>& options);
+
 // The backward of graph_attention_forward with the same arguments: given
 // dL/dO (n x dv), writes dL/dQ (n x d), dL/dK (m x d), dL/dV (m x dv) of the
 // forward's output (in exact mode: of dense attention). Each row is

@@ -32,6 +32,7 @@
 #include <cstdint>
 #include <string>
 
+#include "entgraph/device.hpp"
 #include "entgraph/matrix_view.hpp"
 
 namespace entgraph {
@@ -224,5 +225,12 @@ void transform_forward(const Transform& t, ConstMatrix<T> scores, MatrixView<T> 
 template <class T>
 void transform_backward(const Transform& t, ConstMatrix<T> probs, ConstMatrix<T> grad_probs,
                         MatrixView<T> grad_scores, T* grad_alpha = nullptr);
+
+// The same on `device` (entgraph/device.hpp), float32: the arguments are
+// checked in the core as the CPU's calls check them, then the device runs.
+void transform_forward(Device device, const Transform& t, ConstMatrix<float> scores, MatrixView<float> probs,
+                       MaskView mask = {});
+void transform_backward(Device device, const Transform& t, ConstMatrix<float> probs, ConstMatrix<float> grad_probs,
+                        MatrixView<float> grad_scores);
 
 }  // namespace entgraph

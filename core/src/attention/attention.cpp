@@ -27,6 +27,7 @@
 #include "entgraph/runtime.hpp"
 #include "entgraph/transforms.hpp"
 #include "kernels/matmul_kernels.hpp"
+#include "runtime/backends.hpp"
 #include "runtime/parallel.hpp"
 #include "transforms/row_driver.hpp"
 
@@ -592,6 +593,23 @@ void multihead_attention_backward(ConstHeads<T> q, ConstHeads<T> k, ConstHeads<T
                     grad_v.head(h), head_options(options, h, q.rows, k.rows), &params);
     if (grad_alpha) grad_alpha[h] = params.alpha;
   });
+}
+
+void attention_forward(Device device, ConstMatrix<float> q, ConstMatrix<float> k, ConstMatrix<float> v,
+                       MatrixView<float> out, const AttentionOptions<float>& options) {
+  if (device == Device::cpu) return attention_forward<float>(q, k, v, out, options);
+  const auto kernel = detail::backend_kernel(device, kForward, &BackendKernels::attention_forward);
+  validate_forward<float>(kForward, q, k, v, out, options, {});
+  kernel(q, k, v, out, options);
+}
+
+void attention_backward(Device device, ConstMatrix<float> q, ConstMatrix<float> k, ConstMatrix<float> v,
+                        ConstMatrix<float> grad_out, MatrixView<float> grad_q, MatrixView<float> grad_k,
+                        MatrixView<float> grad_v, const AttentionOptions<float>& options) {
+  if (device == Device::cpu) return attention_backward<float>(q, k, v, grad_out, grad_q, grad_k, grad_v, options);
+  const auto kernel = detail::backend_kernel(device, kBackward, &BackendKernels::attention_backward);
+  validate_backward<float>(kBackward, q, k, v, grad_out, grad_q, grad_k, grad_v, options);
+  kernel(q, k, v, grad_out, grad_q, grad_k, grad_v, options);
 }
 
 #define ENTGRAPH_INSTANTIATE_ATTENTION(T)                                                                             \

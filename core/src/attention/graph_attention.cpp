@@ -33,6 +33,7 @@
 #include "kernels/matmul_kernels.hpp"
 #include "kernels/reference/transforms_reference.hpp"
 #include "kernels/transform_kernels.hpp"
+#include "runtime/backends.hpp"
 #include "runtime/parallel.hpp"
 #include "transforms/row_driver.hpp"
 
@@ -1012,6 +1013,21 @@ void graph_attention_backward(ConstMatrix<T> q, ConstMatrix<T> k, ConstMatrix<T>
                          }
                        });
   fill_report(report, std::move(settled), graph_keys, final_keys, count_bound_pairs(c, graph_keys));
+}
+
+void graph_attention_forward(Device device, ConstMatrix<float> q, ConstMatrix<float> k, ConstMatrix<float> v,
+                             const Graph& graph, MatrixView<float> out, const GraphAttentionOptions<float>& options) {
+  if (device == Device::cpu) return graph_attention_forward<float>(q, k, v, graph, out, options);
+  const auto kernel = detail::backend_kernel(device, kOp, &BackendKernels::graph_attention_forward);
+  validate<float>(kOp, q, k, v, graph, options);
+  detail::check_shape(kOp, "out", out, q.rows, v.cols);
+  validate_mode<float>(kOp, options);
+  if (options.mode != GraphAttentionMode::fast)
+    fail(std::string("options.mode is ") + (options.mode == GraphAttentionMode::exact ? "exact" : "certify") +
+             " but device " + device_name(device) +
+             " computes the graph's rows only (GraphAttentionMode::fast); certify and exact run on cpu",
+         kOp);
+  kernel(q, k, v, graph, out, options.attention);
 }
 
 #define ENTGRAPH_GRAPH_ATTENTION(T)                                                                                \

@@ -12,6 +12,7 @@
 #include "entgraph/transforms.hpp"
 #include "io/capture_context.hpp"
 #include "kernels/matmul_kernels.hpp"
+#include "runtime/backends.hpp"
 
 namespace entgraph {
 namespace {
@@ -285,6 +286,15 @@ GraphMetrics& GraphMetrics::operator+=(const GraphMetrics& o) {
   allowed += o.allowed;
   queries += o.queries;
   return *this;
+}
+
+GraphMetrics compare_graphs(Device device, const Graph& predicted, const Graph& gold, bool causal) {
+  if (device == Device::cpu) return compare_graphs(predicted, gold, causal);
+  const auto kernel = detail::backend_kernel(device, "compare_graphs", &BackendKernels::compare_graphs);
+  check_same_shape(predicted, gold, "compare_graphs");
+  predicted.validate("compare_graphs: predicted");
+  gold.validate("compare_graphs: gold");
+  return kernel(predicted, gold, causal);
 }
 
 GraphMetrics compare_graphs(const Graph& predicted, const Graph& gold, bool causal) {

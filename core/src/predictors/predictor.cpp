@@ -12,6 +12,7 @@
 #include "io/binary.hpp"
 #include "io/json_strict.hpp"
 #include "predictors/registry.hpp"
+#include "runtime/backends.hpp"
 #include "runtime/numbers.hpp"
 
 namespace entgraph {
@@ -150,11 +151,31 @@ void Predictor::set_union_patterns(long extra_window, std::size_t extra_global) 
 
 Graph Predictor::predict(MatrixView<const float> q, MatrixView<const float> k, std::size_t layer, std::size_t head,
                          bool causal) const {
+  return predict(Device::cpu, q, k, layer, head, causal);
+}
+
+Graph Predictor::predict(Device device, MatrixView<const float> q, MatrixView<const float> k, std::size_t layer,
+                         std::size_t head, bool causal) const {
   if (q.cols != k.cols)
     throw Error(method() + ": predict: q has " + std::to_string(q.cols) + " columns, k has " + std::to_string(k.cols));
-  Graph g = predict_pattern(q, k, layer, head, causal);
+  Graph g;
+  if (device == Device::cpu) {
+    g = predict_pattern(q, k, layer, head, causal);
+  } else {
+    const auto kernel = detail::backend_kernel(device, "predict", &BackendKernels::sparsefinder_pattern);
+    SparsefinderHead h;
+    if (!sparsefinder_head(q, k, layer, head, h))
+      throw Error(method() + ": predict: device " + device_name(device) +
+                  " has no kernel for this method; run it on cpu");
+    g = kernel(h, q, k, causal);
+  }
   if (extra_window_ < 0 && extra_global_ == 0) return g;
   return graph_union(g, window_global_graph(q.rows, k.rows, extra_window_, extra_global_, causal));
+}
+
+bool Predictor::sparsefinder_head(MatrixView<const float>, MatrixView<const float>, std::size_t, std::size_t,
+                                  SparsefinderHead&) const {
+  return false;
 }
 
 std::string Predictor::to_json() const {

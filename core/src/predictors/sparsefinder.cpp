@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "entgraph/attention.hpp"
+#include "entgraph/backend.hpp"
 #include "entgraph/error.hpp"
 #include "entgraph/training/kmeans.hpp"
 #include "entgraph/training/progress.hpp"
@@ -135,6 +136,17 @@ class SparsefinderBase : public Predictor {
   }
 
   std::string parameters_json() const override {
+  // The head's projections; the method fills in its own part.
+  bool sparsefinder_head(MatrixView<const float> q, MatrixView<const float> k, std::size_t layer, std::size_t head,
+                         SparsefinderHead& out) const override {
+    const Projection& pr = projection_for(q, k, layer, head);
+    out.wq = {pr.wq.data(), pr.dim, pr.rank};
+    out.wk = {pr.wk.data(), pr.dim, pr.rank};
+    method_head(layer * heads_ + head, out);
+    return true;
+  }
+  virtual void method_head(std::size_t index, SparsefinderHead& out) const = 0;
+
     if (!fitted()) return "{}";
     json p;
     write_projections(p, projections_, layers_, heads_, dim_, common_.projection.rank);
@@ -237,6 +249,11 @@ class DistancePredictor final : public SparsefinderBase {
   }
 
   double threshold_ = 1.0;
+  void method_head(std::size_t, SparsefinderHead& out) const override {
+    out.method = SparsefinderHead::Method::distance;
+    out.threshold = threshold_;
+  }
+
 };
 
 // ---- sparsefinder-quantization ----
@@ -356,6 +373,11 @@ class QuantizationPredictor final : public SparsefinderBase {
 
   std::size_t bins_ = 4;
   std::vector<std::vector<float>> edges_;  // per head, r x (B - 1)
+  void method_head(std::size_t index, SparsefinderHead& out) const override {
+    out.method = SparsefinderHead::Method::quantization;
+    out.edges = {edges_[index].data(), common_.projection.rank, bins_ - 1};
+  }
+
 };
 
 // ---- sparsefinder-kmeans ----
@@ -463,6 +485,12 @@ class KMeansPredictor final : public SparsefinderBase {
 
   std::size_t clusters_ = 4, top_ = 1, restarts_ = 3, iterations_ = 20;
   std::vector<std::vector<float>> centroids_;  // per head, clusters x r
+  void method_head(std::size_t index, SparsefinderHead& out) const override {
+    out.method = SparsefinderHead::Method::kmeans;
+    out.centroids = {centroids_[index].data(), clusters_, common_.projection.rank};
+    out.top = top_;
+  }
+
 };
 
 }  // namespace

@@ -8,16 +8,6 @@
 #include "transforms/row_driver.hpp"
 
 namespace entgraph {
-namespace {
-
-void check_alpha(const char* op, double alpha) {
-  if (!(alpha >= 1.0 && alpha <= kMaxEntmaxAlpha))
-    throw Error(std::string(op) + ": alpha out of range (got " + detail::number_text(alpha) +
-                ", expected 1 <= alpha <= " + detail::number_text(kMaxEntmaxAlpha) + "; alpha = 1 is softmax)");
-}
-
-}  // namespace
-
 template <class T>
 void entmax15(ConstMatrix<T> scores, MatrixView<T> probs, MaskView mask) {
   if constexpr (std::is_same_v<T, float>) {
@@ -37,7 +27,7 @@ void entmax15_backward(ConstMatrix<T> probs, ConstMatrix<T> grad_probs, MatrixVi
 
 template <class T>
 void entmax(ConstMatrix<T> scores, MatrixView<T> probs, double alpha, MaskView mask) {
-  check_alpha("entmax", alpha);
+  detail::check_alpha("entmax", alpha);
   detail::RowParams params;
   params.alpha = alpha;
   const auto& kernels = detail::kernels_for<T>();
@@ -53,7 +43,7 @@ void entmax(ConstMatrix<T> scores, MatrixView<T> probs, double alpha, MaskView m
 template <class T>
 void entmax_backward(ConstMatrix<T> probs, ConstMatrix<T> grad_probs, MatrixView<T> grad_scores, double alpha,
                      T* grad_alpha) {
-  check_alpha("entmax_backward", alpha);
+  detail::check_alpha("entmax_backward", alpha);
   detail::RowParams params;
   params.alpha = alpha;
   const auto& kernels = detail::kernels_for<T>();

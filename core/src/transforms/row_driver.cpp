@@ -12,7 +12,15 @@ void check_transform_scalars(const Transform& t, const char* op, const std::stri
     throw Error(std::string(op) + ": " + name + ".k is 0 for topk_softmax (got 0, expected k >= 1)");
 }
 
-std::string shape_text(std::size_t rows, std::size_t cols) { return std::to_string(rows) + "x" + std::to_string(cols); }
+void check_alpha(const char* op, double alpha) {
+  if (!(alpha >= 1.0 && alpha <= kMaxEntmaxAlpha))
+    throw Error(std::string(op) + ": alpha out of range (got " + number_text(alpha) + ", expected 1 <= alpha <= " +
+                number_text(kMaxEntmaxAlpha) + "; alpha = 1 is softmax)");
+}
+
+void check_topk_k(const char* op, std::size_t k) {
+  if (k == 0) throw Error(std::string(op) + ": k must be at least 1 (got k = 0)");
+}
 
 namespace {
 

@@ -15,6 +15,7 @@
 #include "entgraph/error.hpp"
 #include "entgraph/matrix_view.hpp"
 #include "entgraph/transforms.hpp"
+#include "entgraph/view_checks.hpp"
 #include "kernels/reference/transforms_reference.hpp"
 #include "runtime/numbers.hpp"
 #include "runtime/parallel.hpp"
@@ -32,42 +33,30 @@ T narrow(double v) {
   return static_cast<T>(v);
 }
 
-// "(got 3x4, expected 3x5)" style shape text.
-std::string shape_text(std::size_t rows, std::size_t cols);
 // Checks the scalar parameter of an entmax (alpha) or top-k (k) transform;
 // name is how the caller's argument is called ("options.transform"). Other
 // kinds pass.
 void check_transform_scalars(const Transform& t, const char* op, const std::string& name);
+// Throws unless 1 <= alpha <= kMaxEntmaxAlpha (the entmax ops' own argument).
+void check_alpha(const char* op, double alpha);
+// Throws unless k >= 1 (the top-k op's own argument).
+void check_topk_k(const char* op, std::size_t k);
+// Every check transform_forward<float>(t, ...) makes before it writes, in its
+// order and with its messages, for a transform it takes; the op layer runs it
+// before another device's kernel.
+void check_transform_forward(const Transform& t, ConstMatrix<float> scores, MatrixView<float> probs, MaskView mask);
+// The same for transform_backward<float>(t, ...) without grad_alpha.
+void check_transform_backward(const Transform& t, ConstMatrix<float> probs, ConstMatrix<float> grad_probs,
+                              MatrixView<float> grad_scores);
 // Numbers in error messages: the shortest text that reads back (number_text).
 inline std::string num(double x) { return number_text(x); }
 inline std::string num(std::size_t x) { return std::to_string(x); }
 
-// Throws unless `view` has data (when not empty) and a row stride that fits
-// its rows (a single row may have any stride).
-template <class V>
-void check_view(const char* op, const char* arg, const V& view) {
-  if (view.data == nullptr && view.rows * view.cols > 0)
-    throw Error(std::string(op) + ": " + arg + " has no data (got nullptr, expected " +
-                shape_text(view.rows, view.cols) + " values)");
-  if (view.rows > 1 && view.stride < view.cols)
-    throw Error(std::string(op) + ": " + arg + ".stride is smaller than its cols (got " + std::to_string(view.stride) +
-                ", expected >= " + std::to_string(view.cols) + ")");
-}
-
-// Throws unless `view` is a valid rows x cols view.
-template <class V>
-void check_shape(const char* op, const char* arg, const V& view, std::size_t rows, std::size_t cols) {
-  if (view.rows != rows || view.cols != cols)
-    throw Error(std::string(op) + ": " + arg + " has the wrong shape (got " + shape_text(view.rows, view.cols) +
-                ", expected " + shape_text(rows, cols) + ")");
-  check_view(op, arg, view);
-}
-
-// Throws unless `input` has at least one column.
-template <class V>
-void check_nonempty(const char* op, const char* arg, const V& input) {
-  if (input.cols == 0) throw Error(std::string(op) + ": " + arg + " rows are empty (got n = 0, expected n >= 1)");
-}
+// The view checks are public (entgraph/view_checks.hpp): backends use them too.
+using entgraph::check_nonempty;
+using entgraph::check_shape;
+using entgraph::check_view;
+using entgraph::shape_text;
 
 // Throws if an unmasked entry of `scores` is NaN or +inf. -inf is allowed.
 template <class T>
@@ -85,13 +74,18 @@ T* thread_scratch(std::size_t n);
 // each row calls kernel(z_row, p_row, n, params_of(row), scratch), with masked
 // entries replaced by -inf in a copy of the row first. params_of(row) builds
 // the row's RowParams (most ops return one constant value).
-template <class T, class Kernel, class Params>
-void forward_rows(const char* op, ConstMatrix<T> scores, MatrixView<T> probs, MaskView mask, Kernel kernel,
-                  Params params_of) {
+template <class T>
+void check_forward_args(const char* op, ConstMatrix<T> scores, MatrixView<T> probs, MaskView mask) {
   check_shape(op, "probs", probs, scores.rows, scores.cols);
   check_nonempty(op, "scores", scores);
   if (!mask.empty()) check_shape(op, "mask", mask, scores.rows, scores.cols);
   check_scores<T>(op, "scores", scores, mask);
+}
+
+template <class T, class Kernel, class Params>
+void forward_rows(const char* op, ConstMatrix<T> scores, MatrixView<T> probs, MaskView mask, Kernel kernel,
+                  Params params_of) {
+  check_forward_args<T>(op, scores, probs, mask);
   const std::size_t n = scores.cols;
   parallel_for(scores.rows, grain_for(n), [&](std::size_t begin, std::size_t end) {
     T* scratch = thread_scratch<T>(n + scratch_floats(n));
@@ -112,10 +106,7 @@ void forward_rows(const char* op, ConstMatrix<T> scores, MatrixView<T> probs, Ma
 template <class Params>
 void forward_row_batches(const char* op, ConstMatrix<float> scores, MatrixView<float> probs, MaskView mask,
                          ForwardRows kernel, Params params_of) {
-  check_shape(op, "probs", probs, scores.rows, scores.cols);
-  check_nonempty(op, "scores", scores);
-  if (!mask.empty()) check_shape(op, "mask", mask, scores.rows, scores.cols);
-  check_scores<float>(op, "scores", scores, mask);
+  check_forward_args<float>(op, scores, probs, mask);
   const std::size_t n = scores.cols, batches = (scores.rows + kRowBatch - 1) / kRowBatch;
   parallel_for(batches, grain_for(kRowBatch * n), [&](std::size_t begin, std::size_t end) {
     float* const copies = thread_scratch<float>(kRowBatch * n + short_rows_scratch(n));

@@ -8,7 +8,7 @@ namespace entgraph {
 
 template <class T>
 void topk_softmax(ConstMatrix<T> scores, MatrixView<T> probs, std::size_t k, MaskView mask) {
-  if (k == 0) throw Error("topk_softmax: k must be at least 1 (got k = 0)");
+  detail::check_topk_k("topk_softmax", k);
   detail::RowParams params;
   params.k = k;
   detail::forward_rows<T>("topk_softmax", scores, probs, mask, detail::kernels_for<T>().topk_softmax,

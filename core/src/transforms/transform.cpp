@@ -4,7 +4,9 @@
 
 #include "entgraph/error.hpp"
 #include "entgraph/transforms.hpp"
+#include "runtime/backends.hpp"
 #include "runtime/numbers.hpp"
+#include "transforms/row_driver.hpp"
 
 namespace entgraph {
 
@@ -82,11 +84,68 @@ void transform_backward(const Transform& t, ConstMatrix<T> probs, ConstMatrix<T>
       return entmax15_backward<T>(probs, grad_probs, grad_scores);
     case TransformKind::entmax: return entmax_backward<T>(probs, grad_probs, grad_scores, t.alpha, grad_alpha);
     case TransformKind::topk_softmax:
-      if (t.k == 0) throw Error("transform_backward: k must be at least 1 (got k = 0)");
+      detail::check_topk_k("transform_backward", t.k);
       return topk_softmax_backward<T>(probs, grad_probs, grad_scores);
     default:
       throw Error("transform_backward: " + t.name() + " needs extra inputs; call it directly");
   }
+}
+
+namespace detail {
+
+void check_transform_forward(const Transform& t, ConstMatrix<float> scores, MatrixView<float> probs, MaskView mask) {
+  switch (t.kind) {
+    case TransformKind::softmax: return check_forward_args<float>("softmax", scores, probs, mask);
+    case TransformKind::sparsemax: return check_forward_args<float>("sparsemax", scores, probs, mask);
+    case TransformKind::entmax15: return check_forward_args<float>("entmax15", scores, probs, mask);
+    case TransformKind::entmax:
+      check_alpha("entmax", t.alpha);
+      return check_forward_args<float>("entmax", scores, probs, mask);
+    case TransformKind::topk_softmax:
+      check_topk_k("topk_softmax", t.k);
+      return check_forward_args<float>("topk_softmax", scores, probs, mask);
+    default: throw Error("transform_forward: " + t.name() + " needs extra inputs; call it directly");
+  }
+}
+
+void check_transform_backward(const Transform& t, ConstMatrix<float> probs, ConstMatrix<float> grad_probs,
+                              MatrixView<float> grad_scores) {
+  switch (t.kind) {
+    case TransformKind::softmax: return check_backward_args<float>("softmax_backward", probs, grad_probs, grad_scores);
+    case TransformKind::sparsemax:
+      return check_backward_args<float>("sparsemax_backward", probs, grad_probs, grad_scores);
+    case TransformKind::entmax15:
+      return check_backward_args<float>("entmax15_backward", probs, grad_probs, grad_scores);
+    case TransformKind::entmax:
+      check_alpha("entmax_backward", t.alpha);
+      return check_backward_args<float>("entmax_backward", probs, grad_probs, grad_scores);
+    case TransformKind::topk_softmax:
+      check_topk_k("transform_backward", t.k);
+      return check_backward_args<float>("topk_softmax_backward", probs, grad_probs, grad_scores);
+    default: throw Error("transform_backward: " + t.name() + " needs extra inputs; call it directly");
+  }
+}
+
+}  // namespace detail
+
+void check_transform_parameters(const Transform& t, const char* op, const std::string& name) {
+  detail::check_transform_scalars(t, op, name);
+}
+
+void transform_forward(Device device, const Transform& t, ConstMatrix<float> scores, MatrixView<float> probs,
+                       MaskView mask) {
+  if (device == Device::cpu) return transform_forward<float>(t, scores, probs, mask);
+  const auto kernel = detail::backend_kernel(device, "transform_forward", &BackendKernels::transform_forward);
+  detail::check_transform_forward(t, scores, probs, mask);
+  kernel(t, scores, probs, mask);
+}
+
+void transform_backward(Device device, const Transform& t, ConstMatrix<float> probs, ConstMatrix<float> grad_probs,
+                        MatrixView<float> grad_scores) {
+  if (device == Device::cpu) return transform_backward<float>(t, probs, grad_probs, grad_scores);
+  const auto kernel = detail::backend_kernel(device, "transform_backward", &BackendKernels::transform_backward);
+  detail::check_transform_backward(t, probs, grad_probs, grad_scores);
+  kernel(t, probs, grad_probs, grad_scores);
 }
 
 template void transform_forward<float>(const Transform&, ConstMatrix<float>, MatrixView<float>, MaskView);

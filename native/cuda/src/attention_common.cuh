@@ -21,6 +21,8 @@
 #include <string>
 #include <vector>
 
+#include "checks.cuh"
+#include "entgraph/backend.hpp"
 #include "entgraph/cuda/device.hpp"
 #include "entgraph/error.hpp"
 #include "entgraph/matrix_view.hpp"
@@ -54,29 +56,17 @@ __host__ __device__ inline Tau split_tau(double t) {
 }
 
 // Resolves options.transform and the scale; throws entgraph::Error naming the
-// argument for a transform the fused kernels do not implement.
+// argument for a transform the fused kernels do not implement (and, for the
+// device-memory entry points, which the core never sees, with the core's
+// checks of alpha and the scale).
 inline Weighting make_weighting(const Transform& t, double scale, std::size_t d, const char* op, const char* name) {
-  double alpha = 1.0;
-  switch (t.kind) {
-    case TransformKind::softmax:
-      alpha = 1.0;
-      break;
-    case TransformKind::sparsemax:
-      alpha = 2.0;
-      break;
-    case TransformKind::entmax15:
-      alpha = 1.5;
-      break;
-    case TransformKind::entmax:
-      alpha = t.alpha;
-      if (!(alpha >= 1.0 && alpha <= kMaxEntmaxAlpha))
-        throw Error(std::string(op) + ": " + name + ".alpha is out of range (got " + std::to_string(alpha) +
-                    ", expected 1 <= alpha <= " + std::to_string(kMaxEntmaxAlpha) + ")");
-      break;
-    default:
-      throw Error(std::string(op) + ": " + name + " is not supported on the GPU (got " + t.name() +
-                  ", expected softmax, sparsemax, entmax15 or entmax)");
-  }
+  const bool kernel = t.kind == TransformKind::softmax || t.kind == TransformKind::sparsemax ||
+                      t.kind == TransformKind::entmax15 || t.kind == TransformKind::entmax;
+  if (!kernel)
+    throw Error(std::string(op) + ": " + name + " is not supported on device cuda (got " + t.name() +
+                ", expected softmax, sparsemax, entmax15 or entmax)");
+  check_transform_parameters(t, op, name);
+  const double alpha = t.tsallis_alpha();
   if (!std::isfinite(scale))
     throw Error(std::string(op) + ": options.scale is not finite (got " + std::to_string(scale) +
                 ", expected a finite number)");
@@ -199,77 +189,6 @@ __device__ inline Tau warp_entmax_tau(const float* x, std::size_t count, float m
     t = next;
   }
   return {flo, 0.0f};
-}
-
-// Whether a pointer suits 16-byte vector loads.
-inline bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
-
-// Throws unless p is set, points at device (or managed) memory, and is
-// 16-byte aligned (the dense kernels read rows as float4; cudaMalloc's
-// pointers always are). A host pointer would fault inside the kernel and
-// poison the context, so it is caught here.
-inline void check_device_pointer(const void* p, const char* op, const char* name, bool aligned = true) {
-  if (p == nullptr) throw Error(std::string(op) + ": " + name + " is null (expected a device pointer)");
-  cudaPointerAttributes attr{};
-  const cudaError_t status = cudaPointerGetAttributes(&attr, p);
-  if (status != cudaSuccess) {
-    cudaGetLastError();  // not sticky; clear it
-    throw Error(std::string(op) + ": " + name + " is not a device pointer (" + cudaGetErrorString(status) + ")");
-  }
-  if (attr.type != cudaMemoryTypeDevice && attr.type != cudaMemoryTypeManaged)
-    throw Error(std::string(op) + ": " + name + " is not a device pointer (got host memory, expected device memory)");
-  if (aligned && !aligned16(p))
-    throw Error(std::string(op) + ": " + name + " is not 16-byte aligned (got address " +
-                std::to_string(reinterpret_cast<std::uintptr_t>(p)) + ", expected a multiple of 16)");
-}
-
-// Throws if any entry is NaN or +-inf, as the CPU's attention does.
-inline void check_finite_host(MatrixView<const float> x, const char* op, const char* name) {
-  for (std::size_t i = 0; i < x.rows; ++i) {
-    const float* row = x.row(i);
-    for (std::size_t j = 0; j < x.cols; ++j)
-      if (!std::isfinite(row[j]))
-        throw Error(std::string(op) + ": " + name + " has a non-finite entry at (" + std::to_string(i) + ", " +
-                    std::to_string(j) + ") (got " + std::to_string(row[j]) + ", expected a finite number)");
-  }
-}
-
-// Copies a contiguous rows x cols device matrix into a host view of any stride.
-inline void download_matrix(const DeviceArray<float>& src, MatrixView<float> dst) {
-  if (dst.rows == 0 || dst.cols == 0) return;
-  if (dst.rows == 1 || dst.stride == dst.cols) {
-    src.download(dst.data);
-    return;
-  }
-  std::vector<float> packed(src.size());
-  src.download(packed.data());
-  for (std::size_t i = 0; i < dst.rows; ++i)
-    std::copy(packed.data() + i * dst.cols, packed.data() + (i + 1) * dst.cols, dst.row(i));
-}
-
-// The host-memory overloads' shared checks: q (n x d), k (m x d), v (m x dv)
-// and out (n x dv) have matching, non-empty shapes, are valid views, and q,
-// k, v are finite; names the argument that is not.
-inline void check_host_attention_args(ConstMatrix<float> q, ConstMatrix<float> k, ConstMatrix<float> v,
-                                      MatrixView<float> out, const char* op) {
-  if (q.rows == 0) argument_error(op, "q.rows is 0 (got 0 queries, expected n >= 1)");
-  if (k.rows == 0) argument_error(op, "k.rows is 0 (got 0 keys, expected m >= 1)");
-  if (k.cols != q.cols)
-    argument_error(op, "k.cols does not match q.cols (got " + std::to_string(k.cols) + ", expected " +
-                           std::to_string(q.cols) + ")");
-  if (v.rows != k.rows)
-    argument_error(op, "v.rows does not match k.rows (got " + std::to_string(v.rows) + ", expected " +
-                           std::to_string(k.rows) + ")");
-  if (out.rows != q.rows || out.cols != v.cols)
-    argument_error(op, "out has the wrong shape (got " + std::to_string(out.rows) + " x " + std::to_string(out.cols) +
-                           ", expected " + std::to_string(q.rows) + " x " + std::to_string(v.cols) + ")");
-  check_view(q, op, "q");
-  check_view(k, op, "k");
-  check_view(v, op, "v");
-  check_view(ConstMatrix<float>(out), op, "out");
-  check_finite_host(q, op, "q");
-  check_finite_host(k, op, "k");
-  check_finite_host(v, op, "v");
 }
 
 // An attention call's scratch of `bytes`: the caller's workspace (options.

@@ -174,8 +174,8 @@ void nearest_centroids(const float* points, std::size_t n, std::size_t dim, cons
 std::vector<std::uint32_t> nearest_centroids(MatrixView<const float> points, MatrixView<const float> centroids,
                                              std::size_t top) {
   constexpr const char* op = "cuda::nearest_centroids";
-  detail::check_view(points, op, "points");
-  detail::check_view(centroids, op, "centroids");
+  check_view(op, "points", points);
+  check_view(op, "centroids", centroids);
   if (centroids.cols != points.cols)
     detail::argument_error(op, "centroids have " + std::to_string(centroids.cols) + " columns, points have " +
                                    std::to_string(points.cols) + " (expected equal)");
@@ -183,8 +183,8 @@ std::vector<std::uint32_t> nearest_centroids(MatrixView<const float> points, Mat
   if (top == 0 || top > centroids.rows)
     detail::argument_error(op, "top must be in [1, clusters] (got " + std::to_string(top) + ", clusters " +
                                    std::to_string(centroids.rows) + ")");
-  const DeviceArray<float> dp = detail::upload_matrix(points, op);
-  const DeviceArray<float> dc = detail::upload_matrix(centroids, op);
+  const DeviceArray<float> dp = detail::upload(points, op);
+  const DeviceArray<float> dc = detail::upload(centroids, op);
   DeviceArray<std::uint32_t> out(points.rows * top, op);
   nearest_centroids(dp.data(), points.rows, points.cols, dc.data(), centroids.rows, top, out.data());
   return detail::download_vector(out);
@@ -207,10 +207,10 @@ void quantize_buckets(const float* points, std::size_t n, std::size_t r, const f
 
 std::vector<std::uint32_t> quantize_buckets(MatrixView<const float> points, MatrixView<const float> edges) {
   constexpr const char* op = "cuda::quantize_buckets";
-  detail::check_view(points, op, "points");
+  check_view(op, "points", points);
   detail::check_bin_edges(edges, points.cols, op);
-  const DeviceArray<float> dp = detail::upload_matrix(points, op);
-  const DeviceArray<float> de = detail::upload_matrix(edges, op);
+  const DeviceArray<float> dp = detail::upload(points, op);
+  const DeviceArray<float> de = detail::upload(edges, op);
   DeviceArray<std::uint32_t> out(points.rows * points.cols, op);
   quantize_buckets(dp.data(), points.rows, points.cols, de.data(), edges.cols + 1, out.data());
   return detail::download_vector(out);
@@ -230,11 +230,11 @@ DeviceGraph bucket_graph(const std::uint32_t* query_buckets, std::size_t n, std:
 Graph bucket_graph(MatrixView<const std::uint32_t> query_buckets, MatrixView<const std::uint32_t> key_buckets,
                    std::size_t num_buckets, bool causal) {
   constexpr const char* op = "cuda::bucket_graph";
-  detail::check_view(query_buckets, op, "query_buckets");
-  detail::check_view(key_buckets, op, "key_buckets");
+  check_view(op, "query_buckets", query_buckets);
+  check_view(op, "key_buckets", key_buckets);
   detail::check_graph_size(query_buckets.rows, key_buckets.rows, op);
-  const DeviceArray<std::uint32_t> dq = detail::upload_matrix(query_buckets, op);
-  const DeviceArray<std::uint32_t> dk = detail::upload_matrix(key_buckets, op);
+  const DeviceArray<std::uint32_t> dq = detail::upload(query_buckets, op);
+  const DeviceArray<std::uint32_t> dk = detail::upload(key_buckets, op);
   return bucket_graph(dq.data(), query_buckets.rows, query_buckets.cols, dk.data(), key_buckets.rows,
                       key_buckets.cols, num_buckets, causal)
       .download();

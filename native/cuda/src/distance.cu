@@ -62,8 +62,8 @@ DeviceGraph distance_graph(const float* qp, std::size_t n, const float* kp, std:
 
 Graph distance_graph(MatrixView<const float> qp, MatrixView<const float> kp, double threshold, bool causal) {
   constexpr const char* op = "cuda::distance_graph";
-  detail::check_view(qp, op, "qp");
-  detail::check_view(kp, op, "kp");
+  check_view(op, "qp", qp);
+  check_view(op, "kp", kp);
   if (qp.cols != kp.cols)
     detail::argument_error(op, "qp has " + std::to_string(qp.cols) + " columns, kp has " + std::to_string(kp.cols) +
                                    " (expected equal)");
@@ -71,8 +71,8 @@ Graph distance_graph(MatrixView<const float> qp, MatrixView<const float> kp, dou
   if (!std::isfinite(threshold) || !(threshold >= 0.0))
     detail::argument_error(op, "threshold must be finite and >= 0 (got " + std::to_string(threshold) + ")");
   detail::check_graph_size(qp.rows, kp.rows, op);
-  const DeviceArray<float> dq = detail::upload_matrix(qp, op);
-  const DeviceArray<float> dk = detail::upload_matrix(kp, op);
+  const DeviceArray<float> dq = detail::upload(qp, op);
+  const DeviceArray<float> dk = detail::upload(kp, op);
   return distance_graph(dq.data(), qp.rows, dk.data(), kp.rows, qp.cols, threshold, causal).download();
 }
 

@@ -56,6 +56,7 @@
 #include <vector>
 
 #include "attention_common.cuh"
+#include "backend_kernels.hpp"
 #include "entgraph/cuda/attention.hpp"
 #include "entgraph/error.hpp"
 #include "predictors_common.cuh"
@@ -910,29 +911,27 @@ void attention_forward(const float* q, const float* k, const float* v, float* ou
   });
 }
 
-void attention_forward(ConstMatrix<float> q, ConstMatrix<float> k, ConstMatrix<float> v, MatrixView<float> out,
-                       const AttentionOptions<float>& options, std::size_t candidate_capacity) {
+// The backend's kernel: the core has validated the arguments; left to check
+// is what the fused kernels cannot do (head dimensions, sizes, transforms).
+void detail::host_attention_forward(ConstMatrix<float> q, ConstMatrix<float> k, ConstMatrix<float> v,
+                                    MatrixView<float> out, const AttentionOptions<float>& options) {
   const std::size_t n = q.rows, m = k.rows, d = q.cols, dv = v.cols;
-  detail::check_host_attention_args(q, k, v, out, kOp);
   check_sizes(n, m, d, dv);
   detail::make_weighting(options.transform, options.scale, d, kOp, "options.transform");
-
-  DeviceArray<float> dq = detail::upload_matrix(q, "cuda::attention_forward (q)");
-  DeviceArray<float> dk = detail::upload_matrix(k, "cuda::attention_forward (k)");
-  DeviceArray<float> dv_ = detail::upload_matrix(v, "cuda::attention_forward (v)");
+  DeviceArray<float> dq = detail::upload(q, "attention_forward: uploading q");
+  DeviceArray<float> dk = detail::upload(k, "attention_forward: uploading k");
+  DeviceArray<float> dv_ = detail::upload(v, "attention_forward: uploading v");
   DeviceArray<std::uint8_t> pad;
-  if (options.key_padding) pad = DeviceArray<std::uint8_t>(options.key_padding, m, "cuda::attention_forward (key_padding)");
-  DeviceArray<float> dout(n * dv, "cuda::attention_forward (out)");
-
+  if (options.key_padding) pad = DeviceArray<std::uint8_t>(options.key_padding, m, "attention_forward: key_padding");
+  DeviceArray<float> dout(n * dv, "attention_forward: out");
   FusedAttentionOptions fo;
   fo.transform = options.transform;
   fo.scale = options.scale;
   fo.causal = options.causal;
   fo.key_padding = options.key_padding ? pad.data() : nullptr;
-  fo.candidate_capacity = candidate_capacity;
   attention_forward(dq.data(), dk.data(), dv_.data(), dout.data(), n, m, d, dv, fo, nullptr);
   synchronize(nullptr);
-  detail::download_matrix(dout, out);
+  detail::download(dout, out, "attention_forward: downloading out");
 }
 
 // ---------------------------------------------------------------------------

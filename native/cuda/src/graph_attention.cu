@@ -21,6 +21,7 @@
 #include <string>
 
 #include "attention_common.cuh"
+#include "backend_kernels.hpp"
 #include "entgraph/cuda/graph_attention.hpp"
 #include "entgraph/error.hpp"
 #include "predictors_common.cuh"
@@ -227,29 +228,21 @@ void graph_attention_forward(const float* q, const float* k, const float* v, con
                           graph.keys, d, dv, options, stream);
 }
 
-void graph_attention_forward(ConstMatrix<float> q, ConstMatrix<float> k, ConstMatrix<float> v, const Graph& graph,
-                             MatrixView<float> out, const AttentionOptions<float>& options) {
+// The backend's kernel: the core has validated the arguments and the graph.
+void detail::host_graph_attention_forward(ConstMatrix<float> q, ConstMatrix<float> k, ConstMatrix<float> v,
+                                          const Graph& graph, MatrixView<float> out,
+                                          const AttentionOptions<float>& options) {
   const std::size_t n = q.rows, m = k.rows, d = q.cols, dv = v.cols;
-  detail::check_host_attention_args(q, k, v, out, kOp);
   check_graph_sizes(n, m, d, dv);
-  detail::make_weighting(options.transform, options.scale, d, kOp, "options.transform");
-  if (graph.queries != n)
-    detail::argument_error(kOp, "graph.queries does not match q.rows (got " + std::to_string(graph.queries) +
-                                    ", expected " + std::to_string(n) + ")");
-  if (graph.keys != m)
-    detail::argument_error(kOp, "graph.keys does not match k.rows (got " + std::to_string(graph.keys) +
-                                    ", expected " + std::to_string(m) + ")");
-  graph.validate("cuda::graph_attention_forward: graph");
-
+  detail::make_weighting(options.transform, options.scale, d, kOp, "options.attention.transform");
   const DeviceGraph dg = DeviceGraph::upload(graph);
-  DeviceArray<float> dq = detail::upload_matrix(q, "cuda::graph_attention_forward (q)");
-  DeviceArray<float> dk = detail::upload_matrix(k, "cuda::graph_attention_forward (k)");
-  DeviceArray<float> dv_ = detail::upload_matrix(v, "cuda::graph_attention_forward (v)");
+  DeviceArray<float> dq = detail::upload(q, "graph_attention_forward: uploading q");
+  DeviceArray<float> dk = detail::upload(k, "graph_attention_forward: uploading k");
+  DeviceArray<float> dv_ = detail::upload(v, "graph_attention_forward: uploading v");
   DeviceArray<std::uint8_t> pad;
   if (options.key_padding)
-    pad = DeviceArray<std::uint8_t>(options.key_padding, m, "cuda::graph_attention_forward (key_padding)");
-  DeviceArray<float> dout(n * dv, "cuda::graph_attention_forward (out)");
-
+    pad = DeviceArray<std::uint8_t>(options.key_padding, m, "graph_attention_forward: key_padding");
+  DeviceArray<float> dout(n * dv, "graph_attention_forward: out");
   FusedAttentionOptions fo;
   fo.transform = options.transform;
   fo.scale = options.scale;
@@ -257,7 +250,7 @@ void graph_attention_forward(ConstMatrix<float> q, ConstMatrix<float> k, ConstMa
   fo.key_padding = options.key_padding ? pad.data() : nullptr;
   graph_attention_forward(dq.data(), dk.data(), dv_.data(), dg, dout.data(), d, dv, fo, nullptr);
   synchronize(nullptr);
-  detail::download_matrix(dout, out);
+  detail::download(dout, out, "graph_attention_forward: downloading out");
 }
 
 }  // namespace entgraph::cuda

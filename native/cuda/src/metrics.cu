@@ -2,6 +2,7 @@
 #include <cuda_runtime.h>
 
 #include "entgraph/attention.hpp"
+#include "backend_kernels.hpp"
 #include "entgraph/cuda/predictors.hpp"
 #include "predictors_common.cuh"
 #include "reduce.cuh"
@@ -83,12 +84,9 @@ GraphMetrics compare_graphs(const DeviceGraph& predicted, const DeviceGraph& gol
   return metrics;
 }
 
-GraphMetrics compare_graphs(const Graph& predicted, const Graph& gold, bool causal) {
-  constexpr const char* op = "cuda::compare_graphs";
-  if (predicted.queries != gold.queries || predicted.keys != gold.keys)
-    detail::argument_error(op, "graphs of different shapes (" + std::to_string(predicted.queries) + " x " +
-                                   std::to_string(predicted.keys) + " and " + std::to_string(gold.queries) + " x " +
-                                   std::to_string(gold.keys) + ")");
+// The backend's kernel: the core has checked the shapes and validated both
+// graphs (the upload validates them again, as every DeviceGraph::upload does).
+GraphMetrics detail::host_compare_graphs(const Graph& predicted, const Graph& gold, bool causal) {
   const DeviceGraph p = DeviceGraph::upload(predicted);
   const DeviceGraph g = DeviceGraph::upload(gold);
   return compare_graphs(p, g, causal);

@@ -1,5 +1,5 @@
-// Helpers shared by the predictor sources: argument checks, grids, warp-per-row
-// indexing, and the upload of host matrix views.
+// Helpers shared by the predictor sources: argument checks, grids and
+// warp-per-row indexing.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -11,10 +11,13 @@
 #include <string>
 #include <vector>
 
+#include "checks.cuh"
 #include "entgraph/cuda/device.hpp"
+#include "entgraph/view_checks.hpp"
 #include "entgraph/error.hpp"
 #include "entgraph/matrix_view.hpp"
 #include "reduce.cuh"
+#include "staging.cuh"
 
 namespace entgraph::cuda::detail {
 
@@ -39,10 +42,6 @@ __device__ inline std::size_t warp_row_stride() {
   return static_cast<std::size_t>(gridDim.x) * (blockDim.x / kWarpSize);
 }
 
-[[noreturn]] inline void argument_error(const char* op, const std::string& what) {
-  throw Error(std::string(op) + ": " + what);
-}
-
 // A device pointer must be set when it points at `count` > 0 values.
 inline void check_pointer(const void* p, std::size_t count, const char* op, const char* name) {
   if (p == nullptr && count > 0)
@@ -57,32 +56,15 @@ inline void check_graph_size(std::size_t n, std::size_t m, const char* op) {
                            std::to_string(m) + ")");
 }
 
-template <class T>
-void check_view(MatrixView<const T> v, const char* op, const char* name) {
-  if (v.data == nullptr && v.rows > 0 && v.cols > 0) argument_error(op, std::string(name) + " has no data");
-  if (v.rows > 1 && v.stride < v.cols)
-    argument_error(op, std::string(name) + " has stride " + std::to_string(v.stride) + " < cols " +
-                           std::to_string(v.cols));
-}
-
 // Sparsefinder quantization's bin edges: r x (bins - 1), each row ascending.
 inline void check_bin_edges(MatrixView<const float> edges, std::size_t r, const char* op) {
-  check_view(edges, op, "edges");
+  check_view(op, "edges", edges);
   if (edges.rows != r)
     argument_error(op, "edges has " + std::to_string(edges.rows) + " rows, expected one per projected coordinate (" +
                            std::to_string(r) + ")");
   for (std::size_t c = 0; c < edges.rows; ++c)
     if (!std::is_sorted(edges.row(c), edges.row(c) + edges.cols))
       argument_error(op, "edges row " + std::to_string(c) + " is not ascending");
-}
-
-// A contiguous device copy of a (possibly strided) host view.
-template <class T>
-DeviceArray<T> upload_matrix(MatrixView<const T> v, const char* what) {
-  if (v.rows <= 1 || v.stride == v.cols) return DeviceArray<T>(v.data, v.rows * v.cols, what);
-  std::vector<T> packed(v.rows * v.cols);
-  for (std::size_t i = 0; i < v.rows; ++i) std::copy(v.row(i), v.row(i) + v.cols, packed.data() + i * v.cols);
-  return DeviceArray<T>(packed.data(), packed.size(), what);
 }
 
 template <class T>

@@ -71,14 +71,14 @@ void project(const float* x, std::size_t n, std::size_t d, const float* w, std::
 
 std::vector<float> project(MatrixView<const float> x, MatrixView<const float> w) {
   constexpr const char* op = "cuda::project";
-  detail::check_view(x, op, "x");
-  detail::check_view(w, op, "w");
+  check_view(op, "x", x);
+  check_view(op, "w", w);
   if (x.cols != w.rows)
     detail::argument_error(op, "x has " + std::to_string(x.cols) + " columns but w has " + std::to_string(w.rows) +
                                    " rows (expected equal)");
   if (w.cols == 0) detail::argument_error(op, "w must have r >= 1 columns (got 0)");
-  const DeviceArray<float> dx = detail::upload_matrix(x, op);
-  const DeviceArray<float> dw = detail::upload_matrix(w, op);
+  const DeviceArray<float> dx = detail::upload(x, op);
+  const DeviceArray<float> dw = detail::upload(w, op);
   DeviceArray<float> dy(x.rows * w.cols, op);
   project(dx.data(), x.rows, x.cols, dw.data(), w.cols, dy.data());
   return detail::download_vector(dy);

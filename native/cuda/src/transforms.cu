@@ -1,8 +1,10 @@
 // The row-wise transforms on the GPU: one thread block per row (grid-stride
-// over rows), the row staged in shared memory when it fits. Argument checks
-// mirror core/src/transforms/ (same messages, prefixed "cuda::"); the scan for
-// NaN/+inf runs as its own kernel whose verdict the host reads before the
-// transform is enqueued, so a bad input leaves every output untouched.
+// over rows), the row staged in shared memory when it fits. The device-memory
+// entry points check their arguments with the core's checks (messages
+// prefixed "cuda::"); their scan for NaN/+inf runs as its own kernel whose
+// verdict the host reads before the transform is enqueued, so a bad input
+// leaves every output untouched. The backend's host-memory kernels at the end
+// receive arguments the core has validated.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -12,8 +14,12 @@
 #include <limits>
 #include <string>
 
+#include "backend_kernels.hpp"
+#include "checks.cuh"
+#include "entgraph/backend.hpp"
 #include "entgraph/cuda/transforms.hpp"
 #include "reduce.cuh"
+#include "staging.cuh"
 
 namespace entgraph::cuda {
 namespace {
@@ -449,32 +455,20 @@ bool supported(TransformKind kind) {
 }
 
 // "cuda::<transform>[_backward]", after checking the kind and its parameters
-// in the CPU's order and words.
+// with the core's check.
 std::string checked_op(const Transform& t, bool backward) {
   const char* entry = backward ? "cuda::transform_backward" : "cuda::transform_forward";
   if (!supported(t.kind))
     throw Error(std::string(entry) + ": " + t.name() +
                 " needs extra inputs; the CUDA backend has no kernel for it (expected softmax, sparsemax, entmax15, "
                 "entmax or topk_softmax)");
-  std::string op;
-  switch (t.kind) {
-    case TransformKind::softmax: op = "cuda::softmax"; break;
-    case TransformKind::sparsemax: op = "cuda::sparsemax"; break;
-    case TransformKind::entmax15: op = "cuda::entmax15"; break;
-    case TransformKind::entmax: op = "cuda::entmax"; break;
-    default: op = "cuda::topk_softmax"; break;
-  }
-  if (backward) op += "_backward";
-  if (t.kind == TransformKind::entmax && !(t.alpha >= 1.0 && t.alpha <= kMaxEntmaxAlpha))
-    throw Error(op + ": alpha out of range (got " + std::to_string(t.alpha) + ", expected 1 <= alpha <= " +
-                std::to_string(kMaxEntmaxAlpha) + "; alpha = 1 is softmax)");
-  if (t.kind == TransformKind::topk_softmax && t.k == 0)
-    throw Error(backward ? std::string(entry) + ": k must be at least 1 (got k = 0)"
-                         : op + ": k must be at least 1 (got k = 0)");
+  const std::string op = std::string("cuda::") + (t.kind == TransformKind::topk_softmax ? "topk_softmax"
+                                                  : t.kind == TransformKind::entmax    ? "entmax"
+                                                                                       : t.name()) +
+                         (backward ? "_backward" : "");
+  check_transform_parameters(t, op.c_str(), "t");
   return op;
 }
-
-std::string shape_text(std::size_t rows, std::size_t cols) { return std::to_string(rows) + "x" + std::to_string(cols); }
 
 void check_sizes(const std::string& op, const char* arg, std::size_t rows, std::size_t cols) {
   if (cols == 0) throw Error(op + ": " + arg + " rows are empty (got n = 0, expected n >= 1)");
@@ -483,25 +477,6 @@ void check_sizes(const std::string& op, const char* arg, std::size_t rows, std::
                 ", expected n <= " + std::to_string(kMaxCols) + ")");
   if (rows > std::numeric_limits<std::size_t>::max() / cols)
     throw Error(op + ": " + arg + " is too large (got " + shape_text(rows, cols) + ")");
-}
-
-// A device pointer for rows x cols values: set, and reachable by the GPU (a
-// pageable host pointer would fault in the kernel and poison the context).
-void check_device_pointer(const std::string& op, const char* arg, const void* ptr, std::size_t rows,
-                          std::size_t cols) {
-  if (ptr == nullptr)
-    throw Error(op + ": " + arg + " has no data (got nullptr, expected " + shape_text(rows, cols) +
-                " values in device memory)");
-  cudaPointerAttributes attributes{};
-  check(cudaPointerGetAttributes(&attributes, ptr), (op + ": " + arg).c_str());
-  if (attributes.type != cudaMemoryTypeUnregistered) return;
-  int device = 0, pageable = 0;
-  check(cudaGetDevice(&device), op.c_str());
-  check(cudaDeviceGetAttribute(&pageable, cudaDevAttrPageableMemoryAccess, device), op.c_str());
-  if (!pageable)
-    throw Error(op + ": " + arg +
-                " is not device memory (got a pageable host pointer, expected a device pointer; the MatrixView "
-                "overload takes host memory)");
 }
 
 // Throws the CPU's message for the first entry (row-major) that the mask
@@ -564,42 +539,25 @@ void launch_backward(const std::string& op_name, const float* probs, const float
   check(cudaGetLastError(), (op_name + ": launch").c_str());
 }
 
-void run_forward(const Transform& t, const float* scores, float* probs, std::size_t rows, std::size_t cols,
-                 const std::uint8_t* mask, cudaStream_t stream, bool scan) {
-  const std::string op = checked_op(t, false);
-  check_sizes(op, "scores", rows, cols);
-  if (rows == 0) return;
-  check_device_pointer(op, "scores", scores, rows, cols);
-  check_device_pointer(op, "probs", probs, rows, cols);
-  if (mask != nullptr) check_device_pointer(op, "mask", mask, rows, cols);
-  if (scan) check_values(op, "scores", scores, mask, rows, cols, true, stream);
-  const double alpha = t.kind == TransformKind::entmax15    ? 1.5
-                       : t.kind == TransformKind::sparsemax ? 2.0
-                       : t.kind == TransformKind::entmax    ? t.alpha
-                                                            : 1.0;
+// The forward's launch on arguments already checked (by the device-memory
+// entry points below, or by the core's op layer for the backend's kernel).
+void launch_transform_forward(const std::string& op, const Transform& t, const float* scores, float* probs,
+                              const std::uint8_t* mask, std::size_t rows, std::size_t cols, cudaStream_t stream) {
   if (t.kind == TransformKind::topk_softmax) {
     const unsigned k = static_cast<unsigned>(std::min<std::size_t>(t.k, cols));  // k >= cols keeps all
     return launch_forward(op, TopkRow{k}, scores, probs, mask, rows, cols, stream);
   }
+  const double alpha = t.tsallis_alpha();
   if (alpha == 1.0) return launch_forward(op, SoftmaxRow{}, scores, probs, mask, rows, cols, stream);
   if (alpha == 2.0) return launch_forward(op, ExactEntmaxRow<1>{}, scores, probs, mask, rows, cols, stream);
   if (alpha == 1.5) return launch_forward(op, ExactEntmaxRow<2>{}, scores, probs, mask, rows, cols, stream);
   launch_forward(op, EntmaxRow{alpha}, scores, probs, mask, rows, cols, stream);
 }
 
-void run_backward(const Transform& t, const float* probs, const float* grad_probs, float* grad_scores,
-                  std::size_t rows, std::size_t cols, cudaStream_t stream, bool scan) {
-  const std::string op = checked_op(t, true);
-  check_sizes(op, "probs", rows, cols);
-  if (rows == 0) return;
-  check_device_pointer(op, "probs", probs, rows, cols);
-  check_device_pointer(op, "grad_probs", grad_probs, rows, cols);
-  check_device_pointer(op, "grad_scores", grad_scores, rows, cols);
-  if (scan) check_values(op, "grad_probs", grad_probs, nullptr, rows, cols, false, stream);
-  const double alpha = t.kind == TransformKind::entmax15    ? 1.5
-                       : t.kind == TransformKind::sparsemax ? 2.0
-                       : t.kind == TransformKind::entmax    ? t.alpha
-                                                            : 1.0;  // softmax, top-k
+void launch_transform_backward(const std::string& op, const Transform& t, const float* probs,
+                               const float* grad_probs, float* grad_scores, std::size_t rows, std::size_t cols,
+                               cudaStream_t stream) {
+  const double alpha = t.tsallis_alpha();  // top-k: softmax's backward on its kept entries
   if (alpha == 1.0)
     return launch_backward<Weight::prob>(op, probs, grad_probs, grad_scores, rows, cols, 0.0, stream);
   if (alpha == 2.0)
@@ -609,40 +567,37 @@ void run_backward(const Transform& t, const float* probs, const float* grad_prob
   launch_backward<Weight::power>(op, probs, grad_probs, grad_scores, rows, cols, 2.0 - alpha, stream);
 }
 
-// ---------------------------------------------------------------------------
-// Host views: the CPU's shape checks, then strided copies in and out.
-
-template <class V>
-void check_view_shape(const std::string& op, const char* arg, const V& view, std::size_t rows, std::size_t cols) {
-  if (view.rows != rows || view.cols != cols)
-    throw Error(op + ": " + arg + " has the wrong shape (got " + shape_text(view.rows, view.cols) + ", expected " +
-                shape_text(rows, cols) + ")");
-  if (view.data == nullptr && view.rows * view.cols > 0)
-    throw Error(op + ": " + arg + " has no data (got nullptr, expected " + shape_text(view.rows, view.cols) +
-                " values)");
-  if (view.rows > 1 && view.stride < view.cols)
-    throw Error(op + ": " + arg + ".stride is smaller than its cols (got " + std::to_string(view.stride) +
-                ", expected >= " + std::to_string(view.cols) + ")");
+void run_forward(const Transform& t, const float* scores, float* probs, std::size_t rows, std::size_t cols,
+                 const std::uint8_t* mask, cudaStream_t stream, bool scan) {
+  const std::string op = checked_op(t, false);
+  check_sizes(op, "scores", rows, cols);
+  if (rows == 0) return;
+  detail::check_device_pointer(scores, op.c_str(), "scores", false);
+  detail::check_device_pointer(probs, op.c_str(), "probs", false);
+  if (mask != nullptr) detail::check_device_pointer(mask, op.c_str(), "mask", false);
+  if (scan) check_values(op, "scores", scores, mask, rows, cols, true, stream);
+  launch_transform_forward(op, t, scores, probs, mask, rows, cols, stream);
 }
 
-// Row pitch in bytes of a view (a single row may have any stride).
-template <class V>
-std::size_t pitch_of(const V& view) {
-  return (view.rows > 1 ? view.stride : view.cols) * sizeof(*view.data);
+void run_backward(const Transform& t, const float* probs, const float* grad_probs, float* grad_scores,
+                  std::size_t rows, std::size_t cols, cudaStream_t stream, bool scan) {
+  const std::string op = checked_op(t, true);
+  check_sizes(op, "probs", rows, cols);
+  if (rows == 0) return;
+  detail::check_device_pointer(probs, op.c_str(), "probs", false);
+  detail::check_device_pointer(grad_probs, op.c_str(), "grad_probs", false);
+  detail::check_device_pointer(grad_scores, op.c_str(), "grad_scores", false);
+  if (scan) check_values(op, "grad_probs", grad_probs, nullptr, rows, cols, false, stream);
+  launch_transform_backward(op, t, probs, grad_probs, grad_scores, rows, cols, stream);
 }
 
-template <class T>
-DeviceArray<T> upload(MatrixView<const T> view, const std::string& what) {
-  DeviceArray<T> out(view.rows * view.cols, what.c_str());
-  const std::size_t width = view.cols * sizeof(T);
-  check(cudaMemcpy2D(out.data(), width, view.data, pitch_of(view), width, view.rows, cudaMemcpyHostToDevice),
-        what.c_str());
-  return out;
-}
-
-void download(const DeviceArray<float>& from, MatrixView<float> to, const std::string& what) {
-  const std::size_t width = to.cols * sizeof(float);
-  check(cudaMemcpy2D(to.data, pitch_of(to), from.data(), width, width, to.rows, cudaMemcpyDeviceToHost), what.c_str());
+// What the device cannot do (the core has checked everything else).
+void check_capacity(const char* op, const Transform& t, std::size_t cols) {
+  if (!supported(t.kind))
+    throw Error(std::string(op) + ": " + t.name() + " needs extra inputs; device cuda has no kernel for it");
+  if (cols > kMaxCols)
+    throw Error(std::string(op) + ": rows are too long for device cuda (got n = " + std::to_string(cols) +
+                ", expected n <= " + std::to_string(kMaxCols) + ")");
 }
 
 }  // namespace
@@ -667,35 +622,32 @@ void transform_backward_unchecked(const Transform& t, const float* probs, const 
   run_backward(t, probs, grad_probs, grad_scores, rows, cols, stream, false);
 }
 
-void transform_forward(const Transform& t, ConstMatrix<float> scores, MatrixView<float> probs, MaskView mask) {
-  const std::string op = checked_op(t, false);
-  check_view_shape(op, "probs", probs, scores.rows, scores.cols);
-  if (scores.cols == 0) throw Error(op + ": scores rows are empty (got n = 0, expected n >= 1)");
-  if (!mask.empty()) check_view_shape(op, "mask", mask, scores.rows, scores.cols);
-  check_view_shape(op, "scores", scores, scores.rows, scores.cols);
+namespace detail {
+
+void host_transform_forward(const Transform& t, ConstMatrix<float> scores, MatrixView<float> probs, MaskView mask) {
+  check_capacity("transform_forward", t, scores.cols);
   if (scores.rows == 0) return;
-  const DeviceArray<float> d_scores = upload(scores, op + ": uploading scores");
-  DeviceArray<float> d_probs(scores.rows * scores.cols, (op + ": probs").c_str());
+  const DeviceArray<float> d_scores = upload(scores, "transform_forward: uploading scores");
+  DeviceArray<float> d_probs(scores.rows * scores.cols, "transform_forward: probs");
   DeviceArray<std::uint8_t> d_mask;
-  if (!mask.empty()) d_mask = upload(mask, op + ": uploading mask");
-  transform_forward(t, d_scores.data(), d_probs.data(), scores.rows, scores.cols,
-                    mask.empty() ? nullptr : d_mask.data(), nullptr);
-  download(d_probs, probs, op + ": downloading probs");
+  if (!mask.empty()) d_mask = upload(mask, "transform_forward: uploading mask");
+  launch_transform_forward("transform_forward", t, d_scores.data(), d_probs.data(),
+                           mask.empty() ? nullptr : d_mask.data(), scores.rows, scores.cols, nullptr);
+  download(d_probs, probs, "transform_forward: downloading probs");
 }
 
-void transform_backward(const Transform& t, ConstMatrix<float> probs, ConstMatrix<float> grad_probs,
-                        MatrixView<float> grad_scores) {
-  const std::string op = checked_op(t, true);
-  check_view_shape(op, "grad_probs", grad_probs, probs.rows, probs.cols);
-  check_view_shape(op, "grad_scores", grad_scores, probs.rows, probs.cols);
-  if (probs.cols == 0) throw Error(op + ": probs rows are empty (got n = 0, expected n >= 1)");
-  check_view_shape(op, "probs", probs, probs.rows, probs.cols);
+void host_transform_backward(const Transform& t, ConstMatrix<float> probs, ConstMatrix<float> grad_probs,
+                             MatrixView<float> grad_scores) {
+  check_capacity("transform_backward", t, probs.cols);
   if (probs.rows == 0) return;
-  const DeviceArray<float> d_probs = upload(probs, op + ": uploading probs");
-  const DeviceArray<float> d_grad = upload(grad_probs, op + ": uploading grad_probs");
-  DeviceArray<float> d_out(probs.rows * probs.cols, (op + ": grad_scores").c_str());
-  transform_backward(t, d_probs.data(), d_grad.data(), d_out.data(), probs.rows, probs.cols, nullptr);
-  download(d_out, grad_scores, op + ": downloading grad_scores");
+  const DeviceArray<float> d_probs = upload(probs, "transform_backward: uploading probs");
+  const DeviceArray<float> d_grad = upload(grad_probs, "transform_backward: uploading grad_probs");
+  DeviceArray<float> d_out(probs.rows * probs.cols, "transform_backward: grad_scores");
+  launch_transform_backward("transform_backward", t, d_probs.data(), d_grad.data(), d_out.data(), probs.rows,
+                            probs.cols, nullptr);
+  download(d_out, grad_scores, "transform_backward: downloading grad_scores");
 }
+
+}  // namespace detail
 
 }  // namespace entgraph::cuda

@@ -29,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "entgraph/device.hpp"
 #include "entgraph/graph.hpp"
 #include "entgraph/io/capture.hpp"
 #include "entgraph/matrix_view.hpp"
@@ -36,6 +37,7 @@
 namespace entgraph {
 
 using PredictorSettings = std::map<std::string, std::string>;
+struct SparsefinderHead;  // entgraph/backend.hpp
 
 // The limits of Predictor::fit: 2^24 learned values (64 MiB as float32, a
 // parameter file of at most about 300 MB) and 1e13 multiply-adds (hours on
@@ -77,6 +79,13 @@ class Predictor {
   // (n = m for self-attention). Includes the extra_window / extra_global edges.
   Graph predict(MatrixView<const float> q, MatrixView<const float> k, std::size_t layer, std::size_t head,
                 bool causal) const;
+  // The same on `device` (entgraph/device.hpp): the same graph, computed
+  // there from this predictor's parameters in memory (the extra_window /
+  // extra_global edges are added on the host). Methods the device has no
+  // kernel for throw entgraph::Error naming the method and the device; on
+  // cuda these are the Sparsefinder methods.
+  Graph predict(Device device, MatrixView<const float> q, MatrixView<const float> k, std::size_t layer,
+                std::size_t head, bool causal) const;
   // The parameter file: {"format": "entgraph-predictor", "version": 1,
   // "method": ..., "settings": {...}, "parameters": {...}}.
   std::string to_json() const;
@@ -105,6 +114,11 @@ class Predictor {
   // changed settings unless the method can reuse part of its own fit.
   virtual std::unique_ptr<Predictor> refit_changed(const Capture& capture, const PredictorSettings& changes,
                                                    const FitOptions& options) const;
+  // One head of a Sparsefinder method, for a device's kernel (its views point
+  // into this predictor): false for other methods. Throws what predict()
+  // throws for an unfitted predictor, a head out of range or the wrong head_dim.
+  virtual bool sparsefinder_head(MatrixView<const float> q, MatrixView<const float> k, std::size_t layer,
+                                 std::size_t head, SparsefinderHead& out) const;
   // The "parameters" object as JSON text ("{}" for fixed patterns).
   virtual std::string parameters_json() const { return "{}"; }
 

@@ -74,13 +74,7 @@ void attention_forward(const float* q, const float* k, const float* v, float* ou
                        std::size_t d, std::size_t dv, const FusedAttentionOptions& options,
                        cudaStream_t stream = nullptr);
 
-// The same on host memory, with the CPU API's signature (any row strides):
-// uploads, runs on the default stream, downloads. options.transform, scale,
-// causal and key_padding (host, m flags) are used; span, upper and block_rows
-// are not (their transforms are rejected). Also rejects NaN or inf in q, k, v
-// as the CPU does. candidate_capacity as in FusedAttentionOptions.
-void attention_forward(ConstMatrix<float> q, ConstMatrix<float> k, ConstMatrix<float> v, MatrixView<float> out,
-                       const AttentionOptions<float>& options, std::size_t candidate_capacity = 0);
+// Host memory: entgraph::attention_forward(Device::cuda, ...) (entgraph/attention.hpp).
 
 // The unfused middle step (the GEMM + transform + GEMM baseline, and a way to
 // get P): scores holds the raw products Q K^T (n x m, row-major, device); it

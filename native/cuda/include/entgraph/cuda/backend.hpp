@@ -1,40 +1,25 @@
-// entgraph: choosing CPU or GPU at run time.
+// entgraph: the CUDA library as the core's Device::cuda.
 //
-// The same host-memory calls as the core's, with a Device first: Device::cpu
-// runs the core (the default everywhere), Device::cuda uploads the inputs,
-// runs the CUDA kernels and downloads the result. With Device::cuda and no
-// usable GPU, a call throws cuda::CudaError saying why; nothing falls back
-// silently, so a benchmark or a test never measures the wrong device.
+//   #include <entgraph/cuda/backend.hpp>
+//   entgraph::cuda::register_backend();            // once, at startup
+//   entgraph::transform_forward(entgraph::Device::cuda, entgraph::Transform::entmax15(), scores, probs);
+//
+// After register_backend(), the core's Device-taking calls run here on host
+// memory (upload, kernels, download): transform_forward/backward,
+// attention_forward (fused), graph_attention_forward (GraphAttentionMode::fast),
+// compare_graphs, and Predictor::predict for the Sparsefinder methods. The
+// core checks their arguments first, with the CPU's messages; this library
+// adds only what the GPU cannot do (head dimensions other than 32, 64 and
+// 128; transforms with extra inputs). Without a usable GPU,
+// device_available(Device::cuda) is false and those calls throw
+// entgraph::Error saying why; nothing falls back to the CPU.
 #pragma once
 
-#include <string>
+namespace entgraph::cuda {
 
-#include "entgraph/attention.hpp"
-#include "entgraph/graph.hpp"
-#include "entgraph/graph_attention.hpp"
-#include "entgraph/matrix_view.hpp"
-#include "entgraph/transforms.hpp"
+// Registers this library's kernel table for Device::cuda (idempotent,
+// thread-safe). Never throws for a missing GPU: the table's availability
+// check reports that when an op asks.
+void register_backend();
 
-namespace entgraph {
-
-enum class Device { cpu, cuda };
-
-// "cpu" or "cuda"; anything else throws entgraph::Error naming the device.
-Device parse_device(const std::string& name);
-const char* device_name(Device device);
-
-void transform_forward(Device device, const Transform& t, ConstMatrix<float> scores, MatrixView<float> probs,
-                       MaskView mask = {});
-void transform_backward(Device device, const Transform& t, ConstMatrix<float> probs, ConstMatrix<float> grad_probs,
-                        MatrixView<float> grad_scores);
-// Dense attention (on the GPU: the fused kernel).
-void attention_forward(Device device, ConstMatrix<float> q, ConstMatrix<float> k, ConstMatrix<float> v,
-                       MatrixView<float> out, const AttentionOptions<float>& options);
-// Attention on a graph. The GPU computes the graph's rows only (the CPU's
-// fast mode, GraphAttentionMode::fast); certify and exact modes are CPU features, so asking the
-// GPU for them is an error.
-void graph_attention_forward(Device device, ConstMatrix<float> q, ConstMatrix<float> k, ConstMatrix<float> v,
-                             const Graph& graph, MatrixView<float> out, const GraphAttentionOptions<float>& options);
-GraphMetrics compare_graphs(Device device, const Graph& predicted, const Graph& gold, bool causal);
-
-}  // namespace entgraph
+}  // namespace entgraph::cuda

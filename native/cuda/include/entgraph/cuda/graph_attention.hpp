@@ -58,11 +58,6 @@ void graph_attention_forward(const float* q, const float* k, const float* v, con
                              std::size_t d, std::size_t dv, const FusedAttentionOptions& options,
                              cudaStream_t stream = nullptr);
 
-// Host memory, with the CPU API's shapes: uploads q, k, v and the graph
-// (validated with Graph::validate), runs, downloads. options.transform,
-// scale, causal and key_padding (host, m flags) are used. Rejects NaN or inf
-// in q, k, v as the CPU does.
-void graph_attention_forward(ConstMatrix<float> q, ConstMatrix<float> k, ConstMatrix<float> v, const Graph& graph,
-                             MatrixView<float> out, const AttentionOptions<float>& options);
+// Host memory: entgraph::graph_attention_forward(Device::cuda, ...) (entgraph/graph_attention.hpp).
 
 }  // namespace entgraph::cuda

@@ -16,6 +16,7 @@
 //   bucket_graph       Graph::from_buckets (graph.hpp)
 //   distance_graph     the graph of sparsefinder-distance
 //   compare_graphs     entgraph::compare_graphs (graph.hpp)
+// and Predictor::predict(Device::cuda, ...) runs Sparsefinder's methods with them.
 // Double-precision sums run in the CPU's order with explicit round-to-nearest
 // operations (no fused multiply-add), so projections and distances are
 // bit-identical to the CPU's.
@@ -105,23 +106,10 @@ Graph distance_graph(MatrixView<const float> qp, MatrixView<const float> kp, dou
 // queries from the shape. Throws if the shapes differ. Waits for the stream.
 GraphMetrics compare_graphs(const DeviceGraph& predicted, const DeviceGraph& gold, bool causal,
                             cudaStream_t stream = nullptr);
-// The same for host graphs (uploaded, which validates them).
-GraphMetrics compare_graphs(const Graph& predicted, const Graph& gold, bool causal);
+// Host graphs: entgraph::compare_graphs(Device::cuda, ...) (entgraph/graph.hpp).
 
-// ---- whole predictors, from their saved parameters ----
-// The graph that Predictor::predict gives for one head without extra_window /
-// extra_global edges: q is n x d, k is m x d, wq and wk are the head's d x r
-// projections ("wq"/"wk" of the parameter file).
-
-// sparsefinder-distance with threshold t ("t" of the settings).
-Graph predict_distance(MatrixView<const float> q, MatrixView<const float> k, MatrixView<const float> wq,
-                       MatrixView<const float> wk, double threshold, bool causal);
-// sparsefinder-kmeans: centroids is clusters x r ("centroids"), top from the
-// settings. The CPU ignores the causal mask here, and so does this.
-Graph predict_kmeans(MatrixView<const float> q, MatrixView<const float> k, MatrixView<const float> wq,
-                     MatrixView<const float> wk, MatrixView<const float> centroids, std::size_t top);
-// sparsefinder-quantization: edges is r x (buckets - 1) ("edges").
-Graph predict_quantization(MatrixView<const float> q, MatrixView<const float> k, MatrixView<const float> wq,
-                           MatrixView<const float> wk, MatrixView<const float> edges);
+// ---- whole predictors ----
+// A fitted Sparsefinder predictor runs here from its parameters in memory
+// through Predictor::predict(Device::cuda, ...) (entgraph/predictors/predictor.hpp).
 
 }  // namespace entgraph::cuda

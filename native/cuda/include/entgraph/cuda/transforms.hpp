@@ -34,8 +34,12 @@
 // more, as the CPU's own float path does (tests/transforms: entmax_conditioning).
 // Results are deterministic: the same call gives the same bits every time.
 //
-// Errors: entgraph::Error (cuda::CudaError for CUDA failures), with the CPU's
-// messages prefixed "cuda::" (e.g. "cuda::entmax: alpha out of range ..."):
+// Host memory goes through the core's calls with Device::cuda
+// (entgraph::transform_forward(Device::cuda, ...), after
+// cuda::register_backend()); the functions here take device pointers.
+//
+// Errors: entgraph::Error (cuda::CudaError for CUDA failures), with the core's
+// checks and messages prefixed "cuda::" (e.g. "cuda::entmax: t.alpha is out of range ..."):
 // cols = 0, alpha NaN or outside [1, kMaxEntmaxAlpha], k = 0, a transform that
 // needs extra inputs (adaptive span, constrained), a null or host pointer, and
 // NaN or +inf in an unmasked score (NaN or +-inf in grad_probs for the
@@ -74,12 +78,5 @@ void transform_forward_unchecked(const Transform& t, const float* scores, float*
 void transform_backward_unchecked(const Transform& t, const float* probs, const float* grad_probs,
                                   float* grad_scores, std::size_t rows, std::size_t cols,
                                   cudaStream_t stream = nullptr);
-
-// Host-memory conveniences with the CPU API's signature (any row strides):
-// upload, run on the default stream, download; shapes are checked as the CPU
-// does, and the output view is written only when the call succeeds.
-void transform_forward(const Transform& t, ConstMatrix<float> scores, MatrixView<float> probs, MaskView mask = {});
-void transform_backward(const Transform& t, ConstMatrix<float> probs, ConstMatrix<float> grad_probs,
-                        MatrixView<float> grad_scores);
 
 }  // namespace entgraph::cuda

@@ -1,0 +1,82 @@
+// entgraph: the interface a device backend implements.
+//
+// A backend library (native/cuda) fills a BackendKernels table and registers
+// it for its Device; the core's Device-taking calls then run it. The core has
+// validated every argument before it calls a kernel here, with the same
+// checks and messages as for its own CPU kernels (shapes, strides, transform
+// parameters, NaN and infinities), so a kernel never checks them again. What
+// a kernel may still throw (as an entgraph::Error): its own failures (device
+// memory, a launch) and what the device cannot do, named as such ("head
+// dimension 48: device cuda supports 32, 64 and 128").
+//
+// Kernels take host memory and return when their outputs are written. A
+// null entry means the device has no kernel for that op: the core says so
+// ("attention_backward: device cuda has no kernel for this op; run it on
+// cpu"). Adding a device: a Device value (device.hpp), a table here, its
+// registration; see docs/ARCHITECTURE.md.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "entgraph/attention.hpp"
+#include "entgraph/device.hpp"
+#include "entgraph/graph.hpp"
+#include "entgraph/matrix_view.hpp"
+#include "entgraph/transforms.hpp"
+#include "entgraph/view_checks.hpp"
+
+namespace entgraph {
+
+// One head of a fitted Sparsefinder predictor, in memory: what a device needs
+// to predict its graph (Predictor::predict(Device, ...)).
+struct SparsefinderHead {
+  enum class Method { distance, quantization, kmeans };
+  Method method = Method::distance;
+  ConstMatrix<float> wq, wk;     // d x r projections of queries and keys
+  double threshold = 0.0;        // distance: edge iff ||q' - k'|| <= threshold
+  ConstMatrix<float> edges;      // quantization: r x (bins - 1) ascending bin edges
+  ConstMatrix<float> centroids;  // kmeans: clusters x r
+  std::size_t top = 1;           // kmeans: nearest centroids shared
+};
+
+struct BackendKernels {
+  // Whether the device can run now; when not, writes the reason to *why.
+  // Never throws.
+  bool (*available)(std::string* why) = nullptr;
+
+  void (*transform_forward)(const Transform& t, ConstMatrix<float> scores, MatrixView<float> probs,
+                            MaskView mask) = nullptr;
+  void (*transform_backward)(const Transform& t, ConstMatrix<float> probs, ConstMatrix<float> grad_probs,
+                             MatrixView<float> grad_scores) = nullptr;
+  // Dense attention; options.span and options.upper are null (transforms
+  // with extra inputs are the kernel's to refuse).
+  void (*attention_forward)(ConstMatrix<float> q, ConstMatrix<float> k, ConstMatrix<float> v, MatrixView<float> out,
+                            const AttentionOptions<float>& options) = nullptr;
+  void (*attention_backward)(ConstMatrix<float> q, ConstMatrix<float> k, ConstMatrix<float> v,
+                             ConstMatrix<float> grad_out, MatrixView<float> grad_q, MatrixView<float> grad_k,
+                             MatrixView<float> grad_v, const AttentionOptions<float>& options) = nullptr;
+  // Attention on the graph's edges only (GraphAttentionMode::fast).
+  void (*graph_attention_forward)(ConstMatrix<float> q, ConstMatrix<float> k, ConstMatrix<float> v,
+                                  const Graph& graph, MatrixView<float> out,
+                                  const AttentionOptions<float>& options) = nullptr;
+  GraphMetrics (*compare_graphs)(const Graph& predicted, const Graph& gold, bool causal) = nullptr;
+  // A Sparsefinder head's graph before the union with extra_window /
+  // extra_global edges: q is n x d, k is m x d.
+  Graph (*sparsefinder_pattern)(const SparsefinderHead& head, ConstMatrix<float> q, ConstMatrix<float> k,
+                                bool causal) = nullptr;
+};
+
+// For a backend's own entry points on device memory, which the core's op
+// layer never sees: the core's check of a transform's parameters (alpha in
+// [1, kMaxEntmaxAlpha], k >= 1), with its message naming `op` and the
+// argument `name`. Shapes: entgraph/view_checks.hpp.
+void check_transform_parameters(const Transform& t, const char* op, const std::string& name);
+
+// Makes `kernels` the table of `device` (replacing any earlier one). Throws
+// entgraph::Error for Device::cpu, whose kernels are the core's own.
+// Thread-safe; registering while another thread runs an op on that device is
+// not.
+void register_backend(Device device, const BackendKernels& kernels);
+
+}  // namespace entgraph

@@ -1,0 +1,31 @@
+// entgraph: where an op runs.
+//
+// Device::cpu is the core itself and always present. Any other device runs
+// the kernel table that a backend library registers with the core
+// (entgraph/backend.hpp; the CUDA library's entgraph::cuda::register_backend()).
+// The public calls that take a Device first (transform_forward,
+// attention_forward, graph_attention_forward, compare_graphs,
+// Predictor::predict, ...) validate their arguments in the core, once, with
+// the CPU's checks and messages, whatever the device; then the device runs.
+// Asking for a device that cannot run throws entgraph::Error saying why:
+// nothing falls back to the CPU silently, so a benchmark never measures the
+// wrong device.
+#pragma once
+
+#include <string>
+
+namespace entgraph {
+
+enum class Device { cpu, cuda };
+
+// "cpu" or "cuda"; anything else throws entgraph::Error naming the argument
+// ("device: unknown device (got 'tpu', expected cpu or cuda)").
+Device parse_device(const std::string& name);
+const char* device_name(Device device);
+
+// Whether ops can run on `device` now: cpu always; another device when its
+// backend is registered and reports itself usable (a GPU is present, the
+// driver fits). When not, `why` (if given) receives the reason. Never throws.
+bool device_available(Device device, std::string* why = nullptr);
+
+}  // namespace entgraph

@@ -1,0 +1,84 @@
+// The device registry: which backend runs each Device other than cpu.
+#include "runtime/backends.hpp"
+
+#include <mutex>
+#include <string>
+
+#include "entgraph/error.hpp"
+
+namespace entgraph {
+namespace {
+
+constexpr std::size_t kDevices = 2;  // Device::cpu, Device::cuda
+
+struct Registry {
+  std::mutex mutex;
+  BackendKernels tables[kDevices];
+  bool registered[kDevices] = {};
+};
+
+Registry& registry() {
+  static Registry r;
+  return r;
+}
+
+std::size_t index_of(Device device) { return static_cast<std::size_t>(device); }
+
+}  // namespace
+
+Device parse_device(const std::string& name) {
+  if (name == "cpu") return Device::cpu;
+  if (name == "cuda") return Device::cuda;
+  throw Error("device: unknown device (got '" + name + "', expected cpu or cuda)");
+}
+
+const char* device_name(Device device) { return device == Device::cuda ? "cuda" : "cpu"; }
+
+void register_backend(Device device, const BackendKernels& kernels) {
+  if (device == Device::cpu) throw Error("register_backend: device cpu runs the core's own kernels");
+  if (kernels.available == nullptr)
+    throw Error(std::string("register_backend: kernels.available is null for device ") + device_name(device) +
+                " (every backend must say whether it can run)");
+  Registry& r = registry();
+  const std::lock_guard<std::mutex> lock(r.mutex);
+  r.tables[index_of(device)] = kernels;
+  r.registered[index_of(device)] = true;
+}
+
+bool device_available(Device device, std::string* why) {
+  if (device == Device::cpu) return true;
+  Registry& r = registry();
+  BackendKernels table;
+  {
+    const std::lock_guard<std::mutex> lock(r.mutex);
+    if (!r.registered[index_of(device)]) {
+      if (why)
+        *why = std::string("no ") + device_name(device) + " backend is registered: build with nvcc, link entgraph::cuda and call entgraph::cuda::register_backend()";
+      return false;
+    }
+    table = r.tables[index_of(device)];
+  }
+  std::string reason;
+  const bool ok = table.available(&reason);
+  if (!ok && why) *why = reason;
+  return ok;
+}
+
+namespace detail {
+
+const BackendKernels& backend_for(Device device, const char* op) {
+  std::string why;
+  if (device == Device::cpu || !device_available(device, &why))
+    throw Error(std::string(op) + ": device " + device_name(device) + " is not available (" +
+                (device == Device::cpu ? std::string("cpu has no backend table") : why) + ")");
+  Registry& r = registry();
+  const std::lock_guard<std::mutex> lock(r.mutex);
+  return r.tables[index_of(device)];
+}
+
+void throw_no_kernel(Device device, const char* op) {
+  throw Error(std::string(op) + ": device " + device_name(device) + " has no kernel for this op; run it on cpu");
+}
+
+}  // namespace detail
+}  // namespace entgraph

@@ -1,0 +1,23 @@
+// The CUDA library's kernels for the core's op layer (BackendKernels,
+// entgraph/backend.hpp): host memory in and out, arguments already validated
+// by the core. Each lives in the .cu of its concept; backend.cu registers
+// them as Device::cuda's table. What they still refuse is what the GPU
+// cannot do (a head dimension, a transform with extra inputs).
+#pragma once
+
+#include "entgraph/backend.hpp"
+
+namespace entgraph::cuda::detail {
+
+void host_transform_forward(const Transform& t, ConstMatrix<float> scores, MatrixView<float> probs, MaskView mask);
+void host_transform_backward(const Transform& t, ConstMatrix<float> probs, ConstMatrix<float> grad_probs,
+                             MatrixView<float> grad_scores);
+void host_attention_forward(ConstMatrix<float> q, ConstMatrix<float> k, ConstMatrix<float> v, MatrixView<float> out,
+                            const AttentionOptions<float>& options);
+void host_graph_attention_forward(ConstMatrix<float> q, ConstMatrix<float> k, ConstMatrix<float> v,
+                                  const Graph& graph, MatrixView<float> out, const AttentionOptions<float>& options);
+GraphMetrics host_compare_graphs(const Graph& predicted, const Graph& gold, bool causal);
+Graph host_sparsefinder_pattern(const SparsefinderHead& head, ConstMatrix<float> q, ConstMatrix<float> k,
+                                bool causal);
+
+}  // namespace entgraph::cuda::detail
