@@ -18,6 +18,7 @@
 #include "entgraph/training/kmeans.hpp"
 #include "entgraph/training/progress.hpp"
 #include "entgraph/training/projection.hpp"
+#include "runtime/random.hpp"
 #include "support.hpp"
 
 namespace entgraph::test {
@@ -255,31 +256,6 @@ TEST_CASE("projection options and ranges are checked") {
   double expect = 0;
   for (std::size_t t = 0; t < 8; ++t) expect += static_cast<double>(x(2, t)) * p.wk[t * 4 + 1];
   CHECK(xp[2 * 4 + 1] == doctest::Approx(expect).epsilon(1e-6));
-}
-
-TEST_CASE("random helpers are uniform and deterministic") {
-  std::mt19937_64 a(5), b(5);
-  std::vector<int> counts(7, 0);
-  int mismatches = 0;
-  for (int i = 0; i < 70000; ++i) {
-    const std::uint64_t x = detail::uniform_below(a, 7);
-    if (x != detail::uniform_below(b, 7) || x >= 7) {
-      ++mismatches;
-      continue;
-    }
-    ++counts[x];
-  }
-  CHECK(mismatches == 0);
-  for (int n : counts) CHECK(std::abs(n - 10000) < 600);
-  double sum = 0, sq = 0;
-  for (int i = 0; i < 20000; ++i) {
-    const double z = detail::standard_normal(a);
-    sum += z;
-    sq += z * z;
-  }
-  CHECK(std::abs(sum / 20000) < 0.05);
-  CHECK(std::abs(sq / 20000 - 1) < 0.05);
-  CHECK(detail::mix_seed(1, 2, 3) != detail::mix_seed(1, 3, 2));
 }
 
 TEST_CASE("k-means recovers well-separated blobs") {

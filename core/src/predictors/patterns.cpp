@@ -3,9 +3,8 @@
 //   reformer                              LSH by random rotations (Kitaev et al. 2020)
 //   routing                               spherical k-means routing (Roy et al. 2021)
 //
-// Every random draw comes from std::mt19937_64 (whose output the standard
-// fixes) seeded by splitmix64 mixes of (seed, layer, head, row or round), with
-// our own integer, uniform and Box-Muller normal sampling, so results do not
+// Every random draw comes from runtime/random.hpp, from engines seeded by
+// keyed_seed of (method, seed, layer, head, row or round), so results do not
 // depend on the standard library's distributions (identical in the
 // WebAssembly build, up to the last bit of libm's log/cos/sin for reformer).
 #include <algorithm>
@@ -23,63 +22,12 @@
 #include "io/capture_context.hpp"
 #include "predictors/parameter_json.hpp"
 #include "predictors/registry.hpp"
+#include "runtime/random.hpp"
 
 namespace entgraph::detail {
 namespace {
 
 constexpr long kMaxPattern = 1L << 20;  // the bound of extra_window / extra_global too
-
-// ---------------------------------------------------------------- randomness
-
-std::uint64_t splitmix64(std::uint64_t x) {
-  x += 0x9E3779B97F4A7C15ULL;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
-  return x ^ (x >> 31);
-}
-
-// A generator for one stream, keyed by (tag, seed, a, b, c).
-std::mt19937_64 stream(std::uint64_t tag, std::uint64_t seed, std::uint64_t a, std::uint64_t b, std::uint64_t c) {
-  std::uint64_t h = splitmix64(tag);
-  for (std::uint64_t v : {seed, a, b, c}) h = splitmix64(h ^ v);
-  return std::mt19937_64(h);
-}
-
-// Uniform in [0, bound), bound >= 1, without modulo bias.
-std::uint64_t uniform_below(std::mt19937_64& rng, std::uint64_t bound) {
-  const std::uint64_t threshold = (0 - bound) % bound;  // 2^64 mod bound
-  for (;;) {
-    const std::uint64_t x = rng();
-    if (x >= threshold) return x % bound;
-  }
-}
-
-// Uniform in [0, 1) with 53 random bits.
-double uniform01(std::mt19937_64& rng) { return static_cast<double>(rng() >> 11) * 0x1.0p-53; }
-
-// Standard normals by Box-Muller, both outputs of each pair used.
-class NormalSource {
- public:
-  explicit NormalSource(std::mt19937_64 rng) : rng_(std::move(rng)) {}
-  double next() {
-    if (has_spare_) {
-      has_spare_ = false;
-      return spare_;
-    }
-    const double u1 = static_cast<double>((rng_() >> 11) + 1) * 0x1.0p-53;  // (0, 1]
-    const double u2 = uniform01(rng_);
-    const double r = std::sqrt(-2.0 * std::log(u1));
-    const double t = 6.283185307179586476925286766559 * u2;
-    spare_ = r * std::sin(t);
-    has_spare_ = true;
-    return r * std::cos(t);
-  }
-
- private:
-  std::mt19937_64 rng_;
-  double spare_ = 0.0;
-  bool has_spare_ = false;
-};
 
 enum : std::uint64_t { kTagBigBird = 1, kTagReformer = 2, kTagRouting = 3 };
 
@@ -180,11 +128,11 @@ class FixedPatternPredictor : public Predictor {
       for (std::size_t t = 0; t < free; ++t) row.push_back(key_of(t));
       return;
     }
-    std::mt19937_64 rng = stream(kTagBigBird, seed_, layer, head, i);
+    std::mt19937_64 rng(keyed_seed(kTagBigBird, seed_, layer, head, i));
     std::vector<std::size_t> chosen;  // sorted
     chosen.reserve(random_);
     for (std::size_t j = free - random_; j < free; ++j) {
-      const std::size_t t = static_cast<std::size_t>(uniform_below(rng, j + 1));
+      const std::size_t t = static_cast<std::size_t>(uniform_below_reject_low(rng, j + 1));
       auto at = std::lower_bound(chosen.begin(), chosen.end(), t);
       if (at != chosen.end() && *at == t) {
         chosen.push_back(j);  // j is above everything chosen so far
@@ -250,7 +198,7 @@ class ReformerPredictor final : public Predictor {
     std::vector<double> rotation(d * half), x(d), y(half);
     for (std::size_t round = 0; round < rounds_; ++round) {
       // R is d x B/2, row-major, Gaussian.
-      NormalSource normal(stream(kTagReformer, seed_, layer, head, round));
+      NormalPairs normal(std::mt19937_64(keyed_seed(kTagReformer, seed_, layer, head, round)));
       for (double& r : rotation) r = normal.next();
       auto hash = [&](MatrixView<const float> v, std::vector<std::uint32_t>& out) {
         for (std::size_t i = 0; i < v.rows; ++i) {
@@ -333,18 +281,18 @@ class RoutingPredictor final : public Predictor {
             return s;
           };
           // k-means++ on squared distances between unit vectors.
-          std::mt19937_64 rng = stream(kTagRouting, seed_, layer, head, 0);
+          std::mt19937_64 rng(keyed_seed(kTagRouting, seed_, layer, head, 0));
           cent.assign(c * d, 0.0);
           std::vector<double> dist(N, std::numeric_limits<double>::infinity());
           for (std::size_t ci = 0; ci < c; ++ci) {
             std::size_t pick = 0;
             if (ci == 0) {
-              pick = static_cast<std::size_t>(uniform_below(rng, N));
+              pick = static_cast<std::size_t>(uniform_below_reject_low(rng, N));
             } else {
               double total = 0.0;
               for (double v : dist) total += v;
               if (!(total > 0.0)) {
-                pick = static_cast<std::size_t>(uniform_below(rng, N));
+                pick = static_cast<std::size_t>(uniform_below_reject_low(rng, N));
               } else {
                 double u = uniform01(rng) * total;
                 pick = N - 1;

@@ -25,6 +25,7 @@
 #include "io/capture_context.hpp"
 #include "predictors/registry.hpp"
 #include "runtime/parallel.hpp"
+#include "runtime/random.hpp"
 
 namespace entgraph::detail {
 namespace {

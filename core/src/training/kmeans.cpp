@@ -15,8 +15,8 @@
 #include <string>
 
 #include "entgraph/error.hpp"
-#include "entgraph/training/projection.hpp"
 #include "runtime/numbers.hpp"
+#include "runtime/random.hpp"
 
 namespace entgraph {
 namespace {

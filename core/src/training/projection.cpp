@@ -11,41 +11,9 @@
 #include "io/capture_context.hpp"
 #include "runtime/numbers.hpp"
 #include "runtime/parallel.hpp"
+#include "runtime/random.hpp"
 
 namespace entgraph {
-namespace detail {
-
-std::uint64_t mix_seed(std::uint64_t seed, std::uint64_t a, std::uint64_t b) {
-  auto splitmix = [](std::uint64_t x) {
-    x += 0x9E3779B97F4A7C15ULL;
-    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
-    return x ^ (x >> 31);
-  };
-  return splitmix(splitmix(splitmix(seed) ^ a) ^ (b * 0xD6E8FEB86659FD93ULL));
-}
-
-std::uint64_t uniform_below(std::mt19937_64& rng, std::uint64_t n) {
-  if (n <= 1) return 0;
-  // Rejects the top partial block so every value is equally likely.
-  const std::uint64_t limit = ~std::uint64_t{0} - (~std::uint64_t{0} % n);
-  for (;;) {
-    const std::uint64_t x = rng();
-    if (x < limit) return x % n;
-  }
-}
-
-double uniform_open01(std::mt19937_64& rng) {
-  return (static_cast<double>(rng() >> 11) + 0.5) * (1.0 / 9007199254740992.0);
-}
-
-double standard_normal(std::mt19937_64& rng) {
-  const double u1 = uniform_open01(rng), u2 = uniform_open01(rng);
-  return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586476925 * u2);
-}
-
-}  // namespace detail
-
 namespace {
 
 std::vector<float> project(MatrixView<const float> x, const std::vector<float>& w, std::size_t dim, std::size_t rank,

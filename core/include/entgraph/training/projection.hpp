@@ -20,7 +20,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <random>
 #include <vector>
 
 #include "entgraph/io/capture.hpp"
@@ -92,16 +91,5 @@ std::vector<Projection> train_projections(const Capture& capture, const Projecti
 // each). For checking that training helps.
 double evaluate_projection(const Capture& capture, std::size_t layer, std::size_t head, const Projection& projection,
                            const ProjectionOptions& options, std::uint64_t seed);
-
-namespace detail {
-// The library's portable random helpers (identical on every platform, unlike
-// the std distributions): a SplitMix64 mix of (seed, a, b) for per-head
-// streams, a uniform integer in [0, n) by rejection (n >= 1), a uniform double
-// in (0, 1), a standard normal (Box-Muller).
-std::uint64_t mix_seed(std::uint64_t seed, std::uint64_t a, std::uint64_t b);
-std::uint64_t uniform_below(std::mt19937_64& rng, std::uint64_t n);
-double uniform_open01(std::mt19937_64& rng);
-double standard_normal(std::mt19937_64& rng);
-}  // namespace detail
 
 }  // namespace entgraph
