@@ -23,12 +23,14 @@
 
 #include "checks.cuh"
 #include "entgraph/backend.hpp"
+#include "entgraph/cuda/attention.hpp"
 #include "entgraph/cuda/device.hpp"
 #include "entgraph/error.hpp"
 #include "entgraph/matrix_view.hpp"
 #include "entgraph/transforms.hpp"
 #include "predictors_common.cuh"
 #include "reduce.cuh"
+#include "staging.cuh"
 
 namespace entgraph::cuda::detail {
 
@@ -190,6 +192,33 @@ __device__ inline Tau warp_entmax_tau(const float* x, std::size_t count, float m
   }
   return {flo, 0.0f};
 }
+
+// A host-memory attention call's inputs on the device (q, k, v, the key
+// padding) and its output buffer, with the options of the device API: what
+// the backend's kernels (dense and graph attention) share.
+struct StagedAttention {
+  DeviceArray<float> q, k, v, out;
+  DeviceArray<std::uint8_t> padding;
+  FusedAttentionOptions options;
+
+  StagedAttention(ConstMatrix<float> hq, ConstMatrix<float> hk, ConstMatrix<float> hv,
+                  const AttentionOptions<float>& o, const std::string& op)
+      : q(upload(hq, op + ": uploading q")),
+        k(upload(hk, op + ": uploading k")),
+        v(upload(hv, op + ": uploading v")),
+        out(hq.rows * hv.cols, (op + ": out").c_str()) {
+    if (o.key_padding) padding = DeviceArray<std::uint8_t>(o.key_padding, hk.rows, (op + ": key_padding").c_str());
+    options.transform = o.transform;
+    options.scale = o.scale;
+    options.causal = o.causal;
+    options.key_padding = o.key_padding ? padding.data() : nullptr;
+  }
+  // Waits for the default stream's work, then copies the output into `to`.
+  void finish(MatrixView<float> to, const std::string& op) {
+    synchronize(nullptr);
+    download(out, to, op + ": downloading out");
+  }
+};
 
 // An attention call's scratch of `bytes`: the caller's workspace (options.
 // workspace) when given, checked to be large enough, else stream-ordered

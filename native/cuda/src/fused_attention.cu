@@ -141,20 +141,10 @@ void detail::host_attention_forward(ConstMatrix<float> q, ConstMatrix<float> k, 
   const std::size_t n = q.rows, m = k.rows, d = q.cols, dv = v.cols;
   check_sizes(n, m, d, dv);
   detail::make_weighting(options.transform, options.scale, d, kOp, "options.transform");
-  DeviceArray<float> dq = detail::upload(q, "attention_forward: uploading q");
-  DeviceArray<float> dk = detail::upload(k, "attention_forward: uploading k");
-  DeviceArray<float> dv_ = detail::upload(v, "attention_forward: uploading v");
-  DeviceArray<std::uint8_t> pad;
-  if (options.key_padding) pad = DeviceArray<std::uint8_t>(options.key_padding, m, "attention_forward: key_padding");
-  DeviceArray<float> dout(n * dv, "attention_forward: out");
-  FusedAttentionOptions fo;
-  fo.transform = options.transform;
-  fo.scale = options.scale;
-  fo.causal = options.causal;
-  fo.key_padding = options.key_padding ? pad.data() : nullptr;
-  attention_forward(dq.data(), dk.data(), dv_.data(), dout.data(), n, m, d, dv, fo, nullptr);
-  synchronize(nullptr);
-  detail::download(dout, out, "attention_forward: downloading out");
+  detail::StagedAttention staged(q, k, v, options, "attention_forward");
+  attention_forward(staged.q.data(), staged.k.data(), staged.v.data(), staged.out.data(), n, m, d, dv,
+                    staged.options, nullptr);
+  staged.finish(out, "attention_forward");
 }
 
 }  // namespace entgraph::cuda

@@ -236,21 +236,10 @@ void detail::host_graph_attention_forward(ConstMatrix<float> q, ConstMatrix<floa
   check_graph_sizes(n, m, d, dv);
   detail::make_weighting(options.transform, options.scale, d, kOp, "options.attention.transform");
   const DeviceGraph dg = DeviceGraph::upload(graph);
-  DeviceArray<float> dq = detail::upload(q, "graph_attention_forward: uploading q");
-  DeviceArray<float> dk = detail::upload(k, "graph_attention_forward: uploading k");
-  DeviceArray<float> dv_ = detail::upload(v, "graph_attention_forward: uploading v");
-  DeviceArray<std::uint8_t> pad;
-  if (options.key_padding)
-    pad = DeviceArray<std::uint8_t>(options.key_padding, m, "graph_attention_forward: key_padding");
-  DeviceArray<float> dout(n * dv, "graph_attention_forward: out");
-  FusedAttentionOptions fo;
-  fo.transform = options.transform;
-  fo.scale = options.scale;
-  fo.causal = options.causal;
-  fo.key_padding = options.key_padding ? pad.data() : nullptr;
-  graph_attention_forward(dq.data(), dk.data(), dv_.data(), dg, dout.data(), d, dv, fo, nullptr);
-  synchronize(nullptr);
-  detail::download(dout, out, "graph_attention_forward: downloading out");
+  detail::StagedAttention staged(q, k, v, options, "graph_attention_forward");
+  graph_attention_forward(staged.q.data(), staged.k.data(), staged.v.data(), dg, staged.out.data(), d, dv,
+                          staged.options, nullptr);
+  staged.finish(out, "graph_attention_forward");
 }
 
 }  // namespace entgraph::cuda
