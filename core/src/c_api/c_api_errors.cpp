@@ -1,0 +1,143 @@
+// The C API's status machinery, and its calls that belong to no object:
+// version, status names, devices, strings.
+#include "c_api/c_api_errors.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <new>
+#include <string>
+
+#include "c_api/c_api_types.hpp"
+#include "entgraph/device.hpp"
+#include "runtime/backends.hpp"
+
+#ifndef ENTGRAPH_VERSION
+#error "ENTGRAPH_VERSION must be defined (core/src/c_api/c_api.cmake sets it)"
+#endif
+
+namespace entgraph::c_api {
+namespace {
+
+// The message of the last failing call on this thread. fallback stands in
+// for it when the message itself could not be stored (out of memory).
+thread_local std::string last_error;
+thread_local const char* last_error_fallback = nullptr;
+
+// The message is a + b + c, built here so that running out of memory while
+// building it cannot escape.
+void set_last_error(const char* a, const char* b = "", const char* c = "") noexcept {
+  try {
+    last_error.assign(a).append(b).append(c);
+    last_error_fallback = nullptr;
+  } catch (...) {
+    last_error_fallback = "entgraph: out of memory while recording an error message";
+  }
+}
+
+// The C++ API reports a device that cannot run an op with an entgraph::Error
+// (runtime/backends.cpp: "<op>: device <name> is not available (<why>)" or
+// "<op>: device <name> has no kernel for this op; run it on cpu"; a
+// predictor's "... has no kernel for this method; ..."). It has no exception
+// type of its own, so the message decides; no other Error contains these.
+bool is_device_error(const char* what) {
+  return std::strstr(what, ": device ") != nullptr &&
+         (std::strstr(what, " is not available (") != nullptr || std::strstr(what, " has no kernel for this ") != nullptr);
+}
+
+}  // namespace
+
+eg_status fail_current_exception(const char* function, Failure failure) noexcept {
+  try {
+    throw;
+  } catch (const ArgumentError& e) {
+    set_last_error(e.what());
+    return EG_ERROR_ARGUMENT;
+  } catch (const Error& e) {
+    set_last_error(e.what());
+    if (is_device_error(e.what())) return EG_ERROR_DEVICE;
+    return failure == Failure::io ? EG_ERROR_IO : EG_ERROR_ARGUMENT;
+  } catch (const std::bad_alloc&) {
+    set_last_error(function, ": out of memory");
+    return EG_ERROR_MEMORY;
+  } catch (const std::exception& e) {
+    set_last_error(function, ": internal error: ", e.what());
+    return EG_ERROR_INTERNAL;
+  } catch (...) {
+    set_last_error(function, ": internal error: unknown exception");
+    return EG_ERROR_INTERNAL;
+  }
+}
+
+void throw_bad_enum(const char* function, const char* name, int value, const char* expected) {
+  throw ArgumentError(std::string(function) + ": " + name + " is out of range (got " + std::to_string(value) +
+                      ", expected " + expected + ")");
+}
+
+Device to_device(const char* function, const eg_device& device) {
+  const int value = enum_value(device);
+  switch (value) {
+    case EG_DEVICE_CPU: return Device::cpu;
+    case EG_DEVICE_CUDA: return Device::cuda;
+  }
+  throw_bad_enum(function, "device", value, "EG_DEVICE_CPU or EG_DEVICE_CUDA");
+}
+
+void require_cpu(const char* function, const eg_device& device) {
+  const Device d = to_device(function, device);
+  if (d == Device::cpu) return;
+  // The C++ API's own words: "not available" first, then "no kernel".
+  detail::backend_for(d, function);
+  detail::throw_no_kernel(d, function);
+}
+
+}  // namespace entgraph::c_api
+
+extern "C" {
+
+const char* eg_status_name(eg_status status) {
+  switch (entgraph::c_api::enum_value(status)) {
+    case EG_OK: return "EG_OK";
+    case EG_ERROR_ARGUMENT: return "EG_ERROR_ARGUMENT";
+    case EG_ERROR_DEVICE: return "EG_ERROR_DEVICE";
+    case EG_ERROR_IO: return "EG_ERROR_IO";
+    case EG_ERROR_MEMORY: return "EG_ERROR_MEMORY";
+    case EG_ERROR_INTERNAL: return "EG_ERROR_INTERNAL";
+  }
+  return "EG_STATUS_UNKNOWN";
+}
+
+const char* eg_last_error(void) {
+  using namespace entgraph::c_api;
+  return last_error_fallback != nullptr ? last_error_fallback : last_error.c_str();
+}
+
+const char* eg_version(void) { return ENTGRAPH_VERSION; }
+
+void eg_string_free(char* string) { std::free(string); }
+
+int eg_device_available(eg_device device, char* why, size_t why_size) {
+  // Never fails: an unknown device is "not available", with the reason.
+  std::string reason;
+  bool available = false;
+  try {
+    available = entgraph::device_available(entgraph::c_api::to_device("eg_device_available", device), &reason);
+  } catch (const std::exception& e) {
+    try {
+      reason = e.what();
+    } catch (...) {
+      reason.clear();
+    }
+  } catch (...) {
+    reason.clear();
+  }
+  if (why != nullptr && why_size > 0) {
+    const std::size_t n = available ? 0 : std::min(reason.size(), why_size - 1);
+    std::memcpy(why, reason.data(), n);
+    why[n] = '\0';
+  }
+  return available ? 1 : 0;
+}
+
+}  // extern "C"

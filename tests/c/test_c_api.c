@@ -1,0 +1,620 @@
+/* The C API (entgraph/entgraph.h) from a C99 program: every call family
+ * against hand-computed values or its own invariants, and the error paths
+ * (status, message, outputs untouched). Prints "N passed, N failed" and exits
+ * non-zero on any failure. The shipped teacher and its fixture capture are
+ * read from the repository at ENTGRAPH_SOURCE_DIR: the environment
+ * variable, else the path CMake compiled in. */
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "entgraph/entgraph.h"
+
+#ifndef ENTGRAPH_SOURCE_DIR
+#error "ENTGRAPH_SOURCE_DIR must be defined"
+#endif
+
+static int passed = 0, failed = 0;
+
+static void check(int ok, const char* what, const char* file, int line) {
+  if (ok) {
+    ++passed;
+  } else {
+    ++failed;
+    fprintf(stderr, "%s:%d: FAILED: %s (last error: \"%s\")\n", file, line, what, eg_last_error());
+  }
+}
+#define CHECK(expr) check((expr) ? 1 : 0, #expr, __FILE__, __LINE__)
+#define CHECK_OK(call) check((call) == EG_OK, #call " == EG_OK", __FILE__, __LINE__)
+#define CHECK_NEAR(a, b, tol) check(fabs((double)(a) - (double)(b)) <= (tol), #a " ~ " #b, __FILE__, __LINE__)
+/* status is `expected` and the message contains `needle`. */
+#define CHECK_FAILS(call, expected, needle)                                                              \
+  do {                                                                                                   \
+    eg_status status_ = (call);                                                                          \
+    check(status_ == (expected), #call " == " #expected, __FILE__, __LINE__);                            \
+    check(strstr(eg_last_error(), (needle)) != NULL, "message contains \"" needle "\"", __FILE__, __LINE__); \
+  } while (0)
+
+static eg_const_matrix cmat(const float* data, size_t rows, size_t cols) {
+  eg_const_matrix m = {data, rows, cols, 0};
+  return m;
+}
+static eg_matrix mat(float* data, size_t rows, size_t cols) {
+  eg_matrix m = {data, rows, cols, 0};
+  return m;
+}
+static eg_transform transform_named(const char* name) {
+  eg_transform t;
+  memset(&t, 0, sizeof t);
+  CHECK_OK(eg_transform_parse(name, &t));
+  return t;
+}
+
+static void test_basics(void) {
+  CHECK(strlen(eg_version()) > 0);
+  CHECK(strcmp(eg_status_name(EG_ERROR_DEVICE), "EG_ERROR_DEVICE") == 0);
+  CHECK(strcmp(eg_status_name((eg_status)99), "EG_STATUS_UNKNOWN") == 0);
+  eg_string_free(NULL);
+  eg_graph_free(NULL);
+  eg_capture_free(NULL);
+  eg_predictor_free(NULL);
+  eg_teacher_free(NULL);
+  eg_teacher_output_free(NULL);
+}
+
+static void test_transform_parse(void) {
+  eg_transform t = transform_named("entmax15");
+  CHECK(t.kind == EG_TRANSFORM_ENTMAX15 && t.alpha == 1.5);
+  t = transform_named("topk");
+  CHECK(t.kind == EG_TRANSFORM_TOPK_SOFTMAX && t.k == 0);
+  t = transform_named("sparsemax");
+  CHECK(t.kind == EG_TRANSFORM_SPARSEMAX && t.alpha == 2.0);
+  t = transform_named("constrained_sparsemax");
+  CHECK(t.kind == EG_TRANSFORM_CONSTRAINED_SPARSEMAX);
+  CHECK_FAILS(eg_transform_parse("entmax13", &t), EG_ERROR_ARGUMENT, "entmax13");
+  CHECK_FAILS(eg_transform_parse(NULL, &t), EG_ERROR_ARGUMENT, "eg_transform_parse: name is NULL");
+}
+
+static void test_transform_forward(void) {
+  /* softmax of [0, ln 2] is [1/3, 2/3]; the second row masks its last entry
+   * (a NaN that must be ignored) and is read with a stride of 4. */
+  float scores[8] = {0.0f, (float)log(2.0), 99.0f, -1.0f, 0.0f, (float)log(2.0), NAN, -1.0f};
+  float probs[6];
+  uint8_t mask_data[6] = {1, 1, 1, 1, 1, 0};
+  eg_const_matrix s = {scores, 2, 3, 4};
+  eg_mask mask = {mask_data, 2, 3, 0};
+  eg_transform softmax = transform_named("softmax");
+  eg_transform sparsemax = transform_named("sparsemax");
+  eg_transform topk = transform_named("topk");
+  float p2[2];
+  float one_zero[2] = {1.0f, 0.0f};
+  float row[3] = {0.5f, 3.0f, 1.0f};
+  float p3[3];
+
+  /* row 0 keeps 99 unmasked: almost all weight there. */
+  CHECK_OK(eg_transform_forward(EG_DEVICE_CPU, &softmax, s, mat(probs, 2, 3), &mask));
+  CHECK(probs[2] > 0.999f);
+  CHECK_NEAR(probs[3], 1.0 / 3.0, 1e-6);
+  CHECK_NEAR(probs[4], 2.0 / 3.0, 1e-6);
+  CHECK(probs[5] == 0.0f);
+
+  /* sparsemax of [1, 0] is [1, 0] exactly. */
+  CHECK_OK(eg_transform_forward(EG_DEVICE_CPU, &sparsemax, cmat(one_zero, 1, 2), mat(p2, 1, 2), NULL));
+  CHECK(p2[0] == 1.0f && p2[1] == 0.0f);
+
+  /* top-1 softmax keeps the largest score only. */
+  topk.k = 1;
+  CHECK_OK(eg_transform_forward(EG_DEVICE_CPU, &topk, cmat(row, 1, 3), mat(p3, 1, 3), NULL));
+  CHECK(p3[0] == 0.0f && p3[1] == 1.0f && p3[2] == 0.0f);
+
+  /* In place: probs may be scores itself. entmax with alpha 2 is sparsemax:
+   * [0.5, 3, 1] -> [0, 1, 0]. */
+  {
+    eg_transform entmax = transform_named("entmax");
+    entmax.alpha = 2.0;
+    CHECK_OK(eg_transform_forward(EG_DEVICE_CPU, &entmax, cmat(row, 1, 3), mat(row, 1, 3), NULL));
+    CHECK_NEAR(row[0], 0.0, 1e-6);
+    CHECK_NEAR(row[1], 1.0, 1e-6);
+    CHECK_NEAR(row[2], 0.0, 1e-6);
+  }
+}
+
+/* L(z) = <g, p(z)>: its gradient is the backward of g. */
+static double loss_at(const eg_transform* t, const float* z, const float* g, size_t n) {
+  float p[8];
+  double sum = 0.0;
+  size_t j;
+  if (eg_transform_forward(EG_DEVICE_CPU, t, cmat(z, 1, n), mat(p, 1, n), NULL) != EG_OK) return NAN;
+  for (j = 0; j < n; ++j) sum += (double)g[j] * p[j];
+  return sum;
+}
+
+static void test_transform_backward(void) {
+  /* Central differences in float32: h = 1e-2 keeps rounding (~1e-7 / h)
+   * well below the tolerance, and these scores keep the entmax15 support
+   * 1e-2 away from changing. */
+  const char* names[] = {"softmax", "entmax15", "sparsemax"};
+  float z[5] = {0.5f, 0.1f, -0.3f, 0.9f, -2.0f};
+  float g[5] = {1.0f, -2.0f, 0.5f, 0.25f, 3.0f};
+  size_t i, j;
+  for (i = 0; i < 3; ++i) {
+    eg_transform t = transform_named(names[i]);
+    float p[5], dz[5];
+    CHECK_OK(eg_transform_forward(EG_DEVICE_CPU, &t, cmat(z, 1, 5), mat(p, 1, 5), NULL));
+    CHECK_OK(eg_transform_backward(EG_DEVICE_CPU, &t, cmat(p, 1, 5), cmat(g, 1, 5), mat(dz, 1, 5)));
+    for (j = 0; j < 5; ++j) {
+      const float h = 1e-2f;
+      float zp[5], zm[5];
+      double numeric;
+      memcpy(zp, z, sizeof z);
+      memcpy(zm, z, sizeof z);
+      zp[j] += h;
+      zm[j] -= h;
+      numeric = (loss_at(&t, zp, g, 5) - loss_at(&t, zm, g, 5)) / (2.0 * h);
+      if (fabs(dz[j] - numeric) > 2e-3) fprintf(stderr, "%s: dz[%u] = %g, numeric %g\n", names[i], (unsigned)j, dz[j], numeric);
+      CHECK_NEAR(dz[j], numeric, 2e-3);
+    }
+  }
+}
+
+static void test_transform_errors(void) {
+  float scores[2] = {0.0f, 1.0f};
+  float probs[2] = {-7.0f, -7.0f};
+  eg_transform t = transform_named("entmax");
+  t.alpha = 0.5;
+  /* The C++ API's message, as it is. */
+  CHECK_FAILS(eg_transform_forward(EG_DEVICE_CPU, &t, cmat(scores, 1, 2), mat(probs, 1, 2), NULL), EG_ERROR_ARGUMENT,
+              "entmax: alpha out of range (got 0.5");
+  CHECK(probs[0] == -7.0f && probs[1] == -7.0f); /* untouched */
+  t.alpha = 1.5;
+  CHECK_FAILS(eg_transform_forward(EG_DEVICE_CPU, &t, cmat(NULL, 1, 2), mat(probs, 1, 2), NULL), EG_ERROR_ARGUMENT,
+              "eg_transform_forward: scores is NULL");
+  CHECK_FAILS(eg_transform_forward(EG_DEVICE_CPU, NULL, cmat(scores, 1, 2), mat(probs, 1, 2), NULL), EG_ERROR_ARGUMENT,
+              "eg_transform_forward: transform is NULL");
+  CHECK_FAILS(eg_transform_backward(EG_DEVICE_CPU, &t, cmat(scores, 1, 2), cmat(scores, 1, 2), mat(NULL, 1, 2)),
+              EG_ERROR_ARGUMENT, "eg_transform_backward: grad_scores is NULL");
+  {
+    eg_const_matrix narrow = {scores, 1, 2, 1};
+    CHECK_FAILS(eg_transform_forward(EG_DEVICE_CPU, &t, narrow, mat(probs, 1, 2), NULL), EG_ERROR_ARGUMENT,
+                "scores.stride is below its cols");
+  }
+  t.kind = (eg_transform_kind)42;
+  CHECK_FAILS(eg_transform_forward(EG_DEVICE_CPU, &t, cmat(scores, 1, 2), mat(probs, 1, 2), NULL), EG_ERROR_ARGUMENT,
+              "transform.kind is out of range (got 42");
+  t = transform_named("adaptive_span");
+  CHECK_FAILS(eg_transform_forward(EG_DEVICE_CPU, &t, cmat(scores, 1, 2), mat(probs, 1, 2), NULL), EG_ERROR_ARGUMENT,
+              "needs extra inputs");
+  t = transform_named("softmax");
+  CHECK_FAILS(eg_transform_forward(EG_DEVICE_CPU, &t, cmat(scores, 1, 2), mat(probs, 2, 1), NULL), EG_ERROR_ARGUMENT,
+              "softmax");
+  CHECK_FAILS(eg_transform_forward((eg_device)7, &t, cmat(scores, 1, 2), mat(probs, 1, 2), NULL), EG_ERROR_ARGUMENT,
+              "device is out of range (got 7");
+  CHECK(probs[0] == -7.0f && probs[1] == -7.0f);
+
+  /* A success does not clear the message. */
+  CHECK_OK(eg_transform_forward(EG_DEVICE_CPU, &t, cmat(scores, 1, 2), mat(probs, 1, 2), NULL));
+  CHECK(strstr(eg_last_error(), "device is out of range") != NULL);
+}
+
+static void* fail_on_other_thread(void* arg) {
+  eg_transform t;
+  (void)arg;
+  eg_transform_parse("no-such-transform", &t);
+  return strstr(eg_last_error(), "no-such-transform") != NULL ? arg : NULL;
+}
+
+static void test_last_error_is_per_thread(void) {
+  eg_transform t;
+  pthread_t thread;
+  void* result = NULL;
+  int token = 0;
+  eg_transform_parse("main-thread-name", &t);
+  CHECK(pthread_create(&thread, NULL, fail_on_other_thread, &token) == 0);
+  CHECK(pthread_join(thread, &result) == 0);
+  CHECK(result == &token);                                  /* the thread saw its own message */
+  CHECK(strstr(eg_last_error(), "main-thread-name") != NULL); /* and this thread kept its own */
+}
+
+static void test_devices(void) {
+  char why[256] = "unchanged";
+  float scores[2] = {0.0f, 1.0f}, probs[2] = {-7.0f, -7.0f};
+  eg_transform t = transform_named("softmax");
+  CHECK(eg_device_available(EG_DEVICE_CPU, why, sizeof why) == 1);
+  CHECK(why[0] == '\0');
+  CHECK(eg_device_available((eg_device)9, why, sizeof why) == 0);
+  CHECK(strstr(why, "eg_device_available: device is out of range (got 9") != NULL);
+  if (eg_device_available(EG_DEVICE_CUDA, why, sizeof why)) {
+    /* A registered, usable CUDA backend computes what the CPU does. */
+    float cpu[2];
+    CHECK_OK(eg_transform_forward(EG_DEVICE_CUDA, &t, cmat(scores, 1, 2), mat(probs, 1, 2), NULL));
+    CHECK_OK(eg_transform_forward(EG_DEVICE_CPU, &t, cmat(scores, 1, 2), mat(cpu, 1, 2), NULL));
+    CHECK_NEAR(probs[0], cpu[0], 1e-6);
+    CHECK_NEAR(probs[1], cpu[1], 1e-6);
+    {
+      /* Graph metrics on the GPU: the CPU's counts. */
+      const size_t a_offsets[3] = {0, 2, 3}, b_offsets[3] = {0, 1, 3};
+      const uint32_t a_indices[3] = {0, 2, 1}, b_indices[3] = {0, 0, 1};
+      eg_graph *a = NULL, *b = NULL;
+      eg_graph_metrics on_gpu, on_cpu;
+      CHECK_OK(eg_graph_create(2, 3, a_offsets, a_indices, &a));
+      CHECK_OK(eg_graph_create(2, 3, b_offsets, b_indices, &b));
+      CHECK_OK(eg_compare_graphs(EG_DEVICE_CUDA, a, b, 1, &on_gpu));
+      CHECK_OK(eg_compare_graphs(EG_DEVICE_CPU, a, b, 1, &on_cpu));
+      CHECK(on_gpu.hits == on_cpu.hits && on_gpu.predicted == on_cpu.predicted && on_gpu.allowed == on_cpu.allowed);
+      eg_graph_free(a);
+      eg_graph_free(b);
+    }
+    printf("EG_DEVICE_CUDA is available: the GPU was compared with the CPU\n");
+  } else {
+    char small[8];
+    CHECK(strlen(why) > 0);
+    CHECK(eg_device_available(EG_DEVICE_CUDA, small, sizeof small) == 0);
+    CHECK(strlen(small) == sizeof small - 1); /* truncated, terminated */
+    CHECK_FAILS(eg_transform_forward(EG_DEVICE_CUDA, &t, cmat(scores, 1, 2), mat(probs, 1, 2), NULL), EG_ERROR_DEVICE,
+                "transform_forward: device cuda is not available (");
+    CHECK(probs[0] == -7.0f && probs[1] == -7.0f);
+  }
+  {
+    /* Graph attention reports come from the CPU only. */
+    const float x[2] = {1.0f, 0.0f};
+    const size_t offsets[2] = {0, 1};
+    const uint32_t indices[1] = {0};
+    float out[2] = {-7.0f, -7.0f};
+    eg_graph* g = NULL;
+    eg_graph_attention_report report;
+    memset(&report, 0, sizeof report);
+    CHECK_OK(eg_graph_create(1, 1, offsets, indices, &g));
+    CHECK_FAILS(eg_graph_attention_forward(EG_DEVICE_CUDA, cmat(x, 1, 2), cmat(x, 1, 2), cmat(x, 1, 2), g,
+                                           mat(out, 1, 2), NULL, &report),
+                EG_ERROR_DEVICE, "eg_graph_attention_forward: device cuda ");
+    CHECK(out[0] == -7.0f && out[1] == -7.0f);
+    eg_graph_free(g);
+  }
+  {
+    /* CPU-only calls say so in the C++ API's words on another device. */
+    eg_head_view head;
+    eg_graph* g = NULL;
+    memset(&head, 0, sizeof head);
+    CHECK(eg_gold_graph(EG_DEVICE_CUDA, &head, &g) == EG_ERROR_DEVICE);
+    CHECK(strstr(eg_last_error(), "eg_gold_graph: device cuda ") != NULL);
+    CHECK(g == NULL);
+  }
+}
+
+static void test_attention(void) {
+  /* One query [1, 0] over keys [1, 0], [0, 1] with scale 1: scores [1, 0]. */
+  const float q[2] = {1.0f, 0.0f};
+  const float k[4] = {1.0f, 0.0f, 0.0f, 1.0f};
+  const float v[4] = {1.0f, 2.0f, 3.0f, 4.0f};
+  float out[2] = {0.0f, 0.0f};
+  eg_attention_options options = eg_attention_options_default();
+  const double e = exp(1.0), p0 = e / (e + 1.0), p1 = 1.0 / (e + 1.0);
+  CHECK(options.transform.kind == EG_TRANSFORM_ENTMAX15 && options.scale == 0.0 && !options.causal);
+  options.transform = transform_named("softmax");
+  options.scale = 1.0;
+  CHECK_OK(eg_attention_forward(EG_DEVICE_CPU, cmat(q, 1, 2), cmat(k, 2, 2), cmat(v, 2, 2), mat(out, 1, 2),
+                                &options));
+  CHECK_NEAR(out[0], p0 * 1.0 + p1 * 3.0, 1e-6);
+  CHECK_NEAR(out[1], p0 * 2.0 + p1 * 4.0, 1e-6);
+
+  {
+    /* dL/dV = P^T dL/dO: row j of grad_v is p_j * grad_out. */
+    const float grad_out[2] = {1.0f, -1.0f};
+    float gq[2], gk[4], gv[4];
+    CHECK_OK(eg_attention_backward(EG_DEVICE_CPU, cmat(q, 1, 2), cmat(k, 2, 2), cmat(v, 2, 2),
+                                   cmat(grad_out, 1, 2), mat(gq, 1, 2), mat(gk, 2, 2), mat(gv, 2, 2), &options));
+    CHECK_NEAR(gv[0], p0, 1e-6);
+    CHECK_NEAR(gv[1], -p0, 1e-6);
+    CHECK_NEAR(gv[2], p1, 1e-6);
+    CHECK_NEAR(gv[3], -p1, 1e-6);
+    /* dL/dp = [o . v_j] = [1 - 2, 3 - 4] = [-1, -1]: equal, so dL/dscores = 0. */
+    CHECK_NEAR(gq[0], 0.0, 1e-6);
+    CHECK_NEAR(gq[1], 0.0, 1e-6);
+  }
+
+  {
+    /* Causal, two queries over two keys, sparsemax: query 0 sees key 0 only. */
+    const float q2[4] = {0.0f, 1.0f, 1.0f, 0.0f};
+    float out2[4];
+    options.transform = transform_named("sparsemax");
+    options.causal = 1;
+    CHECK_OK(eg_attention_forward(EG_DEVICE_CPU, cmat(q2, 2, 2), cmat(k, 2, 2), cmat(v, 2, 2), mat(out2, 2, 2),
+                                  &options));
+    CHECK(out2[0] == 1.0f && out2[1] == 2.0f);
+    /* query 1 = [1, 0]: scores [1, 0], sparsemax [1, 0]. */
+    CHECK_NEAR(out2[2], 1.0, 1e-6);
+    CHECK_NEAR(out2[3], 2.0, 1e-6);
+  }
+  CHECK_FAILS(eg_attention_forward(EG_DEVICE_CPU, cmat(q, 1, 2), cmat(k, 2, 2), cmat(v, 1, 2), mat(out, 1, 2), NULL),
+              EG_ERROR_ARGUMENT, "attention");
+  CHECK_FAILS(eg_attention_forward(EG_DEVICE_CPU, cmat(q, 1, 2), cmat(k, 2, 2), cmat(NULL, 2, 2), mat(out, 1, 2), NULL),
+              EG_ERROR_ARGUMENT, "eg_attention_forward: v is NULL");
+}
+
+static void test_graphs(void) {
+  /* 2 queries x 3 keys: row 0 = {0, 2}, row 1 = {1}. */
+  const size_t offsets[3] = {0, 2, 3};
+  const uint32_t indices[3] = {0, 2, 1};
+  const size_t gold_offsets[3] = {0, 1, 3};
+  const uint32_t gold_indices[3] = {0, 0, 1};
+  const uint32_t unsorted[3] = {2, 0, 1};
+  eg_graph *g = NULL, *gold = NULL, *bad = NULL;
+  eg_graph_csr csr;
+  eg_graph_metrics m;
+  CHECK_OK(eg_graph_create(2, 3, offsets, indices, &g));
+  CHECK_OK(eg_graph_get_csr(g, &csr));
+  CHECK(csr.queries == 2 && csr.keys == 3 && csr.edges == 3);
+  CHECK(csr.offsets[1] == 2 && csr.indices[1] == 2 && csr.indices[2] == 1);
+  CHECK_FAILS(eg_graph_create(2, 3, offsets, unsorted, &bad), EG_ERROR_ARGUMENT,
+              "eg_graph_create: the keys of query 0 are not sorted and unique");
+  CHECK_FAILS(eg_graph_create(2, 2, offsets, indices, &bad), EG_ERROR_ARGUMENT, "not below keys = 2");
+  CHECK_FAILS(eg_graph_create(2, 3, NULL, indices, &bad), EG_ERROR_ARGUMENT, "eg_graph_create: offsets is NULL");
+  CHECK(bad == NULL);
+
+  /* gold {(0,0), (1,0), (1,1)}; predicted {(0,0), (0,2), (1,1)}: 2 hits. */
+  CHECK_OK(eg_graph_create(2, 3, gold_offsets, gold_indices, &gold));
+  CHECK_OK(eg_compare_graphs(EG_DEVICE_CPU, g, gold, 0, &m));
+  CHECK(m.gold == 3 && m.predicted == 3 && m.hits == 2 && m.allowed == 6 && m.queries == 2);
+  CHECK_NEAR(m.recall, 2.0 / 3.0, 1e-12);
+  CHECK_NEAR(m.sparsity, 0.5, 1e-12);
+  /* causal with n = 2, m = 3: query 0 sees keys 0..1, so (0,2) is not allowed. */
+  CHECK_OK(eg_compare_graphs(EG_DEVICE_CPU, g, gold, 1, &m));
+  CHECK(m.predicted == 2 && m.allowed == 5);
+  CHECK_FAILS(eg_compare_graphs(EG_DEVICE_CPU, g, NULL, 0, &m), EG_ERROR_ARGUMENT, "eg_compare_graphs: gold is NULL");
+  eg_graph_free(g);
+  eg_graph_free(gold);
+
+  {
+    /* sparsemax of scores [1, 0, -1] keeps key 0 only. */
+    const float q[2] = {1.0f, 0.0f};
+    const float k[6] = {1.0f, 0.0f, 0.0f, 1.0f, -1.0f, 0.0f};
+    eg_head_view head;
+    eg_graph* gg = NULL;
+    memset(&head, 0, sizeof head);
+    head.queries = cmat(q, 1, 2);
+    head.keys = cmat(k, 3, 2);
+    head.alpha = 2.0;
+    head.scale = 1.0;
+    CHECK_OK(eg_gold_graph(EG_DEVICE_CPU, &head, &gg));
+    CHECK_OK(eg_graph_get_csr(gg, &csr));
+    CHECK(csr.edges == 1 && csr.indices[0] == 0);
+    eg_graph_free(gg);
+  }
+}
+
+static void test_graph_attention(void) {
+  /* 3 queries, 4 keys, d = dv = 2, sparsemax: attention on an empty graph
+   * in exact mode repairs every row to dense attention; fast mode on the
+   * empty graph gives zero rows, all unsettled. */
+  const float q[6] = {1.0f, 0.0f, 0.0f, 2.0f, -1.0f, 1.0f};
+  const float k[8] = {1.0f, 0.0f, 0.0f, 1.0f, -1.0f, 0.0f, 0.5f, 0.5f};
+  const float v[8] = {1.0f, 2.0f, 3.0f, 4.0f, 5.0f, 6.0f, 7.0f, 8.0f};
+  const size_t offsets[4] = {0, 0, 0, 0};
+  float dense[6], exact[6], fast[6];
+  uint8_t settled[3] = {9, 9, 9};
+  eg_graph* empty = NULL;
+  eg_graph_attention_options options = eg_graph_attention_options_default();
+  eg_graph_attention_report report;
+  size_t i;
+  CHECK(options.mode == EG_GRAPH_ATTENTION_FAST && options.bound_rank == EG_BOUND_RANK_AUTO);
+  CHECK_OK(eg_graph_create(3, 4, offsets, NULL, &empty));
+  options.attention.transform = transform_named("sparsemax");
+  CHECK_OK(eg_attention_forward(EG_DEVICE_CPU, cmat(q, 3, 2), cmat(k, 4, 2), cmat(v, 4, 2), mat(dense, 3, 2),
+                                &options.attention));
+  options.mode = EG_GRAPH_ATTENTION_EXACT;
+  memset(&report, 0, sizeof report);
+  report.settled = settled;
+  CHECK_OK(eg_graph_attention_forward(EG_DEVICE_CPU, cmat(q, 3, 2), cmat(k, 4, 2), cmat(v, 4, 2), empty,
+                                      mat(exact, 3, 2), &options, &report));
+  for (i = 0; i < 6; ++i) CHECK_NEAR(exact[i], dense[i], 1e-5);
+  CHECK(report.graph_rows + report.repaired_rows + report.dense_rows == 3);
+  CHECK(report.graph_pairs == 0 && report.repair_pairs > 0);
+  for (i = 0; i < 3; ++i) CHECK(settled[i] == EG_ROW_REPAIRED || settled[i] == EG_ROW_DENSE);
+
+  options.mode = EG_GRAPH_ATTENTION_FAST;
+  CHECK_OK(eg_graph_attention_forward(EG_DEVICE_CPU, cmat(q, 3, 2), cmat(k, 4, 2), cmat(v, 4, 2), empty,
+                                      mat(fast, 3, 2), &options, &report));
+  for (i = 0; i < 6; ++i) CHECK(fast[i] == 0.0f);
+  for (i = 0; i < 3; ++i) CHECK(settled[i] == EG_ROW_UNSETTLED);
+
+  /* softmax has no threshold: exact mode refuses it. */
+  options.mode = EG_GRAPH_ATTENTION_EXACT;
+  options.attention.transform = transform_named("softmax");
+  CHECK_FAILS(eg_graph_attention_forward(EG_DEVICE_CPU, cmat(q, 3, 2), cmat(k, 4, 2), cmat(v, 4, 2), empty,
+                                         mat(fast, 3, 2), &options, NULL),
+              EG_ERROR_ARGUMENT, "softmax");
+  options.mode = (eg_graph_attention_mode)5;
+  CHECK_FAILS(eg_graph_attention_forward(EG_DEVICE_CPU, cmat(q, 3, 2), cmat(k, 4, 2), cmat(v, 4, 2), empty,
+                                         mat(fast, 3, 2), &options, NULL),
+              EG_ERROR_ARGUMENT, "options->mode is out of range (got 5");
+  eg_graph_free(empty);
+}
+
+static void test_predictors(void) {
+  /* A causal window of half-width 1 over 4 tokens: row i = {i-1, i}. */
+  const float q[8] = {1, 0, 0, 1, 1, 1, -1, 0};
+  const char* settings[1] = {"window=1"};
+  const char* bad_key[1] = {"nonsense=1"};
+  const char* no_eq[1] = {"window"};
+  eg_predictor *p = NULL, *same = NULL, *bad = NULL;
+  eg_graph *g = NULL, *g2 = NULL;
+  eg_graph_csr csr, csr2;
+  const char* method = NULL;
+  char* json = NULL;
+  size_t i;
+  CHECK_OK(eg_predictor_make("window", settings, 1, &p));
+  CHECK_OK(eg_predictor_method(p, &method));
+  CHECK(method != NULL && strcmp(method, "window") == 0);
+  CHECK_OK(eg_predictor_predict(EG_DEVICE_CPU, p, cmat(q, 4, 2), cmat(q, 4, 2), 0, 0, 1, &g));
+  CHECK_OK(eg_graph_get_csr(g, &csr));
+  CHECK(csr.queries == 4 && csr.keys == 4 && csr.edges == 7);
+  CHECK(csr.offsets[1] == 1 && csr.indices[0] == 0);
+  for (i = 1; i < 4; ++i)
+    CHECK(csr.offsets[i + 1] - csr.offsets[i] == 2 && csr.indices[csr.offsets[i]] == i - 1 &&
+          csr.indices[csr.offsets[i] + 1] == i);
+
+  /* Saved and loaded, it predicts the same graph. */
+  CHECK_OK(eg_predictor_to_json(p, &json));
+  CHECK(json != NULL && strstr(json, "\"entgraph-predictor\"") != NULL);
+  CHECK_OK(eg_predictor_load_json(json, &same));
+  CHECK_OK(eg_predictor_predict(EG_DEVICE_CPU, same, cmat(q, 4, 2), cmat(q, 4, 2), 0, 0, 1, &g2));
+  CHECK_OK(eg_graph_get_csr(g2, &csr2));
+  CHECK(csr2.edges == csr.edges && memcmp(csr2.indices, csr.indices, csr.edges * sizeof *csr.indices) == 0);
+  eg_string_free(json);
+
+  CHECK_FAILS(eg_predictor_make("window", bad_key, 1, &bad), EG_ERROR_ARGUMENT, "nonsense");
+  CHECK_FAILS(eg_predictor_make("window", no_eq, 1, &bad), EG_ERROR_ARGUMENT,
+              "eg_predictor_make: settings[0] is not key=value (got 'window')");
+  CHECK_FAILS(eg_predictor_make("no-such-method", NULL, 0, &bad), EG_ERROR_ARGUMENT, "no-such-method");
+  CHECK_FAILS(eg_predictor_make("window", NULL, 1, &bad), EG_ERROR_ARGUMENT, "eg_predictor_make: settings is NULL");
+  CHECK_FAILS(eg_predictor_load_json("{\"format\": 1", &bad), EG_ERROR_ARGUMENT, "load_predictor");
+  CHECK_FAILS(eg_predictor_load_file("/nonexistent/params.json", &bad), EG_ERROR_IO, "/nonexistent/params.json");
+  {
+    /* A parameter file (in the test's working folder) loads as the text does. */
+    const char* path = "c_api_test_predictor.json";
+    FILE* file = fopen(path, "w");
+    eg_predictor* from_file = NULL;
+    const char* file_method = NULL;
+    CHECK(file != NULL);
+    if (file != NULL) {
+      CHECK_OK(eg_predictor_to_json(p, &json));
+      fputs(json, file);
+      fclose(file);
+      eg_string_free(json);
+      CHECK_OK(eg_predictor_load_file(path, &from_file));
+      CHECK_OK(eg_predictor_method(from_file, &file_method));
+      CHECK(file_method != NULL && strcmp(file_method, "window") == 0);
+      eg_predictor_free(from_file);
+      remove(path);
+    }
+  }
+  CHECK_FAILS(eg_predictor_predict(EG_DEVICE_CPU, p, cmat(q, 4, 2), cmat(q, 2, 4), 0, 0, 1, &g), EG_ERROR_ARGUMENT,
+              "columns");
+  CHECK(bad == NULL);
+  eg_graph_free(g);
+  eg_graph_free(g2);
+  eg_predictor_free(p);
+  eg_predictor_free(same);
+}
+
+/* The first text of data/teacher-causal/fixture, the PyTorch capture of the
+ * shipped teacher: the C API's forward must reproduce its queries. */
+static const char kFixtureText[] =
+    "And God remembered Noah, and every living thing, and all the cattle that was with him in the ark: and God "
+    "made a wind to pass over the earth, and the waters ass";
+
+/* path under the repository root, in a static buffer. */
+static const char* source_path(const char* path) {
+  static char buffer[4096];
+  const char* root = getenv("ENTGRAPH_SOURCE_DIR");
+  snprintf(buffer, sizeof buffer, "%s/%s", root != NULL ? root : ENTGRAPH_SOURCE_DIR, path);
+  return buffer;
+}
+
+static void test_capture_teacher_predictor(void) {
+  eg_capture* capture = NULL;
+  eg_capture_info info;
+  eg_head_view cap_head, teacher_head;
+  eg_teacher* teacher = NULL;
+  eg_teacher_info tinfo;
+  eg_teacher_output* output = NULL;
+  eg_teacher_output_info oinfo;
+  eg_const_matrix probs, logits;
+  eg_predictor* predictor = NULL;
+  const char* settings[3] = {"r=2", "clusters=2", "seed=1"};
+  eg_graph *predicted = NULL, *gold = NULL;
+  eg_graph_metrics metrics;
+  double max_diff = 0.0, row_sum = 0.0;
+  size_t i, j;
+
+  CHECK_FAILS(eg_capture_load("/nonexistent/capture", &capture), EG_ERROR_IO, "/nonexistent/capture");
+  CHECK_FAILS(eg_teacher_load("/nonexistent/teacher", &teacher), EG_ERROR_IO, "/nonexistent/teacher");
+  CHECK_FAILS(eg_capture_load(NULL, &capture), EG_ERROR_ARGUMENT, "eg_capture_load: dir is NULL");
+  CHECK(capture == NULL && teacher == NULL);
+
+  CHECK_OK(eg_capture_load(source_path("data/teacher-causal/fixture"), &capture));
+  CHECK_OK(eg_teacher_load(source_path("data/teacher-causal"), &teacher));
+  if (capture == NULL || teacher == NULL) return;
+  CHECK_OK(eg_capture_get_info(capture, &info));
+  CHECK(info.layers == 4 && info.heads == 4 && info.head_dim == 32 && info.sequences == 2);
+  CHECK(info.lengths[0] == 160 && info.lengths[1] == 37 && info.tokens == 197 && info.has_values);
+  CHECK_OK(eg_capture_get_head(capture, 3, 2, 0, &cap_head));
+  CHECK(cap_head.queries.rows == 160 && cap_head.queries.cols == 32 && cap_head.values.data != NULL);
+  CHECK(cap_head.alpha == 1.5 && cap_head.causal == 1);
+  CHECK_FAILS(eg_capture_get_head(capture, 4, 0, 0, &cap_head), EG_ERROR_ARGUMENT, "layer");
+
+  CHECK_OK(eg_teacher_get_info(teacher, &tinfo));
+  CHECK(tinfo.layers == 4 && tinfo.heads == 4 && tinfo.head_dim == 32 && tinfo.causal == 1 && tinfo.alpha == 1.5);
+  CHECK(strlen(kFixtureText) == 160);
+  CHECK_OK(eg_teacher_forward(EG_DEVICE_CPU, teacher, kFixtureText, 160, 1, &output));
+  CHECK_FAILS(eg_teacher_forward(EG_DEVICE_CPU, teacher, kFixtureText, 0, 0, &output), EG_ERROR_ARGUMENT, "empty");
+  if (output == NULL) return;
+  CHECK_OK(eg_teacher_output_get_info(output, &oinfo));
+  CHECK(oinfo.tokens == 160 && oinfo.outputs == 256 && oinfo.has_probs);
+  CHECK_OK(eg_teacher_output_get_head(output, 3, 2, &teacher_head));
+  CHECK(teacher_head.queries.rows == 160 && teacher_head.keys.cols == 32 && teacher_head.causal == 1);
+  CHECK_NEAR(teacher_head.scale, cap_head.scale, 1e-12);
+  for (i = 0; i < 160; ++i)
+    for (j = 0; j < 32; ++j) {
+      const double d = fabs(teacher_head.queries.data[i * teacher_head.queries.stride + j] -
+                            cap_head.queries.data[i * cap_head.queries.stride + j]);
+      if (d > max_diff) max_diff = d;
+    }
+  CHECK(max_diff < 1e-3); /* PyTorch's float32 forward of float16 weights */
+  CHECK_OK(eg_teacher_output_get_probs(output, 3, 2, &probs));
+  CHECK(probs.rows == 160 && probs.cols == 160);
+  for (j = 0; j < 160; ++j) row_sum += probs.data[159 * probs.stride + j];
+  CHECK_NEAR(row_sum, 1.0, 1e-5);
+  CHECK(probs.data[0 * probs.stride + 1] == 0.0f); /* causal */
+  CHECK_OK(eg_teacher_output_get_logits(output, &logits));
+  CHECK(logits.rows == 160 && logits.cols == 256);
+
+  /* A learned predictor fitted on the capture, predicting the teacher's head. */
+  CHECK_OK(eg_predictor_make("sparsefinder-kmeans", settings, 3, &predictor));
+  CHECK_FAILS(eg_predictor_fit(EG_DEVICE_CUDA, predictor, capture, 0), EG_ERROR_DEVICE, "device cuda");
+  CHECK_FAILS(eg_predictor_predict(EG_DEVICE_CPU, predictor, teacher_head.queries, teacher_head.keys, 3, 2, 1,
+                                   &predicted),
+              EG_ERROR_ARGUMENT, "sparsefinder-kmeans");
+  CHECK_OK(eg_predictor_fit(EG_DEVICE_CPU, predictor, capture, 0));
+  CHECK_OK(eg_predictor_predict(EG_DEVICE_CPU, predictor, teacher_head.queries, teacher_head.keys, 3, 2, 1,
+                                &predicted));
+  CHECK_OK(eg_gold_graph(EG_DEVICE_CPU, &teacher_head, &gold));
+  CHECK_OK(eg_compare_graphs(EG_DEVICE_CPU, predicted, gold, 1, &metrics));
+  CHECK(metrics.gold > 0 && metrics.allowed == 160 * 161 / 2);
+  CHECK(metrics.recall > 0.0 && metrics.recall <= 1.0 && metrics.sparsity > 0.0);
+  {
+    /* The gold graph is the support of the recorded probabilities. */
+    eg_graph_csr csr;
+    size_t nonzero = 0;
+    CHECK_OK(eg_graph_get_csr(gold, &csr));
+    for (i = 0; i < 160; ++i)
+      for (j = 0; j < 160; ++j) nonzero += probs.data[i * probs.stride + j] > 0.0f;
+    CHECK(csr.edges == nonzero);
+  }
+
+  eg_graph_free(predicted);
+  eg_graph_free(gold);
+  eg_predictor_free(predictor);
+  eg_teacher_output_free(output);
+  eg_teacher_free(teacher);
+  eg_capture_free(capture);
+}
+
+int main(void) {
+  test_basics();
+  test_transform_parse();
+  test_transform_forward();
+  test_transform_backward();
+  test_transform_errors();
+  test_last_error_is_per_thread();
+  test_devices();
+  test_attention();
+  test_graphs();
+  test_graph_attention();
+  test_predictors();
+  test_capture_teacher_predictor();
+  printf("%d passed, %d failed\n", passed, failed);
+  return failed == 0 ? 0 : 1;
+}
