@@ -1,5 +1,6 @@
-// Tests of the non-learned and clustering predictors (core/src/predictors/patterns.cpp):
-// window, global, longformer, bigbird, reformer, routing.
+// Tests of the non-learned and clustering predictors (core/src/predictors/:
+// fixed_patterns.cpp, reformer.cpp, routing.cpp): window, global, longformer,
+// bigbird, reformer, routing.
 #include <doctest/doctest.h>
 
 #include <algorithm>

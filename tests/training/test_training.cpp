@@ -429,6 +429,50 @@ TEST_CASE("k-means tolerance cuts restarts short, and the kept one still converg
   }
 }
 
+TEST_CASE("spherical k-means clusters directions, whatever the rows' lengths") {
+  // Three directions in 3-d, each row at a random length; some zero rows.
+  const float dirs[3][3] = {{1, 0, 0}, {0, 1, 0}, {-0.6f, -0.8f, 0}};
+  std::mt19937_64 rng(4);
+  std::vector<float> pts, scaled_pts;
+  std::vector<std::size_t> truth;
+  for (std::size_t i = 0; i < 150; ++i) {
+    const std::size_t c = i % 3;
+    const double length = i % 25 == 24 ? 0.0 : 0.1 + 100 * detail::uniform_open01(rng);
+    for (std::size_t t = 0; t < 3; ++t)
+      pts.push_back(static_cast<float>(length * (dirs[c][t] + 0.05 * detail::standard_normal(rng))));
+    truth.push_back(length > 0 ? c : 3);
+  }
+  for (float x : pts) scaled_pts.push_back(0x1p70f * x);  // beyond the euclidean 1e15 bound
+  KMeansOptions o;
+  o.geometry = KMeansGeometry::spherical;
+  o.clusters = 3;
+  const KMeansResult r = kmeans({pts.data(), 150, 3}, o);
+  std::uint32_t of[3] = {r.assignment[0], r.assignment[1], r.assignment[2]};
+  CHECK(of[0] != of[1]);
+  CHECK(of[1] != of[2]);
+  CHECK(of[0] != of[2]);
+  for (std::size_t i = 0; i < 150; ++i)
+    if (truth[i] < 3) CHECK(r.assignment[i] == of[truth[i]]);
+  for (std::size_t j = 0; j < 3; ++j) {
+    double norm = 0;
+    for (std::size_t t = 0; t < 3; ++t) norm += static_cast<double>(r.centroids[j * 3 + t]) * r.centroids[j * 3 + t];
+    CHECK(norm == doctest::Approx(1.0).epsilon(1e-6));
+  }
+  // Rows scaled by a power of two normalise to the same bits.
+  const KMeansResult scaled = kmeans({scaled_pts.data(), 150, 3}, o);
+  CHECK(scaled.centroids == r.centroids);
+  CHECK(scaled.assignment == r.assignment);
+  o.geometry = KMeansGeometry::euclidean;
+  CHECK_THROWS_WITH(kmeans({scaled_pts.data(), 150, 3}, o), doctest::Contains("beyond 1e15"));
+  // engine_seed replaces the seed's own stream.
+  o.geometry = KMeansGeometry::spherical;
+  o.engine_seed = 123;
+  o.seed = 1;
+  const KMeansResult a = kmeans({pts.data(), 150, 3}, o);
+  o.seed = 2;
+  CHECK(kmeans({pts.data(), 150, 3}, o).centroids == a.centroids);
+}
+
 TEST_CASE("progress bar format and silence") {
   const std::string line = ProgressBar::format("fit", 3, 12, 1.5);
   CHECK(line.find("fit [") == 0);

@@ -1,13 +1,14 @@
 // entgraph internal: how predictor methods are created and reloaded, and the
 // settings reader they share.
 //
-// Each family of methods owns one table of factories (fixed patterns and
-// hashing/clustering in patterns.cpp, Sparsefinder in sparsefinder.cpp,
-// score estimates in lowrank_threshold.cpp);
+// Each family of methods owns one table of factories (fixed patterns,
+// Reformer and routing in pattern_factories(), Sparsefinder in
+// sparsefinder.cpp, score estimates in lowrank_threshold.cpp);
 // predictor.cpp concatenates them. A static library would drop
 // self-registering objects, hence explicit tables.
 #pragma once
 
+#include <climits>
 #include <cstdint>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -17,6 +18,7 @@
 
 #include "entgraph/error.hpp"
 #include "entgraph/predictors/predictor.hpp"
+#include "io/json_strict.hpp"
 
 namespace entgraph::detail {
 
@@ -30,7 +32,11 @@ struct PredictorFactory {
   std::vector<std::string> predict_settings = {};
 };
 
-const std::vector<PredictorFactory>& pattern_factories();  // predictors/patterns.cpp
+// window, global, longformer, bigbird (predictors/fixed_patterns.cpp), then
+// reformer_factory() and routing_factory().
+const std::vector<PredictorFactory>& pattern_factories();
+PredictorFactory reformer_factory();  // predictors/reformer.cpp
+PredictorFactory routing_factory();   // predictors/routing.cpp
 const std::vector<PredictorFactory>& learned_factories();  // predictors/sparsefinder.cpp
 const std::vector<PredictorFactory>& score_factories();    // predictors/lowrank_threshold.cpp
 
@@ -57,5 +63,31 @@ class SettingsReader {
   const PredictorSettings& settings_;
   std::set<std::string> used_;
 };
+
+// The "seed" setting of a randomised method: an integer in [0, LONG_MAX],
+// default 0.
+inline std::uint64_t read_seed(SettingsReader& reader) {
+  return static_cast<std::uint64_t>(reader.integer("seed", 0, 0, LONG_MAX));
+}
+
+// The tags of the methods' random streams (runtime/random.hpp's keyed_seed),
+// one per method so that no two methods share a stream.
+enum : std::uint64_t { kStreamBigBird = 1, kStreamReformer = 2, kStreamRouting = 3 };
+
+// Factory functions of a method P constructed from its settings alone.
+template <class P>
+std::unique_ptr<Predictor> create_method(const PredictorSettings& settings) {
+  return std::make_unique<P>(settings);
+}
+
+// load for a method that learns nothing: its "parameters" must be {}.
+template <class P>
+std::unique_ptr<Predictor> load_unlearned(const PredictorSettings& settings, const nlohmann::json& parameters) {
+  auto p = std::make_unique<P>(settings);
+  if (!parameters.empty())
+    throw Error(p->method() + ": parameters: expected an empty object (the method learns nothing), got " +
+                json_excerpt(parameters));
+  return p;
+}
 
 }  // namespace entgraph::detail

@@ -1,5 +1,6 @@
 // entgraph: k-means with greedy k-means++ initialisation, Lloyd iterations
-// (with Hamerly's bounds for larger k) and restarts (see training/kmeans.hpp).
+// (with Hamerly's bounds for larger k) and restarts (see training/kmeans.hpp);
+// spherical k-means on the same restarts.
 //
 // The loops that the compiler vectorises run across points, never inside one
 // sum, and every sum has a fixed order, so no instruction set changes a bit
@@ -17,6 +18,7 @@
 #include "entgraph/error.hpp"
 #include "runtime/numbers.hpp"
 #include "runtime/random.hpp"
+#include "training/normalised_rows.hpp"
 
 namespace entgraph {
 namespace {
@@ -28,11 +30,13 @@ constexpr std::size_t kBlock = 256;
 constexpr float kMaxCoordinate = 1e15f;
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
-void check_points(MatrixView<const float> points, std::size_t clusters, const char* op) {
+// values: also check that every value is finite and at most 1e15 in magnitude.
+void check_points(MatrixView<const float> points, std::size_t clusters, const char* op, bool values = true) {
   if (points.rows == 0 || points.cols == 0)
     throw Error(std::string(op) + ": points is empty (got " + std::to_string(points.rows) + " x " +
                 std::to_string(points.cols) + ")");
   if (clusters == 0) throw Error(std::string(op) + ": clusters must be >= 1 (got 0)");
+  if (!values) return;
   for (std::size_t i = 0; i < points.rows; ++i)
     for (std::size_t t = 0; t < points.cols; ++t) {
       if (!std::isfinite(points(i, t)))
@@ -423,47 +427,176 @@ class LloydRun {
   std::vector<std::uint32_t> need_;
 };
 
+// ---------------------------------------------------------------- spherical
+
+// The rows scaled to unit length (KMeansGeometry::spherical), row-major.
+struct UnitPoints {
+  std::size_t n = 0, dim = 0;
+  std::vector<double> x;
+
+  explicit UnitPoints(MatrixView<const float> p) : n(p.rows), dim(p.cols), x(p.rows * p.cols) {
+    for (std::size_t i = 0; i < n; ++i) detail::normalised_row(p, i, x.data() + i * dim);
+  }
+  const double* row(std::size_t i) const { return x.data() + i * dim; }
+  double at(std::size_t i, std::size_t t) const { return x[i * dim + t]; }
+};
+
+double dot(const double* a, const double* b, std::size_t dim) {
+  double s = 0.0;
+  for (std::size_t t = 0; t < dim; ++t) s += a[t] * b[t];
+  return s;
+}
+
+// Plain k-means++ on the unit rows, on squared distances: the first centroid
+// and any drawn while every point sits on a centroid are uniform points; the
+// others are drawn by a linear scan of the distances. The draws are the
+// routing predictor's own (uniform_below_reject_low, uniform01), so its
+// parameter files stay what they were.
+std::vector<double> spherical_plus_plus(const UnitPoints& p, std::size_t k, std::mt19937_64& rng) {
+  const std::size_t n = p.n, dim = p.dim;
+  std::vector<double> c(k * dim), dist(n, std::numeric_limits<double>::infinity());
+  for (std::size_t j = 0; j < k; ++j) {
+    double total = 0.0;
+    if (j > 0)
+      for (double v : dist) total += v;
+    std::size_t pick = n - 1;
+    if (!(total > 0.0)) {
+      pick = static_cast<std::size_t>(detail::uniform_below_reject_low(rng, n));
+    } else {
+      double u = detail::uniform01(rng) * total;
+      for (std::size_t i = 0; i < n; ++i) {
+        if (u < dist[i]) {
+          pick = i;
+          break;
+        }
+        u -= dist[i];
+      }
+    }
+    std::copy(p.row(pick), p.row(pick) + dim, c.begin() + static_cast<std::ptrdiff_t>(j * dim));
+    const double* cj = c.data() + j * dim;
+    for (std::size_t i = 0; i < n; ++i) {
+      double s = 0.0;
+      for (std::size_t t = 0; t < dim; ++t) s += (p.row(i)[t] - cj[t]) * (p.row(i)[t] - cj[t]);
+      dist[i] = std::min(dist[i], s);
+    }
+  }
+  return c;
+}
+
+// One run of spherical Lloyd iterations, with LloydRun's interface. A step
+// moves every centroid to its points' sum scaled to unit length (the sums
+// redone in point order), then assigns every point to the centroid of
+// largest dot product.
+class SphericalRun {
+ public:
+  SphericalRun(const UnitPoints& p, std::size_t k)
+      : p_(p), k_(k), c_(k * p.dim), sums_(k * p.dim), counts_(k), assignment_(p.n) {}
+
+  void start(const std::vector<double>& c) {
+    c_ = c;
+    assign();
+  }
+
+  bool step(double& shift2) {
+    shift2 = update_centroids();
+    return assign();
+  }
+
+  double inertia() const {
+    double total = 0;
+    for (std::size_t i = 0; i < p_.n; ++i) {
+      const double* c = c_.data() + assignment_[i] * p_.dim;
+      double s = 0;
+      for (std::size_t t = 0; t < p_.dim; ++t) s += (p_.at(i, t) - c[t]) * (p_.at(i, t) - c[t]);
+      total += s;
+    }
+    return total;
+  }
+
+  std::vector<float> centroids() const { return std::vector<float>(c_.begin(), c_.end()); }
+  const std::vector<std::uint32_t>& assignment() const { return assignment_; }
+
+ private:
+  bool assign() {
+    const std::size_t dim = p_.dim;
+    bool changed = false;
+    for (std::size_t i = 0; i < p_.n; ++i) {
+      std::uint32_t best = 0;
+      double best_value = -std::numeric_limits<double>::infinity();
+      for (std::size_t j = 0; j < k_; ++j) {
+        const double v = dot(p_.row(i), c_.data() + j * dim, dim);
+        if (v > best_value) best_value = v, best = static_cast<std::uint32_t>(j);
+      }
+      if (assignment_[i] != best) assignment_[i] = best, changed = true;
+    }
+    return changed;
+  }
+
+  // Returns the sum of the centroids' squared moves.
+  double update_centroids() {
+    const std::size_t dim = p_.dim;
+    std::fill(sums_.begin(), sums_.end(), 0.0);
+    std::fill(counts_.begin(), counts_.end(), 0);
+    for (std::size_t i = 0; i < p_.n; ++i) {
+      ++counts_[assignment_[i]];
+      for (std::size_t t = 0; t < dim; ++t) sums_[assignment_[i] * dim + t] += p_.at(i, t);
+    }
+    double shift2 = 0;
+    for (std::size_t j = 0; j < k_; ++j) {
+      const double* sum = sums_.data() + j * dim;
+      const double norm = std::sqrt(dot(sum, sum, dim));
+      if (counts_[j] == 0 || !(norm > 0.0)) continue;
+      for (std::size_t t = 0; t < dim; ++t) {
+        const double next = sum[t] / norm, move = next - c_[j * dim + t];
+        shift2 += move * move;
+        c_[j * dim + t] = next;
+      }
+    }
+    return shift2;
+  }
+
+  const UnitPoints& p_;
+  std::size_t k_;
+  std::vector<double> c_, sums_;
+  std::vector<std::size_t> counts_;
+  std::vector<std::uint32_t> assignment_;
+};
+
+// ---------------------------------------------------------------- restarts
+
 // Mean over coordinates of the points' variance (two passes, in point order).
-double mean_variance(const Points& p) {
+template <class P>
+double mean_variance(const P& p) {
   double total = 0;
   for (std::size_t t = 0; t < p.dim; ++t) {
-    const float* col = p.cols.data() + t * p.stride;
     double mean = 0, var = 0;
-    for (std::size_t i = 0; i < p.n; ++i) mean += col[i];
+    for (std::size_t i = 0; i < p.n; ++i) mean += p.at(i, t);
     mean /= static_cast<double>(p.n);
-    for (std::size_t i = 0; i < p.n; ++i) var += (col[i] - mean) * (col[i] - mean);
+    for (std::size_t i = 0; i < p.n; ++i) var += (p.at(i, t) - mean) * (p.at(i, t) - mean);
     total += var / static_cast<double>(p.n);
   }
   return total / static_cast<double>(p.dim);
 }
 
-}  // namespace
-
-std::vector<float> kmeans_plus_plus(MatrixView<const float> points, std::size_t clusters, std::uint64_t seed) {
-  check_points(points, clusters, "kmeans_plus_plus");
-  std::mt19937_64 rng(detail::mix_seed(seed, 0x6b6d, 0));
-  return plus_plus(Points(points), clusters, rng);
-}
-
-KMeansResult kmeans(MatrixView<const float> points, const KMeansOptions& options) {
-  check_points(points, options.clusters, "kmeans");
-  if (options.restarts == 0) throw Error("kmeans: restarts must be >= 1 (got 0)");
-  if (!(options.tolerance >= 0) || !std::isfinite(options.tolerance))
-    throw Error("kmeans: tolerance must be finite and >= 0 (got " + detail::number_text(options.tolerance) + ")");
-  const Points p(points);
+// Runs options.restarts restarts of Run (LloydRun or SphericalRun) from the
+// seeding's centroids, each until no assignment changes, the centroids moved
+// less than the tolerance allows, or options.iterations; keeps the one of
+// lowest inertia and lets it go on until no assignment changes.
+template <class Run, class P, class Seeding>
+KMeansResult lloyd_restarts(const P& p, const KMeansOptions& options, Seeding seeding) {
   const std::size_t k = options.clusters;
   const double tolerance = options.tolerance * mean_variance(p);
-  std::mt19937_64 rng(detail::mix_seed(options.seed, 0x6b6d, 0));
+  std::mt19937_64 rng(options.engine_seed ? *options.engine_seed : detail::mix_seed(options.seed, 0x6b6d, 0));
   KMeansResult best;
   best.clusters = k;
   best.dim = p.dim;
   best.inertia = std::numeric_limits<double>::infinity();
   // run: the current restart; kept: the best so far, whose iterations go on
   // after the last restart until no assignment changes.
-  auto run = std::make_unique<LloydRun>(p, k), kept = std::make_unique<LloydRun>(p, k);
+  auto run = std::make_unique<Run>(p, k), kept = std::make_unique<Run>(p, k);
   bool kept_changed = false;
   for (std::size_t restart = 0; restart < options.restarts; ++restart) {
-    run->start(plus_plus(p, k, rng));
+    run->start(seeding(p, k, rng));
     std::size_t it = 0;
     bool changed = true;  // from no assignment at all
     while (it < options.iterations && changed) {
@@ -491,6 +624,24 @@ KMeansResult kmeans(MatrixView<const float> points, const KMeansOptions& options
   best.assignment = kept->assignment();
   best.inertia = kept->inertia();
   return best;
+}
+
+}  // namespace
+
+std::vector<float> kmeans_plus_plus(MatrixView<const float> points, std::size_t clusters, std::uint64_t seed) {
+  check_points(points, clusters, "kmeans_plus_plus");
+  std::mt19937_64 rng(detail::mix_seed(seed, 0x6b6d, 0));
+  return plus_plus(Points(points), clusters, rng);
+}
+
+KMeansResult kmeans(MatrixView<const float> points, const KMeansOptions& options) {
+  const bool spherical = options.geometry == KMeansGeometry::spherical;
+  check_points(points, options.clusters, "kmeans", !spherical);
+  if (options.restarts == 0) throw Error("kmeans: restarts must be >= 1 (got 0)");
+  if (!(options.tolerance >= 0) || !std::isfinite(options.tolerance))
+    throw Error("kmeans: tolerance must be finite and >= 0 (got " + detail::number_text(options.tolerance) + ")");
+  if (spherical) return lloyd_restarts<SphericalRun>(UnitPoints(points), options, spherical_plus_plus);
+  return lloyd_restarts<LloydRun>(Points(points), options, plus_plus);
 }
 
 std::vector<std::uint32_t> nearest_centroids(MatrixView<const float> points, const std::vector<float>& centroids,

@@ -23,15 +23,40 @@
 // faster", SDM 2010), the points that provably keep their centroid; the
 // assignments are the same as without. Seeded with std::mt19937_64 and the
 // library's own uniform helpers.
+//
+// KMeansGeometry::spherical clusters directions instead (the Routing
+// Transformer's clustering of queries and keys), with the same restarts,
+// iterations and tolerance.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "entgraph/matrix_view.hpp"
 
 namespace entgraph {
+
+enum class KMeansGeometry {
+  // Squared Euclidean distances in float, greedy k-means++, means: all of the
+  // above.
+  euclidean,
+  // Spherical k-means (Dhillon and Modha 2001, "Concept decompositions for
+  // large sparse text data using clustering") as the Routing Transformer
+  // (Roy et al. 2021) clusters queries and keys. Every row is scaled to unit
+  // length in double (a row whose squared norm is 0 or not finite becomes the
+  // zero vector; values are not checked otherwise) and all arithmetic is in
+  // double on these unit rows, coordinates added in order; centroids are
+  // rounded to float only when returned. Plain k-means++ seeding (one draw
+  // per centroid, with probability proportional to the squared distance to
+  // the nearest centroid so far; uniform while all are 0); each point goes to
+  // the centroid of largest dot product (ties to the lower index); a centroid
+  // moves to the sum of its points scaled to unit length (an empty cluster,
+  // or a zero sum, keeps it). Inertia and tolerance are measured on the unit
+  // rows.
+  spherical,
+};
 
 struct KMeansOptions {
   std::size_t clusters = 4;     // k >= 1
@@ -44,6 +69,11 @@ struct KMeansOptions {
   // cuts short the restarts that are not kept; 0: every restart runs until
   // no assignment changes. Finite, >= 0.
   double tolerance = 1e-4;
+  KMeansGeometry geometry = KMeansGeometry::euclidean;
+  // The random engine's seed as is, for a caller that keys its own streams
+  // (the routing predictor: per seed, layer and head); unset, the engine's
+  // seed is derived from `seed`.
+  std::optional<std::uint64_t> engine_seed;
 };
 
 struct KMeansResult {
@@ -58,12 +88,14 @@ struct KMeansResult {
 
 // Clusters the rows of points (n x dim). Throws entgraph::Error
 // ("kmeans: ...") if points is empty, clusters or restarts is 0, a value is
-// not finite or beyond 1e15 in magnitude, or tolerance is negative or not
-// finite. With fewer distinct points than clusters, some centroids repeat.
+// not finite or beyond 1e15 in magnitude (euclidean only), or tolerance is
+// negative or not finite. With fewer distinct points than clusters, some
+// centroids repeat.
 KMeansResult kmeans(MatrixView<const float> points, const KMeansOptions& options);
 
 // Only the k-means++ initialisation (clusters x dim centroids): the first
-// restart of kmeans() with the same seed starts from these. For tests.
+// restart of kmeans() (euclidean, no engine_seed) with the same seed starts
+// from these. For tests.
 std::vector<float> kmeans_plus_plus(MatrixView<const float> points, std::size_t clusters, std::uint64_t seed);
 
 // The `top` nearest centroids of each point (n x top, nearest first; ties to
