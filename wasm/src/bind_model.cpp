@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "entgraph/attention.hpp"
 #include "entgraph/error.hpp"
 #include "entgraph/graph.hpp"
+#include "entgraph/heads.hpp"
 #include "entgraph/model.hpp"
 #include "js_interop.hpp"
 

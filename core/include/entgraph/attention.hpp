@@ -24,17 +24,11 @@
 #include <cstdint>
 
 #include "entgraph/device.hpp"
+#include "entgraph/heads.hpp"  // causal_key_limit, the causal rule above
 #include "entgraph/matrix_view.hpp"
 #include "entgraph/transforms.hpp"
 
 namespace entgraph {
-
-// The causal mask as a count: query i of n sees keys [0, limit) of m, with
-// limit = i + 1 + (m - n) clamped to [0, m] (the rule above). Shared by
-// dense and graph attention, graphs and predictors.
-constexpr std::size_t causal_key_limit(std::size_t i, std::size_t n, std::size_t m) {
-  return i + 1 + m <= n ? 0 : (i + 1 + m - n < m ? i + 1 + m - n : m);
-}
 
 template <class T>
 struct AttentionOptions {

@@ -20,10 +20,12 @@
 #include <vector>
 
 #include "entgraph/device.hpp"
-#include "entgraph/io/capture.hpp"
+#include "entgraph/heads.hpp"
 #include "entgraph/matrix_view.hpp"
 
 namespace entgraph {
+
+struct Capture;  // entgraph/io/capture.hpp
 
 struct Graph {
   std::size_t queries = 0;            // n

@@ -6,8 +6,9 @@
 #include <string>
 #include <utility>
 
-#include "entgraph/attention.hpp"
 #include "entgraph/error.hpp"
+#include "entgraph/heads.hpp"
+#include "entgraph/io/capture.hpp"
 #include "entgraph/runtime.hpp"
 #include "entgraph/transforms.hpp"
 #include "io/capture_context.hpp"

@@ -35,8 +35,8 @@
 #include <tuple>
 #include <vector>
 
-#include "entgraph/attention.hpp"
 #include "entgraph/error.hpp"
+#include "entgraph/heads.hpp"
 #include "entgraph/training/projection.hpp"
 #include "entgraph/transforms.hpp"
 #include "io/capture_context.hpp"

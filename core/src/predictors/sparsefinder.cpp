@@ -15,9 +15,9 @@
 #include <string>
 #include <vector>
 
-#include "entgraph/attention.hpp"
 #include "entgraph/backend.hpp"
 #include "entgraph/error.hpp"
+#include "entgraph/heads.hpp"
 #include "entgraph/training/kmeans.hpp"
 #include "entgraph/training/progress.hpp"
 #include "entgraph/training/projection.hpp"

@@ -36,6 +36,7 @@
 #include <string_view>
 #include <vector>
 
+#include "entgraph/heads.hpp"
 #include "entgraph/io/npy.hpp"
 #include "entgraph/matrix_view.hpp"
 
@@ -51,13 +52,6 @@ inline constexpr double kCaptureMaxAlpha = 1000.0;
 // scale * q.k and every partial sum of the dot product, so scores stay finite
 // in float32 whatever the rounding.
 inline constexpr double kCaptureMaxScore = 0x1p127;
-
-// How the attention of one head turns scores into weights.
-struct HeadSettings {
-  double alpha = 1.5;   // α of the entmax transform (1 = softmax, 1.5 = entmax15, 2 = sparsemax), in [1, 1000]
-  bool causal = false;  // query i of a sequence sees keys 0..i of that sequence only
-  double scale = 0.0;   // scores = scale * q.k; finite and > 0 in a valid capture (Capture::make sets 1/sqrt(head_dim))
-};
 
 // A capture in memory. The arrays are float32 whatever the files held
 // (float16 widens exactly).
