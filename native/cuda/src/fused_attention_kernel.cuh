@@ -425,7 +425,7 @@ __device__ inline double above_trial(float x, float max, double t) {
 
 // After sweep 1: tau for the queries whose candidates fit; the others start
 // narrowing on [-1, 0).
-__device__ void solve_after_collect(RowState rs, double* mass, int* count_above, const FusedParams& p, int q0) {
+__device__ inline void solve_after_collect(RowState rs, double* mass, int* count_above, const FusedParams& p, int q0) {
   const int lane = threadIdx.x % kWarpSize;
   for (int rr = 0; rr < kRowsPerWarp; ++rr) {
     const int r = warp_row(rr);
@@ -510,7 +510,7 @@ __device__ void narrow_rows(const float* Ss, RowState rs, double* mass, int* cou
 
 // After a narrowing or collecting sweep: solve the collected rows, shrink the
 // brackets of the others.
-__device__ void after_narrowing(RowState rs, double* mass, int* count_above, const FusedParams& p, int q0,
+__device__ inline void after_narrowing(RowState rs, double* mass, int* count_above, const FusedParams& p, int q0,
                                 int sweep) {
   const int lane = threadIdx.x % kWarpSize;
   for (int rr = 0; rr < kRowsPerWarp; ++rr) {
