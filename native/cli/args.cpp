@@ -9,8 +9,7 @@
 
 #include "entgraph/error.hpp"
 #include "entgraph/runtime.hpp"
-#include "io/binary.hpp"
-#include "runtime/numbers.hpp"
+#include "entgraph/text.hpp"
 
 namespace entgraph::cli {
 
@@ -90,8 +89,8 @@ std::optional<double> Args::number(const std::string& name) const {
   const auto text = get(name);
   if (!text) return std::nullopt;
   double v = 0;  // a plain decimal: "0x2", "inf", "nan", " 2" and "2x" are mistakes, not numbers
-  if (!detail::parse_decimal(*text, v))
-    throw error("--" + name + ": not a finite decimal number (got '" + detail::printable(text->data(), text->size()) +
+  if (!parse_decimal(*text, v))
+    throw error("--" + name + ": not a finite decimal number (got '" + printable(text->data(), text->size()) +
                 "')");
   return v;
 }
@@ -139,30 +138,36 @@ constexpr const char* kFnNames = "softmax, sparsemax, entmax15, entmax, topk";
 Transform parse_transform_option(const Args& args) {
   const auto fn = args.get("fn");
   if (!fn) throw args.error("--fn is required (one of " + std::string(kFnNames) + ")");
-  Transform t;
-  if (*fn == "softmax") {
-    t = Transform::softmax();
-  } else if (*fn == "sparsemax") {
-    t = Transform::sparsemax();
-  } else if (*fn == "entmax15") {
-    t = Transform::entmax15();
-  } else if (*fn == "entmax") {
-    const auto alpha = args.number("alpha");
-    if (!alpha) throw args.error("--fn entmax needs --alpha A (A in [1, 1000])");
-    if (!(*alpha >= 1.0 && *alpha <= kMaxEntmaxAlpha))
-      throw args.error("--alpha: must be in [1, 1000] (got " + *args.get("alpha") + ")");
-    t = Transform::entmax(*alpha);
-  } else if (*fn == "topk" || *fn == "topk_softmax") {
-    const auto k = args.integer("k");
-    if (!k) throw args.error("--fn topk needs --k K (K >= 1)");
-    if (*k == 0) throw args.error("--k: must be at least 1 (got 0)");
-    if (*k > std::numeric_limits<std::size_t>::max()) throw args.error("--k: too large (got " + *args.get("k") + ")");
-    t = Transform::topk_softmax(static_cast<std::size_t>(*k));
-  } else if (*fn == "adaptive_span" || *fn == "constrained_softmax" || *fn == "constrained_sparsemax") {
-    throw args.error("--fn: " + *fn + " needs extra inputs and is not available in 'transform' (expected one of " +
-                     kFnNames + "; 'entgraph demo' shows it)");
-  } else {
+  TransformKind kind = TransformKind::softmax;
+  try {
+    kind = parse_transform_kind(*fn);
+  } catch (const Error&) {
     throw args.error("--fn: unknown transform '" + *fn + "' (expected one of " + kFnNames + ")");
+  }
+  Transform t;
+  switch (kind) {
+    case TransformKind::softmax: t = Transform::softmax(); break;
+    case TransformKind::sparsemax: t = Transform::sparsemax(); break;
+    case TransformKind::entmax15: t = Transform::entmax15(); break;
+    case TransformKind::entmax: {
+      const auto alpha = args.number("alpha");
+      if (!alpha) throw args.error("--fn entmax needs --alpha A (A in [1, 1000])");
+      if (!(*alpha >= 1.0 && *alpha <= kMaxEntmaxAlpha))
+        throw args.error("--alpha: must be in [1, 1000] (got " + *args.get("alpha") + ")");
+      t = Transform::entmax(*alpha);
+      break;
+    }
+    case TransformKind::topk_softmax: {
+      const auto k = args.integer("k");
+      if (!k) throw args.error("--fn topk needs --k K (K >= 1)");
+      if (*k == 0) throw args.error("--k: must be at least 1 (got 0)");
+      if (*k > std::numeric_limits<std::size_t>::max()) throw args.error("--k: too large (got " + *args.get("k") + ")");
+      t = Transform::topk_softmax(static_cast<std::size_t>(*k));
+      break;
+    }
+    default:  // adaptive_span, constrained_softmax, constrained_sparsemax
+      throw args.error("--fn: " + *fn + " needs extra inputs and is not available in 'transform' (expected one of " +
+                       kFnNames + "; 'entgraph demo' shows it)");
   }
   if (args.has("alpha") && t.kind != TransformKind::entmax) throw args.error("--alpha applies only to --fn entmax");
   if (args.has("k") && t.kind != TransformKind::topk_softmax) throw args.error("--k applies only to --fn topk");

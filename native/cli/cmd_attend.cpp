@@ -19,8 +19,6 @@
 #include "entgraph/graph_attention.hpp"
 #include "entgraph/io/capture.hpp"
 #include "entgraph/predictors/predictor.hpp"
-#include "io/binary.hpp"
-#include "io/capture_context.hpp"
 
 namespace entgraph::cli {
 namespace {
@@ -259,7 +257,7 @@ int run_attend(const std::vector<std::string>& raw) {
       const Transform t = head_transform(chosen, capture.head(l, h).alpha);
       Tally head_total;
       for (std::size_t s = 0; s < capture.sequences(); ++s)
-        head_total.add(detail::in_head(capture, l, h, [&] {
+        head_total.add(in_head(capture, l, h, [&] {
           return attend_sequence(capture, *predictor, l, h, s, t, exact, rank, repeat);
         }));
       total.add(head_total);

@@ -13,8 +13,8 @@
 #include "commands.hpp"
 #include "entgraph/error.hpp"
 #include "entgraph/io/capture.hpp"
+#include "entgraph/io/files.hpp"
 #include "entgraph/model.hpp"
-#include "io/binary.hpp"
 
 namespace entgraph::cli {
 namespace {
@@ -131,7 +131,7 @@ int run_capture(const std::vector<std::string>& argv) {
                 human_bytes(max_bytes) + " allows (" + std::to_string(text_limit - 1) +
                 " bytes of text); raise --max-bytes, or capture less with --max-sequences");
   const std::vector<unsigned char> bytes =
-      detail::read_file_bytes("capture: --text", path, static_cast<std::size_t>(text_limit));
+      read_file_bytes("capture: --text", path, static_cast<std::size_t>(text_limit));
   if (bytes.empty()) throw Error("capture: --text: " + path + ": file is empty");
   const std::string text(bytes.begin(), bytes.end());
   if (const std::size_t at = utf8_invalid_offset(text); at != text.size())

@@ -14,17 +14,16 @@
 #include "commands.hpp"
 #include "entgraph/error.hpp"
 #include "entgraph/io/capture.hpp"
+#include "entgraph/io/files.hpp"
 #include "entgraph/predictors/predictor.hpp"
 #include "entgraph/predictors/sweep.hpp"
-#include "io/binary.hpp"
-#include "io/output_folder.hpp"
-#include "runtime/numbers.hpp"
+#include "entgraph/text.hpp"
 
 namespace entgraph::cli {
 namespace {
 
 void write_text(const std::string& path, const std::string& text, const char* command) {
-  detail::write_file_bytes(command, path, text.data(), text.size());
+  write_file_bytes(command, path, text.data(), text.size());
 }
 
 // "a,b,,c" -> {"a", "b", "c"}.
@@ -142,7 +141,7 @@ std::vector<long> parse_windows(const Args& args) {
       continue;
     }
     double v = 0.0;  // plain decimal digits only: " 3", "0x3", "3e0" are mistakes
-    if (w.find_first_not_of("0123456789") != std::string::npos || !detail::parse_decimal(w, v) || v > (1L << 20))
+    if (w.find_first_not_of("0123456789") != std::string::npos || !parse_decimal(w, v) || v > (1L << 20))
       throw args.error("--windows: expected integers in [0, 1048576] or 'none' (got '" + w + "')");
     windows.push_back(static_cast<long>(v));
   }
@@ -155,7 +154,7 @@ std::vector<double> parse_sparsities(const Args& args, const std::vector<std::st
   std::vector<double> out;
   for (const std::string& t : texts) {
     double s = -1.0;  // a plain decimal: "0x1p-1", " 0.5", "nan" are mistakes
-    if (!detail::parse_decimal(t, s) || !(s >= 0.0 && s <= 1.0))
+    if (!parse_decimal(t, s) || !(s >= 0.0 && s <= 1.0))
       throw args.error("--at-sparsity: expected a number in [0, 1] (got '" + t + "')");
     out.push_back(s);
   }
@@ -246,7 +245,7 @@ int run_sweep(const std::vector<std::string>& raw) {
 
   // Both folders appear whole or not at all: their files are staged and
   // moved into place once the sweep has succeeded (OutputFolder).
-  std::optional<detail::OutputFolder> params_out;
+  std::optional<OutputFolder> params_out;
   std::vector<std::string> params_names;
   if (args.has("save-params")) {
     if (same_path(*args.get("save-params"), *args.get("out")))
@@ -258,7 +257,7 @@ int run_sweep(const std::vector<std::string>& raw) {
       params_names.push_back(name + ".json");
     };
   }
-  detail::OutputFolder out("sweep: --out", *args.get("out"));
+  OutputFolder out("sweep: --out", *args.get("out"));
 
   const SweepResult sweep = run_sweep(grids, train, test, options);
   const std::vector<SweepPoint>& all = sweep.points;

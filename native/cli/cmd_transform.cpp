@@ -8,14 +8,12 @@
 #include <vector>
 
 #include "args.hpp"
-#include "io/binary.hpp"
 #include "commands.hpp"
+#include "entgraph/device.hpp"
 #include "entgraph/error.hpp"
+#include "entgraph/io/files.hpp"
 #include "entgraph/io/npy.hpp"
 #include "entgraph/transforms.hpp"
-#ifdef ENTGRAPH_HAVE_CUDA
-#include "entgraph/cuda/backend.hpp"
-#endif
 #include "npy_input.hpp"
 
 namespace entgraph::cli {
@@ -47,36 +45,40 @@ constexpr const char* kUsage =
     "Example:\n"
     "  entgraph transform --fn entmax --alpha 1.25 data/sample_scores.npy p.npy\n";
 
-// --device cuda: whether to run on the GPU (only float32 input has GPU kernels).
-bool on_gpu(const Args& args) {
-  const auto device = args.get("device");
-  if (!device || *device == "cpu") return false;
-  if (*device != "cuda") throw args.error("--device: unknown device (got '" + *device + "', expected cpu or cuda)");
-#ifdef ENTGRAPH_HAVE_CUDA
-  return true;
-#else
-  throw Error("transform: --device cuda: this entgraph was built without the CUDA backend (no nvcc at build time)");
+// --device: where the transform runs (cpu unless given). The CUDA backend is
+// registered at startup (main.cpp) where the tool is built with it.
+Device device_option(const Args& args) {
+  const auto name = args.get("device");
+  if (!name) return Device::cpu;
+  Device device = Device::cpu;
+  try {
+    device = parse_device(*name);
+  } catch (const Error&) {
+    throw args.error("--device: unknown device (got '" + *name + "', expected cpu or cuda)");
+  }
+#ifndef ENTGRAPH_HAVE_CUDA
+  if (device == Device::cuda)
+    throw Error("transform: --device cuda: this entgraph was built without the CUDA backend (no nvcc at build time)");
 #endif
+  return device;
+}
+
+// float32 runs on `device`; float64 only on the CPU (run_transform checks).
+template <class T>
+void forward(Device device, const Transform& t, ConstMatrix<T> scores, MatrixView<T> probs) {
+  if constexpr (std::is_same_v<T, float>)
+    transform_forward(device, t, scores, probs);
+  else
+    transform_forward<T>(t, scores, probs);
 }
 
 template <class T>
-void forward(bool gpu, const Transform& t, ConstMatrix<T> scores, MatrixView<T> probs) {
-#ifdef ENTGRAPH_HAVE_CUDA
+void backward(Device device, const Transform& t, ConstMatrix<T> probs, ConstMatrix<T> grad_probs,
+              MatrixView<T> grad_scores) {
   if constexpr (std::is_same_v<T, float>)
-    if (gpu) return transform_forward(Device::cuda, t, scores, probs);
-#endif
-  (void)gpu;
-  transform_forward<T>(t, scores, probs);
-}
-
-template <class T>
-void backward(bool gpu, const Transform& t, ConstMatrix<T> probs, ConstMatrix<T> grad_probs, MatrixView<T> grad_scores) {
-#ifdef ENTGRAPH_HAVE_CUDA
-  if constexpr (std::is_same_v<T, float>)
-    if (gpu) return transform_backward(Device::cuda, t, probs, grad_probs, grad_scores);
-#endif
-  (void)gpu;
-  transform_backward<T>(t, probs, grad_probs, grad_scores);
+    transform_backward(device, t, probs, grad_probs, grad_scores);
+  else
+    transform_backward<T>(t, probs, grad_probs, grad_scores);
 }
 
 // Library errors (NaN in the scores, ...) get the file they came from.
@@ -90,11 +92,11 @@ void with_context(const std::string& path, F&& f) {
 }
 
 template <class T>
-void run(bool gpu, const Transform& t, const NpyArray& in, const std::string& in_path, const NpyArray* grad,
+void run(Device device, const Transform& t, const NpyArray& in, const std::string& in_path, const NpyArray* grad,
          const std::string& grad_path, const std::string& out_path, const std::string& grad_out_path) {
   const NpyMatrix<T> scores = in.to_matrix<T>();
   NpyMatrix<T> probs{scores.rows, scores.cols, std::vector<T>(scores.data.size())};
-  with_context(in_path, [&] { forward<T>(gpu, t, scores.view(), probs.view()); });
+  with_context(in_path, [&] { forward<T>(device, t, scores.view(), probs.view()); });
   if (grad == nullptr) {
     write_npy(out_path, probs.view());
     return;
@@ -103,9 +105,9 @@ void run(bool gpu, const Transform& t, const NpyArray& in, const std::string& in
   // half-finished set of outputs.
   const NpyMatrix<T> grad_probs = grad->to_matrix<T>();
   NpyMatrix<T> grad_scores{scores.rows, scores.cols, std::vector<T>(scores.data.size())};
-  with_context(grad_path, [&] { backward<T>(gpu, t, probs.view(), grad_probs.view(), grad_scores.view()); });
+  with_context(grad_path, [&] { backward<T>(device, t, probs.view(), grad_probs.view(), grad_scores.view()); });
   // Both files or neither (a failing --grad-out leaves OUT as it was).
-  detail::write_files_bytes(
+  write_files_bytes(
       "transform", {{out_path, encode_npy(NpyArray::from_matrix<T>(probs.view()))},
                     {grad_out_path, encode_npy(NpyArray::from_matrix<T>(grad_scores.view()))}});
 }
@@ -122,7 +124,7 @@ int run_transform(const std::vector<std::string>& argv) {
     return 0;
   }
   const Transform t = parse_transform_option(args);
-  const bool gpu = on_gpu(args);
+  const Device device = device_option(args);
   const auto grad_path = args.get("grad");
   const auto grad_out_path = args.get("grad-out");
   if (grad_path.has_value() != grad_out_path.has_value())
@@ -145,10 +147,12 @@ int run_transform(const std::vector<std::string>& argv) {
   const NpyArray* g = grad_path ? &grad : nullptr;
   const std::string gp = grad_path.value_or(""), gi = grad_out_path.value_or("");
   if (in.dtype == NpyDtype::float64) {
-    if (gpu) throw Error("transform: --device cuda: " + in_path + " is float64; the GPU kernels take float32");
-    run<double>(gpu, t, in, in_path, g, gp, out_path, gi);
+    if (device != Device::cpu)
+      throw Error(std::string("transform: --device ") + device_name(device) + ": " + in_path +
+                  " is float64; the GPU kernels take float32");
+    run<double>(device, t, in, in_path, g, gp, out_path, gi);
   } else {
-    run<float>(gpu, t, in, in_path, g, gp, out_path, gi);
+    run<float>(device, t, in, in_path, g, gp, out_path, gi);
   }
   return 0;
 }

@@ -11,6 +11,9 @@
 #include "args.hpp"
 #include "commands.hpp"
 #include "entgraph/error.hpp"
+#ifdef ENTGRAPH_HAVE_CUDA
+#include "entgraph/cuda/backend.hpp"
+#endif
 
 #ifndef ENTGRAPH_VERSION
 #define ENTGRAPH_VERSION "unknown"
@@ -93,6 +96,9 @@ int main(int argc, char** argv) {
   // and cleaned up like a full disk, instead of killing the process midway.
   std::signal(SIGXFSZ, SIG_IGN);
   try {
+#ifdef ENTGRAPH_HAVE_CUDA
+    entgraph::cuda::register_backend();  // Device::cuda, for --device cuda
+#endif
     const std::vector<std::string> args(argv + 1, argv + argc);
     const int code = entgraph::cli::dispatch(args);
     if (std::fflush(stdout) != 0) {

@@ -1,4 +1,6 @@
-// entgraph internal: byte-level helpers of io/ (see binary.hpp).
+// entgraph internal: byte-level helpers of io/ (see binary.hpp), and the
+// public whole-file reading and writing (entgraph/io/files.hpp) and quoting
+// (entgraph/text.hpp) built on them.
 #include "io/binary.hpp"
 
 #include <atomic>
@@ -65,22 +67,6 @@ float bfloat16_to_float(std::uint16_t b) {
   return f;
 }
 
-std::string printable(const char* s, std::size_t len, std::size_t max_len) {
-  std::string out;
-  for (std::size_t i = 0; i < len && i < max_len; ++i) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    if (c >= 0x20 && c < 0x7f) {
-      out += static_cast<char>(c);
-    } else {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\x%02x", c);
-      out += buf;
-    }
-  }
-  if (len > max_len) out += "...";
-  return out;
-}
-
 std::string strerror_string(int err) {
   return err != 0 ? std::string(std::strerror(err)) : std::string("unknown error");
 }
@@ -134,10 +120,6 @@ std::vector<unsigned char> InputFile::read_all(std::size_t max_bytes) {
   }
   if (std::ferror(file_.get())) fail(op_, path_, "read error (" + strerror_string(errno) + ")");
   return bytes;
-}
-
-std::vector<unsigned char> read_file_bytes(const char* op, const std::string& path, std::size_t max_bytes) {
-  return InputFile(op, path, "a file").read_all(max_bytes);
 }
 
 namespace {
@@ -212,28 +194,52 @@ void commit(const char* op, const Staged& st) {
 
 }  // namespace
 
+}  // namespace entgraph::detail
+
+namespace entgraph {
+
+std::string printable(const char* s, std::size_t len, std::size_t max_len) {
+  std::string out;
+  for (std::size_t i = 0; i < len && i < max_len; ++i) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c >= 0x20 && c < 0x7f) {
+      out += static_cast<char>(c);
+    } else {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", c);
+      out += buf;
+    }
+  }
+  if (len > max_len) out += "...";
+  return out;
+}
+
+std::vector<unsigned char> read_file_bytes(const char* op, const std::string& path, std::size_t max_bytes) {
+  return detail::InputFile(op, path, "a file").read_all(max_bytes);
+}
+
 void write_file_bytes(const char* op, const std::string& path, const void* data, std::size_t size) {
   // Whole or not at all: a temporary file in the same folder, renamed over
   // the target only once every byte is written.
-  commit(op, stage(op, path, data, size));
+  detail::commit(op, detail::stage(op, path, data, size));
 }
 
 void write_files_bytes(const char* op, const std::vector<FileBytes>& files) {
-  std::vector<Staged> staged;
+  std::vector<detail::Staged> staged;
   try {
-    for (const FileBytes& f : files) staged.push_back(stage(op, f.path, f.bytes.data(), f.bytes.size()));
+    for (const FileBytes& f : files) staged.push_back(detail::stage(op, f.path, f.bytes.data(), f.bytes.size()));
   } catch (...) {
-    for (const Staged& st : staged) discard(st);
+    for (const detail::Staged& st : staged) detail::discard(st);
     throw;
   }
   for (std::size_t i = 0; i < staged.size(); ++i) {
     try {
-      commit(op, staged[i]);
+      detail::commit(op, staged[i]);
     } catch (...) {
-      for (std::size_t j = i + 1; j < staged.size(); ++j) discard(staged[j]);
+      for (std::size_t j = i + 1; j < staged.size(); ++j) detail::discard(staged[j]);
       throw;
     }
   }
 }
 
-}  // namespace entgraph::detail
+}  // namespace entgraph

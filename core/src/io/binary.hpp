@@ -1,8 +1,8 @@
 // entgraph internal: byte-level helpers shared by the file formats in io/
 // (.npy, safetensors, captures): little-endian codecs that do not depend on
-// the host's byte order, IEEE half and bfloat16 conversions, opening, reading
-// and writing files with errors that name the file, and quoting of hostile
-// bytes in error messages.
+// the host's byte order, IEEE half and bfloat16 conversions, and opening and
+// reading files with errors that name the file (reading and writing whole
+// files: entgraph/io/files.hpp; quoting hostile bytes: entgraph/text.hpp).
 #pragma once
 
 #include <cstddef>
@@ -14,7 +14,18 @@
 #include <string>
 #include <vector>
 
+#include "entgraph/io/files.hpp"
+#include "entgraph/text.hpp"
+
 namespace entgraph::detail {
+
+// Public (entgraph/io/files.hpp, entgraph/text.hpp); the library's own code
+// names them detail::.
+using entgraph::FileBytes;
+using entgraph::printable;
+using entgraph::read_file_bytes;
+using entgraph::write_file_bytes;
+using entgraph::write_files_bytes;
 
 // Throws entgraph::Error "<op>: <name>: <what>", the form of every error of
 // the file formats (name is a path, or "<memory>" for a buffer).
@@ -85,10 +96,6 @@ inline void store_f64(unsigned char* p, double v) {
   store_le(p, bits, 8);
 }
 
-// Up to max_len bytes of s with anything non-printable escaped as \xNN, so
-// that an error message quoting a hostile file stays one readable line.
-std::string printable(const char* s, std::size_t len, std::size_t max_len = 40);
-
 // strerror(err), or "unknown error" for 0.
 std::string strerror_string(int err);
 
@@ -126,31 +133,5 @@ class InputFile {
   File file_;
   bool regular_ = false;
 };
-
-// The whole content of a file (read_all() of an InputFile of kind "a file").
-// Throws entgraph::Error "<op>: <path>: ..." if it does not exist, is a
-// directory, cannot be read or is larger than max_bytes.
-std::vector<unsigned char> read_file_bytes(const char* op, const std::string& path,
-                                           std::size_t max_bytes = static_cast<std::size_t>(-1));
-
-// Writes bytes to path, whole or not at all: into a temporary file beside it
-// (path.tmp-<pid>-<n>), renamed over path once complete, so a failure (full
-// disk, file size limit, a directory in the way) leaves an existing file as
-// it was and no temporary behind. A symbolic link keeps pointing at the
-// replaced file; a device or pipe (/dev/stdout) is written in place. The new
-// file gets the default permissions, not the old file's. Throws
-// entgraph::Error "<op>: <path>: ..." on failure.
-void write_file_bytes(const char* op, const std::string& path, const void* data, std::size_t size);
-
-// Several files as one output: every file is written to its temporary first,
-// and only when all are complete are they renamed into place, so a failure
-// while writing any of them (a missing folder, a full disk) leaves every
-// target as it was. Only a rename failing after an earlier one succeeded
-// (rare: the temporaries sit beside their targets) can leave some replaced.
-struct FileBytes {
-  std::string path;
-  std::vector<unsigned char> bytes;
-};
-void write_files_bytes(const char* op, const std::vector<FileBytes>& files);
 
 }  // namespace entgraph::detail

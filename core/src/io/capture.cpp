@@ -973,4 +973,9 @@ Capture read_capture(const std::string& dir) {
   return c;
 }
 
+std::string head_context(const Capture& capture, std::size_t layer, std::size_t head) {
+  const std::string source = capture.source.empty() ? std::string() : "capture " + capture.source + ", ";
+  return source + "layer " + std::to_string(layer) + ", head " + std::to_string(head);
+}
+
 }  // namespace entgraph

@@ -1,6 +1,6 @@
-// entgraph (internal): folder outputs staged and moved into place (see
-// output_folder.hpp).
-#include "io/output_folder.hpp"
+// entgraph: folder outputs staged and moved into place (see
+// entgraph/io/files.hpp).
+#include "entgraph/io/files.hpp"
 
 #include <unistd.h>
 
@@ -11,8 +11,10 @@
 
 #include "io/binary.hpp"
 
-namespace entgraph::detail {
+namespace entgraph {
 namespace {
+
+using detail::fail;
 
 namespace fs = std::filesystem;
 
@@ -120,4 +122,4 @@ unsigned long long free_bytes_at(const std::string& path) {
   return info.available;
 }
 
-}  // namespace entgraph::detail
+}  // namespace entgraph

@@ -4,9 +4,9 @@
 // - number_text(x): the shortest %g form that reads back as exactly x (float:
 //   as a float, double: as a double): "0.1", "1e+30", "3.4028235e+38", never
 //   std::to_string's "1000000000000000019884624838656.000000".
-// - parse_decimal(text, x): a plain decimal number and nothing else, so that
-//   "0x2", "inf", "nan", " 2" or "2abc" are rejected where strtod would take
-//   them.
+// - parse_decimal(text, x) (entgraph/text.hpp): a plain decimal number and
+//   nothing else, so that "0x2", "inf", "nan", " 2" or "2abc" are rejected
+//   where strtod would take them.
 #pragma once
 
 #include <cmath>
@@ -14,6 +14,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+
+#include "entgraph/text.hpp"
 
 namespace entgraph::detail {
 
@@ -62,35 +64,8 @@ inline std::string number_text(unsigned v) { return std::to_string(v); }
 // 2^128 - 2^103, the midpoint above the largest float, which rounds to infinity.
 inline bool fits_float(double d) { return std::isfinite(d) && std::fabs(d) < 0x1.ffffffp127; }
 
-// True if text is a decimal number, [+-]digits[.digits][(e|E)[+-]digits]
-// (digits on at least one side of the point), whose value is finite as a
-// double; stores it in out. Rejects empty text, spaces, hexadecimal, "inf",
-// "nan" and anything trailing.
-inline bool parse_decimal(const std::string& text, double& out) {
-  std::size_t i = 0;
-  const std::size_t n = text.size();
-  auto digits = [&]() {
-    const std::size_t start = i;
-    while (i < n && text[i] >= '0' && text[i] <= '9') ++i;
-    return i - start;
-  };
-  if (i < n && (text[i] == '+' || text[i] == '-')) ++i;
-  std::size_t mantissa = digits();
-  if (i < n && text[i] == '.') {
-    ++i;
-    mantissa += digits();
-  }
-  if (mantissa == 0) return false;
-  if (i < n && (text[i] == 'e' || text[i] == 'E')) {
-    ++i;
-    if (i < n && (text[i] == '+' || text[i] == '-')) ++i;
-    if (digits() == 0) return false;
-  }
-  if (i != n) return false;
-  const double v = std::strtod(text.c_str(), nullptr);
-  if (!std::isfinite(v)) return false;  // beyond the double range
-  out = v;
-  return true;
-}
+// parse_decimal is public (entgraph/text.hpp); the library's own code names
+// it detail::parse_decimal.
+using entgraph::parse_decimal;
 
 }  // namespace entgraph::detail

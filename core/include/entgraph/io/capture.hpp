@@ -34,8 +34,10 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
+#include "entgraph/error.hpp"
 #include "entgraph/heads.hpp"
 #include "entgraph/io/npy.hpp"
 #include "entgraph/matrix_view.hpp"
@@ -237,5 +239,28 @@ std::size_t utf8_invalid_offset(std::string_view text);
 // graphs, fitting, prediction, evaluation) read "capture <dir>, layer L,
 // head H: ...".
 Capture read_capture(const std::string& dir);
+
+// How errors name one head of a capture: "capture caps/x, layer 1, head 0"
+// ("layer 1, head 0" for a capture with no source, one built in memory).
+std::string head_context(const Capture& capture, std::size_t layer, std::size_t head);
+
+// f(), with an entgraph::Error it throws restated as "<head_context>: <what>",
+// unless its message starts with that context already (work on a head nested
+// in work on the same head). The library wraps all its work on one head of a
+// capture (gold graphs, fitting, prediction, evaluation) this way; so can a
+// program, for errors that name the head alike:
+//
+//   graphs[i] = in_head(capture, layer, head, [&] { return gold_graph(...); });
+template <class F>
+decltype(auto) in_head(const Capture& capture, std::size_t layer, std::size_t head, F&& f) {
+  try {
+    return std::forward<F>(f)();
+  } catch (const Error& e) {
+    const std::string context = head_context(capture, layer, head);
+    const std::string what = e.what();
+    if (what.compare(0, context.size(), context) == 0) throw;
+    throw Error(context + ": " + what);
+  }
+}
 
 }  // namespace entgraph
