@@ -41,8 +41,6 @@ const paths = {
 };
 const TARGET = 2.5;
 const TARGET_N = 512;
-const TRANSFORMS = ["softmax", "sparsemax", "entmax15", "entmax_alpha1.25", "entmax_alpha1.75", "topk_softmax_k32"];
-const SIZES = [512, 4096];
 const BATCH = 1 << 17; // elements per call, as in transform_timing.cpp
 const TEACHER_BYTES = 256;
 
@@ -83,6 +81,12 @@ function runTiming(build, extra) {
   const lines = r.stdout.trim().split("\n").map((l) => JSON.parse(l));
   return { header: lines[0], results: lines.slice(1) };
 }
+
+// The cases: the timing program's own list (the kTiming cases of
+// tests/support/cases.hpp), from its header line.
+const listed = runTiming("native", ["--list"]).header;
+const TRANSFORMS = listed.transforms.split(",");
+const SIZES = listed.sizes.split(",").map(Number);
 
 const builds = [
   { id: "native", extra: [] },

@@ -13,6 +13,7 @@
 
 #include "bench_common.hpp"
 #include "entgraph/attention.hpp"
+#include "support/cases.hpp"
 
 namespace entgraph::bench {
 namespace {
@@ -22,17 +23,6 @@ using CMatrix = ConstMatrix<float>;
 
 constexpr std::size_t kSizes[] = {512, 2048, 8192};
 constexpr std::size_t kHeadDim = 64;
-
-struct NamedTransform {
-  const char* name;
-  Transform transform;
-};
-
-const NamedTransform kTransforms[] = {
-    {"softmax", Transform::softmax()},
-    {"entmax15", Transform::entmax15()},
-    {"sparsemax", Transform::sparsemax()},
-};
 
 struct Head {
   std::size_t n, d;
@@ -102,13 +92,14 @@ void register_attention_benchmarks() {
     for (std::size_t t : thread_counts()) {
       const std::string suffix =
           "/n:" + std::to_string(n) + "/d:" + std::to_string(kHeadDim) + "/threads:" + std::to_string(t);
-      for (const auto& nt : kTransforms) {
-        const Transform tr = nt.transform;
-        benchmark::RegisterBenchmark(("BM_attention_forward/" + std::string(nt.name) + suffix).c_str(),
+      // The kBenchAttention cases of tests/support/cases.hpp.
+      for (const cases::TransformCase& c : cases::transform_cases(cases::kBenchAttention)) {
+        const Transform tr = c.transform(n);
+        benchmark::RegisterBenchmark(("BM_attention_forward/" + std::string(c.name) + suffix).c_str(),
                                      [tr, n, t](benchmark::State& s) { run_forward(s, tr, n, t); })
             ->UseRealTime()
             ->Unit(benchmark::kMillisecond);
-        benchmark::RegisterBenchmark(("BM_attention_backward/" + std::string(nt.name) + suffix).c_str(),
+        benchmark::RegisterBenchmark(("BM_attention_backward/" + std::string(c.name) + suffix).c_str(),
                                      [tr, n, t](benchmark::State& s) { run_backward(s, tr, n, t); })
             ->UseRealTime()
             ->Unit(benchmark::kMillisecond);

@@ -4,9 +4,10 @@
 // (tools/bench_wasm.mjs runs both and prints the table; docs/PERFORMANCE.md,
 // "WebAssembly vs native").
 //
-// Cases: softmax, sparsemax, entmax15, general-alpha entmax at alpha = 1.25
-// and 1.75, and top-k softmax (k = 32); forward and backward; n = 512 and
-// 4096. Every call transforms a batch of kBatchElements / n rows on one thread.
+// Cases: the kTiming cases of the one list of transform cases
+// (tests/support/cases.hpp: softmax, sparsemax, entmax15, general-alpha
+// entmax at alpha = 1.25 and 1.75, top-k softmax with k = 32); forward and
+// backward; n = 512 and 4096. Every call transforms a batch of kBatchElements / n rows on one thread.
 // Inputs are N(0, 1) from a generator that uses only IEEE-exact arithmetic
 // (splitmix64, Marsaglia's polar method with a log made of + - * /), so both
 // builds see bit-identical scores; "input_hash" in the first line shows it.
@@ -19,9 +20,11 @@
 //
 // Output: one JSON object per line. Usage:
 //   entgraph_transform_timing [--min-ms 50] [--reps 5] [--filter SUBSTRING | --case KEY]
-//                             [--isa NAME] [--teacher DIR --text FILE --bytes 256]
+//                             [--isa NAME] [--teacher DIR --text FILE --bytes 256] [--list]
 // where a case's key is <transform>/<dir>/n:<n>, e.g. entmax15/fwd/n:512; with
-// --teacher it times Teacher::forward on the first --bytes bytes of --text.
+// --teacher it times Teacher::forward on the first --bytes bytes of --text;
+// --list prints only the header line, whose "transforms" and "sizes" name the
+// cases.
 // The wasm build runs as `node build/wasm/native/bench/wasm/entgraph_transform_timing.js ...`
 // and reads files through NODERAWFS (paths relative to the current folder).
 #include <algorithm>
@@ -42,6 +45,7 @@
 #include "entgraph/model.hpp"
 #include "entgraph/runtime.hpp"
 #include "entgraph/transforms.hpp"
+#include "support/cases.hpp"
 
 namespace {
 
@@ -50,6 +54,7 @@ using entgraph::MatrixView;
 using Clock = std::chrono::steady_clock;
 
 constexpr std::size_t kBatchElements = std::size_t{1} << 17;  // 512 KiB of float scores per call
+constexpr std::size_t kSizes[] = {512, 4096};
 constexpr std::uint64_t kSeedScores = 42;
 constexpr std::uint64_t kSeedGrad = 43;
 
@@ -138,6 +143,7 @@ struct Options {
   std::string isa;
   std::string teacher_dir, text_file;
   std::size_t bytes = 256;
+  bool list = false;  // the header line only
 };
 
 struct Timing {
@@ -186,28 +192,8 @@ Timing time_calls(const std::function<void()>& call, const Options& opt) {
 using Matrix = MatrixView<float>;
 using CMatrix = ConstMatrix<float>;
 
-struct Case {
-  std::string name;  // transform name as printed
-  std::function<void(CMatrix, Matrix)> forward;
-  std::function<void(CMatrix, CMatrix, Matrix)> backward;
-};
-
-std::vector<Case> cases() {
-  std::vector<Case> v;
-  v.push_back({"softmax", [](CMatrix z, Matrix p) { entgraph::softmax<float>(z, p); },
-               [](CMatrix p, CMatrix dp, Matrix dz) { entgraph::softmax_backward<float>(p, dp, dz); }});
-  v.push_back({"sparsemax", [](CMatrix z, Matrix p) { entgraph::sparsemax<float>(z, p); },
-               [](CMatrix p, CMatrix dp, Matrix dz) { entgraph::sparsemax_backward<float>(p, dp, dz); }});
-  v.push_back({"entmax15", [](CMatrix z, Matrix p) { entgraph::entmax15<float>(z, p); },
-               [](CMatrix p, CMatrix dp, Matrix dz) { entgraph::entmax15_backward<float>(p, dp, dz); }});
-  for (double alpha : {1.25, 1.75}) {
-    v.push_back({std::string("entmax_alpha") + (alpha == 1.25 ? "1.25" : "1.75"),
-                 [alpha](CMatrix z, Matrix p) { entgraph::entmax<float>(z, p, alpha); },
-                 [alpha](CMatrix p, CMatrix dp, Matrix dz) { entgraph::entmax_backward<float>(p, dp, dz, alpha); }});
-  }
-  v.push_back({"topk_softmax_k32", [](CMatrix z, Matrix p) { entgraph::topk_softmax<float>(z, p, 32); },
-               [](CMatrix p, CMatrix dp, Matrix dz) { entgraph::topk_softmax_backward<float>(p, dp, dz); }});
-  return v;
+std::vector<entgraph::cases::TransformCase> cases() {
+  return entgraph::cases::transform_cases(entgraph::cases::kTiming);
 }
 
 const char* build_name() {
@@ -242,28 +228,31 @@ bool selected(const Options& opt, const std::string& key) {
 }
 
 void run_transforms(const Options& opt) {
-  for (std::size_t n : {std::size_t{512}, std::size_t{4096}}) {
+  for (std::size_t n : kSizes) {
     const std::size_t rows = kBatchElements / n;
     const std::vector<float> scores = gaussian(rows * n, kSeedScores);
     const std::vector<float> grad = gaussian(rows * n, kSeedGrad);
     std::vector<float> probs(rows * n), grad_scores(rows * n);
     const CMatrix z(scores.data(), rows, n), dp(grad.data(), rows, n);
     const Matrix p(probs.data(), rows, n), dz(grad_scores.data(), rows, n);
-    for (const Case& c : cases()) {
-      const std::string fwd_name = c.name + "/fwd", bwd_name = c.name + "/bwd";
+    for (const entgraph::cases::TransformCase& c : cases()) {
+      const entgraph::cases::ExtraInputs<float> extra = entgraph::cases::extra_inputs<float>(c, rows, n);
+      const auto forward = [&] { entgraph::cases::forward<float>(c, extra, z, p); };
+      const std::string fwd_name = c.name + std::string("/fwd"), bwd_name = c.name + std::string("/bwd");
       const bool want_fwd = selected(opt, fwd_name + "/n:" + std::to_string(n));
       const bool want_bwd = selected(opt, bwd_name + "/n:" + std::to_string(n));
       if (!want_fwd && !want_bwd) continue;
       if (want_fwd) {
-        const Timing t = time_calls([&] { c.forward(z, p); }, opt);
-        c.forward(z, p);  // the checked output is that of one plain call
+        const Timing t = time_calls(forward, opt);
+        forward();  // the checked output is that of one plain call
         print_case(fwd_name, c.name, "fwd", n, rows, t, weighted_sum(probs, scores), hash_floats(probs));
       }
       if (want_bwd) {
-        c.forward(z, p);  // the backward's input: p = forward(scores)
+        forward();  // the backward's input: p = forward(scores)
         const CMatrix pc(probs.data(), rows, n);
-        const Timing t = time_calls([&] { c.backward(pc, dp, dz); }, opt);
-        c.backward(pc, dp, dz);
+        const auto backward = [&] { entgraph::cases::backward<float>(c, extra, pc, dp, dz); };
+        const Timing t = time_calls(backward, opt);
+        backward();
         print_case(bwd_name, c.name, "bwd", n, rows, t, weighted_sum(grad_scores, grad), hash_floats(grad_scores));
       }
     }
@@ -318,10 +307,13 @@ Options parse(int argc, char** argv) {
       o.text_file = value();
     else if (a == "--bytes")
       o.bytes = static_cast<std::size_t>(std::atol(value().c_str()));
+    else if (a == "--list")
+      o.list = true;
     else
-      throw std::runtime_error("unknown argument '" + a +
-                               "' (expected --min-ms MS, --reps N, --filter S, --case KEY, --isa NAME, --teacher DIR --text FILE "
-                               "[--bytes N])");
+      throw std::runtime_error(
+          "unknown argument '" + a +
+          "' (expected --min-ms MS, --reps N, --filter S, --case KEY, --isa NAME, --teacher DIR --text FILE "
+          "[--bytes N], --list)");
   }
   if (o.teacher_dir.empty() != o.text_file.empty()) throw std::runtime_error("--teacher and --text go together");
   return o;
@@ -334,14 +326,19 @@ int main(int argc, char** argv) {
     const Options opt = parse(argc, argv);
     if (!opt.isa.empty()) entgraph::set_cpu_isa(entgraph::parse_cpu_isa(opt.isa));
     entgraph::set_num_threads(1);  // the wasm build has one thread; compare like with like
-    std::string available;
+    std::string available, transforms, sizes;
     for (entgraph::CpuIsa isa : entgraph::available_cpu_isas())
       available += std::string(available.empty() ? "" : ",") + entgraph::cpu_isa_name(isa);
+    for (const entgraph::cases::TransformCase& c : cases())
+      transforms += std::string(transforms.empty() ? "" : ",") + c.name;
+    for (std::size_t n : kSizes) sizes += (sizes.empty() ? "" : ",") + std::to_string(n);
     std::printf(
         "{\"header\":true,\"build\":\"%s\",\"isa\":\"%s\",\"available_isas\":\"%s\",\"threads\":%zu,"
-        "\"batch_elements\":%zu,\"min_ms\":%g,\"reps\":%d,\"input_hash\":\"%s\",\"compiler\":\"%s\"}\n",
+        "\"batch_elements\":%zu,\"transforms\":\"%s\",\"sizes\":\"%s\",\"min_ms\":%g,\"reps\":%d,"
+        "\"input_hash\":\"%s\",\"compiler\":\"%s\"}\n",
         build_name(), entgraph::cpu_isa_name(entgraph::cpu_isa()), available.c_str(), entgraph::num_threads(),
-        kBatchElements, opt.min_ms, opt.reps, hex(hash_floats(gaussian(kBatchElements, kSeedScores))).c_str(),
+        kBatchElements, transforms.c_str(), sizes.c_str(), opt.min_ms, opt.reps,
+        hex(hash_floats(gaussian(kBatchElements, kSeedScores))).c_str(),
 #if defined(__clang__)
         "clang " __clang_version__
 #elif defined(__GNUC__)
@@ -351,6 +348,7 @@ int main(int argc, char** argv) {
 #endif
     );
     std::fflush(stdout);
+    if (opt.list) return 0;
     if (opt.teacher_dir.empty())
       run_transforms(opt);
     else

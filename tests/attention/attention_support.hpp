@@ -16,20 +16,16 @@
 #include "entgraph/error.hpp"
 #include "entgraph/transforms.hpp"
 #include "support.hpp"
+#include "support/cases.hpp"
 
 namespace entgraph::test {
 
-// Every transform kind, with parameters that make the sparse ones sparse.
+// Every transform kind, with parameters that make the sparse ones sparse:
+// the kPaths cases of support/cases.hpp.
 inline std::vector<Transform> attention_transforms() {
-  return {Transform::softmax(),
-          Transform::sparsemax(),
-          Transform::entmax15(),
-          Transform::entmax(1.3),
-          Transform::entmax(2.5),
-          Transform::topk_softmax(5),
-          Transform{TransformKind::adaptive_span, 1.0, 0},
-          Transform{TransformKind::constrained_softmax, 1.0, 0},
-          Transform{TransformKind::constrained_sparsemax, 2.0, 0}};
+  std::vector<Transform> ts;
+  for (const cases::TransformCase& c : cases::transform_cases(cases::kPaths)) ts.push_back(c.transform());
+  return ts;
 }
 
 
@@ -104,6 +100,67 @@ struct FloatOptions {
     options.upper = upper.data();
   }
 };
+
+// The float forward of a problem through `forward` (a call with
+// attention_forward<float>'s arguments), with options.block_rows =
+// block_rows; P into *probs if probs is not null.
+template <class Forward>
+Matrix<float> problem_forward_float(const Problem& p, std::size_t block_rows, Matrix<float>* probs, Forward forward) {
+  FloatOptions fo(p);
+  fo.options.block_rows = block_rows;
+  const Matrix<float> q = p.q.cast<float>(), k = p.k.cast<float>(), v = p.v.cast<float>();
+  Matrix<float> out(p.n, p.dv, 123.0f);  // garbage that must be overwritten
+  if (probs) *probs = Matrix<float>(p.n, p.m, 123.0f);
+  forward(q.view(), k.view(), v.view(), out.view(), fo.options, probs ? probs->view() : MatrixView<float>{});
+  return out;
+}
+
+// The gradients of a problem's attention: dQ, dK, dV and those of the
+// transform's own parameters (dL/dalpha, dL/dspan per query, dL/dupper per key).
+struct Grads {
+  Matrix<double> dq, dk, dv;
+  double alpha = 0;
+  std::vector<double> span, upper;
+};
+
+// The backward of a problem in T for the upstream gradient grad_out, through
+// `backward` (a call with attention_backward<T>'s arguments; by default that
+// function). It gets null parameter gradients when `params` is false; the
+// gradients it leaves alone read 7.
+template <class T, class Backward>
+Grads problem_backward(const Problem& p, const Matrix<double>& grad_out, std::size_t block_rows, Backward backward,
+                       bool params = true) {
+  AttentionOptions<T> o;
+  std::vector<T> span(p.span.begin(), p.span.end()), upper(p.upper.begin(), p.upper.end());
+  o.transform = p.options.transform;
+  o.scale = p.options.scale;
+  o.causal = p.options.causal;
+  o.key_padding = p.padding.empty() ? nullptr : p.padding.data();
+  o.block_rows = block_rows;
+  o.span = span.data();
+  o.span_ramp = p.options.span_ramp;
+  o.upper = upper.data();
+  const Matrix<T> q = p.q.cast<T>(), k = p.k.cast<T>(), v = p.v.cast<T>(), go = grad_out.cast<T>();
+  Matrix<T> dq(p.n, p.d, T(7)), dk(p.m, p.d, T(7)), dv(p.m, p.dv, T(7));
+  std::vector<T> dspan(p.n, T(7)), dupper(p.m, T(7));
+  AttentionParamGrads<T> grads;
+  grads.span = dspan.data();
+  grads.upper = dupper.data();
+  backward(q.view(), k.view(), v.view(), go.view(), dq.view(), dk.view(), dv.view(), o, params ? &grads : nullptr);
+  Grads g{dq.template cast<double>(), dk.template cast<double>(), dv.template cast<double>(), grads.alpha, {}, {}};
+  for (T x : dspan) g.span.push_back(static_cast<double>(x));
+  for (T x : dupper) g.upper.push_back(static_cast<double>(x));
+  return g;
+}
+
+template <class T>
+Grads problem_backward(const Problem& p, const Matrix<double>& grad_out, std::size_t block_rows) {
+  return problem_backward<T>(
+      p, grad_out, block_rows,
+      [](ConstMatrix<T> q, ConstMatrix<T> k, ConstMatrix<T> v, ConstMatrix<T> go, MatrixView<T> dq, MatrixView<T> dk,
+         MatrixView<T> dv, const AttentionOptions<T>& o,
+         AttentionParamGrads<T>* grads) { attention_backward<T>(q, k, v, go, dq, dk, dv, o, grads); });
+}
 
 // The full keep-mask of a problem (n x m).
 inline Matrix<std::uint8_t> full_mask(const Problem& p) {

@@ -1,6 +1,7 @@
-// Dense attention: forward against a naive float64 oracle on every kernel
-// path, invariants of the weights, backward against finite differences,
-// determinism across thread counts, multi-head, and input validation.
+// Dense attention: invariants of the weights, long rows and deep heads,
+// backward against finite differences, determinism across thread counts,
+// multi-head, and input validation. The forward and backward of every
+// attention case on every target: conformance/test_attention.cpp.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -18,56 +19,11 @@ using namespace entgraph::test;
 
 namespace {
 
-struct Shape {
-  std::size_t n, m, d, dv;
-};
-
-// d = 40 and dv = 37 exercise full SIMD tiles, single batches and scalar
-// column tails on every instruction set; n > m leaves causal queries with no
-// visible key.
-const Shape kShapes[] = {{37, 53, 40, 37}, {53, 37, 40, 21}};
-
 Matrix<float> run_forward_float(const Problem& p, std::size_t block_rows, Matrix<float>* probs = nullptr) {
-  FloatOptions fo(p);
-  fo.options.block_rows = block_rows;
-  const Matrix<float> q = p.q.cast<float>(), k = p.k.cast<float>(), v = p.v.cast<float>();
-  Matrix<float> out(p.n, p.dv, 123.0f);  // garbage that must be overwritten
-  if (probs) *probs = Matrix<float>(p.n, p.m, 123.0f);
-  attention_forward<float>(q.view(), k.view(), v.view(), out.view(), fo.options,
-                           probs ? probs->view() : MatrixView<float>{});
-  return out;
-}
-
-struct Grads {
-  Matrix<double> dq, dk, dv;
-  double alpha = 0;
-  std::vector<double> span, upper;
-};
-
-template <class T>
-Grads run_backward(const Problem& p, const Matrix<double>& grad_out, std::size_t block_rows) {
-  FloatOptions fo(p);
-  AttentionOptions<T> o;
-  std::vector<T> span(p.span.begin(), p.span.end()), upper(p.upper.begin(), p.upper.end());
-  o.transform = p.options.transform;
-  o.scale = p.options.scale;
-  o.causal = p.options.causal;
-  o.key_padding = p.padding.empty() ? nullptr : p.padding.data();
-  o.block_rows = block_rows;
-  o.span = span.data();
-  o.span_ramp = p.options.span_ramp;
-  o.upper = upper.data();
-  const Matrix<T> q = p.q.cast<T>(), k = p.k.cast<T>(), v = p.v.cast<T>(), go = grad_out.cast<T>();
-  Matrix<T> dq(p.n, p.d, T(7)), dk(p.m, p.d, T(7)), dv(p.m, p.dv, T(7));
-  std::vector<T> dspan(p.n, T(7)), dupper(p.m, T(7));
-  AttentionParamGrads<T> params;
-  params.span = dspan.data();
-  params.upper = dupper.data();
-  attention_backward<T>(q.view(), k.view(), v.view(), go.view(), dq.view(), dk.view(), dv.view(), o, &params);
-  Grads g{dq.template cast<double>(), dk.template cast<double>(), dv.template cast<double>(), params.alpha, {}, {}};
-  for (T x : dspan) g.span.push_back(static_cast<double>(x));
-  for (T x : dupper) g.upper.push_back(static_cast<double>(x));
-  return g;
+  return problem_forward_float(
+      p, block_rows, probs,
+      [](ConstMatrix<float> q, ConstMatrix<float> k, ConstMatrix<float> v, MatrixView<float> out,
+         const AttentionOptions<float>& o, MatrixView<float> pr) { attention_forward<float>(q, k, v, out, o, pr); });
 }
 
 // L = <G, O> in float64.
@@ -93,44 +49,6 @@ double central_difference(Problem& p, double& x, const Matrix<double>& g, double
 }  // namespace
 
 TEST_SUITE("attention") {
-  TEST_CASE("attention: forward matches a naive float64 attention on every kernel path") {
-    for (const Shape& sh : kShapes) {
-      for (const Transform& t : attention_transforms()) {
-        for (int variant = 0; variant < 4; ++variant) {
-          const bool causal = variant & 1, padded = variant & 2;
-          CAPTURE(describe(t));
-          CAPTURE(sh.n);
-          CAPTURE(sh.m);
-          CAPTURE(causal);
-          CAPTURE(padded);
-          Problem p = make_problem(sh.n, sh.m, sh.d, sh.dv, t, causal, padded);
-          const NaiveResult naive = naive_attention(p);
-          const double tol = 2e-5 * std::max(1.0, max_abs(naive.out));
-          for (std::size_t block_rows : {std::size_t(1), std::size_t(7), std::size_t(64), sh.n + 5}) {
-            CAPTURE(block_rows);
-            // The double API is the oracle's own arithmetic, blocked.
-            Matrix<double> out64(p.n, p.dv, 5.0);
-            AttentionOptions<double> o = p.opts();
-            o.block_rows = block_rows;
-            attention_forward<double>(p.q.view(), p.k.view(), p.v.view(), out64.view(), o);
-            CHECK(max_abs_diff(out64, naive.out) < 1e-12);
-            for (CpuIsa isa : available_cpu_isas()) {
-              IsaScope scope(isa);
-              const std::string isa_name = scope.name();
-              CAPTURE(isa_name);
-              Matrix<float> probs;
-              const Matrix<float> out = run_forward_float(p, block_rows, &probs);
-              CHECK(max_abs_diff(out.cast<double>(), naive.out) < tol);
-              CHECK(max_abs_diff(probs.cast<double>(), naive.probs) < 2e-5);
-              // Asking for P does not change O.
-              CHECK(bit_identical(run_forward_float(p, block_rows), out));
-            }
-          }
-        }
-      }
-    }
-  }
-
   TEST_CASE("attention: long rows and deep heads match the naive attention") {
     // m and d beyond the kernels' depth chunks (512 and 256).
     for (const Transform& t : {Transform::softmax(), Transform::entmax15(), Transform::sparsemax()}) {
@@ -275,7 +193,7 @@ TEST_SUITE("attention") {
           p.upper[0] = 1.5;
         }
         const Matrix<double> g = float_exact(p.n, p.dv, 1.0, 99);
-        const Grads grads = run_backward<double>(p, g, 2);
+        const Grads grads = problem_backward<double>(p, g, 2);
         auto check_close = [](const std::string& what, std::size_t index, double analytic, double numeric) {
           CAPTURE(what);
           CAPTURE(index);
@@ -318,41 +236,6 @@ TEST_SUITE("attention") {
     }
   }
 
-  TEST_CASE("attention: float32 backward matches float64 backward on every kernel path") {
-    for (const Shape& sh : kShapes) {
-      for (const Transform& t : attention_transforms()) {
-        for (int variant = 0; variant < 2; ++variant) {
-          const bool masked = variant == 1;
-          CAPTURE(describe(t));
-          CAPTURE(sh.n);
-          CAPTURE(masked);
-          Problem p = make_problem(sh.n, sh.m, sh.d, sh.dv, t, masked, masked, 31);
-          const Matrix<double> g = float_exact(p.n, p.dv, 1.0, 77);
-          const Grads ref = run_backward<double>(p, g, 16);
-          for (CpuIsa isa : available_cpu_isas()) {
-            IsaScope scope(isa);
-            const std::string isa_name = scope.name();
-            CAPTURE(isa_name);
-            const Grads got = run_backward<float>(p, g, 16);
-            auto close = [](const Matrix<double>& a, const Matrix<double>& b) {
-              return max_abs_diff(a, b) < 1e-4 * std::max(1.0, max_abs(b));
-            };
-            CHECK(close(got.dq, ref.dq));
-            CHECK(close(got.dk, ref.dk));
-            CHECK(close(got.dv, ref.dv));
-            CHECK(std::abs(got.alpha - ref.alpha) < 1e-4 * std::max(1.0, std::abs(ref.alpha)));
-            if (t.kind == TransformKind::adaptive_span)
-              for (std::size_t i = 0; i < p.n; ++i)
-                CHECK(std::abs(got.span[i] - ref.span[i]) < 1e-4 * std::max(1.0, std::abs(ref.span[i])));
-            if (t.kind == TransformKind::constrained_softmax || t.kind == TransformKind::constrained_sparsemax)
-              for (std::size_t j = 0; j < p.m; ++j)
-                CHECK(std::abs(got.upper[j] - ref.upper[j]) < 1e-4 * std::max(1.0, std::abs(ref.upper[j])));
-          }
-        }
-      }
-    }
-  }
-
   TEST_CASE("attention: results are bit-identical for 1, 2 and 3 threads") {
     for (const Transform& t :
          {Transform::softmax(), Transform::entmax(1.3), Transform{TransformKind::constrained_sparsemax, 2.0, 0}}) {
@@ -370,7 +253,7 @@ TEST_SUITE("attention") {
           ThreadsScope ts(threads);
           Matrix<float> probs;
           const Matrix<float> out = run_forward_float(p, 16, &probs);
-          const Grads grads = run_backward<float>(p, g, 16);
+          const Grads grads = problem_backward<float>(p, g, 16);
           if (threads == 1) {
             out1 = out;
             probs1 = probs;

@@ -402,11 +402,13 @@ void check_exact(const Case& c, const Transform& t, Tally& tally, std::size_t ra
   check_exact_in<double>(c, g, t, rank, tally);
 }
 
-// The transforms with a threshold (exact and certify modes accept them).
+// The transforms with a threshold (exact and certify modes accept them)
+// among the kBasic and kPaths cases of support/cases.hpp.
 std::vector<Transform> sparse_transforms() {
-  return {Transform::sparsemax(),     Transform::entmax15(),      Transform::entmax(1.25),
-          Transform::entmax(1.5),     Transform::entmax(2.0),     Transform::entmax(3.0),
-          Transform::topk_softmax(1), Transform::topk_softmax(5), Transform::topk_softmax(12)};
+  std::vector<Transform> ts;
+  for (const cases::TransformCase& c : cases::transform_cases(cases::kBasic | cases::kPaths))
+    if (!c.extra_inputs() && has_threshold(c.transform())) ts.push_back(c.transform());
+  return ts;
 }
 
 void message_tally(const std::string& what, const Tally& t) {

@@ -11,9 +11,14 @@ using namespace entgraph::test;
 
 namespace {
 
+// The kinds with a loss among the kPaths cases of support/cases.hpp, and
+// alpha = 1 exactly through the entmax kind (the cross-entropy's limit).
 std::vector<Transform> loss_transforms() {
-  return {Transform::softmax(),   Transform::sparsemax(), Transform::entmax15(),
-          Transform::entmax(1.3), Transform::entmax(2.5), Transform::entmax(1.0)};
+  std::vector<Transform> ts;
+  for (const cases::TransformCase& c : cases::transform_cases(cases::kPaths))
+    if (!c.extra_inputs() && c.kind != TransformKind::topk_softmax) ts.push_back(c.transform());
+  ts.push_back(cases::transform_case("entmax_alpha1").transform());
+  return ts;
 }
 
 double tsallis_alpha_of(const Transform& t) {

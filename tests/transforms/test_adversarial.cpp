@@ -10,12 +10,7 @@ using namespace entgraph::test;
 
 namespace {
 
-std::vector<Transform> adversarial_transforms() {
-  auto ts = basic_transforms();
-  ts.push_back(Transform::entmax(1.01));
-  ts.push_back(Transform::entmax(10.0));
-  return ts;
-}
+std::vector<Transform> adversarial_transforms() { return tagged_transforms(cases::kBasic | cases::kExtreme); }
 
 // Checks a set of rows on the float64 path and on every float ISA against the
 // long-double oracle: finite, non-negative, rows sum to 1, and within

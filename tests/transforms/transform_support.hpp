@@ -20,6 +20,7 @@
 #include "entgraph/runtime.hpp"
 #include "entgraph/transforms.hpp"
 #include "support.hpp"
+#include "support/cases.hpp"
 
 namespace entgraph::test {
 
@@ -30,61 +31,32 @@ inline constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 // ---------------------------------------------------------------------------
 // Transforms under test.
 
+// The transforms of the cases of support/cases.hpp with any of `tags` (none
+// of them may need extra inputs or depend on the row length).
+inline std::vector<Transform> tagged_transforms(unsigned tags) {
+  std::vector<Transform> out;
+  for (const cases::TransformCase& c : cases::transform_cases(tags)) out.push_back(c.transform());
+  return out;
+}
 
 // The kinds that need no extra input, with the parameters the suite sweeps.
-inline std::vector<Transform> basic_transforms() {
-  return {Transform::softmax(),       Transform::sparsemax(),    Transform::entmax15(),  Transform::entmax(1.0001),
-          Transform::entmax(1.25),    Transform::entmax(1.5),    Transform::entmax(2.0), Transform::entmax(3.0),
-          Transform::topk_softmax(1), Transform::topk_softmax(8)};
-}
+inline std::vector<Transform> basic_transforms() { return tagged_transforms(cases::kBasic); }
 
 // Calls the transform's own public function (not transform_forward), so that a
 // defect in the generic entry point cannot hide one in the direct ones.
 template <class T>
 void apply_forward(const Transform& t, ConstMatrix<T> scores, MatrixView<T> probs, MaskView mask = {}) {
-  switch (t.kind) {
-    case TransformKind::softmax:
-      softmax<T>(scores, probs, mask);
-      return;
-    case TransformKind::sparsemax:
-      sparsemax<T>(scores, probs, mask);
-      return;
-    case TransformKind::entmax15:
-      entmax15<T>(scores, probs, mask);
-      return;
-    case TransformKind::entmax:
-      entmax<T>(scores, probs, t.alpha, mask);
-      return;
-    case TransformKind::topk_softmax:
-      topk_softmax<T>(scores, probs, t.k, mask);
-      return;
-    default:
-      FAIL("apply_forward: kind needs extra inputs");
-  }
+  if (cases::needs_extra_inputs(t.kind)) FAIL("apply_forward: kind needs extra inputs");
+  cases::forward<T>(t, cases::ExtraInputs<T>{}, scores, probs, mask);
 }
 
 template <class T>
 void apply_backward(const Transform& t, ConstMatrix<T> probs, ConstMatrix<T> grad_probs, MatrixView<T> grad_scores,
                     T* grad_alpha = nullptr) {
-  switch (t.kind) {
-    case TransformKind::softmax:
-      softmax_backward<T>(probs, grad_probs, grad_scores);
-      return;
-    case TransformKind::sparsemax:
-      sparsemax_backward<T>(probs, grad_probs, grad_scores);
-      return;
-    case TransformKind::entmax15:
-      entmax15_backward<T>(probs, grad_probs, grad_scores);
-      return;
-    case TransformKind::entmax:
-      entmax_backward<T>(probs, grad_probs, grad_scores, t.alpha, grad_alpha);
-      return;
-    case TransformKind::topk_softmax:
-      topk_softmax_backward<T>(probs, grad_probs, grad_scores);
-      return;
-    default:
-      FAIL("apply_backward: kind needs extra inputs");
-  }
+  if (cases::needs_extra_inputs(t.kind)) FAIL("apply_backward: kind needs extra inputs");
+  cases::ParamGrads<T> params;
+  params.alpha = grad_alpha;
+  cases::backward<T>(t, cases::ExtraInputs<T>{}, probs, grad_probs, grad_scores, params);
 }
 
 // ---------------------------------------------------------------------------
