@@ -288,10 +288,13 @@ void check_sound(const KeySet& ks, double scale, std::size_t rank) {
   }
   CHECK(not_finite == 0);
   CHECK(wrong_group_max == 0);
-  for (const auto& [what, v] : {std::pair<const char*, const Violation*>{"bound_all vs exact", &vs_exact},
-                                {"bound_all vs computed", &vs_computed},
-                                {"bound_block vs exact", &block_exact},
-                                {"bound_block vs computed", &block_computed}}) {
+  for (const auto& check : {std::pair<const char*, const Violation*>{"bound_all vs exact", &vs_exact},
+                            {"bound_all vs computed", &vs_computed},
+                            {"bound_block vs exact", &block_exact},
+                            {"bound_block vs computed", &block_computed}}) {
+    // Not a structured binding: CAPTURE's lambda cannot name one before C++20 (clang, em++).
+    const char* what = check.first;
+    const Violation* v = check.second;
     CAPTURE(what);
     CHECK_MESSAGE(v->count == 0, v->count, " bounds below a score; first: query ", v->i, " key ", v->j, " bound ",
                   v->bound, " score ", v->score);
