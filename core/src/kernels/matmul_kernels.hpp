@@ -99,7 +99,7 @@ const MatmulKernels<T>& matmul_kernels_for() {
     return reference_matmul_kernels<T>();
 }
 
-// Per-ISA tables, defined in kernels/simd/matmul_arch_<isa>.cpp.
+// Per-ISA tables, defined in kernels/simd/matmul_<isa>.cpp.
 extern const MatmulKernels<float> kSse2Matmul;
 extern const MatmulKernels<float> kAvx2Matmul;
 extern const MatmulKernels<float> kAvx512Matmul;

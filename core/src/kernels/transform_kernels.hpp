@@ -109,7 +109,7 @@ const TransformKernels& transform_kernels(CpuIsa isa);
 // The table of cpu_isa().
 inline const TransformKernels& transform_kernels() { return transform_kernels(cpu_isa()); }
 
-// Per-ISA tables, defined in kernels/simd/arch_<isa>.cpp and
+// Per-ISA tables, defined in kernels/simd/transforms_<isa>.cpp and
 // kernels/reference/transforms_reference.cpp.
 extern const TransformKernels kReferenceKernels;
 extern const TransformKernels kSse2Kernels;

@@ -1,5 +1,5 @@
 // entgraph internal: xsimd matrix-product kernels, templated on the
-// instruction set. Included ONLY by kernels/simd/matmul_arch_<isa>.cpp, each
+// instruction set. Included ONLY by kernels/simd/matmul_<isa>.cpp, each
 // compiled with that ISA's flags: every function here is a member of
 // Matmul<Arch>, so no body compiled with one ISA's flags can be picked by the
 // linker for another.

@@ -1,5 +1,5 @@
 // entgraph internal: xsimd kernels of the row transforms, templated on the
-// instruction set. Included ONLY by kernels/simd/arch_<isa>.cpp, each compiled
+// instruction set. Included ONLY by kernels/simd/transforms_<isa>.cpp, each compiled
 // with that ISA's flags (a body visible elsewhere would be instantiated with
 // the wrong flags).
 //
