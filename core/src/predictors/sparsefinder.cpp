@@ -136,7 +136,6 @@ class SparsefinderBase : public Predictor {
     return projections_[layer * heads_ + head];
   }
 
-  std::string parameters_json() const override {
   // The head's projections; the method fills in its own part.
   bool sparsefinder_head(MatrixView<const float> q, MatrixView<const float> k, std::size_t layer, std::size_t head,
                          SparsefinderHead& out) const override {
@@ -148,6 +147,7 @@ class SparsefinderBase : public Predictor {
   }
   virtual void method_head(std::size_t index, SparsefinderHead& out) const = 0;
 
+  std::string parameters_json() const override {
     if (!fitted()) return "{}";
     json p;
     write_projections(p, projections_, layers_, heads_, dim_, common_.projection.rank);
@@ -249,12 +249,12 @@ class DistancePredictor final : public SparsefinderBase {
     return g;
   }
 
-  double threshold_ = 1.0;
   void method_head(std::size_t, SparsefinderHead& out) const override {
     out.method = SparsefinderHead::Method::distance;
     out.threshold = threshold_;
   }
 
+  double threshold_ = 1.0;
 };
 
 // ---- sparsefinder-quantization ----
@@ -373,12 +373,12 @@ class QuantizationPredictor final : public SparsefinderBase {
   }
 
   std::size_t bins_ = 4;
-  std::vector<std::vector<float>> edges_;  // per head, r x (B - 1)
   void method_head(std::size_t index, SparsefinderHead& out) const override {
     out.method = SparsefinderHead::Method::quantization;
     out.edges = {edges_[index].data(), common_.projection.rank, bins_ - 1};
   }
 
+  std::vector<std::vector<float>> edges_;  // per head, r x (B - 1)
 };
 
 // ---- sparsefinder-kmeans ----
@@ -485,13 +485,13 @@ class KMeansPredictor final : public SparsefinderBase {
   }
 
   std::size_t clusters_ = 4, top_ = 1, restarts_ = 3, iterations_ = 20;
-  std::vector<std::vector<float>> centroids_;  // per head, clusters x r
   void method_head(std::size_t index, SparsefinderHead& out) const override {
     out.method = SparsefinderHead::Method::kmeans;
     out.centroids = {centroids_[index].data(), clusters_, common_.projection.rank};
     out.top = top_;
   }
 
+  std::vector<std::vector<float>> centroids_;  // per head, clusters x r
 };
 
 }  // namespace
