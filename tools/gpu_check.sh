@@ -22,10 +22,18 @@ done
 } > "$out/machine.txt" 2>&1
 cat "$out/machine.txt"
 
-timeout 300 "$tests" --no-version=true --duration=true > "$out/cuda_tests.log" 2>&1
+# The shared conformance suites on the cuda target only (the CPU targets run in entgraph_tests).
+ENTGRAPH_TEST_TARGETS=cuda timeout 300 "$tests" --no-version=true --duration=true > "$out/cuda_tests.log" 2>&1
 status=$?
 echo "cuda tests: exit $status"
 grep -E "ERROR|FAILED|test cases|assertions|Status" "$out/cuda_tests.log" | head -40
+
+c_api=$build/tests/c/entgraph_c_api_cuda_test
+if [ -x "$c_api" ]; then
+  timeout 60 "$c_api" > "$out/c_api_cuda.log" 2>&1
+  echo "C API test with the CUDA backend: exit $?"
+  tail -1 "$out/c_api_cuda.log"
+fi
 
 timeout 400 "$bench" --benchmark_min_time=0.1 --benchmark_out="$out/cuda_bench.json" --benchmark_out_format=json \
   > "$out/cuda_bench.txt" 2>&1
@@ -33,13 +41,13 @@ echo "cuda benchmarks: exit $?"
 # The CPU path at the GPU transforms' shapes, one thread and every thread.
 threads=$(nproc)
 timeout 200 "$cpu_bench" --benchmark_min_time=0.05 \
-  --benchmark_filter="BM_(forward|backward)/(softmax|sparsemax|entmax15|entmax_alpha1.25|entmax_alpha1.75|entmax_alpha3|topk_softmax)/n:(512|4096)/threads:(1|$threads)/" \
+  --benchmark_filter="BM_(forward|backward)/(softmax|sparsemax|entmax15|entmax_alpha1.25|entmax_alpha1.75|entmax_alpha3|topk_softmax_k8)/n:(512|4096)/threads:(1|$threads)/" \
   --benchmark_out="$out/cpu_bench.json" --benchmark_out_format=json > "$out/cpu_bench.txt" 2>&1
 echo "cpu benchmarks: exit $?"
 
 sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 if [ -x "$sanitizer" ]; then
-  timeout 300 "$sanitizer" --tool memcheck --leak-check no "$tests" --no-version=true -tc='*fused attention*' \
+  ENTGRAPH_TEST_TARGETS=cuda timeout 300 "$sanitizer" --tool memcheck --leak-check no "$tests" --no-version=true -tc='*fused attention*' \
     > "$out/memcheck.log" 2>&1
   echo "memcheck: exit $?"
   tail -1 "$out/memcheck.log"

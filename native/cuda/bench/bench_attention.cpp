@@ -29,6 +29,7 @@
 #include <utility>
 #include <vector>
 
+#include "support/cases.hpp"  // the one list of transform cases (tests/support/cases.hpp)
 #include "entgraph/cuda/attention.hpp"
 #include "entgraph/cuda/device.hpp"
 #include "entgraph/cuda/device_graph.hpp"
@@ -97,15 +98,8 @@ void set_flops(benchmark::State& state, double flops) {
   state.counters["flops"] = benchmark::Counter(flops, benchmark::Counter::kIsIterationInvariantRate);
 }
 
-struct NamedTransform {
-  const char* name;
-  Transform transform;
-};
-const NamedTransform kTransforms[] = {
-    {"softmax", Transform::softmax()},
-    {"entmax15", Transform::entmax15()},
-    {"sparsemax", Transform::sparsemax()},
-};
+// The transforms of the attention benchmarks, from the one case list.
+std::vector<cases::TransformCase> attention_cases() { return cases::transform_cases(cases::kBenchAttention); }
 
 void BM_fused(benchmark::State& state, Transform t, std::size_t n, std::size_t d, bool causal) {
   if (skip_without_gpu(state)) return;
@@ -225,24 +219,24 @@ void BM_graph(benchmark::State& state, bool random, double sparsity, std::size_t
 }
 
 const bool kRegistered = [] {
-  for (const NamedTransform& t : kTransforms)
+  for (const cases::TransformCase& t : attention_cases())
     for (std::size_t n : {1024, 4096, 8192, 16384})
       for (std::size_t d : {64, 128})
         for (bool causal : {false, true}) {
           if (n == 8192 && (d != 64 || causal)) continue;  // 8192: only the graph targets' baseline
           const std::string name = std::string("cuda_attention/fused/") + t.name + "/n:" + std::to_string(n) +
                                    "/d:" + std::to_string(d) + "/causal:" + (causal ? "1" : "0");
-          benchmark::RegisterBenchmark(name.c_str(), BM_fused, t.transform, n, d, causal)
+          benchmark::RegisterBenchmark(name.c_str(), BM_fused, t.transform(), n, d, causal)
               ->UseManualTime()
               ->Unit(benchmark::kMillisecond);
         }
-  for (const NamedTransform& t : kTransforms) {
-    if (std::string(t.name) == "sparsemax") continue;
+  for (const cases::TransformCase& t : attention_cases()) {
+    if (t.name == "sparsemax") continue;
     for (std::size_t n : {1024, 4096, 16384})
       for (std::size_t d : {64, 128}) {
         const std::string name = std::string("cuda_attention/cublas/") + t.name + "/n:" + std::to_string(n) +
                                  "/d:" + std::to_string(d);
-        benchmark::RegisterBenchmark(name.c_str(), BM_cublas, t.transform, n, d)
+        benchmark::RegisterBenchmark(name.c_str(), BM_cublas, t.transform(), n, d)
             ->UseManualTime()
             ->Unit(benchmark::kMillisecond);
       }

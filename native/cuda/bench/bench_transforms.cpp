@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "support/cases.hpp"  // the one list of transform cases (tests/support/cases.hpp)
 #include "entgraph/cuda/device.hpp"
 #include "entgraph/cuda/transforms.hpp"
 
@@ -26,18 +27,6 @@ namespace entgraph::cuda {
 namespace {
 
 constexpr std::size_t kRows = 4096;
-
-struct Case {
-  const char* name;
-  Transform t;
-};
-
-const Case kCases[] = {
-    {"softmax", Transform::softmax()},         {"sparsemax", Transform::sparsemax()},
-    {"entmax15", Transform::entmax15()},       {"entmax_1.25", Transform::entmax(1.25)},
-    {"entmax_1.75", Transform::entmax(1.75)}, {"entmax_3", Transform::entmax(3.0)},
-    {"topk_8", Transform::topk_softmax(8)},
-};
 
 enum class Mode { forward, forward_checked, backward };
 
@@ -106,8 +95,8 @@ const bool kRegistered = [] {
                                                 {Mode::backward, "cuda_transform_backward"},
                                                 {Mode::forward_checked, "cuda_transform_forward_checked"}};
   for (const auto& [mode, prefix] : modes) {
-    for (const Case& c : kCases) {
-      const Transform t = c.t;
+    for (const cases::TransformCase& c : cases::transform_cases(cases::kBenchCuda)) {
+      const Transform t = c.transform();
       const Mode m = mode;
       benchmark::RegisterBenchmark((std::string(prefix) + "/" + c.name).c_str(),
                                    [t, m](benchmark::State& state) { run_case(state, t, m); })
