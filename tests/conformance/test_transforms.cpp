@@ -100,17 +100,6 @@ std::size_t count_far(const Matrix<float>& got, const Matrix<double>& ref, doubl
   return bad;
 }
 
-// Known issue, reported, shown as a warning until fixed: the SIMD kernels'
-// backward of entmax at large alpha loses precision when a row's weights
-// s = p^(2 - alpha) span more than float's range of precision. alpha = 10
-// (sse2, avx2, avx512, simd128): support p = 0.983 and 0.017, s = 1.1 and
-// 1.7e14, dz = 0 where the float64 backward and the float reference kernel
-// give -0.51, half the row's largest |dz|. alpha = 6: simd128 is off by
-// 3.7e-5 of the row's largest |dz| (the x86 kernels pass).
-bool known_backward_issue(const TransformCase& c, const Target& target) {
-  return c.kind == TransformKind::entmax && c.alpha >= 6.0 && target.device == Device::cpu &&
-         target.isa != CpuIsa::reference;
-}
 
 }  // namespace
 
@@ -222,10 +211,7 @@ TEST_SUITE("conformance") {
           double worst = 0;
           const std::size_t far = count_far(dzf, dzd, 1e-5, &worst);
           CAPTURE(worst);
-          if (known_backward_issue(c, target))
-            WARN(far == 0);
-          else
-            CHECK(far == 0);
+          CHECK(far == 0);
           std::size_t off_support_nonzero = 0;
           for (std::size_t j = 0; j < rows * n; ++j) off_support_nonzero += pf.data[j] == 0 && dzf.data[j] != 0;
           CHECK(off_support_nonzero == 0);

@@ -17,17 +17,22 @@ constexpr T kInfT = std::numeric_limits<T>::infinity();
 // Scaled so that nothing overflows: with the support S = {p > 0}, its weight
 // s_ref = ref^e (ref: the largest p for e >= 0, the smallest for e < 0, so
 // that t = s / s_ref = (p / ref)^e lies in [0, 1]) and M = 2^k, the power of
-// two of max |dp| over S, dz_i = t_i (dp_i / M - q') * M * s_ref with
-// q' = <t, dp / M> / sum t, |q'| < 2. Only the final product can overflow,
-// and only where the exact result does.
+// two of max |dp| over S, dz_i = t_i ((dp_i - dp_ref) / M - r') * M * s_ref
+// with r' = <t, (dp - dp_ref) / M> / sum t, |r'| < 4 (q' = dp_ref / M + r';
+// taken relative to the reference entry, whose t = 1 may hold nearly all of
+// sum t). Only the final product can overflow, and only where the exact
+// result does.
 template <class T>
 void family_backward_robust_impl(const T* p, const T* dp, T* dz, std::size_t n, double e) {
-  double ref = 0, big = 0;
+  double ref = 0, big = 0, pivot = 0;  // pivot: dp of the reference entry (t = 1, the largest)
   bool any = false;
   for (std::size_t i = 0; i < n; ++i) {
     if (!(p[i] > 0)) continue;
     const double pi = static_cast<double>(p[i]);
-    ref = !any ? pi : e >= 0 ? std::max(ref, pi) : std::min(ref, pi);
+    if (!any || (e >= 0 ? pi > ref : pi < ref)) {
+      ref = pi;
+      pivot = static_cast<double>(dp[i]);
+    }
     big = std::max(big, std::abs(static_cast<double>(dp[i])));
     any = true;
   }
@@ -36,14 +41,17 @@ void family_backward_robust_impl(const T* p, const T* dp, T* dz, std::size_t n, 
     return;
   }
   const int k = std::ilogb(big);
-  double tt = 0, tdp = 0;
+  const double pn = std::ldexp(pivot, -k);
+  // Relative to the pivot, as entmax_family_backward does (no cancellation
+  // where one entry holds nearly all of sum t): qn - pn.
+  double tt = 0, trest = 0;
   for (std::size_t i = 0; i < n; ++i) {
     if (!(p[i] > 0)) continue;
     const double t = std::pow(static_cast<double>(p[i]) / ref, e);
     tt += t;
-    tdp += t * std::ldexp(static_cast<double>(dp[i]), -k);
+    trest += t * (std::ldexp(static_cast<double>(dp[i]), -k) - pn);
   }
-  const double qn = tdp / tt;  // tt >= 1: the reference entry has t = 1
+  const double rn = trest / tt;  // tt >= 1: the reference entry has t = 1
   // s_ref = mant * 2^exp2, from pow when it is a normal double, else from logs.
   double mant = 0;
   int exp2 = 0;
@@ -62,7 +70,7 @@ void family_backward_robust_impl(const T* p, const T* dp, T* dz, std::size_t n, 
       dz[i] = T(0);
       continue;
     }
-    const double r = std::pow(pi / ref, e) * (std::ldexp(gi, -k) - qn);
+    const double r = std::pow(pi / ref, e) * ((std::ldexp(gi, -k) - pn) - rn);
     const double v = std::ldexp(r * mant, exp2 + k);
     // Past T's range (for float: what rounds to infinity) the exact value is
     // too: infinity, said explicitly rather than by an out-of-range cast.
@@ -386,21 +394,32 @@ void adaptive_span(const double* s, double* p, std::size_t n, const RowParams& p
 }
 
 // dz = s (dp - <s, dp> / sum s) with the given s(p) = p^e on the support
-// (s(0) = 0). When that overflows on the way (|dp| near the double maximum,
-// or s beyond it for alpha > 2), family_backward_robust redoes the row.
+// (s(0) = 0), computed as s ((dp - dp_m) - r) with m the entry of the largest
+// s and r = sum_j s_j (dp_j - dp_m) / sum s: when one entry holds nearly all
+// of sum s (alpha > 2: s = p^(2 - alpha) of a tiny p beside a large one),
+// dp_m - <s, dp> / sum s cancels to a few digits even in double, and its dz
+// with it (alpha = 10: 1% of the row's largest |dz|). When that overflows on
+// the way (|dp| near the double maximum, or s beyond it for alpha > 2),
+// family_backward_robust redoes the row.
 template <class Weight>
 void entmax_family_backward(const double* p, const double* dp, double* dz, std::size_t n, double e, Weight weight) {
-  double ss = 0, sdp = 0, big = 0;
+  double ss = 0, s_top = 0, pivot = 0, big = 0;
   for (std::size_t i = 0; i < n; ++i) {
     const double s = weight(p[i]);
     ss += s;
-    sdp += s * dp[i];
+    if (s > s_top) {
+      s_top = s;
+      pivot = dp[i];
+    }
     if (s > 0) big = std::max(big, std::abs(dp[i]));
   }
-  const double q = ss > 0 ? sdp / ss : 0.0;
-  if (!(std::isfinite(ss) && std::isfinite(sdp) && big + std::abs(q) <= std::numeric_limits<double>::max()))
+  double rest = 0;
+  for (std::size_t i = 0; i < n; ++i)
+    if (p[i] > 0) rest += weight(p[i]) * (dp[i] - pivot);
+  const double r = ss > 0 ? rest / ss : 0.0;
+  if (!(std::isfinite(ss) && std::isfinite(rest) && 2 * big + std::abs(r) <= std::numeric_limits<double>::max()))
     return family_backward_robust(p, dp, dz, n, e);
-  for (std::size_t i = 0; i < n; ++i) dz[i] = p[i] > 0 ? weight(p[i]) * (dp[i] - q) : 0.0;
+  for (std::size_t i = 0; i < n; ++i) dz[i] = p[i] > 0 ? weight(p[i]) * ((dp[i] - pivot) - r) : 0.0;
 }
 
 void softmax_backward(const double* p, const double* dp, double* dz, std::size_t n, const RowParams&) {

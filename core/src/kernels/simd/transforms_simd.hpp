@@ -1612,12 +1612,41 @@ struct Kernels {
   // Unless dz aliases an input, the first pass leaves s in dz for the second,
   // which then needs no log or exp. Rows whose float sums overflow go to
   // family_backward_robust (and grad_alpha to the double reference).
+  // dz = s (dp - q) as s ((dp - dp_m) - r), m the entry of the largest s
+  // (s_top) and r = sum_j s_j (dp_j - dp_m) / total = q - dp_m: no
+  // cancellation where s is largest. s is in dz when keep_s, else recomputed.
+  static void pivot_backward(const float* p, const float* dp, float* dz, std::size_t n, const B& eb, bool keep_s,
+                             double s_top, double total) {
+    auto weight = [&](std::size_t i) {
+      if (keep_s) return load(dz, i, n, 0.0f);
+      const B pb = load(p, i, n, 0.0f);
+      return select0(pb > B(0.0f), xsimd::exp(eb * xsimd::log(xsimd::max(pb, B(1e-30f)))));
+    };
+    float pivot = 0.0f;
+    for (std::size_t i = 0; i < n; i += W) {
+      alignas(64) float sv[W], gv[W];
+      weight(i).store_aligned(sv);
+      load(dp, i, n, 0.0f).store_aligned(gv);
+      std::size_t l = 0;
+      while (l < W && static_cast<double>(sv[l]) != s_top) ++l;
+      if (l < W) {
+        pivot = gv[l];
+        break;
+      }
+    }
+    const B pv(pivot);
+    B rest(0.0f);
+    for (std::size_t i = 0; i < n; i += W) rest += weight(i) * (load(dp, i, n, 0.0f) - pv);
+    const B r(static_cast<float>(sum(rest) / total));
+    for (std::size_t i = 0; i < n; i += W) store(dz, i, n, weight(i) * ((load(dp, i, n, 0.0f) - pv) - r));
+  }
+
   static void entmax_log_backward(const float* p, const float* dp, float* dz, std::size_t n, double alpha,
                                   double* grad_alpha) {
     const double e = 2.0 - alpha;
     const B eb(static_cast<float>(e));
     const bool keep_s = dz != p && dz != dp;
-    B ss(0.0f), sdp(0.0f), big(0.0f), h(0.0f), gp(0.0f), gplp(0.0f);
+    B ss(0.0f), sdp(0.0f), big(0.0f), h(0.0f), gp(0.0f), gplp(0.0f), smax(0.0f);
     for (std::size_t i = 0; i < n; i += W) {
       const B pb = load(p, i, n, 0.0f);
       const BB in = pb > B(0.0f);
@@ -1629,6 +1658,7 @@ struct Kernels {
       const B s = select0(in, xsimd::exp(eb * lp));
       if (keep_s) store(dz, i, n, s);
       const B g = load(dp, i, n, 0.0f);
+      smax = xsimd::max(smax, s);
       ss += s;
       sdp += s * g;
       big = xsimd::max(big, xsimd::abs(g));
@@ -1650,6 +1680,13 @@ struct Kernels {
       const double beta = 1.0 / (alpha - 1.0);
       *grad_alpha = total > 0 ? beta * beta * (g_p - qd) - beta * (g_plp - sum(h) * qd) : 0.0;
     }
+    // alpha > 2: s = p^(2 - alpha) grows without bound as p -> 0, and when one
+    // entry holds most of sum s, q = <s, dp> / sum s is its dp plus a small
+    // rest that float cannot resolve: its dz = s (dp - q) came out 0 (alpha =
+    // 10, p = 0.017 beside 0.983: -0.51 expected). Relative to that entry's
+    // dp (the pivot) the rest is computed, not cancelled.
+    const double s_top = static_cast<double>(max(smax));
+    if (s_top > 1.0 && s_top > 0.5 * total) return pivot_backward(p, dp, dz, n, eb, keep_s, s_top, total);
     const B q(static_cast<float>(qd));
     if (keep_s) {
       for (std::size_t i = 0; i < n; i += W) {
