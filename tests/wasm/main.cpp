@@ -9,8 +9,8 @@
 
 int main(int argc, char** argv) {
   doctest::Context context;
-  // This build has no pthreads: set_num_threads(n > 1) cannot start workers
-  // (it throws std::system_error "thread constructor failed").
+  // This build has no pthreads: set_num_threads(n > 1) throws entgraph::Error
+  // ("this WebAssembly build has no threads").
   context.addFilter("test-case-exclude", "*2 and 3 threads*");  // "... 1, 2 and 3 threads"
   context.addFilter("test-case-exclude", "attention: multi-head equals a loop over heads");
   const char* known = std::getenv("ENTGRAPH_TEST_KNOWN_FAILURES");

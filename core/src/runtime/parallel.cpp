@@ -6,6 +6,7 @@
 #include <cstring>
 #include <exception>
 #include <mutex>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -93,8 +94,15 @@ class ThreadPool {
   static bool in_pool_task() { return in_worker_; }
 
  private:
+  // A thread that cannot start (a process limit) is an entgraph::Error, like
+  // every failure the library reports; the pool stays usable.
   void ensure_workers(std::size_t n) {
-    while (workers_.size() < n) workers_.emplace_back([this, id = workers_.size()] { loop(id); });
+    try {
+      while (workers_.size() < n) workers_.emplace_back([this, id = workers_.size()] { loop(id); });
+    } catch (const std::system_error& e) {
+      throw Error("set_num_threads: could not start worker thread " + std::to_string(workers_.size() + 1) + " of " +
+                  std::to_string(n) + " (" + e.what() + "); set_num_threads(1) runs on the caller's thread");
+    }
   }
 
   // Takes chunks until none are left.
@@ -154,6 +162,11 @@ std::size_t num_threads() { return ThreadPool::instance().threads(); }
 
 void set_num_threads(std::size_t n) {
   if (n > 4096) throw Error("set_num_threads: n is absurd (got " + std::to_string(n) + ", expected 0..4096)");
+#if defined(__EMSCRIPTEN__) && !defined(__EMSCRIPTEN_PTHREADS__)
+  if (n > 1)
+    throw Error("set_num_threads: this WebAssembly build has no threads (got " + std::to_string(n) +
+                ", expected 0 or 1)");
+#endif
   ThreadPool::instance().set_threads(n);
 }
 
