@@ -92,38 +92,38 @@ void transform_backward(const Transform& t, ConstMatrix<T> probs, ConstMatrix<T>
 }
 
 namespace detail {
+namespace {
+
+// The op that runs a kind without extra inputs (the name its messages use),
+// forward or backward; null for the kinds with extra inputs.
+const char* op_name(TransformKind kind, bool backward) {
+  switch (kind) {
+    case TransformKind::softmax: return backward ? "softmax_backward" : "softmax";
+    case TransformKind::sparsemax: return backward ? "sparsemax_backward" : "sparsemax";
+    case TransformKind::entmax15: return backward ? "entmax15_backward" : "entmax15";
+    case TransformKind::entmax: return backward ? "entmax_backward" : "entmax";
+    case TransformKind::topk_softmax: return backward ? "topk_softmax_backward" : "topk_softmax";
+    default: return nullptr;
+  }
+}
+
+}  // namespace
 
 void check_transform_forward(const Transform& t, ConstMatrix<float> scores, MatrixView<float> probs, MaskView mask) {
-  switch (t.kind) {
-    case TransformKind::softmax: return check_forward_args<float>("softmax", scores, probs, mask);
-    case TransformKind::sparsemax: return check_forward_args<float>("sparsemax", scores, probs, mask);
-    case TransformKind::entmax15: return check_forward_args<float>("entmax15", scores, probs, mask);
-    case TransformKind::entmax:
-      check_alpha("entmax", t.alpha);
-      return check_forward_args<float>("entmax", scores, probs, mask);
-    case TransformKind::topk_softmax:
-      check_topk_k("topk_softmax", t.k);
-      return check_forward_args<float>("topk_softmax", scores, probs, mask);
-    default: throw Error("transform_forward: " + t.name() + " needs extra inputs; call it directly");
-  }
+  const char* op = op_name(t.kind, false);
+  if (op == nullptr) throw Error("transform_forward: " + t.name() + " needs extra inputs; call it directly");
+  if (t.kind == TransformKind::entmax) check_alpha(op, t.alpha);
+  if (t.kind == TransformKind::topk_softmax) check_topk_k(op, t.k);
+  check_forward_args<float>(op, scores, probs, mask);
 }
 
 void check_transform_backward(const Transform& t, ConstMatrix<float> probs, ConstMatrix<float> grad_probs,
                               MatrixView<float> grad_scores) {
-  switch (t.kind) {
-    case TransformKind::softmax: return check_backward_args<float>("softmax_backward", probs, grad_probs, grad_scores);
-    case TransformKind::sparsemax:
-      return check_backward_args<float>("sparsemax_backward", probs, grad_probs, grad_scores);
-    case TransformKind::entmax15:
-      return check_backward_args<float>("entmax15_backward", probs, grad_probs, grad_scores);
-    case TransformKind::entmax:
-      check_alpha("entmax_backward", t.alpha);
-      return check_backward_args<float>("entmax_backward", probs, grad_probs, grad_scores);
-    case TransformKind::topk_softmax:
-      check_topk_k("transform_backward", t.k);
-      return check_backward_args<float>("topk_softmax_backward", probs, grad_probs, grad_scores);
-    default: throw Error("transform_backward: " + t.name() + " needs extra inputs; call it directly");
-  }
+  const char* op = op_name(t.kind, true);
+  if (op == nullptr) throw Error("transform_backward: " + t.name() + " needs extra inputs; call it directly");
+  if (t.kind == TransformKind::entmax) check_alpha(op, t.alpha);
+  if (t.kind == TransformKind::topk_softmax) check_topk_k("transform_backward", t.k);
+  check_backward_args<float>(op, probs, grad_probs, grad_scores);
 }
 
 }  // namespace detail

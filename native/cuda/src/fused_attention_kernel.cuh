@@ -585,6 +585,24 @@ __device__ void entmax_weight_rows(float* Ss, RowState rs, const FusedParams& p)
   if (hr.h == 0) rs.sum[hr.r] += part;
 }
 
+// Tile t of a sweep over the block's keys: its K rows (and V rows, kWithV)
+// and key flags into shared memory, then its scaled, masked scores S, which
+// every thread may read when this returns.
+template <int D, int DV, bool kSoftmax, bool kWithV>
+__device__ void score_tile(int t, const float* Qs, float* Ks, float* Vs, int* key_ok, float* Ss, int q0,
+                           const FusedParams& p) {
+  using L = Layout<D, DV, kSoftmax>;
+  constexpr int BN = L::kBlockN;
+  const int j0 = t * BN;
+  __syncthreads();  // the previous tile's row phase and P V are done with Ks, Vs, Ss
+  load_rows<D, BN>(Ks, L::kLdQK, p.k, j0, p.m);
+  if constexpr (kWithV) load_rows<DV, BN>(Vs, L::kLdV, p.v, j0, p.m);
+  load_key_flags<BN>(key_ok, j0, p);
+  __syncthreads();
+  tile_scores<D, BN, L::kLdQK, L::kLdS>(Qs, Ks, key_ok, Ss, q0, j0, p);
+  __syncthreads();
+}
+
 template <int D, int DV, bool kSoftmax>
 __global__ void __launch_bounds__(kThreads) fused_attention_kernel(const FusedParams p) {
   using L = Layout<D, DV, kSoftmax>;
@@ -627,14 +645,7 @@ __global__ void __launch_bounds__(kThreads) fused_attention_kernel(const FusedPa
 
   if constexpr (kSoftmax) {
     for (int t = 0; t < tiles; ++t) {
-      const int j0 = t * BN;
-      __syncthreads();  // the previous tile's P V is done with Ks, Vs, Ss
-      load_rows<D, BN>(Ks, L::kLdQK, p.k, j0, p.m);
-      load_rows<DV, BN>(Vs, L::kLdV, p.v, j0, p.m);
-      load_key_flags<BN>(key_ok, j0, p);
-      __syncthreads();
-      tile_scores<D, BN, L::kLdQK, L::kLdS>(Qs, Ks, key_ok, Ss, q0, j0, p);
-      __syncthreads();
+      score_tile<D, DV, kSoftmax, true>(t, Qs, Ks, Vs, key_ok, Ss, q0, p);
       softmax_rows<BN, L::kLdS>(Ss, rs);
       __syncthreads();
       tile_pv<DV, BN, L::kLdS, L::kLdV, true>(Ss, Vs, rs.rescale, acc);
@@ -642,13 +653,7 @@ __global__ void __launch_bounds__(kThreads) fused_attention_kernel(const FusedPa
   } else {
     // 1. Max and candidates.
     for (int t = 0; t < tiles; ++t) {
-      const int j0 = t * BN;
-      __syncthreads();
-      load_rows<D, BN>(Ks, L::kLdQK, p.k, j0, p.m);
-      load_key_flags<BN>(key_ok, j0, p);
-      __syncthreads();
-      tile_scores<D, BN, L::kLdQK, L::kLdS>(Qs, Ks, key_ok, Ss, q0, j0, p);
-      __syncthreads();
+      score_tile<D, DV, kSoftmax, false>(t, Qs, Ks, Vs, key_ok, Ss, q0, p);
       collect_running<BN, L::kLdS>(Ss, rs, p, q0);
     }
     __syncthreads();
@@ -660,13 +665,7 @@ __global__ void __launch_bounds__(kThreads) fused_attention_kernel(const FusedPa
       const int st = threadIdx.x < kBlockM ? rs.status[threadIdx.x] : kSolved;
       if (!__syncthreads_or(st == kNarrowing || st == kCollectAbove)) break;
       for (int t = 0; t < tiles; ++t) {
-        const int j0 = t * BN;
-        __syncthreads();
-        load_rows<D, BN>(Ks, L::kLdQK, p.k, j0, p.m);
-        load_key_flags<BN>(key_ok, j0, p);
-        __syncthreads();
-        tile_scores<D, BN, L::kLdQK, L::kLdS>(Qs, Ks, key_ok, Ss, q0, j0, p);
-        __syncthreads();
+        score_tile<D, DV, kSoftmax, false>(t, Qs, Ks, Vs, key_ok, Ss, q0, p);
         narrow_rows<BN, L::kLdS>(Ss, rs, mass, count_above, p, q0);
       }
       __syncthreads();
@@ -674,14 +673,7 @@ __global__ void __launch_bounds__(kThreads) fused_attention_kernel(const FusedPa
     }
     // 4. Weights and P V.
     for (int t = 0; t < tiles; ++t) {
-      const int j0 = t * BN;
-      __syncthreads();
-      load_rows<D, BN>(Ks, L::kLdQK, p.k, j0, p.m);
-      load_rows<DV, BN>(Vs, L::kLdV, p.v, j0, p.m);
-      load_key_flags<BN>(key_ok, j0, p);
-      __syncthreads();
-      tile_scores<D, BN, L::kLdQK, L::kLdS>(Qs, Ks, key_ok, Ss, q0, j0, p);
-      __syncthreads();
+      score_tile<D, DV, kSoftmax, true>(t, Qs, Ks, Vs, key_ok, Ss, q0, p);
       entmax_weight_rows<BN, L::kLdS>(Ss, rs, p);
       __syncthreads();
       tile_pv<DV, BN, L::kLdS, L::kLdV, false>(Ss, Vs, nullptr, acc);
