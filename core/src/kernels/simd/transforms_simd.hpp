@@ -84,20 +84,21 @@ struct Kernels {
 #if defined(__AVX512F__)
     if constexpr (std::is_same_v<A, xsimd::avx512bw>) return _mm512_reduce_max_ps(static_cast<__m512>(v));
 #endif
-    alignas(64) float buf[W];
-    v.store_aligned(buf);
-    float m = buf[0];
-    for (std::size_t l = 1; l < W; ++l) m = buf[l] > m ? buf[l] : m;
-    return m;
+    return fold_lanes(v, [](float m, float x) { return x > m ? x : m; });
   }
   static float min(const B& v) {
 #if defined(__AVX512F__)
     if constexpr (std::is_same_v<A, xsimd::avx512bw>) return _mm512_reduce_min_ps(static_cast<__m512>(v));
 #endif
+    return fold_lanes(v, [](float m, float x) { return x < m ? x : m; });
+  }
+  // pick(... pick(pick(lane 0, lane 1), lane 2) ..., lane W - 1).
+  template <class Pick>
+  static float fold_lanes(const B& v, Pick pick) {
     alignas(64) float buf[W];
     v.store_aligned(buf);
     float m = buf[0];
-    for (std::size_t l = 1; l < W; ++l) m = buf[l] < m ? buf[l] : m;
+    for (std::size_t l = 1; l < W; ++l) m = pick(m, buf[l]);
     return m;
   }
   static B select0(const BB& c, const B& v) { return xsimd::select(c, v, B(0.0f)); }
