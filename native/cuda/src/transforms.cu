@@ -73,6 +73,19 @@ struct SumPair {
 struct SumPairOp {
   __device__ SumPair operator()(const SumPair& x, const SumPair& y) const { return {x.a + y.a, x.b + y.b}; }
 };
+// The backward's first pass over a row: the sum of the weights, and the
+// largest weight with its dp (ties: the lower index), the pivot.
+struct WeightTop {
+  double sum, top;
+  float pivot;
+  unsigned index;
+};
+struct WeightTopOp {
+  __device__ WeightTop operator()(const WeightTop& x, const WeightTop& y) const {
+    const bool take_y = y.top > x.top || (y.top == x.top && y.index < x.index);
+    return {x.sum + y.sum, take_y ? y.top : x.top, take_y ? y.pivot : x.pivot, take_y ? y.index : x.index};
+  }
+};
 // Over the support {x > t}: sum (x - t), sum (x - t)^2, min x, count.
 struct Moments {
   double s1, s2;
@@ -407,16 +420,25 @@ __global__ void __launch_bounds__(kMaxThreads) backward_kernel(const float* prob
     const float* p = probs + r * n;
     const float* g = grad_probs + r * n;
     float* dz = grad_scores + r * n;
-    SumPair s{0.0, 0.0};
+    // dz = w (dp - q), q = <w, dp> / sum w, computed as w ((dp - dp_m) - r)
+    // with m the entry of the largest w and r = q - dp_m (as the CPU does):
+    // for alpha > 2 one entry's w = p^(2 - alpha) can hold nearly all of
+    // sum w, and dp_m - q would cancel to nothing even in double.
+    WeightTop t{0.0, -1.0, 0.0f, ~0u};
     for (unsigned i = threadIdx.x; i < n; i += blockDim.x) {
       const double w = backward_weight<kWeight>(p[i], exponent);
-      s.a += w;
-      s.b += w * g[i];
+      t.sum += w;
+      if (w > t.top) t = {t.sum, w, g[i], i};  // i grows along a thread's loop: ties keep the first
     }
-    s = block_reduce(s, SumPairOp{});
-    const double q = s.a > 0.0 ? s.b / s.a : 0.0;
+    t = block_reduce(t, WeightTopOp{});
+    double rest = 0.0;
     for (unsigned i = threadIdx.x; i < n; i += blockDim.x)
-      dz[i] = static_cast<float>(backward_weight<kWeight>(p[i], exponent) * (g[i] - q));
+      rest += backward_weight<kWeight>(p[i], exponent) * (static_cast<double>(g[i]) - t.pivot);
+    rest = block_reduce(rest, detail::SumOp{});
+    const double rq = t.sum > 0.0 ? rest / t.sum : 0.0;
+    for (unsigned i = threadIdx.x; i < n; i += blockDim.x)
+      dz[i] = static_cast<float>(backward_weight<kWeight>(p[i], exponent) *
+                                 ((static_cast<double>(g[i]) - t.pivot) - rq));
   }
 }
 
