@@ -6,8 +6,8 @@
 // checks and messages as for its own CPU kernels (shapes, strides, transform
 // parameters, NaN and infinities), so a kernel never checks them again. What
 // a kernel may still throw (as an entgraph::Error): its own failures (device
-// memory, a launch) and what the device cannot do, named as such ("head
-// dimension 48: device cuda supports 32, 64 and 128").
+// memory, a launch) and what the device cannot do, named as such (CUDA: "d is
+// not supported (got 48, expected 32, 64 or 128)").
 //
 // Kernels take host memory and return when their outputs are written. A
 // null entry means the device has no kernel for that op: the core says so
@@ -49,8 +49,8 @@ struct BackendKernels {
                             MaskView mask) = nullptr;
   void (*transform_backward)(const Transform& t, ConstMatrix<float> probs, ConstMatrix<float> grad_probs,
                              MatrixView<float> grad_scores) = nullptr;
-  // Dense attention; options.span and options.upper are null (transforms
-  // with extra inputs are the kernel's to refuse).
+  // Dense attention. Transforms the device has no kernel for (those with
+  // extra inputs: options.span, options.upper) are the kernel's to refuse.
   void (*attention_forward)(ConstMatrix<float> q, ConstMatrix<float> k, ConstMatrix<float> v, MatrixView<float> out,
                             const AttentionOptions<float>& options) = nullptr;
   void (*attention_backward)(ConstMatrix<float> q, ConstMatrix<float> k, ConstMatrix<float> v,
