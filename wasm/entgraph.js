@@ -10,8 +10,59 @@ import * as render from "./render.js";
 export { render };
 
 // Loads the WebAssembly module (embedded in entgraph_core.js) and returns the API.
-export async function loadEntgraph() {
-  return new Entgraph(await createEntgraphCore());
+// threads: 1 (the default), a whole number, or "auto" (the browser's
+// navigator.hardwareConcurrency, at most 16). More than one runs the threaded
+// module (entgraph_core_threads.js, a Web Worker per extra thread), which
+// needs shared memory: a cross-origin isolated page (COOP/COEP headers) or a
+// worker of one. Anywhere else the package runs on one thread; eg.threads is
+// the count in use and eg.threadsNote says, in words, why only one.
+export async function loadEntgraph({ threads = 1 } = {}) {
+  const wanted = threadCount(threads);
+  let note = wanted > 1 ? threadsUnavailable() : "one thread was asked for (loadEntgraph({ threads }))";
+  if (!note) {
+    try {
+      const { default: createThreaded } = await import("./entgraph_core_threads.js");
+      const core = await createThreaded({ entgraphWorkers: wanted - 1 });
+      core.setNumThreads(wanted);
+      const message = core.takeError();
+      if (message) throw new Error(message);
+      return withThreads(new Entgraph(core), wanted, "");
+    } catch (err) {
+      note = `the threaded module did not start (${err?.message ?? err})`;
+    }
+  }
+  return withThreads(new Entgraph(await createEntgraphCore()), 1, note);
+}
+
+const MAX_AUTO_THREADS = 16;
+const MAX_THREADS = 64;
+
+function threadCount(threads) {
+  if (threads === "auto") {
+    const cores = globalThis.navigator?.hardwareConcurrency;
+    return Number.isInteger(cores) && cores > 0 ? Math.min(cores, MAX_AUTO_THREADS) : 1;
+  }
+  if (typeof threads !== "number" || !Number.isInteger(threads) || threads < 1 || threads > MAX_THREADS)
+    throw new Error(`threads: expected a whole number from 1 to ${MAX_THREADS} or "auto" (got ${describe(threads)})`);
+  return threads;
+}
+
+// Why this context cannot run the threaded module ("" if it can).
+function threadsUnavailable() {
+  if (typeof process === "object" && typeof process.versions?.node === "string")
+    return "node: the threaded module starts its threads as Web Workers, which emscripten 3.1.6's ES module output cannot do under node";
+  if (typeof SharedArrayBuffer !== "function") return "this browser has no SharedArrayBuffer";
+  if (globalThis.crossOriginIsolated !== true)
+    return "the page is not cross-origin isolated (COOP/COEP headers missing), so shared memory is not allowed";
+  if (typeof Worker !== "function") return "this context cannot start Web Workers";
+  return "";
+}
+
+function withThreads(eg, threads, note) {
+  return Object.defineProperties(eg, {
+    threads: { value: threads, enumerable: true },
+    threadsNote: { value: note, enumerable: true },
+  });
 }
 
 // ---- argument checks -------------------------------------------------------
@@ -42,6 +93,14 @@ function number(value, name) {
 
 function text(value, name) {
   if (typeof value !== "string") throw new Error(`${name}: expected a string (got ${describe(value)})`);
+  return value;
+}
+
+// The transforms the package exposes (the core's others need spans or bounds).
+const TRANSFORM_NAMES = ["softmax", "sparsemax", "entmax15", "entmax", "topk"];
+function transformName(value, name) {
+  if (!TRANSFORM_NAMES.includes(text(value, name)))
+    throw new Error(`${name}: unknown transform '${value}' (expected ${TRANSFORM_NAMES.slice(0, -1).join(", ")} or topk)`);
   return value;
 }
 
@@ -91,6 +150,51 @@ function tokenLabels(string) {
   return labels;
 }
 
+// ---- the core's messages in the API's words ---------------------------------
+
+// The core's messages name C++ things: the function that failed ("Teacher::forward:
+// text is empty", "split_text: max_bytes must be >= 1"), its options
+// ("options.transform.alpha", "(ForwardOptions::attention_probs)") and helpers
+// ("split it with split_text"). Those words are right for the C++ API and the
+// CLI, so the core keeps them; here each failed call's message starts with the
+// JavaScript call instead, the C++ locations in front of the core's parts are
+// dropped, and the C++ names inside get their JavaScript names.
+
+// A C++ location at the start of a part of the message: Class::member or a
+// snake_case function (the core's functions are all snake_case; the names of
+// methods, settings and files it mentions are not followed by ": " there).
+const CPP_LOCATION = /(^|: )(?:[A-Z]\w*::~?\w+|[a-z][a-z0-9]*(?:_[a-z0-9]+)+): /;
+const CPP_NAMES = [
+  [/\(ForwardOptions::attention_probs\)/g, "(forward(text, { probs: true }) records them)"],
+  [/\bsplit_text\b/g, "splitText"],
+  [/\bmax_bytes\b/g, "maxBytes"],
+  [/\bextra_window\b/g, "extraWindow"],
+  [/\bextra_global\b/g, "extraGlobal"],
+  [/\boptions\.(?:attention\.)?transform\.k is 0 for topk_softmax \(got 0, expected k >= 1\)/g, "topk is 0 for the topk transform (expected topk >= 1)"],
+  [/\boptions\.(?:attention\.)?transform\.alpha\b/g, "alpha"],
+  [/\boptions\.(?:attention\.)?/g, ""],
+  [/\bq\.rows\b/g, "queries"],
+  [/\bk\.rows\b/g, "keys"],
+  [/\bq\.cols\b/g, "dim"],
+  [/\bv\.cols\b/g, "valueDim"],
+  [/\btopk_softmax\b/g, "topk"],
+  // nlohmann::json's tag before its own words ("[json.exception.parse_error.101] parse error at ...").
+  [/\[json\.exception\.[\w.]+\] /g, ""],
+  // Any other Class::member_of: the JavaScript method of that class.
+  [/\b([A-Z]\w*)::(\w+?)(?:_of)?\b/g, (_, cls, member) => `${cls}.${member.replace(/_([a-z])/g, (__, c) => c.toUpperCase())}`],
+];
+
+// call: the JavaScript call that failed ("Teacher.forward", "splitText").
+function jsErrorMessage(call, message) {
+  let words = message;
+  for (let before = null; before !== words; ) {
+    before = words;
+    words = words.replace(CPP_LOCATION, "$1");
+  }
+  for (const [pattern, replacement] of CPP_NAMES) words = words.replace(pattern, replacement);
+  return `${call}: ${words}`;
+}
+
 // ---- objects that own wasm memory ------------------------------------------
 
 // Frees a handle whose owner was garbage-collected without dispose(); a
@@ -131,22 +235,22 @@ class Entgraph {
   constructor(core) {
     this.#core = core;
     const api = this;
-    const checked = (result) => this.#checked(result);
+    const checked = (result, call) => this.#checked(result, call);
 
     this.render = render;
-    this.version = checked(core.version());
-    this.transformNames = ["softmax", "sparsemax", "entmax15", "entmax", "topk"];
-    this.predictorMethods = checked(core.predictorMethods());
-    this.defaultWindows = checked(core.defaultWindows());
+    this.version = checked(core.version(), "loadEntgraph");
+    this.transformNames = [...TRANSFORM_NAMES];
+    this.predictorMethods = checked(core.predictorMethods(), "loadEntgraph");
+    this.defaultWindows = checked(core.defaultWindows(), "loadEntgraph");
 
     class Capture extends Owned {
       constructor(handle) {
         super(handle, "Capture");
-        this.layers = checked(handle.layers());
-        this.heads = checked(handle.heads());
-        this.headDim = checked(handle.headDim());
-        this.lengths = checked(handle.lengths());
-        this.texts = checked(handle.texts());
+        this.layers = checked(handle.layers(), "Capture");
+        this.heads = checked(handle.heads(), "Capture");
+        this.headDim = checked(handle.headDim(), "Capture");
+        this.lengths = checked(handle.lengths(), "Capture");
+        this.texts = checked(handle.texts(), "Capture");
       }
       // files: {name: Uint8Array | ArrayBuffer | string}, as in a capture folder.
       static fromFiles(files) {
@@ -154,43 +258,43 @@ class Entgraph {
         const converted = {};
         for (const [name, content] of Object.entries(files))
           converted[name] = typeof content === "string" ? content : bytes(content, `files['${name}']`);
-        return new Capture(api.#checked(core.Capture.fromFiles(converted)));
+        return new Capture(api.#checked(core.Capture.fromFiles(converted), "Capture.fromFiles"));
       }
       toFiles({ dtype = "float32" } = {}) {
-        return checked(this.handle.toFiles(text(dtype, "dtype")));
+        return checked(this.handle.toFiles(text(dtype, "dtype")), "Capture.toFiles");
       }
       head(layer, head) {
-        return checked(this.handle.head(count(layer, "layer"), count(head, "head")));
+        return checked(this.handle.head(count(layer, "layer"), count(head, "head")), "Capture.head");
       }
       queries(layer, head, sequence = 0) {
-        return checked(this.handle.queries(count(layer, "layer"), count(head, "head"), count(sequence, "sequence")));
+        return checked(this.handle.queries(count(layer, "layer"), count(head, "head"), count(sequence, "sequence")), "Capture.queries");
       }
       keys(layer, head, sequence = 0) {
-        return checked(this.handle.keys(count(layer, "layer"), count(head, "head"), count(sequence, "sequence")));
+        return checked(this.handle.keys(count(layer, "layer"), count(head, "head"), count(sequence, "sequence")), "Capture.keys");
       }
       values(layer, head, sequence = 0) {
-        return checked(this.handle.values(count(layer, "layer"), count(head, "head"), count(sequence, "sequence")));
+        return checked(this.handle.values(count(layer, "layer"), count(head, "head"), count(sequence, "sequence")), "Capture.values");
       }
       goldGraph(layer, head, sequence = 0) {
-        return checked(this.handle.goldGraph(count(layer, "layer"), count(head, "head"), count(sequence, "sequence")));
+        return checked(this.handle.goldGraph(count(layer, "layer"), count(head, "head"), count(sequence, "sequence")), "Capture.goldGraph");
       }
     }
 
     class TeacherOutput extends Owned {
       constructor(handle) {
         super(handle, "TeacherOutput");
-        this.layers = checked(handle.layers());
-        this.heads = checked(handle.heads());
-        this.tokens = checked(handle.tokens());
-        this.headDim = checked(handle.headDim());
-        this.alpha = checked(handle.alpha());
-        this.causal = checked(handle.causal());
-        this.scale = checked(handle.scale());
-        this.text = checked(handle.text());
+        this.layers = checked(handle.layers(), "TeacherOutput");
+        this.heads = checked(handle.heads(), "TeacherOutput");
+        this.tokens = checked(handle.tokens(), "TeacherOutput");
+        this.headDim = checked(handle.headDim(), "TeacherOutput");
+        this.alpha = checked(handle.alpha(), "TeacherOutput");
+        this.causal = checked(handle.causal(), "TeacherOutput");
+        this.scale = checked(handle.scale(), "TeacherOutput");
+        this.text = checked(handle.text(), "TeacherOutput");
         this.tokenLabels = tokenLabels(this.text);
       }
       #head(name, layer, head) {
-        return checked(this.handle[name](count(layer, "layer"), count(head, "head")));
+        return checked(this.handle[name](count(layer, "layer"), count(head, "head")), `TeacherOutput.${name}`);
       }
       queries(layer, head) { return this.#head("queries", layer, head); }
       keys(layer, head) { return this.#head("keys", layer, head); }
@@ -199,59 +303,60 @@ class Entgraph {
       scores(layer, head) { return this.#head("scores", layer, head); }
       probs(layer, head) { return this.#head("probs", layer, head); }
       goldGraph(layer, head) { return this.#head("goldGraph", layer, head); }
-      logits() { return checked(this.handle.logits()); }
-      toCapture() { return new Capture(checked(this.handle.toCapture())); }
+      logits() { return checked(this.handle.logits(), "TeacherOutput.logits"); }
+      toCapture() { return new Capture(checked(this.handle.toCapture(), "TeacherOutput.toCapture")); }
     }
 
     class Teacher extends Owned {
       #config;
       constructor(handle) {
         super(handle, "Teacher");
-        this.#config = JSON.parse(checked(handle.config()));
+        this.#config = JSON.parse(checked(handle.config(), "Teacher"));
       }
       // configJson: the text of config.json; weights: the bytes of its safetensors file.
       static fromFiles(configJson, weights) {
-        return new Teacher(api.#checked(core.Teacher.fromFiles(text(configJson, "configJson"), bytes(weights, "weights"))));
+        return new Teacher(api.#checked(core.Teacher.fromFiles(text(configJson, "configJson"), bytes(weights, "weights")), "Teacher.fromFiles"));
       }
       get config() { return { ...this.#config }; }
       forward(string, { probs = false } = {}) {
-        return new TeacherOutput(checked(this.handle.forward(text(string, "text"), Boolean(probs))));
+        return new TeacherOutput(checked(this.handle.forward(text(string, "text"), Boolean(probs)), "Teacher.forward"));
       }
       capture(texts) {
         if (!Array.isArray(texts)) throw new Error(`texts: expected an array of strings (got ${describe(texts)})`);
         texts.forEach((t, i) => text(t, `texts[${i}]`));
-        return new Capture(checked(this.handle.capture(texts)));
+        return new Capture(checked(this.handle.capture(texts), "Teacher.capture"));
       }
     }
 
     class Predictor extends Owned {
       constructor(handle) {
         super(handle, "Predictor");
-        this.method = checked(handle.method());
-        this.learned = checked(handle.learned());
+        this.method = checked(handle.method(), "Predictor");
+        this.learned = checked(handle.learned(), "Predictor");
       }
       static create(method, settings = {}) {
-        return new Predictor(api.#checked(core.Predictor.create(text(method, "method"), settingsText(settings, "settings"))));
+        return new Predictor(api.#checked(core.Predictor.create(text(method, "method"), settingsText(settings, "settings")), "Predictor.create"));
       }
       // A parameter file written by `entgraph fit` or serialize().
       static load(json) {
-        return new Predictor(api.#checked(core.Predictor.load(text(json, "json"))));
+        return new Predictor(api.#checked(core.Predictor.load(text(json, "json")), "Predictor.load"));
       }
-      get settings() { return JSON.parse(checked(this.handle.settings())); }
+      get settings() { return JSON.parse(checked(this.handle.settings(), "Predictor.settings")); }
       fit(capture, { seed = 0 } = {}) {
         if (!(capture instanceof Capture)) throw new Error(`capture: expected a Capture (got ${describe(capture)})`);
-        checked(this.handle.fit(capture.handle, count(seed, "seed")));
+        checked(this.handle.fit(capture.handle, count(seed, "seed")), "Predictor.fit");
         return this;
       }
       predict(q, k, { queries, keys, dim, layer = 0, head = 0, causal = false } = {}) {
         return checked(this.handle.predict(floats(q, "q"), floats(k, "k"), count(queries, "queries"), count(keys, "keys"),
-                                           count(dim, "dim"), count(layer, "layer"), count(head, "head"), Boolean(causal)));
+                                           count(dim, "dim"), count(layer, "layer"), count(head, "head"), Boolean(causal)),
+                       "Predictor.predict");
       }
       setUnionPatterns(extraWindow = -1, extraGlobal = 0) {
-        checked(this.handle.setUnionPatterns(number(extraWindow, "extraWindow"), count(extraGlobal, "extraGlobal")));
+        checked(this.handle.setUnionPatterns(number(extraWindow, "extraWindow"), count(extraGlobal, "extraGlobal")), "Predictor.setUnionPatterns");
         return this;
       }
-      serialize() { return checked(this.handle.serialize()); }
+      serialize() { return checked(this.handle.serialize(), "Predictor.serialize"); }
     }
 
     this.Capture = Capture;
@@ -260,19 +365,20 @@ class Entgraph {
     this.Predictor = Predictor;
   }
 
-  // Throws the core's message if the last call failed (freeing what it returned).
-  #checked(result) {
+  // Throws the core's message if the last call failed (freeing what it returned),
+  // worded for JavaScript and led by the call that failed (jsErrorMessage).
+  #checked(result, call) {
     const message = this.#core.takeError();
     if (message) {
       if (result && typeof result.delete === "function") result.delete();
-      throw new Error(message);
+      throw new Error(jsErrorMessage(call, message));
     }
     return result;
   }
 
-  get isa() { return this.#checked(this.#core.isa()); }
+  get isa() { return this.#checked(this.#core.isa(), "isa"); }
   // "reference" or "simd128": which kernels run (for comparisons).
-  setIsa(name) { this.#checked(this.#core.setIsa(text(name, "isa"))); }
+  setIsa(name) { this.#checked(this.#core.setIsa(text(name, "isa")), "setIsa"); }
   heapBytes() { return this.#core.heapBytes(); }
   allocatedBytes() { return this.#core.allocatedBytes(); }
 
@@ -287,15 +393,17 @@ class Entgraph {
     const c = cols === undefined ? z.length : count(cols, "cols");
     if (c === 0 || z.length % c !== 0) throw new Error(`cols: ${c} does not divide the ${z.length} scores`);
     const m = mask === undefined || mask === null ? null : bytes(mask, "mask");
-    return this.#checked(this.#core.transform(text(name, "name"), z, z.length / c, c, this.#alpha(name, alpha), count(k, "k"), m));
+    return this.#checked(this.#core.transform(transformName(name, "name"), z, z.length / c, c, this.#alpha(name, alpha), count(k, "k"), m),
+                        "transform");
   }
 
   transformBackward(name, probs, gradProbs, { cols, alpha, k = 0 } = {}) {
     const p = floats(probs, "probs");
     const c = cols === undefined ? p.length : count(cols, "cols");
     if (c === 0 || p.length % c !== 0) throw new Error(`cols: ${c} does not divide the ${p.length} probs`);
-    return this.#checked(this.#core.transformBackward(text(name, "name"), p, floats(gradProbs, "gradProbs"), p.length / c, c,
-                                                      this.#alpha(name, alpha), count(k, "k")));
+    return this.#checked(this.#core.transformBackward(transformName(name, "name"), p, floats(gradProbs, "gradProbs"), p.length / c, c,
+                                                      this.#alpha(name, alpha), count(k, "k")),
+                        "transformBackward");
   }
 
   #heads({ q, k, v, queries, keys, dim, valueDim = dim }) {
@@ -305,8 +413,9 @@ class Entgraph {
 
   attention(options) {
     const { transform = "entmax15", alpha = 1.5, topk = 0, causal = false, scale = 0, probs = false } = options;
-    return this.#checked(this.#core.attention(...this.#heads(options), text(transform, "transform"), number(alpha, "alpha"),
-                                              count(topk, "topk"), Boolean(causal), number(scale, "scale"), Boolean(probs)));
+    return this.#checked(this.#core.attention(...this.#heads(options), transformName(transform, "transform"), number(alpha, "alpha"),
+                                              count(topk, "topk"), Boolean(causal), number(scale, "scale"), Boolean(probs)),
+                        "attention");
   }
 
   // mode: "fast" (the graph's edges only), "certify" (the same output, and a proof per row that nothing
@@ -317,33 +426,61 @@ class Entgraph {
     for (const old of ["certify", "recomputeUncertified"])
       if (options[old] !== undefined)
         throw new Error(`graphAttention: ${old} is gone; use mode: "fast", "certify" or "exact"`);
-    return this.#checked(this.#core.graphAttention(...this.#heads(options), graph, text(transform, "transform"),
+    return this.#checked(this.#core.graphAttention(...this.#heads(options), graph, transformName(transform, "transform"),
                                                    number(alpha, "alpha"), count(topk, "topk"), Boolean(causal),
-                                                   number(scale, "scale"), text(mode, "mode")));
+                                                   number(scale, "scale"), text(mode, "mode")),
+                        "graphAttention");
   }
 
   goldGraph(q, k, { queries, keys, dim, alpha = 1.5, causal = false, scale } = {}) {
     const s = scale === undefined ? 1 / Math.sqrt(count(dim, "dim")) : number(scale, "scale");
     return this.#checked(this.#core.goldGraph(floats(q, "q"), floats(k, "k"), count(queries, "queries"), count(keys, "keys"),
-                                              count(dim, "dim"), number(alpha, "alpha"), Boolean(causal), s));
+                                              count(dim, "dim"), number(alpha, "alpha"), Boolean(causal), s),
+                        "goldGraph");
   }
 
   compareGraphs(predicted, gold, causal = false) {
-    return this.#checked(this.#core.compareGraphs(predicted, gold, Boolean(causal)));
+    return this.#checked(this.#core.compareGraphs(predicted, gold, Boolean(causal)), "compareGraphs");
   }
 
-  graphUnion(a, b) { return this.#checked(this.#core.graphUnion(a, b)); }
+  graphUnion(a, b) { return this.#checked(this.#core.graphUnion(a, b), "graphUnion"); }
 
-  splitText(string, maxBytes) { return this.#checked(this.#core.splitText(text(string, "text"), count(maxBytes, "maxBytes"))); }
+  splitText(string, maxBytes) { return this.#checked(this.#core.splitText(text(string, "text"), count(maxBytes, "maxBytes")), "splitText"); }
 
   // The report of `entgraph eval`, parsed.
   evaluate(predictor, capture) {
     if (!(predictor instanceof this.Predictor)) throw new Error(`predictor: expected a Predictor (got ${describe(predictor)})`);
     if (!(capture instanceof this.Capture)) throw new Error(`capture: expected a Capture (got ${describe(capture)})`);
-    return JSON.parse(this.#checked(this.#core.evaluate(predictor.handle, capture.handle)));
+    return JSON.parse(this.#checked(this.#core.evaluate(predictor.handle, capture.handle), "evaluate"));
   }
 
-  defaultGrid(method) { return JSON.parse(this.#checked(this.#core.defaultGrid(text(method, "method")))); }
+  // Several predictors on one capture, each also united with each window of
+  // `windows` (-1: the prediction alone): the gold graphs once, every
+  // (predictor, head) on the package's threads. One report per (predictor,
+  // window), predictor-major; window -1 gives evaluate()'s numbers exactly.
+  evaluateMany(predictors, capture, { windows = [-1] } = {}) {
+    if (!Array.isArray(predictors) || predictors.length === 0)
+      throw new Error(`predictors: expected a non-empty array of Predictors (got ${describe(predictors)})`);
+    const handles = predictors.map((p, i) => {
+      if (!(p instanceof this.Predictor)) throw new Error(`predictors[${i}]: expected a Predictor (got ${describe(p)})`);
+      if (p.disposed) throw new Error(`predictors[${i}]: the Predictor was disposed`);
+      return p.handle;
+    });
+    if (!(capture instanceof this.Capture)) throw new Error(`capture: expected a Capture (got ${describe(capture)})`);
+    if (!Array.isArray(windows) || windows.length === 0)
+      throw new Error(`windows: expected a non-empty array of whole numbers >= -1 (got ${describe(windows)})`);
+    windows.forEach((w, i) => {
+      if (typeof w !== "number" || !Number.isInteger(w) || w < -1)
+        throw new Error(`windows[${i}]: expected a whole number >= -1 (-1: none) (got ${describe(w)})`);
+    });
+    const numbers = this.#checked(this.#core.evaluateMany(handles, capture.handle, windows), "evaluateMany");
+    return Array.from({ length: numbers.length / 3 }, (_, r) => ({
+      predictor: Math.floor(r / windows.length), window: windows[r % windows.length],
+      recall: numbers[3 * r], sparsity: numbers[3 * r + 1], goldSparsity: numbers[3 * r + 2],
+    }));
+  }
+
+  defaultGrid(method) { return JSON.parse(this.#checked(this.#core.defaultGrid(text(method, "method")), "defaultGrid")); }
 
   // grids: method names or {method, parameter, values, settings}; the native `sweep`.
   sweep(grids, train, test, { windows, global = 0 } = {}) {
@@ -355,7 +492,8 @@ class Entgraph {
                                     ...(g.settings ? { settings: JSON.parse(settingsText(g.settings, "grids[].settings")) } : {}) });
     if (windows !== undefined && !Array.isArray(windows)) throw new Error(`windows: expected an array (got ${describe(windows)})`);
     const result = JSON.parse(this.#checked(this.#core.sweep(JSON.stringify(list), train.handle, test.handle,
-                                                             JSON.stringify(windows ?? null), count(global, "global"))));
+                                                             JSON.stringify(windows ?? null), count(global, "global")),
+                                            "sweep"));
     return {
       goldSparsity: result.gold_sparsity,
       points: result.points.map((p) => ({ method: p.method, parameter: p.parameter, value: p.value, window: p.window,
@@ -369,11 +507,11 @@ class Entgraph {
     return JSON.stringify(points);
   }
 
-  paretoFront(points) { return this.#checked(this.#core.paretoFront(this.#points(points))); }
+  paretoFront(points) { return this.#checked(this.#core.paretoFront(this.#points(points)), "paretoFront"); }
   recallAtSparsity(points, sparsity) {
-    return this.#checked(this.#core.recallAtSparsity(this.#points(points), number(sparsity, "sparsity")));
+    return this.#checked(this.#core.recallAtSparsity(this.#points(points), number(sparsity, "sparsity")), "recallAtSparsity");
   }
   paretoSvg(points, goldSparsity, title = "") {
-    return this.#checked(this.#core.paretoSvg(this.#points(points), number(goldSparsity, "goldSparsity"), text(title, "title")));
+    return this.#checked(this.#core.paretoSvg(this.#points(points), number(goldSparsity, "goldSparsity"), text(title, "title")), "paretoSvg");
   }
 }

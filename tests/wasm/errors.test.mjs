@@ -42,11 +42,13 @@ function assertThrowsMatching(fn, pattern, what) {
 }
 
 // The native message with the CLI's own context removed: everything up to
-// and including `prefix` (e.g. the file path it adds).
+// and including `prefix` (e.g. the file path it adds); without the tag of
+// C++'s JSON library ("[json.exception.parse_error.101] "), which the package
+// leaves out.
 function coreMessage(cliMessage, prefix) {
   const at = cliMessage.indexOf(prefix);
   assert.ok(at >= 0, `the CLI's message ${JSON.stringify(cliMessage)} holds ${JSON.stringify(prefix)}`);
-  return cliMessage.slice(at + prefix.length);
+  return cliMessage.slice(at + prefix.length).replace(/\[json\.exception\.[\w.]+\] /g, "");
 }
 
 describe("errors", () => {
@@ -79,7 +81,7 @@ describe("errors", () => {
 
   test("transforms: bad alpha, bad k, bad shapes, unknown name, bad mask", () => {
     const s = new Float32Array(6);
-    assertThrowsMatching(() => eg.transform("entmax", s, { cols: 3, alpha: 0.5 }), /^entmax: alpha out of range/, "alpha 0.5");
+    assertThrowsMatching(() => eg.transform("entmax", s, { cols: 3, alpha: 0.5 }), /^transform: entmax: alpha out of range/, "alpha 0.5");
     assertThrowsMatching(() => eg.transform("entmax", s, { cols: 3, alpha: NaN }), /alpha/, "alpha NaN");
     assertThrowsMatching(() => eg.transform("entmax", s, { cols: 3, alpha: 1001 }), /alpha/, "alpha 1001");
     assertThrowsMatching(() => eg.transform("topk", s, { cols: 3, k: 0 }), /\bk\b/, "k 0");
@@ -122,10 +124,10 @@ describe("errors", () => {
     assertThrowsMatching(() => eg.graphAttention({ ...ok, graph: valid, certify: true }), /certify is gone; use mode/, "certify: true");
     assertThrowsMatching(() => eg.graphAttention({ ...ok, graph: valid, recomputeUncertified: true }),
                          /recomputeUncertified is gone; use mode/, "recomputeUncertified: true");
-    assertThrowsMatching(() => eg.graphUnion(wrongShape, valid), /^graph_union: graphs of different shapes/, "union of different shapes");
+    assertThrowsMatching(() => eg.graphUnion(wrongShape, valid), /^graphUnion: graphs of different shapes/, "union of different shapes");
     assertThrowsMatching(() => eg.graphUnion(valid, unsorted), /not sorted and unique/, "union with an unsorted graph");
     assertThrowsMatching(() => eg.compareGraphs(outOfRange, valid), /key 9/, "compareGraphs with a key out of range");
-    assertThrowsMatching(() => eg.goldGraph(q, k, { queries: 4, keys: 5, dim: 8, alpha: 0.5 }), /^gold_graph: .*alpha/, "gold graph alpha 0.5");
+    assertThrowsMatching(() => eg.goldGraph(q, k, { queries: 4, keys: 5, dim: 8, alpha: 0.5 }), /^goldGraph: .*alpha/, "gold graph alpha 0.5");
   });
 
   test("predictors: unknown method and bad settings give the CLI's message", () => {
@@ -140,9 +142,10 @@ describe("errors", () => {
       const sets = Object.entries(settings).flatMap(([k, v]) => ["--set", `${k}=${v}`]);
       const native = runCliFailing("fit", ["--capture", capDir, "--method", method, ...sets, "--out", join(dir, "x.json")]);
       const e = thrown(() => eg.Predictor.create(method, settings), `create ${method} ${JSON.stringify(settings)}`);
-      // The CLI names its option, the API its function; the rest is the same text.
+      // The CLI names its option, the API its call; the rest is the same text.
       assert.match(native, /^fit: --(method|set): /);
-      assert.equal(e.message.replace(/^make_predictor: /, ""), native.replace(/^fit: --(method|set): /, ""));
+      assert.match(e.message, /^Predictor\.create: /);
+      assert.equal(e.message.replace(/^Predictor\.create: /, ""), native.replace(/^fit: --(method|set): /, ""));
     }
     // Numbers are accepted as settings and checked the same way.
     assertThrowsMatching(() => eg.Predictor.create("reformer", { buckets: 7 }), /buckets/, "buckets: 7");
@@ -162,7 +165,7 @@ describe("errors", () => {
       const core = coreMessage(native, `${file}: `);
       const e = assertThrowsMatching(() => eg.Predictor.load(text), pattern, `load ${text}`);
       assert.ok(e.message.includes(core), `message ${JSON.stringify(e.message)} holds the core's ${JSON.stringify(core)}`);
-      assert.match(e.message, /^load_predictor: /);
+      assert.match(e.message, /^Predictor\.load: /);
     }
   });
 
@@ -175,8 +178,8 @@ describe("errors", () => {
       assertThrowsMatching(() => p.predict(q, q, opts), /fitted/, "predict before fit");
       p.fit(cap, { seed: 0 });
       p.predict(q, q, opts);
-      assertThrowsMatching(() => p.predict(q, q, { ...opts, layer: 9 }), /^routing: /, "layer 9 of 4");
-      assertThrowsMatching(() => p.predict(q.subarray(0, 80 * 16), q.subarray(0, 80 * 16), { ...opts, dim: 16 }), /^routing: /, "dim 16");
+      assertThrowsMatching(() => p.predict(q, q, { ...opts, layer: 9 }), /^Predictor\.predict: routing: /, "layer 9 of 4");
+      assertThrowsMatching(() => p.predict(q.subarray(0, 80 * 16), q.subarray(0, 80 * 16), { ...opts, dim: 16 }), /^Predictor\.predict: routing: /, "dim 16");
       // The package checks this argument itself (its message names extraWindow;
       // the core's would be "routing: extra_window must be >= -1 (-1: none)").
       assertThrowsMatching(() => p.setUnionPatterns(-2, 0), /extra_?window/i, "extra_window -2");
@@ -186,7 +189,7 @@ describe("errors", () => {
     }
   });
 
-  test("captures: corrupt files give read_capture's message, as the CLI reports it", () => {
+  test("captures: corrupt files give the core's message, as the CLI reports it", () => {
     const meta = JSON.parse(new TextDecoder().decode(capFiles["capture.json"]));
     const keys = readNpy(capFiles["keys.npy"]);
     const nanKeys = Float32Array.from(keys.data);
@@ -208,7 +211,7 @@ describe("errors", () => {
       writeFolderFiles(bad, files);
       const native = runCliFailing("info", [bad]);
       const core = coreMessage(native, `${bad}: `);
-      const e = assertThrowsMatching(() => eg.Capture.fromFiles(files), /^read_capture: /, what);
+      const e = assertThrowsMatching(() => eg.Capture.fromFiles(files), /^Capture\.fromFiles: /, what);
       assert.ok(e.message.endsWith(core), `${what}: message ${JSON.stringify(e.message)} ends with the core's ${JSON.stringify(core)}`);
     }
     const { "queries.npy": _, ...withoutQueries } = capFiles;
@@ -219,9 +222,9 @@ describe("errors", () => {
     const config = readFileSync(dataFile("teacher-causal", "config.json"), "utf8");
     const weights = new Uint8Array(readFileSync(dataFile("teacher-causal", "model.safetensors")));
     const cases = [
-      ["header cut", weights.subarray(0, 1000), /^read_safetensors: .*header size \d+ exceeds the file/],
-      ["data cut", weights.subarray(0, weights.length - 10), /^read_safetensors: /],
-      ["empty", new Uint8Array(0), /^read_safetensors: /],
+      ["header cut", weights.subarray(0, 1000), /^Teacher\.fromFiles: .*header size \d+ exceeds the file/],
+      ["data cut", weights.subarray(0, weights.length - 10), /^Teacher\.fromFiles: /],
+      ["empty", new Uint8Array(0), /^Teacher\.fromFiles: /],
     ];
     for (const [what, bytes, pattern] of cases) {
       const model = join(dir, `teacher-${what.replace(" ", "-")}`);
@@ -238,8 +241,8 @@ describe("errors", () => {
     assertThrowsMatching(() => eg.Teacher.fromFiles(JSON.stringify({ ...cfg, layers: 5 }), weights), /layers\.4/, "5 layers in config, 4 in weights");
     assertThrowsMatching(() => eg.Teacher.fromFiles(JSON.stringify({ ...cfg, format: "x" }), weights), /format/, "wrong format");
 
-    assertThrowsMatching(() => teacher.forward(""), /^Teacher::forward: text is empty/, "empty text");
-    assertThrowsMatching(() => teacher.forward("x".repeat(257)), /^Teacher::forward: text has 257 tokens, more than the model's context of 256/, "257 bytes");
+    assertThrowsMatching(() => teacher.forward(""), /^Teacher\.forward: text is empty/, "empty text");
+    assertThrowsMatching(() => teacher.forward("x".repeat(257)), /^Teacher\.forward: text has 257 tokens, more than the model's context of 256/, "257 bytes");
     // 86 three-byte characters are 258 bytes: the limit is in bytes.
     assertThrowsMatching(() => teacher.forward("€".repeat(86)), /258 tokens/, "258 UTF-8 bytes");
     assertThrowsMatching(() => teacher.capture([]), /texts is empty/, "capture of no text");
@@ -251,7 +254,67 @@ describe("errors", () => {
     } finally {
       out.dispose();
     }
-    assertThrowsMatching(() => eg.splitText("abc", 0), /split_text: max_bytes must be >= 1/, "splitText 0");
+    assertThrowsMatching(() => eg.splitText("abc", 0), /^splitText: maxBytes must be >= 1/, "splitText 0");
+  });
+
+  test("messages name the JavaScript API, not the C++ one", () => {
+    // The core words its messages for C++ and the CLI (Teacher::forward, split_text,
+    // ForwardOptions::attention_probs, options.transform.alpha, ...); the package
+    // leads each with the call that failed and gives the names it mentions their
+    // JavaScript spelling.
+    const config = readFileSync(dataFile("teacher-causal", "config.json"), "utf8");
+    const z = new Float32Array(8);
+    const heads = { q: z, k: z, v: z, queries: 2, keys: 2, dim: 4 };
+    const graph = { queries: 2, keys: 2, offsets: new Uint32Array([0, 1, 2]), indices: new Uint32Array([0, 1]) };
+    const out = teacher.forward("abc");
+    const cap = out.toCapture();
+    const unfitted = eg.Predictor.create("routing");
+    const cases = [
+      ["splitText 0", () => eg.splitText("abc", 0), /^splitText: maxBytes must be >= 1$/],
+      ["forward of 300 bytes", () => teacher.forward("x".repeat(300)), /^Teacher\.forward: text has 300 tokens.*\(split it with splitText\)$/],
+      ["probs not recorded", () => out.probs(0, 0), /^TeacherOutput\.probs: not recorded \(forward\(text, \{ probs: true \}\) records them\)$/],
+      ["output layer 9", () => out.queries(9, 0), /^TeacherOutput\.queries: layer 9, head 0 out of range/],
+      ["capture of nothing", () => teacher.capture([]), /^Teacher\.capture: texts is empty$/],
+      ["capture head 9", () => cap.head(0, 9), /^Capture\.head: head out of range/],
+      ["capture gold graph of head 9", () => cap.goldGraph(0, 9, 0), /^Capture\.goldGraph: layer 0, head 9: head out of range/],
+      ["capture sequence 3", () => cap.keys(0, 0, 3), /^Capture\.keys: sequence out of range/],
+      ["capture without files", () => eg.Capture.fromFiles({}), /^Capture\.fromFiles: .*capture\.json/],
+      ["empty weights", () => eg.Teacher.fromFiles(config, new Uint8Array(0)), /^Teacher\.fromFiles: model\.safetensors: file too short/],
+      ["config not JSON", () => eg.Teacher.fromFiles("{", new Uint8Array(0)), /^Teacher\.fromFiles: .*config\.json: the file is not valid JSON \(parse error/],
+      ["attention alpha 0.2", () => eg.attention({ ...heads, transform: "entmax", alpha: 0.2 }), /^attention: alpha is out of range/],
+      ["attention topk 0", () => eg.attention({ ...heads, transform: "topk", topk: 0 }), /^attention: topk is 0 for the topk transform/],
+      ["attention scale infinite", () => eg.attention({ ...heads, scale: Infinity }), /^attention: scale is not finite/],
+      ["certify softmax", () => eg.graphAttention({ ...heads, graph, transform: "softmax", mode: "certify" }),
+       /^graphAttention: mode is certify but softmax has no threshold.*: sparsemax, entmax15, entmax with alpha > 1, topk\)$/],
+      ["graph of 3 queries", () => eg.graphAttention({ ...heads, graph: { ...graph, queries: 3, offsets: new Uint32Array([0, 1, 2, 2]) } }),
+       /^graphAttention: graph\.queries does not match queries \(got 3, expected 2\)$/],
+      ["unknown transform", () => eg.transform("adaptive", z), /^name: unknown transform 'adaptive' \(expected softmax, sparsemax, entmax15, entmax or topk\)$/],
+      ["attention's unknown transform", () => eg.attention({ ...heads, transform: "adaptive" }), /^transform: unknown transform 'adaptive'/],
+      ["unknown method", () => eg.Predictor.create("nope"), /^Predictor\.create: unknown predictor method 'nope'/],
+      ["parameter file not JSON", () => eg.Predictor.load("{bad"), /^Predictor\.load: parameter file: the file is not valid JSON \(parse error/],
+      ["serialize unfitted", () => unfitted.serialize(), /^Predictor\.serialize: routing: the predictor is not fitted/],
+      ["predict unfitted", () => unfitted.predict(z, z, { queries: 2, keys: 2, dim: 4 }), /^Predictor\.predict: routing: /],
+      ["evaluate unfitted", () => eg.evaluate(unfitted, cap), /^evaluate: layer 0, head 0: routing: /],
+      ["gold graph alpha 0.5", () => eg.goldGraph(z, z, { queries: 2, keys: 2, dim: 4, alpha: 0.5 }), /^goldGraph: settings need alpha >= 1/],
+      ["union of shapes", () => eg.graphUnion(graph, { ...graph, keys: 3 }), /^graphUnion: graphs of different shapes/],
+      ["compare shapes", () => eg.compareGraphs(graph, { ...graph, keys: 3 }), /^compareGraphs: graphs of different shapes/],
+      ["no grid", () => eg.defaultGrid("nope"), /^defaultGrid: no grid for method 'nope'$/],
+      ["sweep of no grid", () => eg.sweep(["nope"], cap, cap), /^sweep: no grid for method 'nope'$/],
+    ];
+    // C++ names of the core's functions, options and library.
+    const cpp = /::|\boptions\.|\b[qkv]\.(rows|cols)\b|json\.exception|\bForwardOptions\b/;
+    const snakeCase = /\b[a-z][a-z0-9]*(?:_[a-z0-9]+)+\b/;
+    try {
+      for (const [what, fn, pattern] of cases) {
+        const e = assertThrowsMatching(fn, pattern, what);
+        assert.doesNotMatch(e.message, cpp, `${what}: a C++ name in ${JSON.stringify(e.message)}`);
+        assert.doesNotMatch(e.message, snakeCase, `${what}: a snake_case name in ${JSON.stringify(e.message)}`);
+      }
+    } finally {
+      unfitted.dispose();
+      cap.dispose();
+      out.dispose();
+    }
   });
 
   test("a failed call changes nothing", () => {

@@ -64,7 +64,7 @@ describe(`sweeps: eg.sweep vs entgraph sweep (--isa ${exactIsa || "default"})`, 
     assert.equal(g.parameter, "random");
     assert.ok(g.values.every((v) => typeof v === "string"));
     assert.equal(eg.defaultGrid("window").parameter, "window");
-    assert.throws(() => eg.defaultGrid("nope"), (e) => e instanceof Error && e.message === "default_grid: no grid for method 'nope'");
+    assert.throws(() => eg.defaultGrid("nope"), (e) => e instanceof Error && e.message === "defaultGrid: no grid for method 'nope'");
     // The CLI checks --methods itself and lists the valid names.
     const native = runCliFailing("sweep", ["--train", trainDir, "--test", testDir, "--out", join(dir, "never"), "--methods", "nope"]);
     assert.match(native, /^sweep: --methods: unknown method 'nope' \(valid: window, .*lowrank-threshold\)$/);
