@@ -67,6 +67,11 @@ export class HeadsGrid {
         const data = { n, state: head.state, probs: null }; // true edges in one colour: cheap, and weights are too small to see here
         fillCells(new Uint32Array(cell.image.data.buffer), mode, data, 0, 0, n);
         cell.ctx.putImageData(cell.image, 0, 0);
+      } else {
+        // No text, no graph: clear the last text's picture (a resize clears the canvas).
+        cell.canvas.width = 1;
+        cell.canvas.height = 1;
+        cell.image = null;
       }
       const m = head.metrics;
       cell.caption.innerHTML =

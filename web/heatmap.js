@@ -8,6 +8,12 @@
 // state bits (cells.js): ALLOWED (the mask allows the pair), GOLD (true entmax
 // edge), PRED (predicted edge). Modes: "true" (probabilities of the gold edges),
 // "pred" (predicted edges), "overlay" (hits, misses, extra edges).
+//
+// Each graph is focusable: arrow keys move a cell cursor, shared by the three
+// graphs, that drives the same tooltip and token strip as the pointer (the
+// hover handler gets an event-like position from the cell's rectangle). On a
+// touch screen a tap shows a cell (a second tap on it zooms), and a tap
+// elsewhere hides it.
 
 import { WORDS, PROB_RAMP, probIndex } from "./palette.js";
 import { ALLOWED, GOLD, PRED } from "./cells.js";
@@ -18,6 +24,59 @@ const GOLD_WORD = PROB_RAMP[200];
 const LEFT = 30; // px for query labels
 const TOP = 20; // px for key labels
 const PAD = 4;
+// Cells at least this wide get their characters on the axes.
+export const GLYPH_CELL = 10;
+// Cells the cursor moves with Shift+arrows, Page Up and Page Down.
+export const BIG_STEP = 8;
+
+// The cursor the three graphs share: the cell last shown (by keyboard or pointer),
+// and whether it is shown now.
+const cursor = { cell: null, shown: false, by: null };
+
+// How many graphs side by side (3 or 2) the row of graphs `rowWidth` px wide
+// should hold for `size` tokens shown: the most that still give cells wide
+// enough for the characters on the axes; 3 when none does (long text: small cells,
+// positions on the axes). The page's one-column layout on phones ignores it.
+export function graphColumns(size, rowWidth, gap = 18) {
+  if (!(size > 0)) return 3;
+  for (const cols of [3, 2]) {
+    const width = (rowWidth - gap * (cols - 1)) / cols;
+    if ((width - LEFT - PAD) / size >= GLYPH_CELL) return cols;
+  }
+  return 3;
+}
+
+// Sets the row's --graph-cols from the tokens shown and its width.
+export class GraphRowLayout {
+  constructor(row) {
+    this.row = row;
+    this.size = 0;
+    new ResizeObserver(() => this.apply()).observe(row);
+  }
+
+  setTokens(size) {
+    if (size === this.size) return;
+    this.size = size;
+    this.apply();
+  }
+
+  apply() {
+    const gap = parseFloat(getComputedStyle(this.row).columnGap) || 18;
+    const cols = String(graphColumns(this.size, this.row.clientWidth, gap));
+    if (this.row.style.getPropertyValue("--graph-cols") !== cols) this.row.style.setProperty("--graph-cols", cols);
+  }
+}
+
+// A tap outside every graph hides what a tap on a graph showed.
+let touchShownBy = null;
+document.addEventListener("pointerdown", (e) => {
+  if (e.pointerType === "mouse" || !touchShownBy) return;
+  if (e.target instanceof Element && e.target.closest(".graph-canvas")) return;
+  const view = touchShownBy;
+  touchShownBy = null;
+  cursor.shown = false;
+  view.handlers.leave();
+});
 
 // Colour words by state bits, per mode ("gold": the true graph without weights).
 function lut(word) {
@@ -66,6 +125,7 @@ export class GraphView {
     this.handlers = handlers;
     this.canvas = root.querySelector("canvas") ?? root.appendChild(document.createElement("canvas"));
     this.ctx = this.canvas.getContext("2d");
+    this.makeFocusable();
     this.off = document.createElement("canvas");
     this.offCtx = this.off.getContext("2d");
     this.data = null;
@@ -77,6 +137,22 @@ export class GraphView {
     new ResizeObserver(() => this.resize()).observe(root);
     this.resize();
     this.bindPointer();
+    this.bindKeys();
+  }
+
+  // tabindex, a role and a name that says how to use the graph by keyboard.
+  makeFocusable() {
+    const c = this.canvas;
+    const name = c.getAttribute("aria-label") || `${this.mode} attention graph`;
+    c.tabIndex = 0;
+    c.setAttribute("role", "application");
+    c.setAttribute("aria-roledescription", "attention graph");
+    c.setAttribute(
+      "aria-label",
+      `${name}. Arrow keys move a cell cursor (query row, key column) and show its score and weight; ` +
+        `Shift+arrows or Page Up/Down move ${BIG_STEP}; Home/End: first/last key of the row; ` +
+        `Enter zooms in; Escape hides the cursor, then zooms out.`,
+    );
   }
 
   setData(data) {
@@ -178,7 +254,7 @@ export class GraphView {
       ctx.fillRect(x0 + (hover.j - col0) * cell, y0, Math.max(cell, 1), plot);
     }
     if (inRows && inCols) {
-      const s = Math.max(cell, 3);
+      const s = Math.max(cell, document.activeElement === this.canvas ? 7 : 3); // the keyboard cursor stays visible on small cells
       const x = x0 + (hover.j - col0) * cell + cell / 2 - s / 2;
       const y = y0 + (hover.i - row0) * cell + cell / 2 - s / 2;
       ctx.lineWidth = 2;
@@ -197,7 +273,7 @@ export class GraphView {
     ctx.textBaseline = "middle";
     ctx.fillStyle = "#3d4656";
     const hover = this.hover;
-    if (cell >= 10) {
+    if (cell >= GLYPH_CELL) {
       // every token, as its glyph
       const font = Math.max(9, Math.min(15, Math.floor(cell * 0.95)));
       ctx.font = `${font}px ui-monospace, "DejaVu Sans Mono", monospace`;
@@ -283,22 +359,145 @@ export class GraphView {
           this.handlers.panTo(d.row0 - Math.round(dy / cell), d.col0 - Math.round(dx / cell));
         }
       }
+      if (e.pointerType !== "mouse") return; // touch: taps only (pointerup)
       const cell = this.cellAt(e);
-      if (cell) this.handlers.hover(cell, e);
-      else this.handlers.leave();
+      if (cell) {
+        cursor.cell = cell;
+        cursor.by = "pointer";
+        this.handlers.hover(cell, e);
+      } else this.handlers.leave();
     });
     c.addEventListener("pointerup", (e) => {
       const d = this.drag;
       this.drag = null;
       if (d && !d.moved) {
         const cell = this.cellAt(e);
-        if (cell) this.handlers.click(cell);
+        if (!cell) return;
+        if (e.pointerType === "mouse") {
+          this.handlers.click(cell);
+          return;
+        }
+        // Touch and pen have no hover: a tap shows the cell; a second tap on it zooms in.
+        const again = touchShownBy && cursor.shown && sameCell(cursor.cell, cell);
+        cursor.cell = cell;
+        cursor.shown = true;
+        cursor.by = "touch";
+        touchShownBy = this;
+        if (again) this.handlers.click(cell);
+        this.handlers.hover(cell, e);
       }
     });
     c.addEventListener("pointercancel", () => (this.drag = null));
-    c.addEventListener("pointerleave", () => {
-      if (!this.drag) this.handlers.leave();
+    c.addEventListener("pointerleave", (e) => {
+      // A finger lifted "leaves" too: what a tap shows stays until a tap elsewhere.
+      if (!this.drag && e.pointerType === "mouse") this.handlers.leave();
     });
     c.addEventListener("dblclick", () => this.handlers.reset());
   }
+
+  // The position (viewport px) just below and right of a cell, for the tooltip.
+  eventAt(cell) {
+    const rect = this.canvas.getBoundingClientRect();
+    const { cell: px, x0, y0 } = this.geometry();
+    return {
+      clientX: rect.left + x0 + (cell.j - this.view.col0 + 1) * px,
+      clientY: rect.top + y0 + (cell.i - this.view.row0 + 1) * px,
+      pointerType: "keyboard",
+    };
+  }
+
+  // Shows the shared cursor's cell (panning a zoomed view to it first).
+  showCursor(cell) {
+    const n = this.data.n;
+    cell = { i: clamp(cell.i, 0, n - 1), j: clamp(cell.j, 0, n - 1) };
+    cursor.cell = cell;
+    cursor.shown = true;
+    cursor.by = "keyboard";
+    const { row0, col0 } = this.view;
+    const size = this.view.size || n;
+    if (size < n) {
+      const r = cell.i < row0 ? cell.i : cell.i >= row0 + size ? cell.i - size + 1 : row0;
+      const k = cell.j < col0 ? cell.j : cell.j >= col0 + size ? cell.j - size + 1 : col0;
+      if (r !== row0 || k !== col0) this.handlers.panTo(r, k);
+    }
+    this.handlers.hover(cell, this.eventAt(cell));
+  }
+
+  // Where the cursor starts on focus: where it was, if it is in view; else the view's first cell.
+  startCell() {
+    const { row0, col0 } = this.view;
+    const size = this.view.size || this.data.n;
+    const c = cursor.cell;
+    if (c && c.i >= row0 && c.i < row0 + size && c.j >= col0 && c.j < col0 + size && c.i < this.data.n && c.j < this.data.n) return c;
+    return { i: row0, j: col0 };
+  }
+
+  bindKeys() {
+    const c = this.canvas;
+    c.addEventListener("focus", () => {
+      // Only a keyboard focus shows the cursor: a click focuses the canvas too, and hovers by itself.
+      if (!this.data || this.data.n === 0 || !c.matches(":focus-visible")) return;
+      // Tabbing from one graph to the next keeps the cursor where it was.
+      this.showCursor(this.startCell());
+    });
+    c.addEventListener("blur", (e) => {
+      const next = e.relatedTarget;
+      if (cursor.by === "keyboard" && !(next instanceof Element && next.closest(".graph-canvas"))) {
+        cursor.shown = false;
+        this.handlers.leave();
+      } else this.draw(); // the focused cursor's box shrinks back
+    });
+    c.addEventListener("keydown", (e) => {
+      if (!this.data || this.data.n === 0 || e.altKey || e.metaKey) return;
+      const n = this.data.n;
+      const at = cursor.shown && cursor.cell ? cursor.cell : this.startCell();
+      let { i, j } = at;
+      const step = e.shiftKey ? BIG_STEP : 1;
+      switch (e.key) {
+        case "ArrowUp": i -= step; break;
+        case "ArrowDown": i += step; break;
+        case "ArrowLeft": j -= step; break;
+        case "ArrowRight": j += step; break;
+        case "PageUp": if (e.shiftKey) j -= BIG_STEP; else i -= BIG_STEP; break;
+        case "PageDown": if (e.shiftKey) j += BIG_STEP; else i += BIG_STEP; break;
+        case "Home": if (e.ctrlKey) i = 0; j = 0; break;
+        case "End": if (e.ctrlKey) i = n - 1; j = n - 1; break;
+        case "Enter":
+        case " ":
+          e.preventDefault();
+          this.handlers.click(at);
+          // A zoom redraws on the next frame: show the cell again where it then is.
+          requestAnimationFrame(() => requestAnimationFrame(() => {
+            if (document.activeElement === c) this.showCursor(at);
+          }));
+          return;
+        case "Escape":
+          e.preventDefault();
+          e.stopPropagation();
+          if (cursor.shown) {
+            cursor.shown = false;
+            this.handlers.leave();
+          } else if ((this.view.size || n) < n) this.handlers.reset();
+          return;
+        default:
+          return;
+      }
+      e.preventDefault();
+      this.showCursor({ i, j });
+    });
+  }
+}
+
+// The cell the keyboard cursor or a tap shows now (null when none): for the page,
+// to show it again after an update.
+export function shownCell() {
+  return cursor.shown ? cursor.cell : null;
+}
+
+function sameCell(a, b) {
+  return a != null && b != null && a.i === b.i && a.j === b.j;
+}
+
+function clamp(x, lo, hi) {
+  return Math.max(lo, Math.min(hi, x));
 }

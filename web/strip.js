@@ -1,5 +1,6 @@
-// The text as the model reads it, one box per byte token. While a graph is
-// hovered, the row of the hovered query is painted onto the text: each key
+// The text as the model reads it, one box per byte token. While a graph's cell
+// is shown (hovered, tapped, or under the keyboard cursor), the row of its query
+// is painted onto the text: each key
 // token shaded by its entmax weight, the query boxed, the hovered key underlined.
 
 import { PROB_RAMP_CSS_FULL, probIndex } from "./palette.js";
@@ -63,6 +64,7 @@ export class TokenStrip {
   clear() {
     this.clearMarks();
     this.root.classList.remove("active");
-    this.hint.textContent = "Hover a graph: the tokens the hovered token looks at light up here.";
+    this.hint.textContent =
+      "Hover or tap a graph, or focus it (Tab) and use the arrow keys: the tokens the chosen query looks at light up here.";
   }
 }
