@@ -1,0 +1,212 @@
+// web/serve.mjs on its own, over raw HTTP (no browser): the cross-origin
+// isolation headers and --no-isolation, compression per Accept-Encoding (the
+// bytes decompress to the file; Content-Length is the body's), HEAD, and the
+// paths it refuses.
+import { spawn } from "node:child_process";
+import { mkdtempSync, mkdirSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import http from "node:http";
+import net from "node:net";
+import { tmpdir } from "node:os";
+import { dirname, join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+import zlib from "node:zlib";
+import assert from "node:assert/strict";
+import { after, before, describe, test } from "node:test";
+
+const repoRoot = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..");
+const serveScript = join(repoRoot, "web/serve.mjs");
+
+// A folder with a page, a large script, small and large JSON, weights, and a
+// secret beside it that a link inside points to.
+const base = mkdtempSync(join(tmpdir(), "entgraph-serve-"));
+const root = join(base, "site");
+mkdirSync(join(root, "sub"), { recursive: true });
+const bigScript = Buffer.from("export const words = [\n" + Array.from({ length: 4000 }, (_, i) => `  "word ${i}",\n`).join("") + "];\n");
+const bigJson = Buffer.from(JSON.stringify({ values: Array.from({ length: 3000 }, (_, i) => i / 7) }));
+const weights = Buffer.alloc(64 * 1024);
+for (let i = 0; i < weights.length; i += 4) weights.writeFloatLE(Math.sin(i) * 3, i);
+writeFileSync(join(root, "index.html"), "<!doctype html><title>t</title>" + "<p>hello</p>".repeat(200));
+writeFileSync(join(root, "app.js"), bigScript);
+writeFileSync(join(root, "sub", "data.json"), bigJson);
+writeFileSync(join(root, "small.json"), '{"a":1}');
+writeFileSync(join(root, "model.safetensors"), weights);
+writeFileSync(join(root, "core.worker.js"), "self.onmessage = () => {};\n".repeat(100));
+writeFileSync(join(base, "secret.txt"), "secret\n");
+symlinkSync(join(base, "secret.txt"), join(root, "leak.txt"));
+
+async function freePort() {
+  return new Promise((ok, fail) => {
+    const s = net.createServer();
+    s.on("error", fail);
+    s.listen(0, "127.0.0.1", () => {
+      const { port } = s.address();
+      s.close(() => ok(port));
+    });
+  });
+}
+
+// Starts the server with extra arguments and environment -> { port, stop }.
+async function serve(extraArgs = [], env = {}) {
+  const port = await freePort();
+  const child = spawn(process.execPath, [serveScript, root, String(port), ...extraArgs], {
+    env: { ...process.env, ...env },
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  let output = "";
+  child.stdout.on("data", (d) => (output += d));
+  child.stderr.on("data", (d) => (output += d));
+  const exited = new Promise((ok) => child.once("exit", ok));
+  const deadline = Date.now() + 10000;
+  for (;;) {
+    try {
+      await request(port, "/", { method: "HEAD" });
+      break;
+    } catch (e) {
+      if (Date.now() > deadline || child.exitCode !== null) throw new Error(`serve.mjs did not start: ${output} ${e.message}`);
+      await new Promise((ok) => setTimeout(ok, 50));
+    }
+  }
+  return {
+    port,
+    output: () => output,
+    stop: async () => {
+      if (child.exitCode === null) {
+        child.kill("SIGTERM");
+        await exited;
+      }
+    },
+  };
+}
+
+// One raw request (the path is sent as written: no normalisation) -> { status, headers, body }.
+function request(port, path, { method = "GET", headers = {} } = {}) {
+  return new Promise((ok, fail) => {
+    const req = http.request({ host: "127.0.0.1", port, path, method, headers }, (res) => {
+      const chunks = [];
+      res.on("data", (c) => chunks.push(c));
+      res.on("end", () => ok({ status: res.statusCode, headers: res.headers, body: Buffer.concat(chunks) }));
+    });
+    req.on("error", fail);
+    req.end();
+  });
+}
+
+function decode(response) {
+  const encoding = response.headers["content-encoding"];
+  if (encoding === "br") return zlib.brotliDecompressSync(response.body);
+  if (encoding === "gzip") return zlib.gunzipSync(response.body);
+  assert.equal(encoding, undefined, `unexpected Content-Encoding ${encoding}`);
+  return response.body;
+}
+
+after(() => rmSync(base, { recursive: true, force: true }));
+
+describe("web/serve.mjs, cross-origin isolated (the default)", () => {
+  let server;
+  before(async () => (server = await serve()));
+  after(() => server.stop());
+
+  test("every response carries COOP, COEP and CORP, errors included", async () => {
+    for (const path of ["/", "/app.js", "/model.safetensors", "/missing.js"]) {
+      const r = await request(server.port, path, { headers: { "accept-encoding": "gzip, br" } });
+      assert.equal(r.headers["cross-origin-opener-policy"], "same-origin", path);
+      assert.equal(r.headers["cross-origin-embedder-policy"], "require-corp", path);
+      assert.equal(r.headers["cross-origin-resource-policy"], "same-origin", path);
+    }
+    assert.match(server.output(), /cross-origin isolated/);
+  });
+
+  test("brotli and gzip per Accept-Encoding round-trip to the file, with the body's Content-Length", async () => {
+    const cases = [
+      ["/app.js", bigScript, "text/javascript; charset=utf-8"],
+      ["/sub/data.json", bigJson, "application/json; charset=utf-8"],
+      ["/core.worker.js", null, "text/javascript; charset=utf-8"],
+    ];
+    for (const [path, content, type] of cases) {
+      const plain = await request(server.port, path);
+      assert.equal(plain.headers["content-encoding"], undefined, `${path}: no Accept-Encoding, no compression`);
+      assert.equal(plain.headers["content-type"], type);
+      const expected = content ?? plain.body;
+      assert.deepEqual(plain.body, expected);
+      for (const [accept, encoding] of [["gzip, deflate, br", "br"], ["gzip", "gzip"], ["br;q=0.5, gzip;q=0.8", "gzip"],
+                                        ["gzip;q=0, br", "br"], ["*", "br"], ["identity", undefined], ["br;q=0, gzip;q=0", undefined]]) {
+        const r = await request(server.port, path, { headers: { "accept-encoding": accept } });
+        assert.equal(r.status, 200);
+        assert.equal(r.headers["content-encoding"], encoding, `${path} with Accept-Encoding: ${accept}`);
+        assert.equal(r.headers.vary, "Accept-Encoding");
+        assert.equal(Number(r.headers["content-length"]), r.body.length, `${path} ${accept}: Content-Length is the body's`);
+        assert.deepEqual(decode(r), expected, `${path} ${accept}: decompresses to the file`);
+        if (encoding) assert.ok(r.body.length < expected.length / 2, `${path} ${accept}: ${r.body.length} of ${expected.length} bytes`);
+      }
+    }
+  });
+
+  test("small files and weights are sent as they are", async () => {
+    for (const [path, content] of [["/small.json", Buffer.from('{"a":1}')], ["/model.safetensors", weights]]) {
+      const r = await request(server.port, path, { headers: { "accept-encoding": "br, gzip" } });
+      assert.equal(r.headers["content-encoding"], undefined, path);
+      assert.equal(Number(r.headers["content-length"]), content.length);
+      assert.deepEqual(r.body, content);
+    }
+  });
+
+  test("HEAD has GET's headers and no body", async () => {
+    for (const accept of ["br", "gzip", ""]) {
+      const get = await request(server.port, "/app.js", { headers: { "accept-encoding": accept } });
+      const head = await request(server.port, "/app.js", { method: "HEAD", headers: { "accept-encoding": accept } });
+      assert.equal(head.status, 200);
+      assert.equal(head.body.length, 0);
+      for (const name of ["content-length", "content-encoding", "content-type", "vary", "cross-origin-embedder-policy"])
+        assert.equal(head.headers[name], get.headers[name], `${name} with Accept-Encoding '${accept}'`);
+    }
+  });
+
+  test("paths outside the folder, links out of it, NUL, bad escapes and other methods are refused", async () => {
+    // Dot segments are resolved by the URL parser or the folder check: either
+    // way nothing outside is found (404) or it is refused (403).
+    const outside = [403, 404];
+    const refused = [
+      ["/../secret.txt", outside], ["/sub/../../secret.txt", outside], ["/%2e%2e/secret.txt", outside],
+      ["/..%2fsecret.txt", outside], ["/sub/..%2f..%2fsecret.txt", outside], ["/leak.txt", [403]], ["/a%00b", [400]],
+      ["/%zz", [400]], ["/nothing.js", [404]], ["/sub/", [404]],
+    ];
+    for (const [path, statuses] of refused) {
+      const r = await request(server.port, path, { headers: { "accept-encoding": "br" } });
+      assert.ok(statuses.includes(r.status), `${path}: HTTP ${r.status}, expected ${statuses.join(" or ")}`);
+      assert.ok(!r.body.toString().includes("secret\n"), `${path} leaked the file`);
+    }
+    const post = await request(server.port, "/app.js", { method: "POST" });
+    assert.equal(post.status, 405);
+    const index = await request(server.port, "/", { headers: { "accept-encoding": "gzip" } });
+    assert.equal(index.status, 200);
+    assert.match(decode(index).toString(), /<title>t<\/title>/);
+  });
+});
+
+describe("web/serve.mjs without isolation", () => {
+  test("--no-isolation and ENTGRAPH_NO_ISOLATION=1 leave out COOP, COEP and CORP; compression stays", async () => {
+    for (const [args, env] of [[["--no-isolation"], {}], [[], { ENTGRAPH_NO_ISOLATION: "1" }]]) {
+      const server = await serve(args, env);
+      try {
+        const r = await request(server.port, "/app.js", { headers: { "accept-encoding": "gzip" } });
+        assert.equal(r.status, 200);
+        for (const name of ["cross-origin-opener-policy", "cross-origin-embedder-policy", "cross-origin-resource-policy"])
+          assert.equal(r.headers[name], undefined, `${name} with ${JSON.stringify({ args, env })}`);
+        assert.equal(r.headers["content-encoding"], "gzip");
+        assert.deepEqual(decode(r), bigScript);
+        assert.match(server.output(), /not cross-origin isolated/);
+      } finally {
+        await server.stop();
+      }
+    }
+  });
+
+  test("an unknown option is refused", async () => {
+    const child = spawn(process.execPath, [serveScript, root, "0", "--isolation-off"], { stdio: ["ignore", "pipe", "pipe"] });
+    let err = "";
+    child.stderr.on("data", (d) => (err += d));
+    const code = await new Promise((ok) => child.once("exit", ok));
+    assert.equal(code, 2);
+    assert.match(err, /unknown option '--isolation-off'/);
+  });
+});
