@@ -1,4 +1,7 @@
 // entgraph: TypeScript declarations of the JavaScript package (docs/JAVASCRIPT.md).
+// [Symbol.dispose] (for `using` declarations) needs TypeScript >= 5.2; this line
+// brings its library declarations in whatever "lib" a project sets.
+/// <reference lib="esnext.disposable" />
 import * as render from "./render.js";
 export { render };
 
@@ -20,9 +23,11 @@ export interface HeadSettings { alpha: number; causal: boolean; scale: number; }
 
 export type TransformName = "softmax" | "sparsemax" | "entmax15" | "entmax" | "topk";
 
-/** Objects that hold wasm memory. dispose() frees it; using one afterwards throws. */
+/** Objects that hold wasm memory. dispose() frees it; using one afterwards throws.
+ *  [Symbol.dispose] is dispose(), for `using` (runtimes that define Symbol.dispose). */
 export interface Disposable {
   dispose(): void;
+  [Symbol.dispose](): void;
   readonly disposed: boolean;
 }
 
@@ -109,6 +114,7 @@ export declare class Capture implements Disposable {
   values(layer: number, head: number, sequence?: number): Float32Array;
   goldGraph(layer: number, head: number, sequence?: number): Graph;
   dispose(): void;
+  [Symbol.dispose](): void;
   readonly disposed: boolean;
 }
 
@@ -131,6 +137,7 @@ export declare class TeacherOutput implements Disposable {
   logits(): Float32Array;
   toCapture(): Capture;
   dispose(): void;
+  [Symbol.dispose](): void;
   readonly disposed: boolean;
 }
 
@@ -148,6 +155,7 @@ export declare class Teacher implements Disposable {
   forward(text: string, options?: { probs?: boolean }): TeacherOutput;
   capture(texts: string[]): Capture;
   dispose(): void;
+  [Symbol.dispose](): void;
   readonly disposed: boolean;
 }
 
@@ -164,6 +172,7 @@ export declare class Predictor implements Disposable {
   setUnionPatterns(extraWindow?: number, extraGlobal?: number): this;
   serialize(): string;
   dispose(): void;
+  [Symbol.dispose](): void;
   readonly disposed: boolean;
 }
 
@@ -191,12 +200,32 @@ export interface Entgraph {
   graphUnion(a: Graph, b: Graph): Graph;
   splitText(text: string, maxBytes: number): string[];
 
+  /** A teacher folder (config.json and model.safetensors): a path or file: URL from disk in node and Deno
+   *  (relative: from the current folder), an http(s) URL (relative: to the page) fetched in a browser. */
+  loadTeacher(source: FileSource): Promise<Teacher>;
+  /** A folder of parameter files with the index.json manifest of tools/build_web.sh: every grid value of
+   *  every method (or of `methods`), in the manifest's order. Each predictor is the caller's to dispose. */
+  loadPredictors(source: FileSource, options?: { methods?: string[] }): Promise<LoadedPredictor[]>;
+  /** One parameter file (entgraph fit, sweep --save-params, Predictor.serialize). */
+  loadPredictor(source: FileSource): Promise<Predictor>;
+  /** A file's bytes or text from a path or a URL, as loadTeacher reads them. */
+  fetchBytes(source: FileSource): Promise<Uint8Array>;
+  fetchText(source: FileSource): Promise<string>;
+
   readonly Teacher: typeof Teacher;
   readonly TeacherOutput: typeof TeacherOutput;
   readonly Capture: typeof Capture;
   readonly Predictor: typeof Predictor;
 
   evaluate(predictor: Predictor, capture: Capture): EvalReport;
+  /** Several predictors on one capture, each also united with each window (-1: the prediction alone);
+   *  the gold graphs once, all (predictor, head) pairs on the package's threads. One report per
+   *  (predictor, window), predictor-major; window -1 gives evaluate()'s numbers exactly. */
+  evaluateMany(predictors: Predictor[], capture: Capture, options?: { windows?: number[] }): EvalManyReport[];
+  /** Threads in use (1 unless loadEntgraph({ threads }) asked for more and the context allows shared memory). */
+  readonly threads: number;
+  /** Why one thread, in words ("" when more than one runs). */
+  readonly threadsNote: string;
   defaultGrid(method: string): { method: string; parameter: string; values: string[]; settings: Record<string, string> };
   sweep(grids: Array<string | SweepGrid>, train: Capture, test: Capture,
         options?: { windows?: number[]; global?: number }): { points: SweepPoint[]; goldSparsity: number };
@@ -210,5 +239,42 @@ export interface Entgraph {
   allocatedBytes(): number;
 }
 
+/** A path (node, Deno: from disk, relative to the current folder), a file: URL, or an http(s) URL
+ *  (fetched; in a browser a relative path is a URL relative to the page). */
+export type FileSource = string | URL;
+
+/** One grid value of a manifest (index.json) with its predictor. */
+export interface LoadedPredictor {
+  method: string;
+  /** The setting the grid varies (null for a method without one). */
+  parameter: string | null;
+  value: string | null;
+  /** The manifest's file name of this value (a value sharing another's fit names its own). */
+  file: string;
+  predictor: Predictor;
+}
+
+/** A file's bytes from a path or a URL (see FileSource); a missing file's Error names it and where it looked. */
+export declare function fetchBytes(source: FileSource): Promise<Uint8Array>;
+/** A file's text (UTF-8) from a path or a URL. */
+export declare function fetchText(source: FileSource): Promise<string>;
+
 /** Loads the WebAssembly module (embedded in entgraph_core.js). */
-export declare function loadEntgraph(): Promise<Entgraph>;
+export declare function loadEntgraph(options?: LoadOptions): Promise<Entgraph>;
+
+export interface LoadOptions {
+  /** 1 (default), a whole number up to 64, or "auto" (navigator.hardwareConcurrency, at most 16).
+   *  More than one needs a cross-origin isolated page (or a worker of one); elsewhere one thread runs
+   *  and Entgraph.threadsNote says why. */
+  threads?: number | "auto";
+}
+
+export interface EvalManyReport {
+  /** Index into the predictors given. */
+  predictor: number;
+  /** The union window (-1: none). */
+  window: number;
+  recall: number;
+  sparsity: number;
+  goldSparsity: number;
+}

@@ -6,8 +6,9 @@
 // TeacherOutput, Capture, Predictor) behind dispose().
 import createEntgraphCore from "./entgraph_core.js";
 import * as render from "./render.js";
+import { fetchBytes, fetchText, inside, locate, readPlace, shown } from "./files.js";
 
-export { render };
+export { render, fetchBytes, fetchText };
 
 // Loads the WebAssembly module (embedded in entgraph_core.js) and returns the API.
 // threads: 1 (the default), a whole number, or "auto" (the browser's
@@ -446,6 +447,87 @@ class Entgraph {
   graphUnion(a, b) { return this.#checked(this.#core.graphUnion(a, b), "graphUnion"); }
 
   splitText(string, maxBytes) { return this.#checked(this.#core.splitText(text(string, "text"), count(maxBytes, "maxBytes")), "splitText"); }
+
+  // ---- teachers and predictors from a folder or a URL (files.js) -------------
+
+  // A file's bytes or text: a path or file: URL from disk in node and Deno, a URL fetched in a browser.
+  fetchBytes(source) { return fetchBytes(source); }
+  fetchText(source) { return fetchText(source); }
+
+  // A teacher folder: config.json and model.safetensors (data/teacher-causal, build/web/teachers/causal).
+  async loadTeacher(source) {
+    const folder = await locate(source, "loadTeacher");
+    const [config, weights] = await Promise.all([
+      readPlace(await inside(folder, "config.json"), "loadTeacher", folder),
+      readPlace(await inside(folder, "model.safetensors"), "loadTeacher", folder),
+    ]);
+    try {
+      return this.Teacher.fromFiles(new TextDecoder().decode(config), weights);
+    } catch (e) {
+      throw new Error(`loadTeacher: ${shown(folder)}: ${e.message.replace(/^Teacher\.fromFiles: /, "")}`);
+    }
+  }
+
+  // One parameter file (written by `entgraph fit`, `entgraph sweep --save-params` or serialize()).
+  async loadPredictor(source) {
+    const place = await locate(source, "loadPredictor");
+    const json = new TextDecoder().decode(await readPlace(place, "loadPredictor"));
+    try {
+      return this.Predictor.load(json);
+    } catch (e) {
+      throw new Error(`loadPredictor: ${shown(place)}: ${e.message.replace(/^Predictor\.load: /, "")}`);
+    }
+  }
+
+  // A folder of parameter files with the index.json manifest that tools/build_web.sh
+  // writes (build/web/params/causal): every grid value of every method, or of
+  // `methods` only, in the manifest's order, as { method, parameter, value, file,
+  // predictor }. A value that shares another's fit names that file as `source`
+  // and has its own `settings`; each file is read once.
+  async loadPredictors(source, { methods } = {}) {
+    const folder = await locate(source, "loadPredictors");
+    const indexText = new TextDecoder().decode(await readPlace(await inside(folder, "index.json"), "loadPredictors", folder));
+    let manifest;
+    try {
+      manifest = JSON.parse(indexText);
+    } catch (e) {
+      throw new Error(`loadPredictors: ${shown(folder)}: index.json is not valid JSON (${e.message})`);
+    }
+    if (manifest?.format !== "entgraph-web-params" || manifest.version !== 1 || !Array.isArray(manifest.methods))
+      throw new Error(`loadPredictors: ${shown(folder)}: index.json is not a manifest of parameter files ` +
+                      `(expected format "entgraph-web-params", version 1, as tools/build_web.sh writes)`);
+    const listed = manifest.methods.map((m) => m.method);
+    if (methods !== undefined) {
+      if (!Array.isArray(methods)) throw new Error(`methods: expected an array of method names (got ${describe(methods)})`);
+      const unknown = methods.filter((m) => !listed.includes(m));
+      if (unknown.length)
+        throw new Error(`loadPredictors: ${shown(folder)}: index.json lists no ${unknown.join(", ")} (it lists ${listed.join(", ")})`);
+    }
+    const entries = manifest.methods
+      .filter((m) => methods === undefined || methods.includes(m.method))
+      .flatMap((m) => m.values.map((v) => ({ method: m.method, parameter: m.parameter, value: v.value, file: v.file,
+                                             source: v.source ?? v.file, settings: v.settings })));
+    const texts = new Map();  // file -> Promise of its text
+    for (const { source: file } of entries)
+      if (!texts.has(file))
+        texts.set(file, inside(folder, file).then((place) => readPlace(place, "loadPredictors", folder)).then((b) => new TextDecoder().decode(b)));
+    const loaded = [];
+    try {
+      for (const { method, parameter, value, file, source: from, settings } of entries) {
+        let json = await texts.get(from);
+        if (settings) json = JSON.stringify({ ...JSON.parse(json), settings });
+        try {
+          loaded.push({ method, parameter, value, file, predictor: this.Predictor.load(json) });
+        } catch (e) {
+          throw new Error(`loadPredictors: ${shown(await inside(folder, from))}: ${e.message.replace(/^Predictor\.load: /, "")}`);
+        }
+      }
+    } catch (e) {
+      for (const entry of loaded) entry.predictor.dispose();
+      throw e;
+    }
+    return loaded;
+  }
 
   // The report of `entgraph eval`, parsed.
   evaluate(predictor, capture) {
