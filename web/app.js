@@ -1,26 +1,26 @@
 // The demo page: state, the update on every change, and the wiring of the
-// controls. Modules: text.js (bytes and labels), resources.js (fetching the
-// teachers and parameter files), heatmap.js (the three graphs), grid.js (all
-// heads), pareto.js (the curves), methods.js and palette.js.
+// controls. Modules: engine.js + worker.js (the compute, in Web Workers),
+// text.js (bytes and labels), resources.js (the teachers' config and
+// parameter manifests), heatmap.js (the three graphs), grid.js (all heads),
+// pareto.js (the curves), methods.js and palette.js.
 //
-// One update (update()): teacher forward on the first 256 bytes of the text
-// box, every head's gold graph, the chosen predictor on every head, the
-// metrics, graph attention on the chosen head (fast and exact modes), and the redraw. It runs
-// synchronously once per animation frame at most; its time is shown in
-// #update-ms. The Pareto curves are heavier and run separately, in slices,
-// 300 ms after the text stops changing.
+// One update: the page sends its state (teacher, text, predictor setting,
+// chosen head) to the update worker, which runs the teacher forward on the
+// text the model reads, every head's true graph, the chosen predictor on
+// every head, the metrics and graph attention on the chosen head (fast and
+// exact modes), and sends back arrays; the page draws them. At most one
+// update is in flight; changes made meanwhile are sent together when it
+// returns, so the main thread never waits for the model. The Pareto curves
+// are recomputed by a second worker 300 ms after the text stops changing.
 
-import { loadEntgraph } from "./entgraph/entgraph.js";
+import { Engine } from "./engine.js";
 import { Resources } from "./resources.js";
 import { cutUtf8, snippet, byteHex, passages, utf8Bytes } from "./text.js";
 import { GraphView } from "./heatmap.js";
-import {
-  ALLOWED, GOLD, PRED, allowedMask, allowedPairs, markGoldFromProbs, markGoldFromGraph, markPredicted,
-  metricsFromCounts, coveredRows, goldMatches,
-} from "./cells.js";
+import { ALLOWED, GOLD, PRED } from "./cells.js";
 import { HeadsGrid } from "./grid.js";
 import { TokenStrip } from "./strip.js";
-import { ParetoChart, computePareto, pointLabel } from "./pareto.js";
+import { ParetoChart, pointLabel } from "./pareto.js";
 import { METHOD_INFO, methodLabel } from "./methods.js";
 
 const $ = (id) => document.getElementById(id);
@@ -29,6 +29,7 @@ const DEFAULT_METHOD = "sparsefinder-distance";
 const DEFAULT_VALUE = "3.5";
 const PARETO_DELAY_MS = 300;
 const TEST_TEXT_OFFSET = 4096; // heldout.txt's first 4 KiB fitted the predictors; start after them
+const PARAMS = new URLSearchParams(location.search);
 
 // ---------------------------------------------------------------------------
 // State
@@ -57,266 +58,127 @@ const demo = {
 };
 window.entgraphDemo = demo;
 
-let eg = null;
-let res = null;
+let res = null; // config and manifests only: the main thread loads no WebAssembly
+let engine = null; // the update worker
+let paretoEngine = null; // the Pareto worker, started after the first update
 let samples = [];
 let sampleIndex = 0;
 
-// The last forward pass: { kind, text, bytes, glyphs, out, n, dim, causal, heads: [...] }
+// The last update's result, as drawn: { kind, text, cut, inputBytes, bytes, glyphs, n, dim, causal,
+// layers, headsPerLayer, heads: [{ layer, head, state, metrics }], chosen: { layer, head, probs, scores },
+// exactInfo, timings }
 let run = null;
-// What the last update computed for the chosen predictor: { key, heads[].pred/metrics/state }
-let predKey = null;
 
 // ---------------------------------------------------------------------------
-// Update scheduling: many input events per frame give one update.
+// Update scheduling: every change asks the update worker again, at most one
+// request in flight; a change that only affects the drawing (zoom, grid
+// mode) is redrawn here.
 
-const DIRTY_TEXT = 1; // re-run the teacher
-const DIRTY_PRED = 2; // re-run the predictor on every head
-const DIRTY_HEAD = 4; // the chosen head changed
-const DIRTY_VIEW = 8; // only redraw
-let dirty = DIRTY_TEXT | DIRTY_PRED | DIRTY_HEAD | DIRTY_VIEW;
-let scheduled = false;
-let loadingResources = false;
+const DIRTY_COMPUTE = 1; // text, teacher, predictor or head: ask the worker
+const DIRTY_VIEW = 2; // only redraw
+let dirty = 0;
+let inFlight = false;
+let viewFrame = 0;
 let inputAt = 0; // timeStamp of the first keystroke not yet shown
+const loadedFiles = new Set(); // parameter files the worker has loaded
+const infosNow = new Map(); // kind -> { config, manifest } once loaded (resources.js info())
+
+function infoNow(kind) {
+  return infosNow.get(kind);
+}
 
 function requestUpdate(flags) {
   dirty |= flags;
   demo.pending = true;
-  if (scheduled) return;
-  scheduled = true;
-  let done = false;
-  const go = () => {
-    if (done) return;
-    done = true;
-    scheduled = false;
-    runUpdate();
-  };
-  requestAnimationFrame(go);
-  setTimeout(go, 100); // hidden tabs get no animation frames
-}
-
-async function runUpdate() {
-  if (!eg || loadingResources) return;
-  // Make sure what the synchronous update needs is loaded.
-  const entry = res.teacherNow(state.teacher);
-  const file = entry && currentValue(entry)?.file;
-  if (!entry || !res.predictorNow(state.teacher, file)) {
-    loadingResources = true;
-    setStatus(`Loading ${entry ? methodLabel(state.method) : `the ${state.teacher} teacher`}…`);
-    try {
-      const e = await res.teacher(state.teacher);
-      syncMethodControls(e);
-      await res.predictor(state.teacher, currentValue(e).file);
-      setStatus("");
-    } catch (err) {
-      showError(err);
-      loadingResources = false;
-      return;
-    }
-    loadingResources = false;
-    requestUpdate(0);
+  if (dirty & DIRTY_COMPUTE) {
+    if (!inFlight) queueMicrotask(sendUpdate); // the events of this task first
     return;
   }
+  if (!viewFrame && run) {
+    viewFrame = requestAnimationFrame(() => {
+      viewFrame = 0;
+      if (dirty & DIRTY_COMPUTE || inFlight) return; // the coming result redraws
+      draw();
+      dirty = 0;
+      demo.pending = false;
+    });
+  }
+}
+
+async function sendUpdate() {
+  if (inFlight || !(dirty & DIRTY_COMPUTE) || !engine) return;
+  inFlight = true;
+  dirty &= ~DIRTY_COMPUTE;
+  const kind = state.teacher;
   try {
-    update();
-    setStatus("");
+    const info = await res.info(kind);
+    infosNow.set(kind, info);
+    syncMethodControls(info);
+    const context = info.config.context ?? 256;
+    const textInfo = cutUtf8($("text").value, context);
+    const value = currentValue(info);
+    const fileKey = `${kind}/${value.source ?? value.file}`;
+    const loading = !loadedFiles.has(fileKey);
+    if (loading) setStatus(`Loading ${run ? methodLabel(state.method) : `the ${kind} teacher`}…`);
+    const sent = { teacher: kind, text: textInfo.text, file: value.file, window: state.window, layer: state.layer, head: state.head };
+    const since = inputAt; // the first keystroke this update shows
+    inputAt = 0;
+    const result = await engine.request("update", { ...sent, check: PARAMS.has("check") });
+    inFlight = false;
+    loadedFiles.add(fileKey);
+    if (loading) setStatus("");
+    apply(result, { textInfo, info, value, window: sent.window, since });
   } catch (err) {
+    inFlight = false;
     showError(err);
   }
+  if (dirty & DIRTY_COMPUTE) sendUpdate();
+  else if (dirty & DIRTY_VIEW) requestUpdate(0);
 }
 
-// ---------------------------------------------------------------------------
-// The update
-
-// ?check=1: also compute every head's metrics with eg.compareGraphs on out.goldGraph
-// (the documented path) and count any difference in entgraphDemo.checkMismatches.
-const CHECK = new URLSearchParams(location.search).has("check");
-
-function checkMetrics(h) {
-  const official = eg.compareGraphs(h.pred, run.out.goldGraph(h.layer, h.head), run.causal);
-  for (const key of ["gold", "predicted", "hits", "allowed", "queries", "sparsity", "goldSparsity", "recall", "precision"]) {
-    if (official[key] !== h.metrics[key]) {
-      demo.checkMismatches = (demo.checkMismatches ?? 0) + 1;
-      console.warn(`check: layer ${h.layer} head ${h.head}: ${key} ${h.metrics[key]} here, ${official[key]} from compareGraphs`);
-    }
-  }
-  demo.checked = (demo.checked ?? 0) + 1;
-}
-
-function currentValue(entry) {
-  const m = entry.manifest.methods.find((x) => x.method === state.method) ?? entry.manifest.methods[0];
-  return m.values[Math.min(state.valueIndex, m.values.length - 1)];
-}
-
-function currentMethodEntry(entry) {
-  return entry.manifest.methods.find((x) => x.method === state.method);
-}
-
-// Buffers reused from one update to the next (one per head and purpose).
-const pools = { gold: [], cells: [] };
-function pooled(pool, index, length) {
-  let b = pools[pool][index];
-  if (!b || b.length !== length) b = pools[pool][index] = new Uint8Array(length);
-  return b;
-}
-
-function forward(entry, textInfo) {
-  const out = entry.teacher.forward(textInfo.text, { probs: true });
-  const n = out.tokens;
-  const allowed = allowedMask(n, out.causal);
-  const heads = [];
-  for (let l = 0; l < out.layers; l++) {
-    for (let h = 0; h < out.heads; h++) {
-      const index = heads.length;
-      const probs = out.probs(l, h);
-      // The gold graph is the support of the weights: marked from probs here, which is
-      // cheaper than out.goldGraph(l, h) for 16 heads; the Pareto step checks both agree.
-      const goldCells = pooled("gold", index, n * n);
-      goldCells.set(allowed);
-      const goldCount = markGoldFromProbs(goldCells, probs, n, out.causal);
-      heads.push({ layer: l, head: h, q: out.queries(l, h), k: out.keys(l, h), probs, goldCells, goldCount, gold: null });
-    }
-  }
-  return {
-    kind: state.teacher,
-    text: textInfo.text,
-    cut: textInfo.cut,
-    inputBytes: textInfo.totalBytes,
-    bytes: textInfo.bytes,
-    glyphs: out.tokenLabels,
-    out,
-    n,
-    dim: out.headDim,
-    causal: out.causal,
-    layers: out.layers,
-    headsPerLayer: out.heads,
-    heads,
+// Takes a worker's result as the new run and draws it.
+// sent: { textInfo, info, value, window, since } of the request.
+function apply(result, { textInfo, info, value, window, since }) {
+  const textChanged = !run || result.textChanged || run.kind !== result.kind;
+  const heads = result.metrics.map((metrics, i) => ({
+    layer: Math.floor(i / result.headsPerLayer),
+    head: i % result.headsPerLayer,
+    metrics,
+    state: result.states ? result.states[i] : run.heads[i].state,
+  }));
+  const glyphs = result.glyphs ?? run.glyphs;
+  run = {
+    kind: result.kind, text: result.text, cut: textInfo.cut, inputBytes: textInfo.totalBytes, bytes: utf8Bytes(result.text),
+    glyphs, n: result.n, dim: result.dim, causal: result.causal, layers: result.layers, headsPerLayer: result.headsPerLayer,
+    heads, chosen: result.n > 0 ? { layer: result.layer, head: result.head, probs: result.probs, scores: result.scores } : null,
+    exactInfo: result.exactInfo, timings: result.timings, info, value, window,
   };
-}
-
-function update() {
-  const t0 = performance.now();
-  const entry = res.teacherNow(state.teacher);
-  const context = entry.config.context ?? 256;
-  const textInfo = cutUtf8($("text").value, context);
-  const timings = { forward: 0, predict: 0, attention: 0, draw: 0 };
-
-  // 1. The teacher (only when the text or the teacher changed).
-  if (!run || run.kind !== state.teacher || run.text !== textInfo.text) dirty |= DIRTY_TEXT;
-  if (dirty & DIRTY_TEXT) {
-    const previous = run;
-    run = textInfo.bytes.length > 0 ? forward(entry, textInfo) : emptyRun(entry, textInfo);
-    previous?.out?.dispose();
+  if (result.checks) {
+    demo.checked = (demo.checked ?? 0) + result.checks.length;
+    for (const differ of result.checks) {
+      for (const line of differ) console.warn(`check: ${line}`);
+      demo.checkMismatches = (demo.checkMismatches ?? 0) + differ.length;
+    }
+  }
+  if (textChanged) {
     strip.setTokens(run.glyphs);
-    predKey = null;
     grid.build(run.layers, run.headsPerLayer);
     scheduleParetoSoon();
   }
-  const t1 = performance.now();
-  timings.forward = t1 - t0;
-
-  // 2. The predictor on every head, and the metrics.
-  const value = currentValue(entry);
-  const key = `${state.teacher}/${value.file}/${state.window}`;
-  if (predKey !== key || (dirty & DIRTY_TEXT)) dirty |= DIRTY_PRED;
-  if ((dirty & DIRTY_PRED) && run.n > 0) {
-    const predictor = res.predictorNow(state.teacher, value.file);
-    predictor.setUnionPatterns(state.window, 0);
-    const { n, causal } = run;
-    const allowed = allowedPairs(n, causal);
-    run.heads.forEach((h, index) => {
-      h.pred = predictor.predict(h.q, h.k, { queries: n, keys: n, dim: run.dim, layer: h.layer, head: h.head, causal });
-      h.state = pooled("cells", index, n * n);
-      h.state.set(h.goldCells);
-      const { predicted, hits } = markPredicted(h.state, h.pred, n);
-      h.metrics = metricsFromCounts({ gold: h.goldCount, predicted, hits, allowed, queries: n });
-      if (CHECK) checkMetrics(h);
-    });
-    predictor.setUnionPatterns(-1, 0);
-    predKey = key;
-  }
-  const t2 = performance.now();
-  timings.predict = t2 - t1;
-
-  // 3. The chosen head: probabilities, scores, and attention over the predicted graph.
-  const layer = Math.min(state.layer, run.layers - 1);
-  const headIndex = Math.min(state.head, run.headsPerLayer - 1);
-  const chosen = run.heads[layer * run.headsPerLayer + headIndex];
-  let exactInfo = null;
-  if (chosen && run.n > 0) {
-    if (dirty & (DIRTY_TEXT | DIRTY_HEAD) || !chosen.v) {
-      chosen.v = run.out.values(layer, headIndex);
-      chosen.dense = run.out.attention(layer, headIndex);
-    }
-    exactInfo = graphAttentionCheck(chosen);
-  }
-  const t3 = performance.now();
-  timings.attention = t3 - t2;
-
-  // 4. Redraw.
-  draw(chosen, exactInfo);
-  const t4 = performance.now();
-  timings.draw = t4 - t3;
-
-  dirty = 0;
-  publish(chosen, exactInfo, value, t4 - t0, timings);
-}
-
-function emptyRun(entry, textInfo) {
-  const layers = entry.config.layers;
-  const heads = entry.config.heads;
-  return {
-    kind: state.teacher, text: textInfo.text, cut: false, inputBytes: 0, bytes: textInfo.bytes, glyphs: [],
-    out: null, n: 0, dim: 0, causal: entry.config.causal, layers, headsPerLayer: heads,
-    heads: Array.from({ length: layers * heads }, (_, i) => ({
-      layer: Math.floor(i / heads), head: i % heads, state: new Uint8Array(0),
-      metrics: { recall: NaN, sparsity: NaN, goldSparsity: NaN, precision: NaN, gold: 0, predicted: 0, hits: 0 },
-    })),
-  };
-}
-
-// Attention over the predicted graph vs dense attention, for the chosen head, twice:
-// mode "fast" (the predicted edges only: what a sparse kernel would output, shown as
-// the largest output error) and mode "exact" (bound and repair: rows proven exact by
-// the graph alone, rows repaired, and the extra pairs repair scored).
-function graphAttentionCheck(h) {
-  const n = run.n;
-  const alpha = run.out.alpha;
-  const inputs = {
-    q: h.q, k: h.k, v: h.v, queries: n, keys: n, dim: run.dim, valueDim: run.dim, graph: h.pred,
-    // the teacher's own transform (entmax15 for alpha 1.5), so that the dense output compared is the same function
-    transform: alpha === 1.5 ? "entmax15" : "entmax", alpha, causal: run.causal, scale: run.out.scale,
-  };
   const t0 = performance.now();
-  const fast = eg.graphAttention({ ...inputs, mode: "fast" });
-  const t1 = performance.now();
-  const exact = eg.graphAttention({ ...inputs, mode: "exact" });
-  const t2 = performance.now();
-  const dense = h.dense;
-  let maxAbsDiff = 0;
-  let exactMaxAbsDiff = 0;
-  for (let t = 0; t < dense.length; t++) {
-    const d = Math.abs(fast.out[t] - dense[t]);
-    if (d > maxAbsDiff) maxAbsDiff = d;
-    const e = Math.abs(exact.out[t] - dense[t]);
-    if (e > exactMaxAbsDiff) exactMaxAbsDiff = e;
-  }
-  return {
-    rows: n,
-    maxAbsDiff,
-    coveredRows: coveredRows(h.state, n),
-    // exact mode
-    graphRows: exact.graphRows,
-    repairedRows: exact.repairedRows,
-    denseRows: exact.denseRows,
-    graphPairs: exact.graphPairs,
-    repairPairs: exact.repairPairs,
-    boundPairs: exact.boundPairs,
-    repairShare: exact.graphPairs > 0 ? exact.repairPairs / exact.graphPairs : NaN,
-    exactMaxAbsDiff,
-    fastMs: t1 - t0,
-    exactMs: t2 - t1,
-  };
+  draw({ grid: textChanged || result.states != null });
+  refreshTooltip();
+  const drawMs = performance.now() - t0;
+  publish(drawMs, since);
+}
+
+function currentValue(info) {
+  const m = info.manifest.methods.find((x) => x.method === state.method) ?? info.manifest.methods[0];
+  return m.values[Math.min(state.valueIndex, m.values.length - 1)];
+}
+
+function currentMethodEntry(info) {
+  return info.manifest.methods.find((x) => x.method === state.method);
 }
 
 function formatShare(x) {
@@ -351,10 +213,18 @@ function mean(heads, f) {
   return heads.length ? s / heads.length : NaN;
 }
 
-function draw(chosen, exactInfo) {
+function chosenHead() {
+  const c = run?.chosen;
+  return c ? run.heads[c.layer * run.headsPerLayer + c.head] : null;
+}
+
+// Draws the run; grid: also redraw the heads grid (its thumbnails changed).
+function draw({ grid: redrawGrid = false } = {}) {
   const n = run.n;
+  const chosen = chosenHead();
+  const exactInfo = run.exactInfo;
   // graphs
-  const data = { n, glyphs: run.glyphs, state: chosen?.state ?? new Uint8Array(0), probs: chosen?.probs ?? null };
+  const data = { n, glyphs: run.glyphs, state: chosen?.state ?? new Uint8Array(0), probs: run.chosen?.probs ?? null };
   clampView();
   for (const view of views) {
     view.setData(data);
@@ -369,7 +239,10 @@ function draw(chosen, exactInfo) {
   document.body.classList.toggle("bidirectional", !run.causal);
 
   // grid of heads (only when something it shows changed)
-  if (dirty & (DIRTY_TEXT | DIRTY_PRED | DIRTY_VIEW)) grid.update(run.heads, n, state.gridMode);
+  if (redrawGrid || grid.mode !== state.gridMode) {
+    grid.update(run.heads, n, state.gridMode);
+    grid.mode = state.gridMode;
+  }
   grid.select(state.layer, state.head);
 
   // numbers
@@ -443,41 +316,44 @@ function draw(chosen, exactInfo) {
 
 function currentPoint() {
   if (!run || run.n === 0) return null;
-  // Right after a teacher switch its files may still be loading, and the
-  // last run belongs to the other teacher: no current point yet.
-  const entry = res.teacherNow(state.teacher);
-  if (!entry || run.kind !== state.teacher) return null;
-  const m = currentMethodEntry(entry);
-  const v = currentValue(entry);
+  // Right after a teacher switch the last run belongs to the other teacher: no current point yet.
+  if (run.kind !== state.teacher) return null;
+  const m = currentMethodEntry(run.info);
+  const v = run.value;
   return {
-    method: state.method, parameter: m?.parameter, value: v.value, window: state.window,
+    method: m?.method ?? state.method, parameter: m?.parameter, value: v.value, window: state.window,
     recall: mean(run.heads, (h) => h.metrics.recall), sparsity: mean(run.heads, (h) => h.metrics.sparsity),
   };
 }
 
-function publish(chosen, exactInfo, value, ms, timings) {
+// since: the timeStamp of the first keystroke this update shows (0: none).
+function publish(drawMs, since) {
+  const chosen = chosenHead();
   const m = chosen?.metrics;
-  const entry = res.teacherNow(state.teacher);
+  const exactInfo = run.exactInfo;
+  const value = run.value;
+  const timings = { ...run.timings, draw: drawMs };
+  const ms = timings.load + timings.forward + timings.predict + timings.attention + drawMs;
   Object.assign(demo, {
     ready: true,
-    pending: dirty !== 0 || scheduled,
+    pending: dirty !== 0 || inFlight,
     updates: demo.updates + 1,
     error: null,
     text: run.text,
     inputBytes: run.inputBytes,
     tokens: run.n,
     cut: run.cut,
-    teacher: state.teacher,
-    layer: state.layer,
-    head: state.head,
-    method: state.method,
-    parameter: currentMethodEntry(entry)?.parameter ?? null,
+    teacher: run.kind,
+    layer: run.chosen?.layer ?? state.layer,
+    head: run.chosen?.head ?? state.head,
+    method: currentMethodEntry(run.info)?.method ?? state.method,
+    parameter: currentMethodEntry(run.info)?.parameter ?? null,
     value: value.value,
-    valueIndex: state.valueIndex,
+    valueIndex: currentMethodEntry(run.info)?.values.indexOf(value) ?? state.valueIndex,
     paramFile: value.file,
     paramSource: value.source ?? value.file, // the file fetched: values of a predict-time setting share one
     paramSettings: value.settings ?? null, // and then apply their own settings
-    window: state.window,
+    window: run.window,
     recall: m?.recall ?? NaN,
     sparsity: m?.sparsity ?? NaN,
     goldSparsity: m?.goldSparsity ?? NaN,
@@ -487,6 +363,7 @@ function publish(chosen, exactInfo, value, ms, timings) {
     meanGoldSparsity: mean(run.heads, (h) => h.metrics.goldSparsity),
     exact: m ? m.recall === 1 : false,
     maxAbsDiff: exactInfo?.maxAbsDiff ?? NaN,
+    maxAbsOut: exactInfo?.maxAbsOut ?? NaN,
     coveredRows: exactInfo?.coveredRows ?? 0,
     // graph attention in mode "exact" on the chosen head (bound and repair)
     graphRows: exactInfo?.graphRows ?? 0,
@@ -509,12 +386,19 @@ function publish(chosen, exactInfo, value, ms, timings) {
   const el = $("update-ms");
   el.textContent = demo.updates === 1 ? `${ms.toFixed(1)} ms (the first, warming up)` : `${ms.toFixed(1)} ms`;
   el.dataset.value = String(ms);
-  // From the keystroke to the end of its update, waiting for the frame included.
-  demo.inputToUpdateMs = inputAt ? performance.now() - inputAt : null;
-  inputAt = 0;
+  // From the keystroke to the end of its update, and to the paint that shows it
+  // (the task after the next animation frame runs once that frame is painted).
+  demo.inputToUpdateMs = since ? performance.now() - since : null;
+  const updates = demo.updates;
+  if (since) {
+    requestAnimationFrame(() => setTimeout(() => {
+      if (demo.updates === updates) demo.inputToPaintMs = performance.now() - since;
+      else demo.inputToPaintMs = null; // a newer update was drawn first
+    }, 0));
+  }
   el.title =
-    `last update: teacher ${timings.forward.toFixed(1)} ms, predictor on all heads ${timings.predict.toFixed(1)} ms, ` +
-    `attention check ${timings.attention.toFixed(1)} ms, drawing ${timings.draw.toFixed(1)} ms`;
+    `last update (in the worker): teacher ${timings.forward.toFixed(1)} ms, predictor on all heads ${timings.predict.toFixed(1)} ms, ` +
+    `attention check ${timings.attention.toFixed(1)} ms; drawing here ${timings.draw.toFixed(1)} ms`;
 }
 
 // ---------------------------------------------------------------------------
@@ -546,20 +430,26 @@ function zoomTo(size, centre) {
 // ---------------------------------------------------------------------------
 // Hover tooltip
 
+// The cell shown and where (a pointer event, or any { clientX, clientY }), so
+// that a new result (another head, another text) refreshes the tooltip.
+let hovered = null;
+
 function showTooltip(cell, event) {
   for (const v of views) {
     v.setHover(cell);
     v.draw();
   }
-  const h = run?.heads[state.layer * run.headsPerLayer + state.head];
-  if (!cell || !h || !h.state) return hideTooltip();
+  // The head drawn (run.chosen), which is the chosen one once its update is back.
+  const h = chosenHead();
+  const c = run?.chosen;
+  if (!cell || !h || !h.state || cell.i >= run.n || cell.j >= run.n) return hideTooltip();
+  hovered = { cell, at: { clientX: event.clientX, clientY: event.clientY } };
   const { i, j } = cell;
   const n = run.n;
   const s = h.state[i * n + j];
   const allowed = (s & ALLOWED) !== 0;
-  if (!h.scores) h.scores = run.out.scores(h.layer, h.head); // on the first hover only
-  const score = h.scores[i * n + j];
-  const p = h.probs[i * n + j];
+  const score = c.scores[i * n + j];
+  const p = c.probs[i * n + j];
   let kind;
   if (!allowed) kind = `<span class="tag masked">future key: the causal mask forbids it</span>`;
   else if (s & GOLD) kind = s & PRED ? `<span class="tag hit">hit</span> true edge, predicted` : `<span class="tag miss">miss</span> true edge, not predicted`;
@@ -572,7 +462,7 @@ function showTooltip(cell, event) {
     `<div>score ${allowed && Number.isFinite(score) ? score.toFixed(3) : "−∞ (masked)"} · probability ${p > 0 ? p.toPrecision(3) : "0"}</div>` +
     `<div>${kind}</div>`;
   tip.hidden = false;
-  strip.show(i, j, h.probs.subarray(i * n, i * n + n));
+  strip.show(i, j, c.probs.subarray(i * n, i * n + n));
   const pad = 14;
   const w = tip.offsetWidth;
   const hgt = tip.offsetHeight;
@@ -584,7 +474,13 @@ function showTooltip(cell, event) {
   tip.style.top = `${Math.max(4, y)}px`;
 }
 
+// After a new result: the tooltip and token strip show the new head's values.
+function refreshTooltip() {
+  if (hovered && !$("tooltip").hidden) showTooltip(hovered.cell, hovered.at);
+}
+
 function hideTooltip() {
+  hovered = null;
   $("tooltip").hidden = true;
   strip.clear();
   for (const v of views) {
@@ -600,17 +496,25 @@ function escapeHtml(s) {
 }
 
 // ---------------------------------------------------------------------------
-// Pareto curves (debounced, in slices)
+// Pareto curves: recomputed by the Pareto worker on the text the model read,
+// 300 ms after it stops changing; a newer request cancels an older one there.
 
 let paretoTimer = 0;
-let paretoGen = 0;
+let paretoId = 0; // the newest request
+let paretoLegend = {}; // method -> recall of its frontier at the true graph's sparsity
 
 function scheduleParetoSoon() {
   clearTimeout(paretoTimer);
-  paretoGen++;
+  paretoId = -1; // progress and results of older requests are ignored from now on
   demo.paretoReady = false;
   $("pareto-status").textContent = "waiting for typing to stop…";
   paretoTimer = setTimeout(startPareto, PARETO_DELAY_MS);
+}
+
+function paretoProgress(msg) {
+  if (msg.id !== paretoId) return;
+  $("pareto-status").textContent = `computing… ${Math.round((100 * msg.done) / msg.total)} %`;
+  chart.render(msg.points, msg.goldSparsity, currentPoint());
 }
 
 async function startPareto() {
@@ -619,56 +523,32 @@ async function startPareto() {
     $("pareto-status").textContent = "type some text";
     return;
   }
-  const gen = ++paretoGen;
+  paretoEngine ??= new Engine({ isa: PARAMS.get("isa"), threads: threadsWanted(), onProgress: paretoProgress });
   const snapshot = run;
-  const kind = snapshot.kind;
-  // The gold graphs as the CLI computes them (gold_graph on Q and K); the fast update
-  // marked the support of the weights instead. Should they ever differ, the update
-  // is redone with these.
-  let differs = false;
-  for (const h of snapshot.heads) {
-    h.gold = snapshot.out.goldGraph(h.layer, h.head);
-    if (!goldMatches(h.goldCells, h.gold, snapshot.n)) {
-      differs = true;
-      console.warn(`layer ${h.layer} head ${h.head}: the support of the weights differs from goldGraph; using goldGraph`);
-      h.goldCells.set(allowedMask(snapshot.n, snapshot.causal));
-      h.goldCount = markGoldFromGraph(h.goldCells, h.gold, snapshot.n);
-    }
-  }
-  if (differs) {
-    demo.goldMismatches = (demo.goldMismatches ?? 0) + 1;
-    predKey = null;
-    requestUpdate(DIRTY_PRED);
-  }
-  const entry = res.teacherNow(kind);
-  const t0 = performance.now();
-  const total = entry.manifest.methods.reduce((s, m) => s + m.values.length, 0);
+  const total = snapshot.info.manifest.methods.reduce((sum, m) => sum + m.values.length, 0);
   $("pareto-status").textContent = `computing ${total} settings…`;
-  const goldSparsity = mean(snapshot.heads, (h) => h.metrics?.goldSparsity ?? NaN);
+  const t0 = performance.now();
+  const request = paretoEngine.request("pareto", { teacher: snapshot.kind, text: snapshot.text });
+  paretoId = paretoEngine.lastId;
+  const id = paretoId;
   try {
-    const points = await computePareto({
-      eg, heads: snapshot.heads, n: snapshot.n, dim: snapshot.dim, causal: snapshot.causal,
-      methods: entry.manifest.methods,
-      predictor: (file) => res.predictor(kind, file),
-      cancelled: () => gen !== paretoGen || run !== snapshot,
-      progress: (pts, done, all) => {
-        if (gen !== paretoGen) return;
-        $("pareto-status").textContent = `computing… ${Math.round((100 * done) / all)} %`;
-        chart.render(pts, goldSparsity, currentPoint());
-      },
-    });
-    if (!points) return;
-    chart.render(points, goldSparsity, currentPoint());
+    const result = await request;
+    if (result.cancelled || id !== paretoId) return;
+    paretoLegend = result.legend;
+    chart.render(result.points, result.goldSparsity, currentPoint());
     const ms = performance.now() - t0;
-    $("pareto-status").textContent = `${points.length} points · ${(ms / 1000).toFixed(1)} s`;
-    Object.assign(demo, { paretoReady: true, paretoPoints: points.length, paretoMs: ms });
+    $("pareto-status").textContent = `${result.points.length} points · ${(ms / 1000).toFixed(1)} s`;
+    Object.assign(demo, {
+      paretoReady: true, paretoPoints: result.points.length, paretoMs: ms, paretoWorkerMs: result.ms,
+      paretoThreads: result.threads,
+    });
   } catch (err) {
-    if (gen === paretoGen) showError(err);
+    if (id === paretoId) showError(err);
   }
 }
 
 function pickPoint(p) {
-  const entry = res.teacherNow(state.teacher);
+  const entry = run?.kind === state.teacher ? run.info : null;
   if (!entry) return;
   state.method = p.method;
   const m = currentMethodEntry(entry);
@@ -680,7 +560,7 @@ function pickPoint(p) {
   }
   if (p.window != null) state.window = p.window;
   syncMethodControls(entry);
-  requestUpdate(DIRTY_PRED);
+  requestUpdate(DIRTY_COMPUTE);
 }
 
 // ---------------------------------------------------------------------------
@@ -734,31 +614,30 @@ function selectHead(layer, head) {
   state.head = head;
   $("layer").value = String(layer);
   $("head").value = String(head);
-  requestUpdate(DIRTY_HEAD);
+  requestUpdate(DIRTY_COMPUTE);
 }
 
 function bindControls() {
   $("text").addEventListener("input", (e) => {
     if (!inputAt) inputAt = e.timeStamp;
-    requestUpdate(DIRTY_TEXT);
+    requestUpdate(DIRTY_COMPUTE);
   });
   $("sample").addEventListener("click", () => {
     if (!samples.length) return;
     sampleIndex = (sampleIndex + 1) % samples.length;
     $("text").value = samples[sampleIndex];
-    requestUpdate(DIRTY_TEXT);
+    requestUpdate(DIRTY_COMPUTE);
   });
   $("teacher").addEventListener("change", (e) => {
     state.teacher = e.target.value;
-    const entry = res.teacherNow(state.teacher);
+    const entry = infoNow(state.teacher);
     if (entry) syncMethodControls(entry);
-    requestUpdate(DIRTY_TEXT);
-    res.teacher(state.teacher).then(() => res.prefetchAll(state.teacher)).catch(() => {});
+    requestUpdate(DIRTY_COMPUTE);
   });
   $("layer").addEventListener("change", (e) => selectHead(Number(e.target.value), state.head));
   $("head").addEventListener("change", (e) => selectHead(state.layer, Number(e.target.value)));
   $("method").addEventListener("change", (e) => {
-    const entry = res.teacherNow(state.teacher);
+    const entry = infoNow(state.teacher);
     const old = entry && currentValue(entry);
     state.method = e.target.value;
     // keep the slider near the same place of the new grid
@@ -768,19 +647,19 @@ function bindControls() {
       state.valueIndex = byValue >= 0 ? byValue : Math.floor((m.values.length - 1) / 2);
       syncMethodControls(entry);
     }
-    requestUpdate(DIRTY_PRED);
+    requestUpdate(DIRTY_COMPUTE);
   });
   $("param-slider").addEventListener("input", (e) => {
     state.valueIndex = Number(e.target.value);
-    const entry = res.teacherNow(state.teacher);
+    const entry = infoNow(state.teacher);
     if (entry) syncMethodControls(entry);
-    requestUpdate(DIRTY_PRED);
+    requestUpdate(DIRTY_COMPUTE);
   });
   $("union-window").addEventListener("change", (e) => {
     state.window = Number(e.target.value);
-    const entry = res.teacherNow(state.teacher);
+    const entry = infoNow(state.teacher);
     if (entry) syncMethodControls(entry);
-    requestUpdate(DIRTY_PRED);
+    requestUpdate(DIRTY_COMPUTE);
   });
   $("zoom").addEventListener("change", (e) => {
     const size = Number(e.target.value);
@@ -827,7 +706,8 @@ const views = [
 ];
 const grid = new HeadsGrid($("heads-grid"), selectHead);
 const strip = new TokenStrip($("token-strip"), $("strip-hint"));
-const chart = new ParetoChart($("pareto"), $("pareto-legend"), pickPoint, (points, sparsity) => eg.recallAtSparsity(points, sparsity));
+// The legend's recall at the true graph's sparsity comes computed from the Pareto worker.
+const chart = new ParetoChart($("pareto"), $("pareto-legend"), pickPoint, (points) => paretoLegend[points[0]?.method] ?? -1);
 
 function setStatus(text) {
   const el = $("status");
@@ -846,28 +726,55 @@ function showError(err) {
   el.hidden = false;
 }
 
+// Threads for the compute workers: as many as the machine has when the page is
+// cross-origin isolated (web/serve.mjs sends the headers), else one; the
+// package says why when it runs on one (eg.threadsNote, shown in #threads-note).
+// ?threads=N asks for N.
+function threadsWanted() {
+  const asked = Number(PARAMS.get("threads"));
+  if (Number.isInteger(asked) && asked >= 1) return asked;
+  return Math.max(1, Math.min(8, navigator.hardwareConcurrency || 1));
+}
+
+function showThreads(info) {
+  Object.assign(demo, { isa: info.isa, threads: info.threads, threadsNote: info.threads > 1 ? "" : info.threadsNote });
+  const el = $("threads-note");
+  if (!el) return;
+  el.textContent = info.threads > 1
+    ? `WebAssembly on ${info.threads} threads`
+    : `WebAssembly on one thread: ${info.threadsNote}`;
+  el.classList.toggle("warn", info.threads <= 1);
+  el.hidden = false;
+}
+
 async function main() {
   bindControls();
   try {
-    eg = await loadEntgraph();
+    res = new Resources(null, ".");
     // ?isa=reference: the portable kernels, bit-identical to the native CLI's --isa reference.
-    const isa = new URLSearchParams(location.search).get("isa");
-    if (isa) eg.setIsa(isa);
-    demo.isa = eg.isa;
-    res = new Resources(eg, ".");
-    const [heldout, entry] = await Promise.all([res.text("heldout.txt"), res.teacher(state.teacher)]);
-    const context = entry.config.context ?? 256;
+    engine = new Engine({
+      isa: PARAMS.get("isa"),
+      threads: threadsWanted(),
+      onStale: (msg) => {
+        console.warn(msg.reason);
+        demo.goldMismatches = (demo.goldMismatches ?? 0) + 1;
+        requestUpdate(DIRTY_COMPUTE);
+      },
+    });
+    const [heldout, info] = await Promise.all([res.text("heldout.txt"), res.info(state.teacher)]);
+    infosNow.set(state.teacher, info);
+    const context = info.config.context ?? 256;
     samples = passages(heldout, context, TEST_TEXT_OFFSET);
     if (samples.length === 0) samples = [cutUtf8(heldout, context).text];
     if (!$("text").value) $("text").value = samples[0];
-    const m = entry.manifest.methods.find((x) => x.method === DEFAULT_METHOD);
+    const m = info.manifest.methods.find((x) => x.method === DEFAULT_METHOD);
     if (m) {
       const idx = m.values.findIndex((v) => v.value === DEFAULT_VALUE);
       state.valueIndex = idx >= 0 ? idx : Math.floor(m.values.length / 2);
     }
-    syncMethodControls(entry);
-    requestUpdate(DIRTY_TEXT);
-    res.prefetchAll(state.teacher);
+    syncMethodControls(info);
+    requestUpdate(DIRTY_COMPUTE);
+    showThreads(await engine.ready);
   } catch (err) {
     showError(err);
   }
@@ -875,5 +782,5 @@ async function main() {
 
 main();
 
-// Handy from the console and for tests: eg and the current run.
-Object.defineProperty(demo, "debug", { enumerable: false, value: { state, get eg() { return eg; }, get run() { return run; }, utf8Bytes } });
+// Handy from the console and for tests: the state and the current run.
+Object.defineProperty(demo, "debug", { enumerable: false, value: { state, get run() { return run; }, utf8Bytes } });

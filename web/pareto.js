@@ -1,80 +1,12 @@
 // Pareto curves for the text on the page: every predictor at every saved grid
 // value (and with a few local windows added), recall and sparsity averaged over
 // all heads; the frontier of each method drawn as a line, the current setting
-// marked. Computed in slices between frames so that typing stays responsive.
+// marked. Computed off the main thread (worker.js); this module draws them.
 
 import { methodColor } from "./palette.js";
 import { methodLabel } from "./methods.js";
+import { frontier } from "./pareto-math.js";
 
-export const PARETO_WINDOWS = [-1, 1, 3, 7];
-
-// Indices of the points on the frontier (no other point has both a higher
-// sparsity and a higher recall), by increasing sparsity.
-export function frontier(points) {
-  const order = points.map((_, i) => i).sort((a, b) => points[b].sparsity - points[a].sparsity || points[b].recall - points[a].recall);
-  const keep = [];
-  let best = -Infinity;
-  for (const i of order) {
-    if (points[i].recall > best) {
-      keep.push(i);
-      best = points[i].recall;
-    }
-  }
-  return keep.reverse();
-}
-
-// Recall and sparsity, means over heads, of one predictor on the prepared heads.
-// heads: [{ layer, head, q, k, gold }]
-export function evaluateHeads(eg, predictor, heads, { n, dim, causal }) {
-  let recall = 0;
-  let sparsity = 0;
-  for (const h of heads) {
-    const graph = predictor.predict(h.q, h.k, { queries: n, keys: n, dim, layer: h.layer, head: h.head, causal });
-    const m = eg.compareGraphs(graph, h.gold, causal);
-    recall += m.recall;
-    sparsity += m.sparsity;
-  }
-  return { recall: recall / heads.length, sparsity: sparsity / heads.length };
-}
-
-const nextTask = (() => {
-  const channel = new MessageChannel();
-  const queue = [];
-  channel.port1.onmessage = () => queue.shift()?.();
-  return () => new Promise((resolve) => {
-    queue.push(resolve);
-    channel.port2.postMessage(0);
-  });
-})();
-
-// Runs every (method, value, window) of the manifest. job: { eg, heads, n, dim,
-// causal, methods (manifest), predictor(file) -> Promise<Predictor>, cancelled() ,
-// progress(points, done, total) }. Returns the points, or null if cancelled.
-export async function computePareto(job) {
-  const { eg, heads, methods } = job;
-  const total = methods.reduce((s, m) => s + m.values.length, 0) * PARETO_WINDOWS.length;
-  const points = [];
-  let sliceStart = performance.now();
-  for (const m of methods) {
-    for (const v of m.values) {
-      const predictor = await job.predictor(v.file);
-      if (job.cancelled()) return null;
-      for (const w of PARETO_WINDOWS) {
-        predictor.setUnionPatterns(w, 0);
-        const r = evaluateHeads(eg, predictor, heads, job);
-        points.push({ method: m.method, parameter: m.parameter, value: v.value, file: v.file, window: w, ...r });
-        if (performance.now() - sliceStart > 12) {
-          await nextTask();
-          if (job.cancelled()) return null;
-          sliceStart = performance.now();
-        }
-      }
-      predictor.setUnionPatterns(-1, 0);
-    }
-    job.progress?.(points, points.length, total);
-  }
-  return points;
-}
 
 const W = 640;
 const H = 380;

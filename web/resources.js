@@ -1,7 +1,9 @@
 // What the page fetches from its own folder (build/web/, tools/build_web.sh):
 // the teachers' config.json and model.safetensors, the manifest of natively
-// fitted parameter files, and the files themselves. Everything is cached, as
-// promises (for the first use) and as values (for the synchronous update).
+// fitted parameter files, and the files themselves, each when first needed.
+// Everything is cached as promises. The page's main thread only asks for
+// info() (config and manifest: a few KiB, no WebAssembly: `eg` may be null);
+// the compute workers (worker.js) load teachers and predictors.
 
 export class Resources {
   constructor(eg, base = ".") {
@@ -10,8 +12,21 @@ export class Resources {
     this.teachers = new Map(); // kind -> Promise<{ teacher, config, manifest }>
     this.teachersNow = new Map(); // kind -> { teacher, config, manifest }
     this.predictors = new Map(); // "kind/file" -> Promise<Predictor>
-    this.predictorsNow = new Map(); // "kind/file" -> Predictor
     this.sources = new Map(); // "kind/file" -> Promise<string>: parameter files fetched
+    this.infos = new Map(); // kind -> Promise<{ config, manifest }>
+  }
+
+  // A teacher's config.json and parameter manifest, without its weights.
+  info(kind) {
+    if (!this.infos.has(kind)) {
+      const loading = Promise.all([
+        this.fetchOk(`teachers/${kind}/config.json`, "json"),
+        this.fetchOk(`params/${kind}/index.json`, "json"),
+      ]).then(([config, manifest]) => ({ config, manifest }));
+      loading.catch(() => this.infos.delete(kind)); // a later call tries again
+      this.infos.set(kind, loading);
+    }
+    return this.infos.get(kind);
   }
 
   async fetchOk(path, as) {
@@ -44,10 +59,6 @@ export class Resources {
     return this.teachers.get(kind);
   }
 
-  teacherNow(kind) {
-    return this.teachersNow.get(kind);
-  }
-
   // A grid value of the teacher's manifest, by its file name. A value that
   // shares another's fit names that file as `source` and has its own
   // `settings` (tools/build_web.sh); the file is fetched once.
@@ -68,25 +79,11 @@ export class Resources {
           json.settings = value.settings;
           text = JSON.stringify(json);
         }
-        const p = this.eg.Predictor.load(text);
-        this.predictorsNow.set(key, p);
-        return p;
+        return this.eg.Predictor.load(text);
       });
       loading.catch(() => this.predictors.delete(key));
       this.predictors.set(key, loading);
     }
     return this.predictors.get(key);
-  }
-
-  predictorNow(kind, file) {
-    return this.predictorsNow.get(`${kind}/${file}`);
-  }
-
-  // Starts loading every parameter file of a teacher (for the Pareto curves).
-  prefetchAll(kind) {
-    const entry = this.teachersNow.get(kind);
-    if (!entry) return Promise.resolve();
-    const all = entry.manifest.methods.flatMap((m) => m.values.map((v) => this.predictor(kind, v.file)));
-    return Promise.allSettled(all);
   }
 }
