@@ -253,6 +253,42 @@ export function readNpy(source) {
 }
 
 // ---------------------------------------------------------------------------
+// Figures.
+
+// The lines of a render.pareto SVG that its ringed point's label (class
+// "current-label") runs over: frontier segments and the true graph's sparsity,
+// found by walking each line in half-pixel steps through the label's box. The
+// box is estimated independently of render.js: 6.8 px a character (bold 11 px
+// sans-serif), 10 px above the baseline and 3 below.
+export function currentLabelCrossings(svg) {
+  const label = /<text class="current-label" x="([\d.-]+)" y="([\d.-]+)" text-anchor="(\w+)"[^>]*>([^<]*)<\/text>/.exec(svg);
+  if (!label) throw new Error("the SVG has no current-label text");
+  const [x, y] = [Number(label[1]), Number(label[2])];
+  const width = label[4].replace(/&\w+;/g, "_").length * 6.8;
+  const left = label[3] === "start" ? x : label[3] === "end" ? x - width : x - width / 2;
+  const box = { left, right: left + width, top: y - 10, bottom: y + 3 };
+  const segments = [];
+  for (const [, points] of svg.matchAll(/<polyline class="frontier" points="([^"]*)"/g)) {
+    const xy = points.split(" ").map((p) => p.split(",").map(Number));
+    for (let i = 1; i < xy.length; ++i) segments.push(["frontier", ...xy[i - 1], ...xy[i]]);
+  }
+  for (const [, x1, y1, x2, y2] of svg.matchAll(/<line class="true-sparsity" x1="([\d.-]+)" y1="([\d.-]+)" x2="([\d.-]+)" y2="([\d.-]+)"/g))
+    segments.push(["true sparsity", Number(x1), Number(y1), Number(x2), Number(y2)]);
+  const crossings = [];
+  for (const [what, x1, y1, x2, y2] of segments) {
+    const steps = Math.max(1, Math.ceil(2 * Math.hypot(x2 - x1, y2 - y1)));
+    for (let k = 0; k <= steps; ++k) {
+      const px = x1 + ((x2 - x1) * k) / steps, py = y1 + ((y2 - y1) * k) / steps;
+      if (px >= box.left && px <= box.right && py >= box.top && py <= box.bottom) {
+        crossings.push(`${what} (${x1}, ${y1})-(${x2}, ${y2})`);
+        break;
+      }
+    }
+  }
+  return { label: label[4], box, segments: segments.length, crossings };
+}
+
+// ---------------------------------------------------------------------------
 // Numbers.
 
 // A seeded generator of uniforms in [0, 1) (mulberry32) with normals.

@@ -6,7 +6,8 @@
 //   - from that folder, with the doc's own DATA ("data", from the current folder);
 //   - from another empty folder, with DATA a file: URL (ENTGRAPH_DATA);
 // and checks that each run exits cleanly and shows its figures as SVG strings
-// (written by its `show` as .svg files into $FIGURES_DIR).
+// (written by its `show` as .svg files into $FIGURES_DIR), the same in both,
+// the Pareto plot's "clusters=4" label clear of its lines.
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
 import { copyFileSync, cpSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
@@ -14,7 +15,7 @@ import { join, relative } from "node:path";
 import { pathToFileURL } from "node:url";
 import { test } from "node:test";
 
-import { dataFile, makeTempDir, packageDir, repoRoot, requirePackageFile } from "./helpers.mjs";
+import { currentLabelCrossings, dataFile, makeTempDir, packageDir, repoRoot, requirePackageFile } from "./helpers.mjs";
 
 const DOC = join(repoRoot, "docs", "NOTEBOOKS.md");
 
@@ -73,4 +74,7 @@ test("docs/NOTEBOOKS.md: its js blocks run from a folder holding only the packag
   }
   // Both runs read the same data: the same figures.
   assert.deepEqual(runs[0][1], runs[1][1], "the figures do not depend on where the notebook runs");
+  // The ringed point's label ("clusters=4") runs over no line of the plot.
+  const placed = currentLabelCrossings(runs[0][1]["pareto.svg"]);
+  assert.deepEqual(placed.crossings, [], `the label ${placed.label} at ${JSON.stringify(placed.box)} crosses no line`);
 });
