@@ -2,22 +2,26 @@
 // "Files and folders"): a relative path from the current folder, an absolute
 // path, a file: URL (string or URL object) and an http URL give the same
 // teacher and predictors; a missing file's message names the file and the
-// folder or URL searched.
+// folder or URL searched. In Chromium (playwright-core, as tests/browser),
+// a relative path is a URL relative to the page.
 import assert from "node:assert/strict";
-import { copyFileSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { copyFileSync, cpSync, existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { createServer } from "node:http";
-import { join, relative } from "node:path";
+import { extname, join, relative, resolve } from "node:path";
 import { pathToFileURL } from "node:url";
 import { after, before, describe, test } from "node:test";
 
-import { dataFile, importPackageModule, loadPackage, loadTeacher, makeTempDir } from "./helpers.mjs";
+import { dataFile, importPackageModule, loadPackage, loadTeacher, makeTempDir, packageDir, repoRoot } from "./helpers.mjs";
+
+const TYPES = { ".js": "text/javascript", ".html": "text/html", ".json": "application/json" };
 
 // Serves the files of `root` over http on 127.0.0.1 (404 for anything missing).
 function serveFolder(root) {
   const server = createServer((request, response) => {
     try {
-      const body = readFileSync(join(root, decodeURIComponent(new URL(request.url, "http://x").pathname)));
-      response.writeHead(200, { "content-type": "application/octet-stream" });
+      const path = decodeURIComponent(new URL(request.url, "http://x").pathname);
+      const body = readFileSync(join(root, path));
+      response.writeHead(200, { "content-type": TYPES[extname(path)] ?? "application/octet-stream" });
       response.end(body);
     } catch {
       response.writeHead(404);
@@ -153,6 +157,53 @@ describe("loading from a folder or a URL", () => {
       [() => eg.loadPredictor(`${http}/params/nothing.json`), `loadPredictor: ${http}/params/nothing.json does not exist (HTTP 404)`],
     ];
     for (const [call, message] of cases) assert.equal((await rejection(call, message)).message, message);
+  });
+
+  test("in a browser, relative paths are URLs relative to the page", async (t) => {
+    const chromiumPath = resolve(repoRoot, process.env.CHROMIUM || "/usr/bin/chromium");
+    let chromium;
+    try {
+      ({ chromium } = await import("playwright-core"));
+    } catch {
+      chromium = null;
+    }
+    if (!chromium || !existsSync(chromiumPath)) {
+      t.skip(`needs playwright-core and Chromium (${chromiumPath}), as the browser tests do`);
+      return;
+    }
+    cpSync(packageDir, join(root, "entgraph"), { recursive: true });
+    writeFileSync(join(root, "page.html"), `<!doctype html><script type="module">
+      import { loadEntgraph } from "./entgraph/entgraph.js";
+      try {
+        const eg = await loadEntgraph();
+        const teacher = await eg.loadTeacher("teacher");
+        const out = teacher.forward("In the beginning");
+        const loaded = await eg.loadPredictors("params", { methods: ["window"] });
+        let missing = null;
+        try { await eg.loadTeacher("only-config"); } catch (e) { missing = e.message; }
+        window.result = { queries: Array.from(out.queries(3, 2)), files: loaded.map((e) => e.file),
+                          settings: loaded.map((e) => e.predictor.settings), missing,
+                          text: (await eg.fetchText("teacher/config.json")).length };
+      } catch (e) {
+        window.result = { error: String(e?.stack ?? e) };
+      }
+    </script>`);
+    const browser = await chromium.launch({ executablePath: chromiumPath, args: ["--no-sandbox"] });
+    try {
+      const page = await browser.newPage();
+      await page.goto(`${http}/page.html`);
+      const result = await (await page.waitForFunction(() => window.result, null, { timeout: 60_000 })).jsonValue();
+      assert.equal(result.error, undefined, result.error);
+      const expected = reference.forward("In the beginning");
+      assert.deepEqual(result.queries, Array.from(expected.queries(3, 2)), "the teacher read over http gives node's queries");
+      expected.dispose();
+      assert.deepEqual(result.files, [windowFile, sharedFile, "window-window-5.json"]);
+      assert.deepEqual(result.settings, [{ window: "1" }, { window: "3" }, { window: "5" }]);
+      assert.equal(result.missing, `loadTeacher: model.safetensors is missing from ${http}/only-config (HTTP 404)`);
+      assert.equal(result.text, readFileSync(join(root, "teacher", "config.json"), "utf8").length);
+    } finally {
+      await browser.close();
+    }
   });
 
   test("bad manifests, bad parameter files and bad arguments say so", async () => {
