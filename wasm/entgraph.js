@@ -193,7 +193,7 @@ function jsErrorMessage(call, message) {
     words = words.replace(CPP_LOCATION, "$1");
   }
   for (const [pattern, replacement] of CPP_NAMES) words = words.replace(pattern, replacement);
-  return `${call}: ${words}`;
+  return words.startsWith(`${call}: `) ? words : `${call}: ${words}`;
 }
 
 // ---- objects that own wasm memory ------------------------------------------

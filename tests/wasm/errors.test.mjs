@@ -289,6 +289,7 @@ describe("errors", () => {
       ["graph of 3 queries", () => eg.graphAttention({ ...heads, graph: { ...graph, queries: 3, offsets: new Uint32Array([0, 1, 2, 2]) } }),
        /^graphAttention: graph\.queries does not match queries \(got 3, expected 2\)$/],
       ["unknown transform", () => eg.transform("adaptive", z), /^name: unknown transform 'adaptive' \(expected softmax, sparsemax, entmax15, entmax or topk\)$/],
+      ["unknown mode", () => eg.graphAttention({ ...heads, graph, mode: "dense" }), /^graphAttention: mode must be "fast", "certify" or "exact" \(got "dense"\)$/],
       ["attention's unknown transform", () => eg.attention({ ...heads, transform: "adaptive" }), /^transform: unknown transform 'adaptive'/],
       ["unknown method", () => eg.Predictor.create("nope"), /^Predictor\.create: unknown predictor method 'nope'/],
       ["parameter file not JSON", () => eg.Predictor.load("{bad"), /^Predictor\.load: parameter file: the file is not valid JSON \(parse error/],
