@@ -179,6 +179,8 @@ const CPP_NAMES = [
   [/\bq\.cols\b/g, "dim"],
   [/\bv\.cols\b/g, "valueDim"],
   [/\btopk_softmax\b/g, "topk"],
+  // A head's size as a number is Capture.headDim; quoted or as the subject it is the file's key.
+  [/\bhead_dim (?=\d)/g, "headDim "],
   // nlohmann::json's tag before its own words ("[json.exception.parse_error.101] parse error at ...").
   [/\[json\.exception\.[\w.]+\] /g, ""],
   // Any other Class::member_of: the JavaScript method of that class.

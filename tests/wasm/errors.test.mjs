@@ -269,6 +269,7 @@ describe("errors", () => {
     const out = teacher.forward("abc");
     const cap = out.toCapture();
     const unfitted = eg.Predictor.create("routing");
+    const kmeans = eg.Predictor.create("sparsefinder-kmeans", { clusters: 2 }).fit(cap, { seed: 0 });
     const cases = [
       ["splitText 0", () => eg.splitText("abc", 0), /^splitText: maxBytes must be >= 1$/],
       ["forward of 300 bytes", () => teacher.forward("x".repeat(300)), /^Teacher\.forward: text has 300 tokens.*\(split it with splitText\)$/],
@@ -295,6 +296,8 @@ describe("errors", () => {
       ["parameter file not JSON", () => eg.Predictor.load("{bad"), /^Predictor\.load: parameter file: the file is not valid JSON \(parse error/],
       ["serialize unfitted", () => unfitted.serialize(), /^Predictor\.serialize: routing: the predictor is not fitted/],
       ["predict unfitted", () => unfitted.predict(z, z, { queries: 2, keys: 2, dim: 4 }), /^Predictor\.predict: routing: /],
+      ["predict with another head size", () => kmeans.predict(z, z, { queries: 2, keys: 2, dim: 4 }),
+       /^Predictor\.predict: sparsefinder-kmeans: predict: rows have 4 columns, fitted on headDim 32$/],
       ["evaluate unfitted", () => eg.evaluate(unfitted, cap), /^evaluate: layer 0, head 0: routing: /],
       ["gold graph alpha 0.5", () => eg.goldGraph(z, z, { queries: 2, keys: 2, dim: 4, alpha: 0.5 }), /^goldGraph: settings need alpha >= 1/],
       ["union of shapes", () => eg.graphUnion(graph, { ...graph, keys: 3 }), /^graphUnion: graphs of different shapes/],
@@ -312,7 +315,7 @@ describe("errors", () => {
         assert.doesNotMatch(e.message, snakeCase, `${what}: a snake_case name in ${JSON.stringify(e.message)}`);
       }
     } finally {
-      unfitted.dispose();
+      for (const o of [unfitted, kmeans]) o.dispose();
       cap.dispose();
       out.dispose();
     }
