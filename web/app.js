@@ -16,7 +16,10 @@
 import { Engine } from "./engine.js";
 import { Resources } from "./resources.js";
 import { cutUtf8, snippet, byteHex, passages, utf8Bytes } from "./text.js";
-import { GraphView } from "./heatmap.js";
+import { GraphView, GraphRowLayout } from "./heatmap.js";
+import { Announcer, resultsMessage } from "./announce.js";
+import { zeroShareText, errorScaleText } from "./describe.js";
+import { TextWindow } from "./textwindow.js";
 import { ALLOWED, GOLD, PRED } from "./cells.js";
 import { HeadsGrid } from "./grid.js";
 import { TokenStrip } from "./strip.js";
@@ -115,7 +118,7 @@ async function sendUpdate() {
     infosNow.set(kind, info);
     syncMethodControls(info);
     const context = info.config.context ?? 256;
-    const textInfo = cutUtf8($("text").value, context);
+    const textInfo = textWindow.read(context); // the bytes under the text window
     const value = currentValue(info);
     const fileKey = `${kind}/${value.source ?? value.file}`;
     const loading = !loadedFiles.has(fileKey);
@@ -149,6 +152,7 @@ function apply(result, { textInfo, info, value, window, since }) {
   const glyphs = result.glyphs ?? run.glyphs;
   run = {
     kind: result.kind, text: result.text, cut: textInfo.cut, inputBytes: textInfo.totalBytes, bytes: utf8Bytes(result.text),
+    start: textInfo.start, end: textInfo.end, context: info.config.context ?? 256,
     glyphs, n: result.n, dim: result.dim, causal: result.causal, layers: result.layers, headsPerLayer: result.headsPerLayer,
     heads, chosen: result.n > 0 ? { layer: result.layer, head: result.head, probs: result.probs, scores: result.scores } : null,
     exactInfo: result.exactInfo, timings: result.timings, info, value, window,
@@ -226,6 +230,7 @@ function draw({ grid: redrawGrid = false } = {}) {
   // graphs
   const data = { n, glyphs: run.glyphs, state: chosen?.state ?? new Uint8Array(0), probs: run.chosen?.probs ?? null };
   clampView();
+  rowLayout.setTokens(viewSize()); // short text: fewer graphs a row, cells wide enough for the characters
   for (const view of views) {
     view.setData(data);
     view.setView({ row0: state.row0, col0: state.col0, size: viewSize() });
@@ -270,6 +275,7 @@ function draw({ grid: redrawGrid = false } = {}) {
       : `<b>Not exact on the graph alone:</b> the rows that miss a true edge give a different output than full attention, ` +
         `until bound and repair adds the keys they need.`;
     setNumber("max-diff", exactInfo.maxAbsDiff, formatDiff(exactInfo.maxAbsDiff));
+    $("max-diff-scale").textContent = errorScaleText(exactInfo.maxAbsDiff, exactInfo.maxAbsOut);
     setNumber("covered-rows", exactInfo.coveredRows, `${exactInfo.coveredRows}/${exactInfo.rows}`);
     const x = exactInfo;
     const fixed = x.repairedRows + x.denseRows;
@@ -302,6 +308,7 @@ function draw({ grid: redrawGrid = false } = {}) {
     ex.textContent = run.n === 0 ? "Type some text to see its attention." : "–";
     ex.dataset.value = "false";
     for (const id of ["max-diff", "covered-rows", "graph-rows", "repaired-rows", "repair-cost", "exact-diff"]) setNumber(id, NaN);
+    $("max-diff-scale").textContent = "";
     $("repair-summary").textContent = "";
   }
 
@@ -310,8 +317,9 @@ function draw({ grid: redrawGrid = false } = {}) {
 
   // text box notes
   $("byte-count").textContent = `${run.inputBytes} byte${run.inputBytes === 1 ? "" : "s"}`;
-  $("cut-note").hidden = !run.cut;
-  $("cut-note").textContent = `first ${run.bytes.length} bytes used`;
+  textWindow.show({ start: run.start, end: run.end, totalBytes: run.inputBytes, cut: run.cut }, run.context);
+  // the explanation's share of zero pairs, from this text
+  $("zero-share").textContent = zeroShareText(run.n > 0 ? mean(run.heads, (h) => h.metrics.goldSparsity) : NaN);
 }
 
 function currentPoint() {
@@ -323,6 +331,7 @@ function currentPoint() {
   return {
     method: m?.method ?? state.method, parameter: m?.parameter, value: v.value, window: state.window,
     recall: mean(run.heads, (h) => h.metrics.recall), sparsity: mean(run.heads, (h) => h.metrics.sparsity),
+    heads: run.heads.length, // "you are here" is this mean: the plot says over how many heads
   };
 }
 
@@ -343,6 +352,8 @@ function publish(drawMs, since) {
     inputBytes: run.inputBytes,
     tokens: run.n,
     cut: run.cut,
+    textStart: run.start,
+    textEnd: run.end,
     teacher: run.kind,
     layer: run.chosen?.layer ?? state.layer,
     head: run.chosen?.head ?? state.head,
@@ -383,12 +394,17 @@ function publish(drawMs, since) {
       goldSparsity: h.metrics.goldSparsity, precision: h.metrics.precision,
     })),
   });
+  announcer.say(resultsMessage({
+    layer: demo.layer, head: demo.head, m, tokens: run.n,
+    means: { recall: demo.meanRecall, sparsity: demo.meanSparsity },
+  }));
   const el = $("update-ms");
   el.textContent = demo.updates === 1 ? `${ms.toFixed(1)} ms (the first, warming up)` : `${ms.toFixed(1)} ms`;
   el.dataset.value = String(ms);
   // From the keystroke to the end of its update, and to the paint that shows it
   // (the task after the next animation frame runs once that frame is painted).
   demo.inputToUpdateMs = since ? performance.now() - since : null;
+  demo.inputToPaintMs = null;
   const updates = demo.updates;
   if (since) {
     requestAnimationFrame(() => setTimeout(() => {
@@ -443,7 +459,7 @@ function showTooltip(cell, event) {
   const h = chosenHead();
   const c = run?.chosen;
   if (!cell || !h || !h.state || cell.i >= run.n || cell.j >= run.n) return hideTooltip();
-  hovered = { cell, at: { clientX: event.clientX, clientY: event.clientY } };
+  hovered = { cell, at: { clientX: event.clientX, clientY: event.clientY, pointerType: event.pointerType } };
   const { i, j } = cell;
   const n = run.n;
   const s = h.state[i * n + j];
@@ -462,6 +478,8 @@ function showTooltip(cell, event) {
     `<div>score ${allowed && Number.isFinite(score) ? score.toFixed(3) : "−∞ (masked)"} · probability ${p > 0 ? p.toPrecision(3) : "0"}</div>` +
     `<div>${kind}</div>`;
   tip.hidden = false;
+  // The keyboard cursor's cell, said to a screen reader (the pointer's is seen).
+  if (event.pointerType === "keyboard") $("announce").textContent = tip.textContent;
   strip.show(i, j, c.probs.subarray(i * n, i * n + n));
   const pad = 14;
   const w = tip.offsetWidth;
@@ -626,6 +644,7 @@ function bindControls() {
     if (!samples.length) return;
     sampleIndex = (sampleIndex + 1) % samples.length;
     $("text").value = samples[sampleIndex];
+    textWindow.start = 0; // a new passage is read from its start
     requestUpdate(DIRTY_COMPUTE);
   });
   $("teacher").addEventListener("change", (e) => {
@@ -706,6 +725,15 @@ const views = [
 ];
 const grid = new HeadsGrid($("heads-grid"), selectHead);
 const strip = new TokenStrip($("token-strip"), $("strip-hint"));
+const rowLayout = new GraphRowLayout($("graph-row"));
+const announcer = new Announcer($("announce"));
+const textWindow = new TextWindow(
+  { textarea: $("text"), mirror: $("text-mirror"), slider: $("text-window"), row: $("text-window-row"), note: $("cut-note") },
+  () => {
+    requestUpdate(DIRTY_COMPUTE);
+    requestAnimationFrame(() => textWindow.scrollToWindow());
+  },
+);
 // The legend's recall at the true graph's sparsity comes computed from the Pareto worker.
 const chart = new ParetoChart($("pareto"), $("pareto-legend"), pickPoint, (points) => paretoLegend[points[0]?.method] ?? -1);
 

@@ -75,7 +75,9 @@ test("text over 256 bytes is cut at a character boundary", async () => {
   assert.equal(d.tokens, 255);
   assert.equal(d.text, "aé".repeat(85));
   assert.equal(await page.isVisible("#cut-note"), true);
-  assert.equal((await page.textContent("#cut-note")).trim(), "first 255 bytes used");
+  // The model reads a window of the text (#text-window slides it); from the start by default.
+  assert.equal((await page.textContent("#cut-note")).trim(), `bytes 1–255 of ${d.inputBytes} read`);
+  assert.equal(await page.isVisible("#text-window"), true);
 });
 
 test("emptying the text box shows no graph and no error", async () => {
