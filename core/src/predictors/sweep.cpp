@@ -32,48 +32,56 @@ struct GoldGraphs {
   }
 };
 
-// Predicts every (layer, head, sequence) once, on all threads, and scores
-// that graph united with each window of `windows` (-1: none) and the first
-// `global` tokens: one report per window. Per-head counts are summed in
-// sequence order afterwards, so the reports do not depend on the thread
+// Predicts every (predictor, layer, head, sequence) once, all of them through
+// one parallel_for, and scores that graph united with each window of
+// `windows` (-1: none) and the first `global` tokens: one report per
+// (predictor, window), predictor-major. Items run head-major (every
+// predictor of one head sequence next to each other) so that each chunk of
+// the parallel_for mixes cheap and costly methods. Per-head counts are summed
+// in sequence order afterwards, so the reports do not depend on the thread
 // count. Each report's predict_seconds is an equal share of the wall time.
-std::vector<EvalReport> evaluate_windows(const Predictor& predictor, const Capture& c, const GoldGraphs& gold,
-                                         const std::vector<long>& windows, std::size_t global) {
-  const std::size_t sequences = c.sequences(), count = windows.size();
-  std::vector<GraphMetrics> each(gold.graphs.size() * count);
+std::vector<EvalReport> evaluate_windows(const std::vector<const Predictor*>& predictors, const Capture& c,
+                                         const GoldGraphs& gold, const std::vector<long>& windows,
+                                         std::size_t global) {
+  const std::size_t sequences = c.sequences(), count = windows.size(), models = predictors.size();
+  const std::size_t graphs = gold.graphs.size();
+  // each[(p * graphs + g) * count + w]
+  std::vector<GraphMetrics> each(models * graphs * count);
   const auto t0 = std::chrono::steady_clock::now();
-  detail::parallel_for(gold.graphs.size(), 1, [&](std::size_t begin, std::size_t end) {
-    for (std::size_t i = begin; i < end; ++i) {
+  detail::parallel_for(graphs * models, 1, [&](std::size_t begin, std::size_t end) {
+    for (std::size_t item = begin; item < end; ++item) {
+      const std::size_t i = item / models, p = item % models;
       const std::size_t l = i / (c.heads * sequences), h = i / sequences % c.heads, s = i % sequences;
       detail::in_head(c, l, h, [&] {
         const bool causal = c.head(l, h).causal;
         const MatrixView<const float> q = c.queries_of(l, h, s), k = c.keys_of(l, h, s);
-        const Graph own = predictor.predict(q, k, l, h, causal);
+        const Graph own = predictors[p]->predict(q, k, l, h, causal);
+        GraphMetrics* out = &each[(p * graphs + i) * count];
         for (std::size_t w = 0; w < count; ++w)
-          each[i * count + w] =
-              windows[w] < 0 && global == 0
-                  ? compare_graphs(own, gold.graphs[i], causal)
-                  : compare_graphs(graph_union(own, window_global_graph(q.rows, k.rows, windows[w], global, causal)),
-                                   gold.graphs[i], causal);
+          out[w] = windows[w] < 0 && global == 0
+                       ? compare_graphs(own, gold.graphs[i], causal)
+                       : compare_graphs(graph_union(own, window_global_graph(q.rows, k.rows, windows[w], global, causal)),
+                                        gold.graphs[i], causal);
       });
     }
   });
   const double seconds = seconds_since(t0);
-  std::vector<EvalReport> reports(count);
-  for (std::size_t w = 0; w < count; ++w) {
-    EvalReport& r = reports[w];
-    r.layers = c.layers;
-    r.heads = c.heads;
-    r.per_head.resize(c.layers * c.heads);
-    r.predict_seconds = seconds / static_cast<double>(count);
-    for (std::size_t i = 0; i < gold.graphs.size(); ++i) r.per_head[i / sequences] += each[i * count + w];
-    const double heads = static_cast<double>(r.per_head.size());
-    for (const GraphMetrics& m : r.per_head) {
-      r.sparsity += m.sparsity() / heads;
-      r.recall += m.recall() / heads;
-      r.gold_sparsity += m.gold_sparsity() / heads;
+  std::vector<EvalReport> reports(models * count);
+  for (std::size_t p = 0; p < models; ++p)
+    for (std::size_t w = 0; w < count; ++w) {
+      EvalReport& r = reports[p * count + w];
+      r.layers = c.layers;
+      r.heads = c.heads;
+      r.per_head.resize(c.layers * c.heads);
+      r.predict_seconds = seconds / static_cast<double>(models * count);
+      for (std::size_t i = 0; i < graphs; ++i) r.per_head[i / sequences] += each[(p * graphs + i) * count + w];
+      const double heads = static_cast<double>(r.per_head.size());
+      for (const GraphMetrics& m : r.per_head) {
+        r.sparsity += m.sparsity() / heads;
+        r.recall += m.recall() / heads;
+        r.gold_sparsity += m.gold_sparsity() / heads;
+      }
     }
-  }
   return reports;
 }
 
@@ -86,7 +94,20 @@ std::string format_number(double x) {
 }  // namespace
 
 EvalReport evaluate(const Predictor& predictor, const Capture& capture) {
-  return evaluate_windows(predictor, capture, GoldGraphs(capture), {-1}, 0).front();
+  return evaluate_windows({&predictor}, capture, GoldGraphs(capture), {-1}, 0).front();
+}
+
+std::vector<EvalReport> evaluate_many(const std::vector<const Predictor*>& predictors, const Capture& capture,
+                                      const std::vector<long>& windows) {
+  if (predictors.empty()) throw Error("evaluate_many: predictors is empty (expected at least one)");
+  for (std::size_t i = 0; i < predictors.size(); ++i)
+    if (predictors[i] == nullptr) throw Error("evaluate_many: predictors[" + std::to_string(i) + "] is null");
+  if (windows.empty()) throw Error("evaluate_many: windows is empty (expected at least one; -1: none)");
+  for (std::size_t i = 0; i < windows.size(); ++i)
+    if (windows[i] < -1)
+      throw Error("evaluate_many: windows[" + std::to_string(i) + "] is " + std::to_string(windows[i]) +
+                  " (expected a window >= 0, or -1: none)");
+  return evaluate_windows(predictors, capture, GoldGraphs(capture), windows, 0);
 }
 
 std::string eval_report_json(const EvalReport& r, const Predictor& predictor) {
@@ -215,7 +236,7 @@ SweepResult run_sweep(const std::vector<SweepGrid>& grids, const Capture& train,
       const auto t0 = std::chrono::steady_clock::now();
       if (options.on_fitted) options.on_fitted(grid, value, *p);
       p->set_union_patterns(-1, 0);  // the unions are scored below, on one prediction
-      const std::vector<EvalReport> reports = evaluate_windows(*p, test, gold, windows, options.global);
+      const std::vector<EvalReport> reports = evaluate_windows({p.get()}, test, gold, windows, options.global);
       for (std::size_t wi = 0; wi < windows.size(); ++wi) {
         const long w = windows[wi];
         const EvalReport& r = reports[wi];

@@ -18,8 +18,11 @@ namespace entgraph {
 namespace {
 
 std::size_t default_threads() {
-#if defined(__EMSCRIPTEN__) && !defined(__EMSCRIPTEN_PTHREADS__)
-  return 1;  // a WebAssembly build without pthreads cannot start workers
+#if defined(__EMSCRIPTEN__)
+  // Without pthreads there are no workers; with them, a thread can start only
+  // on a Web Worker the module preallocated (its pool), so the JavaScript
+  // wrapper sizes the pool and sets the count itself (wasm/entgraph.js).
+  return 1;
 #else
   if (const char* env = std::getenv("ENTGRAPH_NUM_THREADS")) {
     // Digits only: strtol alone would take " 4", "+4" or "4 ".
@@ -94,8 +97,10 @@ class ThreadPool {
   static bool in_pool_task() { return in_worker_; }
 
  private:
-  // A thread that cannot start (a process limit) is an entgraph::Error, like
-  // every failure the library reports; the pool stays usable.
+  // A thread that cannot start (a process limit; in the threaded WebAssembly
+  // build, more threads than the module's pool of Web Workers) is an
+  // entgraph::Error, like every failure the library reports; the pool stays
+  // usable.
   void ensure_workers(std::size_t n) {
     try {
       while (workers_.size() < n) workers_.emplace_back([this, id = workers_.size()] { loop(id); });

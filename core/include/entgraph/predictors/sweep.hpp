@@ -39,6 +39,17 @@ struct EvalReport {
 };
 
 EvalReport evaluate(const Predictor& predictor, const Capture& capture);
+// Several predictors on one capture, each also united with each window of
+// `windows` (w >= 0: keys i-w..i+w, only the past under a causal mask; -1:
+// the prediction alone; the predictor's own extra_window / extra_global
+// edges are always included, as in predict()). The gold graphs are computed
+// once and every (predictor, layer, head, sequence) runs through the thread
+// pool. One report per (predictor, window), predictor-major: report
+// p * windows.size() + w. A predictor with window -1 gives exactly
+// evaluate()'s numbers. Throws entgraph::Error for an empty or null
+// predictor, no windows, or a window < -1.
+std::vector<EvalReport> evaluate_many(const std::vector<const Predictor*>& predictors, const Capture& capture,
+                                      const std::vector<long>& windows);
 // The report as JSON text: the means and one entry per head.
 std::string eval_report_json(const EvalReport& report, const Predictor& predictor);
 
