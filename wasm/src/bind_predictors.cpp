@@ -64,6 +64,29 @@ void predictor_set_union(Predictor& p, double window, double global) {
 
 std::string evaluate_js(const Predictor& p, const Capture& capture) { return eval_report_json(evaluate(p, capture), p); }
 
+// predictors: an array of Predictor handles; windows: an array of whole
+// numbers >= -1. Returns a Float64Array of (recall, sparsity, gold sparsity)
+// per report, predictor-major: the doubles exactly as evaluate_many has them.
+val evaluate_many_js(const val& predictors, const Capture& capture, const val& windows) {
+  const std::size_t count = predictors["length"].as<std::size_t>();
+  std::vector<const Predictor*> list(count);
+  for (std::size_t i = 0; i < count; ++i)
+    list[i] = predictors[i].as<Predictor*>(emscripten::allow_raw_pointers());
+  const std::size_t window_count = windows["length"].as<std::size_t>();
+  std::vector<long> window_list(window_count);
+  for (std::size_t i = 0; i < window_count; ++i) {
+    const double w = windows[i].as<double>();
+    if (!std::isfinite(w) || w != std::floor(w) || w < -1 || w > 1e9)
+      throw Error("windows[" + std::to_string(i) + "]: expected a whole number >= -1 (-1: none)");
+    window_list[i] = static_cast<long>(w);
+  }
+  const std::vector<EvalReport> reports = evaluate_many(list, capture, window_list);
+  std::vector<double> numbers;
+  numbers.reserve(reports.size() * 3);
+  for (const EvalReport& r : reports) numbers.insert(numbers.end(), {r.recall, r.sparsity, r.gold_sparsity});
+  return val::global("Float64Array").new_(emscripten::typed_memory_view(numbers.size(), numbers.data()));
+}
+
 std::string grid_json(const SweepGrid& g) {
   return json{{"method", g.method}, {"parameter", g.parameter}, {"values", g.values}, {"settings", g.settings}}.dump();
 }
@@ -165,6 +188,7 @@ EMSCRIPTEN_BINDINGS(entgraph_predictors) {
       .function("predict", guarded<&predictor_predict>)
       .function("setUnionPatterns", guarded<&predictor_set_union>);
   emscripten::function("evaluate", guarded<&evaluate_js>);
+  emscripten::function("evaluateMany", guarded<&evaluate_many_js>);
   emscripten::function("defaultGrid", guarded<&default_grid_js>);
   emscripten::function("predictorMethods", guarded<&methods_js>);
   emscripten::function("defaultWindows", guarded<&default_windows_js>);
