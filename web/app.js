@@ -729,10 +729,7 @@ const rowLayout = new GraphRowLayout($("graph-row"));
 const announcer = new Announcer($("announce"));
 const textWindow = new TextWindow(
   { textarea: $("text"), mirror: $("text-mirror"), slider: $("text-window"), row: $("text-window-row"), note: $("cut-note") },
-  () => {
-    requestUpdate(DIRTY_COMPUTE);
-    requestAnimationFrame(() => textWindow.scrollToWindow());
-  },
+  () => requestUpdate(DIRTY_COMPUTE),
 );
 // The legend's recall at the true graph's sparsity comes computed from the Pareto worker.
 const chart = new ParetoChart($("pareto"), $("pareto-legend"), pickPoint, (points) => paretoLegend[points[0]?.method] ?? -1);

@@ -15,8 +15,10 @@ export class TextWindow {
     Object.assign(this, els);
     this.start = 0;
     this.shown = null;
+    this.follow = false; // scroll the text box to the window once it is shown
     this.slider.addEventListener("input", () => {
       this.start = Number(this.slider.value);
+      this.follow = true;
       onChange();
     });
     this.textarea.addEventListener("scroll", () => this.syncScroll());
@@ -32,6 +34,8 @@ export class TextWindow {
 
   // Shows a window read (the slider, the note and the highlight).
   show(info, context) {
+    const follow = this.follow;
+    this.follow = false;
     const long = info.totalBytes > context;
     this.row.hidden = !long;
     this.note.hidden = !info.cut;
@@ -56,6 +60,7 @@ export class TextWindow {
     // a trailing newline needs a character after it to take its line
     this.mirror.append(text.slice(0, a), mark, text.slice(b) + "\u200b");
     this.syncBox();
+    if (follow) this.scrollToWindow();
   }
 
   // The mirror covers the textarea's box less its scrollbar, and scrolls with it.
@@ -74,7 +79,7 @@ export class TextWindow {
     this.mirror.scrollLeft = this.textarea.scrollLeft;
   }
 
-  // The mark's top in the mirror's content (px), to scroll the text box to the window.
+  // Scrolls the text box so that the window's first line shows (after the slider moved it).
   scrollToWindow() {
     const mark = this.mirror.querySelector("mark");
     if (!mark) return;
