@@ -52,9 +52,10 @@ function threadCount(threads) {
 function threadsUnavailable() {
   if (typeof process === "object" && typeof process.versions?.node === "string")
     return "node: the threaded module starts its threads as Web Workers, which emscripten 3.1.6's ES module output cannot do under node";
-  if (typeof SharedArrayBuffer !== "function") return "this browser has no SharedArrayBuffer";
+  // Browsers hide SharedArrayBuffer itself from a page that is not isolated.
   if (globalThis.crossOriginIsolated !== true)
     return "the page is not cross-origin isolated (COOP/COEP headers missing), so shared memory is not allowed";
+  if (typeof SharedArrayBuffer !== "function") return "this browser has no SharedArrayBuffer";
   if (typeof Worker !== "function") return "this context cannot start Web Workers";
   return "";
 }
