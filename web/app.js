@@ -524,16 +524,10 @@ let paretoLegend = {}; // method -> recall of its frontier at the true graph's s
 
 function scheduleParetoSoon() {
   clearTimeout(paretoTimer);
-  paretoId = -1; // progress and results of older requests are ignored from now on
+  paretoId = -1; // results of older requests are ignored from now on
   demo.paretoReady = false;
   $("pareto-status").textContent = "waiting for typing to stop…";
   paretoTimer = setTimeout(startPareto, PARETO_DELAY_MS);
-}
-
-function paretoProgress(msg) {
-  if (msg.id !== paretoId) return;
-  $("pareto-status").textContent = `computing… ${Math.round((100 * msg.done) / msg.total)} %`;
-  chart.render(msg.points, msg.goldSparsity, currentPoint());
 }
 
 async function startPareto() {
@@ -542,7 +536,7 @@ async function startPareto() {
     $("pareto-status").textContent = "type some text";
     return;
   }
-  paretoEngine ??= new Engine({ isa: PARAMS.get("isa"), threads: threadsWanted(), onProgress: paretoProgress });
+  paretoEngine ??= new Engine({ isa: PARAMS.get("isa"), threads: threadsWanted() });
   const snapshot = run;
   const total = snapshot.info.manifest.methods.reduce((sum, m) => sum + m.values.length, 0);
   $("pareto-status").textContent = `computing ${total} settings…`;

@@ -1,14 +1,13 @@
 // The main thread's side of a compute worker (worker.js): starts it, and turns
 // its messages into promises. Each request gets an id; a reply settles the
-// request of its id; "progress" and "stale" messages go to callbacks.
+// request of its id; "stale" messages go to a callback.
 
 export class Engine {
-  // options: { isa, threads, onProgress(msg), onStale(msg) }
+  // options: { isa, threads, onStale(msg) }
   constructor(options = {}) {
     this.worker = new Worker(new URL("./worker.js", import.meta.url), { type: "module" });
     this.pending = new Map(); // id -> { resolve, reject }
     this.nextId = 1;
-    this.onProgress = options.onProgress ?? (() => {});
     this.onStale = options.onStale ?? (() => {});
     this.ready = new Promise((resolve, reject) => this.pending.set(0, { resolve, reject }));
     this.worker.onmessage = (e) => this.receive(e.data);
@@ -21,7 +20,6 @@ export class Engine {
   }
 
   receive(msg) {
-    if (msg.type === "progress") return this.onProgress(msg);
     if (msg.type === "stale") return this.onStale(msg);
     const id = msg.type === "ready" ? 0 : msg.id;
     const waiting = this.pending.get(id);

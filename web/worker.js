@@ -10,9 +10,9 @@
 //   in  { type: "init", isa, threads }                  -> { type: "ready", isa, threads, threadsNote }
 //   in  { type: "update", id, teacher, text, file, window, layer, head, check }
 //                                                       -> { type: "result", id, ... } | { type: "error", id, message }
-//   in  { type: "pareto", id, teacher, text }           -> { type: "progress", id, points, done, total }*,
-//                                                          { type: "pareto", id, points, goldSparsity, legend }
-// A newer "pareto" cancels an older one between settings.
+//   in  { type: "pareto", id, teacher, text }           -> { type: "pareto", id, points, goldSparsity, legend, ms, threads }
+//                                                          | { type: "pareto", id, cancelled: true }
+// A newer "pareto" cancels an older one while its parameter files load.
 
 import { loadEntgraph } from "./entgraph/entgraph.js";
 import { Resources } from "./resources.js";
@@ -276,16 +276,6 @@ function graphAttentionCheck(h) {
 
 let paretoWanted = 0; // the id of the newest "pareto" request
 
-const nextTask = (() => {
-  const channel = new MessageChannel();
-  const queue = [];
-  channel.port1.onmessage = () => queue.shift()?.();
-  return () => new Promise((resolve) => {
-    queue.push(resolve);
-    channel.port2.postMessage(0);
-  });
-})();
-
 async function pareto(msg) {
   await ready;
   const { id, teacher: kind, text } = msg;
@@ -306,7 +296,6 @@ async function pareto(msg) {
     const values = methods.flatMap((m) => m.values.map((v) => ({ m, v })));
     const predictors = await Promise.all(values.map(({ v }) => res.predictor(kind, v.file)));
     if (cancelled()) return stop();
-    const total = values.length * PARETO_WINDOWS.length;
     const points = [];
     let goldSparsity = NaN;
     const add = (index, reports) => {
@@ -317,22 +306,9 @@ async function pareto(msg) {
         points.push({ method: m.method, parameter: m.parameter, value: v.value, file: v.file, window: w, recall: r.recall, sparsity: r.sparsity });
       });
     };
-    if (eg.evaluateMany) {
-      // One call: the gold graphs once, every (setting, head) on all threads.
-      const reports = eg.evaluateMany(predictors, capture, { windows: PARETO_WINDOWS });
-      for (let i = 0; i < values.length; i++) add(i, reports.slice(i * PARETO_WINDOWS.length, (i + 1) * PARETO_WINDOWS.length));
-    } else {
-      let sliceStart = performance.now();
-      for (let i = 0; i < values.length; i++) {
-        add(i, evaluateWindows(predictors[i], capture));
-        if (performance.now() - sliceStart > 100) {
-          self.postMessage({ type: "progress", id, points, done: points.length, total, goldSparsity });
-          await nextTask(); // lets a newer request in
-          if (cancelled()) return stop();
-          sliceStart = performance.now();
-        }
-      }
-    }
+    // One call: the gold graphs once, every (setting, head) on the package's threads.
+    const reports = eg.evaluateMany(predictors, capture, { windows: PARETO_WINDOWS });
+    for (let i = 0; i < values.length; i++) add(i, reports.slice(i * PARETO_WINDOWS.length, (i + 1) * PARETO_WINDOWS.length));
     const legend = {};
     for (const m of methods) {
       const own = points.filter((p) => p.method === m.method);
@@ -343,18 +319,4 @@ async function pareto(msg) {
     capture?.dispose();
     out.dispose();
   }
-}
-
-// One setting with each window, one eg.evaluate per window (a package
-// without evaluateMany).
-function evaluateWindows(predictor, capture) {
-  return PARETO_WINDOWS.map((w) => {
-    predictor.setUnionPatterns(w, 0);
-    try {
-      const r = eg.evaluate(predictor, capture);
-      return { recall: r.recall, sparsity: r.sparsity, goldSparsity: r.gold_sparsity };
-    } finally {
-      predictor.setUnionPatterns(-1, 0);
-    }
-  });
 }

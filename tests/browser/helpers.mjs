@@ -87,12 +87,13 @@ async function freePort() {
 }
 
 // -> { url, stop() }. Fails with the server's output if it does not answer.
-export async function startServer() {
+// args: serve.mjs's options after the folder and port (e.g. ["--no-isolation"]).
+export async function startServer({ args = [] } = {}) {
   requireWeb();
   let lastError = null;
   for (let attempt = 0; attempt < 3; attempt++) {
     const port = await freePort();
-    const child = spawn(process.execPath, [join(repoRoot, "web/serve.mjs"), webDir, String(port)], {
+    const child = spawn(process.execPath, [join(repoRoot, "web/serve.mjs"), webDir, String(port), ...args], {
       cwd: repoRoot,
       stdio: ["ignore", "pipe", "pipe"],
     });
@@ -141,9 +142,11 @@ export async function launchBrowser() {
 // `errors`) and warnings (in `warnings`) for the whole life of the page.
 // -> { page, errors, warnings }
 // contextOptions: more options of the browser context (e.g. { hasTouch: true } for taps).
-export async function openPage(browser, url, { query = "", viewport = WIDE, contextOptions = {} } = {}) {
+// init: a function run in the page before its scripts (page.addInitScript).
+export async function openPage(browser, url, { query = "", viewport = WIDE, contextOptions = {}, init = null } = {}) {
   const context = await browser.newContext({ viewport, deviceScaleFactor: 1, ...contextOptions });
   const page = await context.newPage();
+  if (init) await page.addInitScript(init);
   const errors = [];
   const warnings = [];
   page.on("console", (m) => {
@@ -158,6 +161,15 @@ export async function openPage(browser, url, { query = "", viewport = WIDE, cont
   await page.goto(url + query);
   await waitReady(page);
   return { page, errors, warnings, close: () => context.close() };
+}
+
+// An init script (openPage's init): the main thread's long tasks (over 50 ms),
+// their durations in ms, collected in window.__longTasks from the page's start.
+export function recordLongTasks() {
+  window.__longTasks = [];
+  new PerformanceObserver((list) => {
+    for (const e of list.getEntries()) window.__longTasks.push(e.duration);
+  }).observe({ type: "longtask", buffered: true });
 }
 
 // The page's state object (window.entgraphDemo), copied.
@@ -371,12 +383,13 @@ export function runCli(command, args, { isa = exactIsa } = {}) {
 
 // The file's server, browser and one open page: started before its tests,
 // stopped after them. The fields are set once `before` has run.
-export function useBrowserTab() {
+// options: openPage's (init, query, viewport, contextOptions).
+export function useBrowserTab(options = {}) {
   const session = { server: null, browser: null, tab: null };
   before(async () => {
     session.server = await startServer();
     session.browser = await launchBrowser();
-    session.tab = await openPage(session.browser, session.server.url);
+    session.tab = await openPage(session.browser, session.server.url, options);
   });
   after(async () => {
     await session.browser?.close();
