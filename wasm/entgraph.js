@@ -4,7 +4,6 @@
 // converts JavaScript arguments, turns the core's error slot into thrown
 // Errors carrying the core's message, and owns the wasm objects (Teacher,
 // TeacherOutput, Capture, Predictor) behind dispose().
-import createEntgraphCore from "./entgraph_core.js";
 import * as render from "./render.js";
 import { fetchBytes, fetchText, inside, locate, readPlace, shown } from "./files.js";
 
@@ -32,6 +31,8 @@ export async function loadEntgraph({ threads = 1 } = {}) {
       note = `the threaded module did not start (${err?.message ?? err})`;
     }
   }
+  // Imported only here, so that a threaded load does not also fetch the one-thread module.
+  const { default: createEntgraphCore } = await import("./entgraph_core.js");
   return withThreads(new Entgraph(await createEntgraphCore()), 1, note);
 }
 

@@ -160,15 +160,25 @@ const server = http.createServer((req, res) => {
   const realRoot = fs.realpathSync(root);
   if (real !== realRoot && !real.startsWith(realRoot + path.sep)) return send(res, 403, "forbidden\n");
   const type = MIME[path.extname(file).toLowerCase()] ?? "application/octet-stream";
+  const compressible = COMPRESSIBLE.test(type) && stat.size >= MIN_COMPRESS_BYTES;
+  const encoding = compressible ? chooseEncoding(req.headers["accept-encoding"]) : null;
+  // "no-cache" makes the browser ask each time; the ETag (the file's size and
+  // mtime, and the encoding) lets it keep its copy with a 304. The page's two
+  // workers and each pthread worker load the same module: once over the wire.
+  const etag = `"${stat.size.toString(36)}-${Math.floor(stat.mtimeMs).toString(36)}${encoding ? `-${encoding}` : ""}"`;
   const headers = {
     ...ISOLATION_HEADERS,
     "Content-Type": type,
     "Cache-Control": "no-cache",
+    "ETag": etag,
     "X-Content-Type-Options": "nosniff",
   };
-  const compressible = COMPRESSIBLE.test(type) && stat.size >= MIN_COMPRESS_BYTES;
-  const encoding = compressible ? chooseEncoding(req.headers["accept-encoding"]) : null;
   if (compressible) headers["Vary"] = "Accept-Encoding";
+  const known = req.headers["if-none-match"];
+  if (known && known.split(",").some((tag) => tag.trim().replace(/^W\//, "") === etag)) {
+    res.writeHead(304, headers);
+    return res.end();
+  }
   if (encoding) {
     compressed(file, stat, encoding).then(
       (body) => {

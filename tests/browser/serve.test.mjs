@@ -116,6 +116,28 @@ describe("web/serve.mjs, cross-origin isolated (the default)", () => {
     assert.match(server.output(), /cross-origin isolated/);
   });
 
+  test("a copy the browser holds is revalidated with a 304: per file and encoding, and not after the file changes", async () => {
+    const first = await request(server.port, "/app.js", { headers: { "accept-encoding": "br" } });
+    const tag = first.headers.etag;
+    assert.match(tag ?? "", /^".+-br"$/, "an ETag naming the encoding");
+    const again = await request(server.port, "/app.js", { headers: { "accept-encoding": "br", "if-none-match": tag } });
+    assert.equal(again.status, 304);
+    assert.equal(again.body.length, 0);
+    assert.equal(again.headers["cross-origin-embedder-policy"], "require-corp", "a 304 keeps the isolation headers");
+    const other = await request(server.port, "/app.js", { headers: { "if-none-match": tag } });
+    assert.equal(other.status, 200, "the uncompressed body is another representation");
+    const plainTag = other.headers.etag;
+    assert.notEqual(plainTag, tag);
+    assert.equal((await request(server.port, "/app.js", { headers: { "if-none-match": `"x", W/${plainTag}` } })).status, 304);
+    const file = join(root, "changing.txt");
+    writeFileSync(file, "one");
+    const before = (await request(server.port, "/changing.txt")).headers.etag;
+    writeFileSync(file, "three");
+    const after = await request(server.port, "/changing.txt", { headers: { "if-none-match": before } });
+    assert.equal(after.status, 200, "a changed file is sent again");
+    assert.equal(after.body.toString(), "three");
+  });
+
   test("brotli and gzip per Accept-Encoding round-trip to the file, with the body's Content-Length", async () => {
     const cases = [
       ["/app.js", bigScript, "text/javascript; charset=utf-8"],

@@ -116,6 +116,7 @@ test("typing, while the Pareto curves recompute, never blocks the main thread fo
     await page.evaluate(() => document.getElementById("text").setSelectionRange(0, 0));
     for (const ch of "warm") await afterUpdate(page, () => page.keyboard.type(ch));
     await waitPareto(page);
+    await page.evaluate(() => document.getElementById("text").setSelectionRange(0, 0));
     await page.evaluate(() => (window.__longTasks = []));
     const before = await demo(page);
     // 30 keystrokes at a brisk typist's pace; a pause lets a Pareto recompute start in the middle.
