@@ -103,7 +103,7 @@ function requestUpdate(flags) {
       if (dirty & DIRTY_COMPUTE || inFlight) return; // the coming result redraws
       draw();
       dirty = 0;
-      demo.pending = false;
+      demo.pending = gridPending;
     });
   }
 }
@@ -217,6 +217,34 @@ function mean(heads, f) {
   return heads.length ? s / heads.length : NaN;
 }
 
+// The 16 thumbnails are redrawn a few per task after the chosen head's graphs,
+// so that no task of the page's thread grows long (tests/browser/worker.test.mjs).
+const GRID_HEADS_PER_TASK = 4;
+let gridTimer = 0;
+let gridPending = false;
+
+function drawGridSoon() {
+  clearTimeout(gridTimer);
+  gridPending = true;
+  demo.pending = true;
+  const mode = state.gridMode;
+  let from = 0;
+  // Each step draws the latest run: a newer result that changes the thumbnails
+  // restarts this; one that does not (another head) shows the same ones.
+  const step = () => {
+    grid.update(run.heads, run.n, mode, from, from + GRID_HEADS_PER_TASK);
+    from += GRID_HEADS_PER_TASK;
+    if (from < run.heads.length) {
+      gridTimer = setTimeout(step, 0);
+      return;
+    }
+    grid.mode = mode;
+    gridPending = false;
+    demo.pending = dirty !== 0 || inFlight;
+  };
+  gridTimer = setTimeout(step, 0);
+}
+
 function chosenHead() {
   const c = run?.chosen;
   return c ? run.heads[c.layer * run.headsPerLayer + c.head] : null;
@@ -243,11 +271,8 @@ function draw({ grid: redrawGrid = false } = {}) {
     `queries ${state.row0}–${state.row0 + size - 1}, keys ${state.col0}–${state.col0 + size - 1}`;
   document.body.classList.toggle("bidirectional", !run.causal);
 
-  // grid of heads (only when something it shows changed)
-  if (redrawGrid || grid.mode !== state.gridMode) {
-    grid.update(run.heads, n, state.gridMode);
-    grid.mode = state.gridMode;
-  }
+  // grid of heads (only when something it shows changed), in later tasks
+  if (redrawGrid || grid.mode !== state.gridMode) drawGridSoon();
   grid.select(state.layer, state.head);
 
   // numbers
@@ -346,7 +371,7 @@ function publish(drawMs, since) {
   const ms = timings.load + timings.forward + timings.predict + timings.attention + drawMs;
   Object.assign(demo, {
     ready: true,
-    pending: dirty !== 0 || inFlight,
+    pending: dirty !== 0 || inFlight || gridPending,
     updates: demo.updates + 1,
     error: null,
     text: run.text,

@@ -53,9 +53,10 @@ export class HeadsGrid {
     }
   }
 
-  // heads: [{ layer, head, state, metrics }] in layer-major order; mode "true" | "overlay"
-  update(heads, n, mode) {
-    for (let idx = 0; idx < heads.length && idx < this.cells.length; idx++) {
+  // heads: [{ layer, head, state, metrics }] in layer-major order; mode "true" | "overlay";
+  // [from, to): the heads to redraw (the page spreads them over several tasks).
+  update(heads, n, mode, from = 0, to = heads.length) {
+    for (let idx = from; idx < to && idx < heads.length && idx < this.cells.length; idx++) {
       const cell = this.cells[idx];
       const head = heads[idx];
       if (n > 0) {
