@@ -18,7 +18,7 @@ export function errorScaleText(maxAbsDiff, maxAbsOut) {
   if (!Number.isFinite(maxAbsDiff) || !(maxAbsOut > 0)) return "";
   const share = maxAbsDiff / maxAbsOut;
   const pct = share === 0 ? "0%" : share < 0.001 ? "<0.1%" : share < 0.1 ? `${(100 * share).toFixed(1)}%` : `${(100 * share).toFixed(0)}%`;
-  return `(${pct} of the largest |output|, ${maxAbsOut.toPrecision(3)})`;
+  return `(${pct} of full attention's largest |output|, ${maxAbsOut.toPrecision(3)})`;
 }
 
 // The largest |x| of an array (the scale of an attention output).
