@@ -150,6 +150,13 @@ describe("threads in a module worker", () => {
     if (auto.hardwareConcurrency > 1) assert.equal(auto.threadsNote, "");
   });
 
+  test("more threads than the module's pool of workers: an error, not a deadlock, and the pool still works", async () => {
+    const answer = await inWorker(browser, isolated.url, { job: "overPool" });
+    assert.match(answer.tooMany, /could not start worker thread 2 of 2/);
+    assert.equal(answer.afterwards, "");
+    assert.ok(Math.abs(answer.firstRowSum - 1) < 1e-4, `softmax row sum ${answer.firstRowSum}`);
+  });
+
   test("not isolated (--no-isolation): one thread, and a note that says why", async () => {
     const answer = await inWorker(browser, plain.url, { threads: 4, job: "check" });
     assert.equal(answer.pageIsolated, false);
