@@ -561,7 +561,10 @@ async function startPareto() {
     $("pareto-status").textContent = "type some text";
     return;
   }
-  paretoEngine ??= new Engine({ isa: PARAMS.get("isa"), threads: threadsWanted() });
+  if (!paretoEngine) {
+    paretoEngine = new Engine({ isa: PARAMS.get("isa"), threads: threadsWanted() });
+    paretoEngine.ready.then(showThreads, () => {});
+  }
   const snapshot = run;
   const total = snapshot.info.manifest.methods.reduce((sum, m) => sum + m.values.length, 0);
   $("pareto-status").textContent = `computing ${total} settings…`;
@@ -573,12 +576,14 @@ async function startPareto() {
     const result = await request;
     if (result.cancelled || id !== paretoId) return;
     paretoLegend = result.legend;
+    const r0 = performance.now();
     chart.render(result.points, result.goldSparsity, currentPoint());
+    const renderMs = performance.now() - r0;
     const ms = performance.now() - t0;
     $("pareto-status").textContent = `${result.points.length} points · ${(ms / 1000).toFixed(1)} s`;
     Object.assign(demo, {
       paretoReady: true, paretoPoints: result.points.length, paretoMs: ms, paretoWorkerMs: result.ms,
-      paretoThreads: result.threads,
+      paretoThreads: result.threads, paretoRenderMs: renderMs,
     });
   } catch (err) {
     if (id === paretoId) showError(err);
@@ -771,10 +776,12 @@ function showError(err) {
   el.hidden = false;
 }
 
-// Threads for the compute workers: as many as the machine has when the page is
+// Threads for the Pareto worker: as many as the machine has when the page is
 // cross-origin isolated (web/serve.mjs sends the headers), else one; the
 // package says why when it runs on one (eg.threadsNote, shown in #threads-note).
-// ?threads=N asks for N.
+// ?threads=N asks for N. The update worker runs on one thread: on a machine of
+// few cores, its threads would compete with the Pareto worker's and with the
+// page's own, and its work per keystroke is small.
 function threadsWanted() {
   const asked = Number(PARAMS.get("threads"));
   if (Number.isInteger(asked) && asked >= 1) return asked;
@@ -782,12 +789,12 @@ function threadsWanted() {
 }
 
 function showThreads(info) {
-  Object.assign(demo, { isa: info.isa, threads: info.threads, threadsNote: info.threads > 1 ? "" : info.threadsNote });
+  Object.assign(demo, { threads: info.threads, threadsNote: info.threads > 1 ? "" : info.threadsNote });
   const el = $("threads-note");
   if (!el) return;
   el.textContent = info.threads > 1
-    ? `WebAssembly on ${info.threads} threads`
-    : `WebAssembly on one thread: ${info.threadsNote}`;
+    ? `Pareto curves on ${info.threads} threads`
+    : `Pareto curves on one thread: ${info.threadsNote}`;
   el.classList.toggle("warn", info.threads <= 1);
   el.hidden = false;
 }
@@ -799,7 +806,7 @@ async function main() {
     // ?isa=reference: the portable kernels, bit-identical to the native CLI's --isa reference.
     engine = new Engine({
       isa: PARAMS.get("isa"),
-      threads: threadsWanted(),
+      threads: 1,
       onStale: (msg) => {
         console.warn(msg.reason);
         demo.goldMismatches = (demo.goldMismatches ?? 0) + 1;
@@ -819,7 +826,7 @@ async function main() {
     }
     syncMethodControls(info);
     requestUpdate(DIRTY_COMPUTE);
-    showThreads(await engine.ready);
+    demo.isa = (await engine.ready).isa;
   } catch (err) {
     showError(err);
   }

@@ -4,7 +4,7 @@
 // marked. Computed off the main thread (worker.js); this module draws them.
 
 import { methodColor } from "./palette.js";
-import { methodLabel } from "./methods.js";
+import { METHOD_INFO, methodLabel } from "./methods.js";
 import { frontier } from "./pareto-math.js";
 
 // The plot is drawn at the size it is shown (the viewBox in CSS pixels, redrawn
@@ -20,10 +20,13 @@ function esc(s) {
   return String(s).replace(/[&<>"]/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;" })[c]);
 }
 
+// "Sparsefinder: buckets (bins per coordinate B = 10) + window 3": the setting in
+// the slider's words, so that the method's name and its parameter do not repeat.
 export function pointLabel(p) {
-  const param = p.parameter ? `${p.parameter} = ${p.value}` : "";
+  const name = METHOD_INFO[p.method]?.slider ?? p.parameter;
+  const param = p.parameter ? ` (${name} = ${p.value})` : "";
   const win = p.window >= 0 ? ` + window ${p.window}` : "";
-  return `${methodLabel(p.method)} ${param}${win}`.trim();
+  return `${methodLabel(p.method)}${param}${win}`;
 }
 
 // A point's accessible name: method, setting, window, recall and sparsity.

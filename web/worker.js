@@ -48,7 +48,7 @@ function errorText(err) {
 }
 
 async function init({ isa, threads }) {
-  eg = await loadEntgraph(threads > 1 ? { threads } : undefined);
+  eg = await loadEntgraph({ threads });
   if (isa) eg.setIsa(isa);
   res = new Resources(eg, ".");
   return { isa: eg.isa, threads: eg.threads ?? 1, threadsNote: eg.threadsNote ?? "this build of the package has no threads" };
