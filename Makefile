@@ -103,3 +103,12 @@ bench-kmeans: build
 	@tools/install_deps.sh python3-sklearn
 	/usr/bin/python3 native/bench/kmeans_vs_sklearn.py \
 	    --bin build/release/native/bench/entgraph_bench_kmeans --out build/bench-kmeans
+
+# The demo page in Chromium: keystroke-to-paint for both teachers at three
+# settings, and the first load (requests, bytes, time to the first graph);
+# timings in build/test-artifacts/browser/ (docs/PERFORMANCE.md, "The demo
+# page in workers").
+.PHONY: bench-page
+bench-page: build wasm web
+	ENTGRAPH_PAGE_BENCH=full node --test tests/browser/performance.test.mjs
+	node --test --test-name-pattern="first load" tests/browser/worker.test.mjs
