@@ -25,6 +25,17 @@
 
 #include "kernels/transform_kernels.hpp"
 
+// Functions that clang must inline into their loops in the SIMD128 build:
+// there, a call that is not inlined passes its batches through memory (the
+// wasm shadow stack), which cost more than the call's own work (EntmaxWeight
+// in alpha = 1.25's solver: 2.8x native SSE2, where GCC inlines it). Native
+// builds are left to their compiler's choice.
+#if defined(__wasm_simd128__)
+#define ENTGRAPH_SIMD128_INLINE __attribute__((always_inline))
+#else
+#define ENTGRAPH_SIMD128_INLINE
+#endif
+
 namespace entgraph::detail::simd {
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
@@ -44,9 +55,20 @@ struct Kernels {
   }
   static void store(float* p, std::size_t i, std::size_t n, const B& v) {
     if (i + W <= n) return v.store_unaligned(p + i);
+#if defined(__wasm_simd128__)
+    // Lane by lane, not by the loop below, which clang turns into a memcpy
+    // call: with a call in a loop V8 reloads every value the loop keeps in
+    // registers from the stack, on every iteration, tail or not.
+    static_assert(W == 4, "SIMD128 batches have four lanes");
+    const v128_t x = static_cast<v128_t>(static_cast<__m128>(v));
+    p[i] = wasm_f32x4_extract_lane(x, 0);
+    if (i + 1 < n) p[i + 1] = wasm_f32x4_extract_lane(x, 1);
+    if (i + 2 < n) p[i + 2] = wasm_f32x4_extract_lane(x, 2);
+#else
     alignas(64) float buf[W];
     v.store_aligned(buf);
     for (std::size_t l = 0; i + l < n; ++l) p[i + l] = buf[l];
+#endif
   }
   // The lanes' sum in double, added as a tree (depth log2 W, not W: a pass
   // over a few candidates is dominated by these reductions): lane l + W/2 to
@@ -101,7 +123,14 @@ struct Kernels {
     for (std::size_t l = 1; l < W; ++l) m = pick(m, buf[l]);
     return m;
   }
-  static B select0(const BB& c, const B& v) { return xsimd::select(c, v, B(0.0f)); }
+  static B select0(const BB& c, const B& v) {
+#if defined(__wasm_simd128__)
+    // One v128.and (the compat header's _mm_and_ps), not a bitselect.
+    return B(_mm_and_ps(static_cast<__m128>(c), static_cast<__m128>(v)));
+#else
+    return xsimd::select(c, v, B(0.0f));
+#endif
+  }
 
   static bool valid(const float* z, std::size_t n) {
     BB ok(true);
@@ -136,7 +165,8 @@ struct Kernels {
   // whole batches, so up to W values past the count are written: callers
   // leave that much room. AVX-512 compresses in a register (Zen 4's compress
   // straight to memory is microcoded, hundreds of cycles); AVX2 permutes by a
-  // table of the 256 masks; other sets store lane by lane.
+  // table of the 256 masks, SIMD128 swizzles bytes by a table of the 16;
+  // SSE2 stores lane by lane.
   struct Compress8 {  // per 8-bit mask, the kept lanes' indices, 4 bits each
     std::uint32_t packed[256];
     constexpr Compress8() : packed() {
@@ -148,7 +178,27 @@ struct Kernels {
     }
   };
   static constexpr Compress8 kCompress8{};
+#if defined(__wasm_simd128__)
+  // SIMD128 compresses with i8x16.swizzle (which SSE2 lacks): per 4-bit mask,
+  // the bytes of the kept lanes first, in order.
+  struct Swizzle4 {
+    std::uint8_t bytes[16][16];
+    constexpr Swizzle4() : bytes() {
+      for (unsigned m = 0; m < 16; ++m) {
+        unsigned c = 0;
+        for (unsigned l = 0; l < 4; ++l)
+          if ((m >> l) & 1u) {
+            for (unsigned b = 0; b < 4; ++b) bytes[m][4 * c + b] = static_cast<std::uint8_t>(4 * l + b);
+            ++c;
+          }
+      }
+    }
+  };
+  alignas(16) static constexpr Swizzle4 kSwizzle4{};
+  static constexpr bool kRegisterCompress = true;
+#else
   static constexpr bool kRegisterCompress = std::is_same_v<A, xsimd::avx512bw> || std::is_same_v<A, xsimd::avx2>;
+#endif
 
   static std::size_t compress(const B& v, const BB& keep, float* out, std::size_t i = 0,
                               std::uint32_t* idx = nullptr) {
@@ -177,6 +227,17 @@ struct Kernels {
       return static_cast<std::size_t>(__builtin_popcount(static_cast<unsigned>(bits)));
     }
 #endif
+#if defined(__wasm_simd128__)
+    static_assert(W == 4, "SIMD128 batches have four lanes");
+    const unsigned bits = wasm_i32x4_bitmask(static_cast<v128_t>(static_cast<__m128>(keep)));
+    const v128_t order = wasm_v128_load(kSwizzle4.bytes[bits]);
+    wasm_v128_store(out, wasm_i8x16_swizzle(static_cast<v128_t>(static_cast<__m128>(v)), order));
+    if (idx != nullptr)
+      wasm_v128_store(idx, wasm_i8x16_swizzle(wasm_i32x4_add(wasm_i32x4_make(0, 1, 2, 3),
+                                                              wasm_i32x4_splat(static_cast<std::int32_t>(i))),
+                                              order));
+    return static_cast<std::size_t>(__builtin_popcount(bits));
+#else
     alignas(64) float buf[W], flag[W];
     v.store_aligned(buf);
     select0(keep, B(1.0f)).store_aligned(flag);
@@ -187,6 +248,7 @@ struct Kernels {
       c += flag[l] != 0.0f;
     }
     return c;
+#endif
   }
 
   // Appends c = (z - shift) * mul of the entries where keep(z, c) holds to
@@ -532,7 +594,7 @@ struct Kernels {
           int_power(1.0 / a == std::floor(1.0 / a) && 1.0 / a <= 8.0 ? static_cast<int>(1.0 / a) : 0),
           ab(static_cast<float>(a)),
           inv(static_cast<float>(1.0 / a)) {}
-    void operator()(const B& v, const B& x, B& w, B& pw) const {
+    ENTGRAPH_SIMD128_INLINE void operator()(const B& v, const B& x, B& w, B& pw) const {
       if (threshold_form) {
         w = ab * (v - x);
       } else {
@@ -1527,7 +1589,37 @@ struct Kernels {
   template <bool Sparse, class Weight>
   static void family_backward(const float* p, const float* dp, float* dz, std::size_t n, double e, Weight weight) {
     B ss(0.0f), sdp(0.0f), big(0.0f);
-    for (std::size_t i = 0; i < n; i += W) {
+#if defined(__wasm_simd128__)
+    // SIMD128: two whole batches per iteration, then the rest as below. The
+    // batches are added in the same order, so the sums are the same bits.
+    // V8's loop overhead (an interrupt check, the end-of-row test of each
+    // load, address arithmetic) is per iteration, and in a sparse row most
+    // iterations only find that a batch has no support: a pair of empty
+    // batches is skipped with one test.
+    const auto accumulate = [&](const B& pb, std::size_t i) {
+      const B s = weight(pb);
+      const B g = B::load_unaligned(dp + i);
+      ss += s;
+      sdp += s * g;
+      big = xsimd::max(big, xsimd::abs(g));
+    };
+    std::size_t i0 = 0;
+    for (; i0 + 2 * W <= n; i0 += 2 * W) {
+      const B p0 = B::load_unaligned(p + i0), p1 = B::load_unaligned(p + i0 + W);
+      if (Sparse) {
+        const BB in0 = p0 > B(0.0f), in1 = p1 > B(0.0f);
+        if (!xsimd::any(in0 | in1)) continue;
+        if (xsimd::any(in0)) accumulate(p0, i0);
+        if (xsimd::any(in1)) accumulate(p1, i0 + W);
+      } else {
+        accumulate(p0, i0);
+        accumulate(p1, i0 + W);
+      }
+    }
+#else
+    constexpr std::size_t i0 = 0;
+#endif
+    for (std::size_t i = i0; i < n; i += W) {
       const B pb = load(p, i, n, 0.0f);
       if (Sparse && !xsimd::any(pb > B(0.0f))) continue;
       const B s = weight(pb);
@@ -1548,7 +1640,27 @@ struct Kernels {
   template <bool Sparse, class Weight>
   static void family_store(const float* p, const float* dp, float* dz, std::size_t n, double qd, Weight weight) {
     const B q(static_cast<float>(qd));
-    for (std::size_t i = 0; i < n; i += W) {
+#if defined(__wasm_simd128__)
+    // Two whole batches per iteration, as in family_backward.
+    const auto put = [&](const B& pb, std::size_t i) {
+      if (Sparse && !xsimd::any(pb > B(0.0f))) return B(0.0f).store_unaligned(dz + i);
+      (weight(pb) * (B::load_unaligned(dp + i) - q)).store_unaligned(dz + i);
+    };
+    std::size_t i0 = 0;
+    for (; i0 + 2 * W <= n; i0 += 2 * W) {
+      const B p0 = B::load_unaligned(p + i0), p1 = B::load_unaligned(p + i0 + W);
+      if (Sparse && !xsimd::any((p0 > B(0.0f)) | (p1 > B(0.0f)))) {
+        B(0.0f).store_unaligned(dz + i0);
+        B(0.0f).store_unaligned(dz + i0 + W);
+        continue;
+      }
+      put(p0, i0);
+      put(p1, i0 + W);
+    }
+#else
+    constexpr std::size_t i0 = 0;
+#endif
+    for (std::size_t i = i0; i < n; i += W) {
       const B pb = load(p, i, n, 0.0f);
       if (Sparse && !xsimd::any(pb > B(0.0f))) {
         store(dz, i, n, B(0.0f));
