@@ -9,7 +9,12 @@
 //    back (native at its best ISA, wasm SIMD128, native SSE2 for the same
 //    4-wide shape without FMA), the order rotating from case to case, so that
 //    a burst of load from other processes hits the builds alike.
-//    Target: wasm <= 2.5 x native at n = 512.
+//    Target: wasm <= 1.5 x native SSE2 (the same vector width) at n = 512;
+//    the native best-ISA column is shown too.
+//    The wasm program runs under node --no-liftoff (the module compiled by
+//    the top tier up front; --liftoff leaves node's tiering on): on a busy
+//    machine the warm-up can end before V8's background compile has tiered a
+//    kernel up, and the first timed loops then run baseline code.
 //    All of it runs --rounds times (the rounds outermost, so that a burst of
 //    load spreads across cases); each cell is the best round's median: on a
 //    shared machine other processes only ever add time.
@@ -22,10 +27,15 @@
 //    in node (median of >= 20 runs).
 //
 // Usage: node tools/bench_wasm.mjs [--rounds 3] [--min-ms 50] [--reps 5] [--no-sse2] [--out run.json]
-//                                  [--wasm FILE.js]
+//                                  [--wasm FILE.js] [--native FILE] [--bench FILE] [--pkg FILE.js]
+//                                  [--clock wall|cpu] [--liftoff] [--transforms-only]
 // Prints markdown; --out also writes every measurement as JSON. --wasm times
 // another em++ build of transform_timing.cpp (e.g. other flags or emscripten)
-// in place of the wasm preset's; the package and the teacher stay the preset's.
+// in place of the wasm preset's, --native another native build of it (e.g.
+// build/release-perf/native/bench/entgraph_transform_timing), --bench and
+// --pkg other builds of entgraph_bench and of the package. --clock cpu times
+// with the CPU time the programs use instead of the wall clock (for a
+// machine shared with other work). --transforms-only skips parts 2 and 3.
 import { execFileSync, spawnSync } from "node:child_process";
 import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import os from "node:os";
@@ -39,13 +49,13 @@ const paths = {
   bench: join(root, "build/release/native/bench/entgraph_bench"),
   pkg: join(root, "build/wasm/package/entgraph.js"),
 };
-const TARGET = 2.5;
+const TARGET = 1.5; // wasm / native SSE2
 const TARGET_N = 512;
 const BATCH = 1 << 17; // elements per call, as in transform_timing.cpp
 const TEACHER_BYTES = 256;
 
 // ---- options ----------------------------------------------------------------
-const opts = { rounds: 3, minMs: 50, reps: 5, sse2: true, out: null };
+const opts = { rounds: 3, minMs: 50, reps: 5, sse2: true, out: null, clock: "wall", liftoff: false, transformsOnly: false };
 for (let i = 2; i < process.argv.length; ++i) {
   const a = process.argv[i];
   if (a === "--rounds") opts.rounds = Math.max(1, Number(process.argv[++i]));
@@ -54,10 +64,27 @@ for (let i = 2; i < process.argv.length; ++i) {
   else if (a === "--no-sse2") opts.sse2 = false;
   else if (a === "--out") opts.out = process.argv[++i];
   else if (a === "--wasm") paths.wasm = resolve(process.argv[++i]);
+  else if (a === "--native") paths.native = resolve(process.argv[++i]);
+  else if (a === "--bench") paths.bench = resolve(process.argv[++i]);
+  else if (a === "--pkg") paths.pkg = resolve(process.argv[++i]);
+  else if (a === "--clock") opts.clock = process.argv[++i];
+  else if (a === "--liftoff") opts.liftoff = true;
+  else if (a === "--transforms-only") opts.transformsOnly = true;
   else {
-    console.error(`bench_wasm: unknown argument ${a} (expected --rounds R, --min-ms MS, --reps N, --no-sse2, --out FILE, --wasm FILE.js)`);
+    console.error(
+      `bench_wasm: unknown argument ${a} (expected --rounds R, --min-ms MS, --reps N, --no-sse2, --out FILE, --wasm FILE.js, ` +
+        "--native FILE, --bench FILE, --pkg FILE.js, --clock wall|cpu, --liftoff, --transforms-only)",
+    );
     process.exit(2);
   }
+}
+if (opts.clock !== "wall" && opts.clock !== "cpu") {
+  console.error(`bench_wasm: --clock must be wall or cpu (got ${opts.clock})`);
+  process.exit(2);
+}
+if (opts.transformsOnly) {
+  delete paths.bench;
+  delete paths.pkg;
 }
 const missing = Object.entries(paths).filter(([, p]) => !existsSync(p));
 if (missing.length) {
@@ -69,11 +96,14 @@ if (missing.length) {
 }
 
 // ---- running the timing program ----------------------------------------------
-const timingArgs = ["--min-ms", String(opts.minMs), "--reps", String(opts.reps)];
+const timingArgs = ["--min-ms", String(opts.minMs), "--reps", String(opts.reps), "--clock", opts.clock];
+const nodeArgs = opts.liftoff ? [] : ["--no-liftoff"];
 
 function runTiming(build, extra) {
   const [cmd, args] =
-    build === "wasm" ? [process.execPath, [paths.wasm, ...timingArgs, ...extra]] : [paths.native, [...timingArgs, ...extra]];
+    build === "wasm"
+      ? [process.execPath, [...nodeArgs, paths.wasm, ...timingArgs, ...extra]]
+      : [paths.native, [...timingArgs, ...extra]];
   const env = { ...process.env, ENTGRAPH_NUM_THREADS: "1" };
   delete env.ENTGRAPH_CPU_ISA;
   const r = spawnSync(cmd, args, { cwd: root, env, encoding: "utf8", maxBuffer: 1 << 24 });
@@ -252,92 +282,94 @@ function median(xs) {
   return m % 2 ? s[(m - 1) / 2] : 0.5 * (s[m / 2 - 1] + s[m / 2]);
 }
 
-// ---- the JavaScript API path ---------------------------------------------------
-process.stderr.write("bench_wasm: JavaScript API\n");
-const { loadEntgraph } = await import(pathToFileURL(paths.pkg).href);
-const eg = await loadEntgraph();
-{
-  const N = 512;
-  const ROWS = 64;
-  const scores = gaussian(BATCH, 42);
-  const grad = gaussian(BATCH, 43);
-  if (fnv(scores) !== run.headers.wasm.input_hash) throw new Error("bench_wasm: the JavaScript generator does not reproduce the C++ inputs");
-  const z = scores.slice(0, ROWS * N);
-  const dp = grad.slice(0, ROWS * N);
-  // The full batch once through the package: its output must be the wasm program's.
-  const pAll = eg.transform("entmax15", scores, { cols: N });
-  const dzAll = eg.transformBackward("entmax15", pAll, grad, { cols: N });
-  const p = pAll.slice(0, ROWS * N);
-  const bestOf = (f) => {
-    const all = Array.from({ length: opts.rounds }, f);
-    return { ...all.reduce((x, y) => (y.median < x.median ? y : x)), rounds: all.map((r) => r.median) };
-  };
-  const fwd = bestOf(() => timeCalls(() => eg.transform("entmax15", z, { cols: N })));
-  const bwd = bestOf(() => timeCalls(() => eg.transformBackward("entmax15", p, dp, { cols: N })));
-  run.js.push({
-    key: "entmax15/fwd/n:512", call: 'eg.transform("entmax15", scores, { cols: 512 })', rows: ROWS, timing: fwd,
-    ns_per_row: fwd.median / ROWS, hash: fnv(pAll), checksum: weightedSum(pAll, scores), program: byKey["entmax15/fwd/n:512"],
-  });
-  run.js.push({
-    key: "entmax15/bwd/n:512", call: 'eg.transformBackward("entmax15", probs, gradProbs, { cols: 512 })', rows: ROWS, timing: bwd,
-    ns_per_row: bwd.median / ROWS, hash: fnv(dzAll), checksum: weightedSum(dzAll, grad), program: byKey["entmax15/bwd/n:512"],
-  });
-}
+if (!opts.transformsOnly) {
+  // ---- the JavaScript API path ---------------------------------------------------
+  process.stderr.write("bench_wasm: JavaScript API\n");
+  const { loadEntgraph } = await import(pathToFileURL(paths.pkg).href);
+  const eg = await loadEntgraph();
+  {
+    const N = 512;
+    const ROWS = 64;
+    const scores = gaussian(BATCH, 42);
+    const grad = gaussian(BATCH, 43);
+    if (fnv(scores) !== run.headers.wasm.input_hash) throw new Error("bench_wasm: the JavaScript generator does not reproduce the C++ inputs");
+    const z = scores.slice(0, ROWS * N);
+    const dp = grad.slice(0, ROWS * N);
+    // The full batch once through the package: its output must be the wasm program's.
+    const pAll = eg.transform("entmax15", scores, { cols: N });
+    const dzAll = eg.transformBackward("entmax15", pAll, grad, { cols: N });
+    const p = pAll.slice(0, ROWS * N);
+    const bestOf = (f) => {
+      const all = Array.from({ length: opts.rounds }, f);
+      return { ...all.reduce((x, y) => (y.median < x.median ? y : x)), rounds: all.map((r) => r.median) };
+    };
+    const fwd = bestOf(() => timeCalls(() => eg.transform("entmax15", z, { cols: N })));
+    const bwd = bestOf(() => timeCalls(() => eg.transformBackward("entmax15", p, dp, { cols: N })));
+    run.js.push({
+      key: "entmax15/fwd/n:512", call: 'eg.transform("entmax15", scores, { cols: 512 })', rows: ROWS, timing: fwd,
+      ns_per_row: fwd.median / ROWS, hash: fnv(pAll), checksum: weightedSum(pAll, scores), program: byKey["entmax15/fwd/n:512"],
+    });
+    run.js.push({
+      key: "entmax15/bwd/n:512", call: 'eg.transformBackward("entmax15", probs, gradProbs, { cols: 512 })', rows: ROWS, timing: bwd,
+      ns_per_row: bwd.median / ROWS, hash: fnv(dzAll), checksum: weightedSum(dzAll, grad), program: byKey["entmax15/bwd/n:512"],
+    });
+  }
 
-// ---- the teacher ---------------------------------------------------------------
-process.stderr.write("bench_wasm: teacher\n");
-const heldout = join(root, "data/heldout.txt");
-const text = readFileSync(heldout).subarray(0, TEACHER_BYTES).toString("latin1");
-if (!/^[\x00-\x7f]*$/.test(text)) throw new Error("bench_wasm: the first 256 bytes of data/heldout.txt are not ASCII");
-const weights4096 = gaussian(4096, 42);
-const benchJson = JSON.parse(
-  execFileSync(
-    paths.bench,
-    [
-      "--benchmark_filter=BM_teacher_forward/.*/bytes:256/threads:1",
-      "--benchmark_min_time=0.3",
-      `--benchmark_repetitions=${opts.reps}`,
-      "--benchmark_format=json",
-    ],
-    { cwd: root, encoding: "utf8", env: { ...process.env, ENTGRAPH_NUM_THREADS: "1" }, stdio: ["ignore", "pipe", "ignore"] },
-  ),
-);
-for (const kind of ["causal", "masked"]) {
-  const dir = `data/teacher-${kind}`;
-  const row = { kind, bytes: TEACHER_BYTES };
-  // The best repetition (unit: ms, the benchmark's Unit).
-  const reps = benchJson.benchmarks.filter((b) => b.name.startsWith(`BM_teacher_forward/${kind}/`) && b.run_type === "iteration");
-  row.gbench_ms = reps.length ? Math.min(...reps.map((b) => b.real_time)) : null;
-  for (const b of builds) {
-    const all = [];
+  // ---- the teacher ---------------------------------------------------------------
+  process.stderr.write("bench_wasm: teacher\n");
+  const heldout = join(root, "data/heldout.txt");
+  const text = readFileSync(heldout).subarray(0, TEACHER_BYTES).toString("latin1");
+  if (!/^[\x00-\x7f]*$/.test(text)) throw new Error("bench_wasm: the first 256 bytes of data/heldout.txt are not ASCII");
+  const weights4096 = gaussian(4096, 42);
+  const benchJson = JSON.parse(
+    execFileSync(
+      paths.bench,
+      [
+        "--benchmark_filter=BM_teacher_forward/.*/bytes:256/threads:1",
+        "--benchmark_min_time=0.3",
+        `--benchmark_repetitions=${opts.reps}`,
+        "--benchmark_format=json",
+      ],
+      { cwd: root, encoding: "utf8", env: { ...process.env, ENTGRAPH_NUM_THREADS: "1" }, stdio: ["ignore", "pipe", "ignore"] },
+    ),
+  );
+  for (const kind of ["causal", "masked"]) {
+    const dir = `data/teacher-${kind}`;
+    const row = { kind, bytes: TEACHER_BYTES };
+    // The best repetition (unit: ms, the benchmark's Unit).
+    const reps = benchJson.benchmarks.filter((b) => b.name.startsWith(`BM_teacher_forward/${kind}/`) && b.run_type === "iteration");
+    row.gbench_ms = reps.length ? Math.min(...reps.map((b) => b.real_time)) : null;
+    for (const b of builds) {
+      const all = [];
+      for (let round = 0; round < opts.rounds; ++round) {
+        const args = ["--teacher", dir, "--text", "data/heldout.txt", "--bytes", String(TEACHER_BYTES), ...b.extra];
+        all.push(runTiming(buildOf(b.id), args).results[0]);
+      }
+      row[b.id] = best(all, `${b.id} teacher ${kind}`);
+    }
+    const teacher = eg.Teacher.fromFiles(readFileSync(join(root, dir, "config.json"), "utf8"), readFileSync(join(root, dir, "model.safetensors")));
+    const once = teacher.forward(text);
+    const logits = once.logits();
+    once.dispose();
+    for (let i = 0; i < 3; ++i) teacher.forward(text).dispose(); // warm-up
+    const medians = [];
+    let runs = 0;
     for (let round = 0; round < opts.rounds; ++round) {
-      const args = ["--teacher", dir, "--text", "data/heldout.txt", "--bytes", String(TEACHER_BYTES), ...b.extra];
-      all.push(runTiming(buildOf(b.id), args).results[0]);
+      const times = [];
+      const deadline = performance.now() + 1000;
+      while (times.length < 20 || (performance.now() < deadline && times.length < 200)) {
+        const t0 = performance.now();
+        const out = teacher.forward(text);
+        times.push(performance.now() - t0);
+        out.dispose();
+      }
+      medians.push(median(times));
+      runs = Math.min(runs || times.length, times.length);
     }
-    row[b.id] = best(all, `${b.id} teacher ${kind}`);
+    row.js = { ms: Math.min(...medians), rounds: medians, runs, hash: fnv(logits), checksum: weightedSum(logits, weights4096) };
+    teacher.dispose();
+    run.teacher.push(row);
   }
-  const teacher = eg.Teacher.fromFiles(readFileSync(join(root, dir, "config.json"), "utf8"), readFileSync(join(root, dir, "model.safetensors")));
-  const once = teacher.forward(text);
-  const logits = once.logits();
-  once.dispose();
-  for (let i = 0; i < 3; ++i) teacher.forward(text).dispose(); // warm-up
-  const medians = [];
-  let runs = 0;
-  for (let round = 0; round < opts.rounds; ++round) {
-    const times = [];
-    const deadline = performance.now() + 1000;
-    while (times.length < 20 || (performance.now() < deadline && times.length < 200)) {
-      const t0 = performance.now();
-      const out = teacher.forward(text);
-      times.push(performance.now() - t0);
-      out.dispose();
-    }
-    medians.push(median(times));
-    runs = Math.min(runs || times.length, times.length);
-  }
-  row.js = { ms: Math.min(...medians), rounds: medians, runs, hash: fnv(logits), checksum: weightedSum(logits, weights4096) };
-  teacher.dispose();
-  run.teacher.push(row);
 }
 run.loadEnd = os.loadavg().map((x) => x.toFixed(2)).join(", ");
 
@@ -348,11 +380,11 @@ function same(a, b) {
   const rel = Math.abs(a.checksum - b.checksum) / Math.max(Math.abs(a.checksum), Math.abs(b.checksum), 1e-300);
   return `rel. diff ${rel.toExponential(1)}`;
 }
-// The range of wasm / native over the rounds (each round's own pair), as a
-// measure of how much the run was disturbed.
-function roundRange(r) {
+// The range of wasm / native (or native SSE2) over the rounds (each round's
+// own pair), as a measure of how much the run was disturbed.
+function roundRange(r, base = "native") {
   if (opts.rounds < 2) return "";
-  const q = r.wasm.rounds.map((w, i) => w / r.native.rounds[i]);
+  const q = r.wasm.rounds.map((w, i) => w / r[base].rounds[i]);
   return ` (${Math.min(...q).toFixed(2)}–${Math.max(...q).toFixed(2)})`;
 }
 const out = [];
@@ -363,62 +395,72 @@ out.push(`- native: ${h.native.compiler}, ISA ${h.native.isa} (available: ${h.na
 out.push(`- wasm: ${h.wasm.compiler} (emscripten), ISA ${h.wasm.isa}, node ${run.node}, ${paths.wasm.startsWith(root + "/") ? paths.wasm.slice(root.length + 1) : paths.wasm}`);
 out.push(`- inputs: N(0, 1) batches of ${BATCH} floats (rows = ${BATCH} / n), input hash native ${h.native.input_hash}, wasm ${h.wasm.input_hash}`);
 out.push(
-  `- timing: per round, the median of ${opts.reps} loops of >= ${opts.minMs} ms each after a warm-up; ` +
-    `each cell is the best of ${opts.rounds} rounds (teacher via entgraph_bench: the best of ${opts.reps} repetitions)`,
+  `- timing: ${opts.clock === "cpu" ? "CPU time used" : "wall clock"}; per round, the median of ${opts.reps} loops of >= ${opts.minMs} ms ` +
+    `each after a warm-up; each cell is the best of ${opts.rounds} rounds` +
+    `${opts.transformsOnly ? "" : ` (teacher via entgraph_bench: the best of ${opts.reps} repetitions)`}; ` +
+    `wasm under node ${nodeArgs.join(" ") || "(default tiering)"}`,
 );
 out.push(`- load average at start: ${run.loadStart}; at end: ${run.loadEnd}`, "");
 
 out.push("### Transforms (ns per row, one thread)", "");
 const sse = opts.sse2;
+const rr = opts.rounds > 1 ? " (range over rounds)" : "";
 out.push(
-  `| case | n | native ${h.native.isa} | wasm simd128 | wasm / native${opts.rounds > 1 ? " (range over rounds)" : ""} | ` +
-    `${sse ? "native sse2 | wasm / sse2 | " : ""}wasm output vs native ${h.native.isa} | ${sse ? "vs native sse2 | " : ""}target (n = ${TARGET_N}: <= ${TARGET}x) |`,
+  `| case | n | native ${h.native.isa} | wasm simd128 | wasm / native ${h.native.isa}${rr} | ` +
+    `${sse ? `native sse2 | wasm / sse2${rr} | ` : ""}wasm output vs native ${h.native.isa} | ` +
+    `${sse ? `vs native sse2 | target (n = ${TARGET_N}: wasm / sse2 <= ${TARGET}) |` : ""}`,
 );
-out.push(`|---|---|---|---|---|${sse ? "---|---|---|" : ""}---|---|`);
+out.push(`|---|---|---|---|---|${sse ? "---|---|---|---|" : ""}---|`);
 let pass = 0;
 let miss = 0;
 for (const r of run.transforms) {
-  const ratio = r.wasm.ns_per_row / r.native.ns_per_row;
-  let verdict = "(not judged)";
-  if (r.n === TARGET_N) {
-    verdict = ratio <= TARGET ? "PASS" : "**MISS**";
-    ratio <= TARGET ? ++pass : ++miss;
-  }
-  const cells = [`${r.transform} ${r.dir}`, r.n, fmt(r.native.ns_per_row), fmt(r.wasm.ns_per_row), `${ratio.toFixed(2)}${roundRange(r)}`];
-  if (sse) cells.push(fmt(r.sse2.ns_per_row), (r.wasm.ns_per_row / r.sse2.ns_per_row).toFixed(2));
+  const cells = [
+    `${r.transform} ${r.dir}`, r.n, fmt(r.native.ns_per_row), fmt(r.wasm.ns_per_row),
+    `${(r.wasm.ns_per_row / r.native.ns_per_row).toFixed(2)}${roundRange(r)}`,
+  ];
+  if (sse) cells.push(fmt(r.sse2.ns_per_row), `${(r.wasm.ns_per_row / r.sse2.ns_per_row).toFixed(2)}${roundRange(r, "sse2")}`);
   cells.push(same(r.native, r.wasm));
-  if (sse) cells.push(same(r.sse2, r.wasm));
-  cells.push(verdict);
+  if (sse) {
+    const ratio = r.wasm.ns_per_row / r.sse2.ns_per_row;
+    let verdict = "(not judged)";
+    if (r.n === TARGET_N) {
+      verdict = ratio <= TARGET ? "PASS" : "**MISS**";
+      ratio <= TARGET ? ++pass : ++miss;
+    }
+    cells.push(same(r.sse2, r.wasm), verdict);
+  }
   out.push(`| ${cells.join(" | ")} |`);
 }
-out.push("", `n = ${TARGET_N}: ${pass} PASS, ${miss} MISS (wasm <= ${TARGET} x native ${h.native.isa}).`, "");
-
-out.push("### JavaScript API (package, 64 x 512 scores, copies in and out included)", "");
-out.push("| call | JS API ns/row | wasm program ns/row | JS / program | native ns/row | JS / native | output vs wasm program |");
-out.push("|---|---|---|---|---|---|---|");
-for (const j of run.js) {
-  out.push(
-    `| \`${j.call}\` | ${fmt(j.ns_per_row)} | ${fmt(j.program.wasm.ns_per_row)} | ${(j.ns_per_row / j.program.wasm.ns_per_row).toFixed(2)} | ` +
-      `${fmt(j.program.native.ns_per_row)} | ${(j.ns_per_row / j.program.native.ns_per_row).toFixed(2)} | ${same(j, j.program.wasm)} |`,
-  );
-}
+if (sse) out.push("", `n = ${TARGET_N}: ${pass} PASS, ${miss} MISS (wasm <= ${TARGET} x native SSE2).`);
 out.push("");
+if (!opts.transformsOnly) {
+  out.push("### JavaScript API (package, 64 x 512 scores, copies in and out included)", "");
+  out.push("| call | JS API ns/row | wasm program ns/row | JS / program | native ns/row | JS / native | output vs wasm program |");
+  out.push("|---|---|---|---|---|---|---|");
+  for (const j of run.js) {
+    out.push(
+      `| \`${j.call}\` | ${fmt(j.ns_per_row)} | ${fmt(j.program.wasm.ns_per_row)} | ${(j.ns_per_row / j.program.wasm.ns_per_row).toFixed(2)} | ` +
+        `${fmt(j.program.native.ns_per_row)} | ${(j.ns_per_row / j.program.native.ns_per_row).toFixed(2)} | ${same(j, j.program.wasm)} |`,
+    );
+  }
+  out.push("");
 
-out.push(`### Teacher forward, ${TEACHER_BYTES} bytes of data/heldout.txt (ms, one thread)`, "");
-out.push(
-  `| teacher | native ${h.native.isa}, entgraph_bench | native ${h.native.isa}, timing program | ${sse ? "native sse2, timing program | " : ""}` +
-    "wasm, timing program | wasm, JS API (`Teacher.forward`) | wasm program / native | JS API / native | " +
-    `logits: wasm vs native ${h.native.isa} | ${sse ? "vs native sse2 | " : ""}JS vs wasm program |`,
-);
-out.push(`|---|---|---|${sse ? "---|" : ""}---|---|---|---|---|${sse ? "---|" : ""}---|`);
-for (const t of run.teacher) {
-  const nat = t.native.ms;
+  out.push(`### Teacher forward, ${TEACHER_BYTES} bytes of data/heldout.txt (ms, one thread)`, "");
   out.push(
-    `| ${t.kind} | ${fmt(t.gbench_ms, 2)} | ${fmt(nat, 2)} | ${sse ? `${fmt(t.sse2.ms, 2)} | ` : ""}${fmt(t.wasm.ms, 2)} | ` +
-      `${fmt(t.js.ms, 2)} (medians of >= ${t.js.runs} runs) | ${(t.wasm.ms / nat).toFixed(2)} | ${(t.js.ms / nat).toFixed(2)} | ` +
-      `${same(t.native, t.wasm)} | ${sse ? `${same(t.sse2, t.wasm)} | ` : ""}${same(t.js, t.wasm)} |`,
+    `| teacher | native ${h.native.isa}, entgraph_bench | native ${h.native.isa}, timing program | ${sse ? "native sse2, timing program | " : ""}` +
+      "wasm, timing program | wasm, JS API (`Teacher.forward`) | wasm program / native | JS API / native | " +
+      `logits: wasm vs native ${h.native.isa} | ${sse ? "vs native sse2 | " : ""}JS vs wasm program |`,
   );
+  out.push(`|---|---|---|${sse ? "---|" : ""}---|---|---|---|---|${sse ? "---|" : ""}---|`);
+  for (const t of run.teacher) {
+    const nat = t.native.ms;
+    out.push(
+      `| ${t.kind} | ${fmt(t.gbench_ms, 2)} | ${fmt(nat, 2)} | ${sse ? `${fmt(t.sse2.ms, 2)} | ` : ""}${fmt(t.wasm.ms, 2)} | ` +
+        `${fmt(t.js.ms, 2)} (medians of >= ${t.js.runs} runs) | ${(t.wasm.ms / nat).toFixed(2)} | ${(t.js.ms / nat).toFixed(2)} | ` +
+        `${same(t.native, t.wasm)} | ${sse ? `${same(t.sse2, t.wasm)} | ` : ""}${same(t.js, t.wasm)} |`,
+    );
+  }
+  out.push("");
 }
-out.push("");
 console.log(out.join("\n"));
 if (opts.out) writeFileSync(opts.out, JSON.stringify(run, null, 1));

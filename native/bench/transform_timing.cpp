@@ -18,8 +18,12 @@
 // (FNV-1a of the output bits) come from the outputs of one call, so the work
 // cannot be optimised away and the two builds can be compared.
 //
+// --clock cpu times with the CPU time used instead of the wall clock (native:
+// this thread's; wasm: node's process.cpuUsage()), for comparisons on a busy
+// machine, where other processes' time slices land inside a wall-clock loop.
+//
 // Output: one JSON object per line. Usage:
-//   entgraph_transform_timing [--min-ms 50] [--reps 5] [--filter SUBSTRING | --case KEY]
+//   entgraph_transform_timing [--min-ms 50] [--reps 5] [--clock wall|cpu] [--filter SUBSTRING | --case KEY]
 //                             [--isa NAME] [--teacher DIR --text FILE --bytes 256] [--list]
 // where a case's key is <transform>/<dir>/n:<n>, e.g. entmax15/fwd/n:512; with
 // --teacher it times Teacher::forward on the first --bytes bytes of --text;
@@ -41,6 +45,12 @@
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+#if defined(__EMSCRIPTEN__)
+#include <emscripten.h>
+#else
+#include <time.h>
+#endif
 
 #include "entgraph/model.hpp"
 #include "entgraph/runtime.hpp"
@@ -138,6 +148,7 @@ double weighted_sum(const std::vector<float>& out, const std::vector<float>& wei
 struct Options {
   double min_ms = 50.0;
   int reps = 5;
+  bool cpu_clock = false;  // --clock cpu
   std::string filter;    // substring of "<transform>/<dir>/n:<n>"
   std::string only_case;  // exactly "<transform>/<dir>/n:<n>"
   std::string isa;
@@ -151,8 +162,21 @@ struct Timing {
   long long iterations = 0;                       // calls per repetition
 };
 
-double elapsed_ns(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double, std::nano>(b - a).count();
+// Now, in ns: the wall clock, or the CPU time this program has used.
+double now_ns(bool cpu_clock) {
+  if (!cpu_clock) return std::chrono::duration<double, std::nano>(Clock::now().time_since_epoch()).count();
+#if defined(__EMSCRIPTEN__)
+  // The whole node process (microseconds): after the warm-up, V8's compiler
+  // and GC threads are idle and the wasm thread is the only one running.
+  return EM_ASM_DOUBLE({
+    const u = process.cpuUsage();
+    return (u.user + u.system) * 1000;
+  });
+#else
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) * 1e9 + static_cast<double>(ts.tv_nsec);
+#endif
 }
 
 // Warm-up: doubles the call count until one loop lasts min_ms (which also
@@ -162,9 +186,9 @@ Timing time_calls(const std::function<void()>& call, const Options& opt) {
   const double target_ns = opt.min_ms * 1e6;
   long long iters = 1;
   for (;;) {
-    const auto t0 = Clock::now();
+    const double t0 = now_ns(opt.cpu_clock);
     for (long long i = 0; i < iters; ++i) call();
-    const double ns = elapsed_ns(t0, Clock::now());
+    const double ns = now_ns(opt.cpu_clock) - t0;
     if (ns >= target_ns) break;
     // Grow towards the target, at most 10x per step, at least 2x.
     const double factor = ns > 0 ? std::min(10.0, std::max(2.0, 1.2 * target_ns / ns)) : 10.0;
@@ -172,9 +196,9 @@ Timing time_calls(const std::function<void()>& call, const Options& opt) {
   }
   std::vector<double> per_call;
   for (int r = 0; r < opt.reps; ++r) {
-    const auto t0 = Clock::now();
+    const double t0 = now_ns(opt.cpu_clock);
     for (long long i = 0; i < iters; ++i) call();
-    per_call.push_back(elapsed_ns(t0, Clock::now()) / static_cast<double>(iters));
+    per_call.push_back((now_ns(opt.cpu_clock) - t0) / static_cast<double>(iters));
   }
   std::sort(per_call.begin(), per_call.end());
   Timing t;
@@ -295,7 +319,11 @@ Options parse(int argc, char** argv) {
       o.min_ms = std::atof(value().c_str());
     else if (a == "--reps")
       o.reps = std::max(1, std::atoi(value().c_str()));
-    else if (a == "--filter")
+    else if (a == "--clock") {
+      const std::string c = value();
+      if (c != "wall" && c != "cpu") throw std::runtime_error("--clock must be wall or cpu, not '" + c + "'");
+      o.cpu_clock = c == "cpu";
+    } else if (a == "--filter")
       o.filter = value();
     else if (a == "--case")
       o.only_case = value();
@@ -312,7 +340,7 @@ Options parse(int argc, char** argv) {
     else
       throw std::runtime_error(
           "unknown argument '" + a +
-          "' (expected --min-ms MS, --reps N, --filter S, --case KEY, --isa NAME, --teacher DIR --text FILE "
+          "' (expected --min-ms MS, --reps N, --clock wall|cpu, --filter S, --case KEY, --isa NAME, --teacher DIR --text FILE "
           "[--bytes N], --list)");
   }
   if (o.teacher_dir.empty() != o.text_file.empty()) throw std::runtime_error("--teacher and --text go together");
@@ -334,10 +362,10 @@ int main(int argc, char** argv) {
     for (std::size_t n : kSizes) sizes += (sizes.empty() ? "" : ",") + std::to_string(n);
     std::printf(
         "{\"header\":true,\"build\":\"%s\",\"isa\":\"%s\",\"available_isas\":\"%s\",\"threads\":%zu,"
-        "\"batch_elements\":%zu,\"transforms\":\"%s\",\"sizes\":\"%s\",\"min_ms\":%g,\"reps\":%d,"
+        "\"batch_elements\":%zu,\"transforms\":\"%s\",\"sizes\":\"%s\",\"min_ms\":%g,\"reps\":%d,\"clock\":\"%s\","
         "\"input_hash\":\"%s\",\"compiler\":\"%s\"}\n",
         build_name(), entgraph::cpu_isa_name(entgraph::cpu_isa()), available.c_str(), entgraph::num_threads(),
-        kBatchElements, transforms.c_str(), sizes.c_str(), opt.min_ms, opt.reps,
+        kBatchElements, transforms.c_str(), sizes.c_str(), opt.min_ms, opt.reps, opt.cpu_clock ? "cpu" : "wall",
         hex(hash_floats(gaussian(kBatchElements, kSeedScores))).c_str(),
 #if defined(__clang__)
         "clang " __clang_version__
