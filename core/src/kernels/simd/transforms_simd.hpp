@@ -27,9 +27,9 @@
 
 // Functions that clang must inline into their loops in the SIMD128 build:
 // there, a call that is not inlined passes its batches through memory (the
-// wasm shadow stack), which cost more than the call's own work (EntmaxWeight
-// in alpha = 1.25's solver: 2.8x native SSE2, where GCC inlines it). Native
-// builds are left to their compiler's choice.
+// wasm shadow stack). clang 14 left EntmaxWeight out of line in alpha =
+// 1.25's Halley loop, which cost that case 8%; GCC inlines it. Native builds
+// are left to their compiler's choice.
 #if defined(__wasm_simd128__)
 #define ENTGRAPH_SIMD128_INLINE __attribute__((always_inline))
 #else
