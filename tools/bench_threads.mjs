@@ -23,10 +23,10 @@
 // build/wasm/package; it must hold entgraph_core_threads.js), CHROMIUM.
 import { spawn } from "node:child_process";
 import { cpSync, existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
-import net from "node:net";
 import os from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
+import { freePort } from "../tests/browser/free_port.mjs";
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 const webDir = resolve(root, process.env.ENTGRAPH_WEB || "build/web");
@@ -128,16 +128,6 @@ self.onmessage = async (e) => {
   }
 };`;
 
-async function freePort() {
-  return new Promise((ok, fail) => {
-    const s = net.createServer();
-    s.on("error", fail);
-    s.listen(0, "127.0.0.1", () => {
-      const { port } = s.address();
-      s.close(() => ok(port));
-    });
-  });
-}
 
 function median(xs) {
   const s = [...xs].sort((a, b) => a - b);

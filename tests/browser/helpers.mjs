@@ -13,12 +13,12 @@
 import { spawn, execFileSync } from "node:child_process";
 import { createHash } from "node:crypto";
 import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
-import net from "node:net";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import assert from "node:assert/strict";
 import { after, before } from "node:test";
+import { freePort } from "./free_port.mjs";
 
 export const repoRoot = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..");
 export const webDir = resolve(repoRoot, process.env.ENTGRAPH_WEB || "build/web");
@@ -74,17 +74,6 @@ async function loadPlaywright() {
 // ---------------------------------------------------------------------------
 // The static server (web/serve.mjs) on a free port of 127.0.0.1.
 
-async function freePort() {
-  return new Promise((ok, fail) => {
-    const s = net.createServer();
-    s.unref();
-    s.on("error", fail);
-    s.listen(0, "127.0.0.1", () => {
-      const { port } = s.address();
-      s.close(() => ok(port));
-    });
-  });
-}
 
 // -> { url, stop() }. Fails with the server's output if it does not answer.
 // args: serve.mjs's options after the folder and port (e.g. ["--no-isolation"]).

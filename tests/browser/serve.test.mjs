@@ -5,13 +5,13 @@
 import { spawn } from "node:child_process";
 import { mkdtempSync, mkdirSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import http from "node:http";
-import net from "node:net";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import zlib from "node:zlib";
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
+import { freePort } from "./free_port.mjs";
 
 const repoRoot = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..");
 const serveScript = join(repoRoot, "web/serve.mjs");
@@ -34,16 +34,6 @@ writeFileSync(join(root, "core.worker.js"), "self.onmessage = () => {};\n".repea
 writeFileSync(join(base, "secret.txt"), "secret\n");
 symlinkSync(join(base, "secret.txt"), join(root, "leak.txt"));
 
-async function freePort() {
-  return new Promise((ok, fail) => {
-    const s = net.createServer();
-    s.on("error", fail);
-    s.listen(0, "127.0.0.1", () => {
-      const { port } = s.address();
-      s.close(() => ok(port));
-    });
-  });
-}
 
 // Starts the server with extra arguments and environment -> { port, stop }.
 async function serve(extraArgs = [], env = {}) {

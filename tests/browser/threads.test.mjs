@@ -9,13 +9,13 @@
 // the shipped causal teacher and data/heldout.txt.
 import { spawn } from "node:child_process";
 import { cpSync, existsSync, mkdirSync, mkdtempSync, rmSync } from "node:fs";
-import net from "node:net";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 
 import { dataDir, launchBrowser, repoRoot } from "./helpers.mjs";
+import { freePort } from "./free_port.mjs";
 
 const packageDir = resolve(repoRoot, process.env.ENTGRAPH_WASM_PACKAGE || "build/wasm/package");
 const fixtureDir = join(repoRoot, "tests/browser/fixtures/threads");
@@ -35,16 +35,6 @@ function site() {
   return dir;
 }
 
-async function freePort() {
-  return new Promise((ok, fail) => {
-    const s = net.createServer();
-    s.on("error", fail);
-    s.listen(0, "127.0.0.1", () => {
-      const { port } = s.address();
-      s.close(() => ok(port));
-    });
-  });
-}
 
 async function serve(dir, args) {
   const port = await freePort();
