@@ -191,7 +191,10 @@ const server = http.createServer((req, res) => {
   }
   res.writeHead(200, { ...headers, "Content-Length": stat.size });
   if (req.method === "HEAD") return res.end();
-  fs.createReadStream(file).on("error", () => res.destroy()).pipe(res);
+  // At most the bytes Content-Length promised: a file that grows while it is
+  // sent must not spill into the next response on a kept-alive connection.
+  if (stat.size === 0) return res.end();
+  fs.createReadStream(file, { start: 0, end: stat.size - 1 }).on("error", () => res.destroy()).pipe(res);
 });
 
 server.on("error", (err) => {
