@@ -20,6 +20,14 @@ export class Announcer {
       this.pending = null;
     }, this.quietMs);
   }
+
+  // Says `text` now (the keyboard cursor's cell): a message still waiting for
+  // quiet is dropped, so that an older update's numbers do not replace it.
+  sayNow(text) {
+    clearTimeout(this.timer);
+    this.pending = null;
+    this.el.textContent = text;
+  }
 }
 
 // The message after an update: the chosen head's numbers, then the means.
