@@ -568,6 +568,7 @@ let paretoLegend = {}; // method -> recall of its frontier at the true graph's s
 function scheduleParetoSoon() {
   clearTimeout(paretoTimer);
   paretoId = -1; // results of older requests are ignored from now on
+  paretoEngine?.tell("cancel"); // and the running one stops, not to slow the typing down
   demo.paretoReady = false;
   $("pareto-status").textContent = "waiting for typing to stop…";
   paretoTimer = setTimeout(startPareto, PARETO_DELAY_MS);

@@ -34,6 +34,11 @@ export class Engine {
     this.pending.clear();
   }
 
+  // Sends { type, ...fields } and expects no reply.
+  tell(type, fields = {}) {
+    this.worker.postMessage({ type, ...fields });
+  }
+
   // Sends { type, ...fields } and resolves with the worker's reply; the
   // request's id is this.lastId until the next request.
   request(type, fields) {

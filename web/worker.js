@@ -12,7 +12,9 @@
 //                                                       -> { type: "result", id, ... } | { type: "error", id, message }
 //   in  { type: "pareto", id, teacher, text }           -> { type: "pareto", id, points, goldSparsity, legend, ms, threads }
 //                                                          | { type: "pareto", id, cancelled: true }
-// A newer "pareto" cancels an older one while its parameter files load.
+//   in  { type: "cancel" }: stop the recompute running (the text changed)
+// A newer "pareto" or a "cancel" stops a recompute between methods, so that on
+// a machine of few cores it does not slow the keystrokes' updates down.
 
 import { loadEntgraph } from "./entgraph/entgraph.js";
 import { Resources } from "./resources.js";
@@ -39,6 +41,10 @@ self.onmessage = (e) => {
     return;
   }
   if (msg.type === "pareto") paretoWanted = msg.id;
+  if (msg.type === "cancel") {
+    paretoWanted = -1; // the recompute running stops at its next method
+    return;
+  }
   const job = msg.type === "update" ? update(msg) : msg.type === "pareto" ? pareto(msg) : Promise.reject(new Error(`unknown message ${msg.type}`));
   job.catch((err) => self.postMessage({ type: "error", id: msg.id, kind: msg.type, message: errorText(err) }));
 };
@@ -274,7 +280,18 @@ function graphAttentionCheck(h) {
 // The Pareto curves: every (method, grid value, window) of the teacher's
 // manifest on this text, recall and sparsity averaged over heads.
 
-let paretoWanted = 0; // the id of the newest "pareto" request
+let paretoWanted = 0; // the id of the newest "pareto" request; -1 after a "cancel"
+
+// A promise settled in a later task (a message to ourselves: no timer clamping).
+const nextTask = (() => {
+  const channel = new MessageChannel();
+  const queue = [];
+  channel.port1.onmessage = () => queue.shift()?.();
+  return () => new Promise((resolve) => {
+    queue.push(resolve);
+    channel.port2.postMessage(0);
+  });
+})();
 
 async function pareto(msg) {
   await ready;
@@ -296,19 +313,21 @@ async function pareto(msg) {
     const values = methods.flatMap((m) => m.values.map((v) => ({ m, v })));
     const predictors = await Promise.all(values.map(({ v }) => res.predictor(kind, v.file)));
     if (cancelled()) return stop();
+    // One call per method: the gold graphs once per call, every (setting, head)
+    // on the package's threads; one report per (setting, window), setting-major.
     const points = [];
     let goldSparsity = NaN;
-    const add = (index, reports) => {
-      const { m, v } = values[index];
-      PARETO_WINDOWS.forEach((w, k) => {
-        const r = reports[k];
+    for (const m of methods) {
+      const first = values.findIndex((x) => x.m === m);
+      const own = predictors.slice(first, first + m.values.length);
+      for (const r of eg.evaluateMany(own, capture, { windows: PARETO_WINDOWS })) {
+        const v = m.values[r.predictor];
         goldSparsity = r.goldSparsity;
-        points.push({ method: m.method, parameter: m.parameter, value: v.value, file: v.file, window: w, recall: r.recall, sparsity: r.sparsity });
-      });
-    };
-    // One call: the gold graphs once, every (setting, head) on the package's threads.
-    const reports = eg.evaluateMany(predictors, capture, { windows: PARETO_WINDOWS });
-    for (let i = 0; i < values.length; i++) add(i, reports.slice(i * PARETO_WINDOWS.length, (i + 1) * PARETO_WINDOWS.length));
+        points.push({ method: m.method, parameter: m.parameter, value: v.value, file: v.file, window: r.window, recall: r.recall, sparsity: r.sparsity });
+      }
+      await nextTask(); // lets a "cancel" in
+      if (cancelled()) return stop();
+    }
     const legend = {};
     for (const m of methods) {
       const own = points.filter((p) => p.method === m.method);
