@@ -13,6 +13,8 @@
 //   in  { type: "pareto", id, teacher, text }           -> { type: "pareto", id, points, goldSparsity, legend, ms, threads }
 //                                                          | { type: "pareto", id, cancelled: true }
 //   in  { type: "cancel" }: stop the recompute running (the text changed)
+//   out { type: "stale", reason }: the true graphs were redone (goldGraph differed
+//       from the weights' support); the page asks for its update again
 // A newer "pareto" or a "cancel" stops a recompute between methods, so that on
 // a machine of few cores it does not slow the keystrokes' updates down.
 
