@@ -85,9 +85,14 @@ test("arrow keys move a cell cursor; the tooltip and the strip follow it, as the
   // The pointer on the same cell shows the same tooltip.
   await page.keyboard.press("Escape");
   assert.equal(await shown(page), null, "Escape hides the cursor");
-  const at = await cellCentre(page, "#graph-true", 19, 0);
-  await page.mouse.move(at.x, at.y);
-  s = await shown(page);
+  // The cell's place is read again if the layout moved between reading it and
+  // moving the pointer there (a late status line or note above the graphs).
+  for (let attempt = 0; attempt < 3; attempt++) {
+    const at = await cellCentre(page, "#graph-true", 19, 0);
+    await page.mouse.move(at.x, at.y);
+    s = await shown(page);
+    if (s && s.query === 19 && s.key === 0) break;
+  }
   assert.deepEqual([s.query, s.key], [19, 0]);
   assert.equal(s.text, keyboardText, "keyboard and pointer show the same values");
   await page.mouse.move(0, 0);
