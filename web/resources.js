@@ -10,19 +10,19 @@ export class Resources {
     this.eg = eg;
     this.base = base;
     this.teachers = new Map(); // kind -> Promise<{ teacher, config, manifest }>
-    this.teachersNow = new Map(); // kind -> { teacher, config, manifest }
     this.predictors = new Map(); // "kind/file" -> Promise<Predictor>
     this.sources = new Map(); // "kind/file" -> Promise<string>: parameter files fetched
-    this.infos = new Map(); // kind -> Promise<{ config, manifest }>
+    this.infos = new Map(); // kind -> Promise<{ config, configText, manifest }>
   }
 
-  // A teacher's config.json and parameter manifest, without its weights.
+  // A teacher's config.json (parsed, and its text) and parameter manifest,
+  // without its weights.
   info(kind) {
     if (!this.infos.has(kind)) {
       const loading = Promise.all([
-        this.fetchOk(`teachers/${kind}/config.json`, "json"),
+        this.fetchOk(`teachers/${kind}/config.json`, "text"),
         this.fetchOk(`params/${kind}/index.json`, "json"),
-      ]).then(([config, manifest]) => ({ config, manifest }));
+      ]).then(([configText, manifest]) => ({ config: JSON.parse(configText), configText, manifest }));
       loading.catch(() => this.infos.delete(kind)); // a later call tries again
       this.infos.set(kind, loading);
     }
@@ -43,15 +43,9 @@ export class Resources {
   teacher(kind) {
     if (!this.teachers.has(kind)) {
       const loading = (async () => {
-        const [configText, weights, manifest] = await Promise.all([
-          this.fetchOk(`teachers/${kind}/config.json`, "text"),
-          this.fetchOk(`teachers/${kind}/model.safetensors`, "bytes"),
-          this.fetchOk(`params/${kind}/index.json`, "json"),
-        ]);
-        const teacher = this.eg.Teacher.fromFiles(configText, weights);
-        const entry = { teacher, config: teacher.config, manifest };
-        this.teachersNow.set(kind, entry);
-        return entry;
+        const [info, weights] = await Promise.all([this.info(kind), this.fetchOk(`teachers/${kind}/model.safetensors`, "bytes")]);
+        const teacher = this.eg.Teacher.fromFiles(info.configText, weights);
+        return { teacher, config: teacher.config, manifest: info.manifest };
       })();
       loading.catch(() => this.teachers.delete(kind)); // a later call tries again
       this.teachers.set(kind, loading);
@@ -65,15 +59,16 @@ export class Resources {
   predictor(kind, file) {
     const key = `${kind}/${file}`;
     if (!this.predictors.has(key)) {
-      const value = this.teachersNow.get(kind)?.manifest.methods.flatMap((m) => m.values).find((v) => v.file === file);
-      const source = value?.source ?? file;
-      const sourceKey = `${kind}/${source}`;
-      if (!this.sources.has(sourceKey)) {
-        const text = this.fetchOk(`params/${kind}/${source}`, "text");
-        text.catch(() => this.sources.delete(sourceKey));
-        this.sources.set(sourceKey, text);
-      }
-      const loading = this.sources.get(sourceKey).then((text) => {
+      const loading = this.info(kind).then(async ({ manifest }) => {
+        const value = manifest.methods.flatMap((m) => m.values).find((v) => v.file === file);
+        const source = value?.source ?? file;
+        const sourceKey = `${kind}/${source}`;
+        if (!this.sources.has(sourceKey)) {
+          const fetched = this.fetchOk(`params/${kind}/${source}`, "text");
+          fetched.catch(() => this.sources.delete(sourceKey));
+          this.sources.set(sourceKey, fetched);
+        }
+        let text = await this.sources.get(sourceKey);
         if (value?.settings) {
           const json = JSON.parse(text);  // numbers read back to the same doubles
           json.settings = value.settings;

@@ -312,17 +312,15 @@ async function pareto(msg) {
   try {
     capture = out.toCapture();
     const methods = entry.manifest.methods;
-    const values = methods.flatMap((m) => m.values.map((v) => ({ m, v })));
-    const predictors = await Promise.all(values.map(({ v }) => res.predictor(kind, v.file)));
+    // Per method, its grid's predictors (every file fetched at once).
+    const predictors = await Promise.all(methods.map((m) => Promise.all(m.values.map((v) => res.predictor(kind, v.file)))));
     if (cancelled()) return stop();
     // One call per method: the gold graphs once per call, every (setting, head)
     // on the package's threads; one report per (setting, window), setting-major.
     const points = [];
     let goldSparsity = NaN;
-    for (const m of methods) {
-      const first = values.findIndex((x) => x.m === m);
-      const own = predictors.slice(first, first + m.values.length);
-      for (const r of eg.evaluateMany(own, capture, { windows: PARETO_WINDOWS })) {
+    for (const [i, m] of methods.entries()) {
+      for (const r of eg.evaluateMany(predictors[i], capture, { windows: PARETO_WINDOWS })) {
         const v = m.values[r.predictor];
         goldSparsity = r.goldSparsity;
         points.push({ method: m.method, parameter: m.parameter, value: v.value, file: v.file, window: r.window, recall: r.recall, sparsity: r.sparsity });
