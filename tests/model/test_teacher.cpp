@@ -126,6 +126,27 @@ TEST_SUITE("model") {
     }
   }
 
+  TEST_CASE("a forward without logits has every head's Q, K, V, P and a of the full forward, and no logits") {
+    for (const std::string& name : kTeachers) {
+      CAPTURE(name);
+      const Teacher teacher = Teacher::load(teacher_dir(name));
+      ForwardOptions full;
+      full.attention_probs = true;
+      ForwardOptions heads = full;
+      heads.logits = false;
+      const std::string text = "Heads only: the last layer's MLP and the output head are skipped.";
+      const TeacherOutput a = teacher.forward(text, full), b = teacher.forward(text, heads);
+      CHECK(b.queries == a.queries);
+      CHECK(b.keys == a.keys);
+      CHECK(b.values == a.values);
+      CHECK(b.attention == a.attention);
+      CHECK(b.probs == a.probs);
+      CHECK(b.logits.empty());
+      CHECK_THROWS_WITH_AS(b.logits_view(), doctest::Contains("not computed (ForwardOptions::logits"), Error);
+      CHECK(a.logits_view().rows == a.tokens);
+    }
+  }
+
   TEST_CASE("Teacher::capture holds the forward pass's Q, K and V, sequence by sequence") {
     const Teacher teacher = Teacher::load(teacher_dir("teacher-causal"));
     const std::vector<std::string> texts = {"And God said, Let there be light.", "x", "Amen."};

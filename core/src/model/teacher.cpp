@@ -315,6 +315,7 @@ TeacherOutput Teacher::forward_tokens(const std::vector<std::size_t>& tokens, co
         std::copy_n(ah.row(t), hd, out.attention.begin() + base + t * hd);
       }
     }
+    if (l + 1 == c.layers && !options.logits) return out;  // the heads are all there
     apply(layer.o, a.data(), n, x.data(), /*accumulate=*/true);
     layer_norm(layer.ln2, x.data(), n, d, c.layer_norm_eps, h.data());
     apply(layer.fc1, h.data(), n, mlp.data());
@@ -425,6 +426,11 @@ MatrixView<const float> TeacherOutput::attention_of(std::size_t l, std::size_t h
 }
 MatrixView<const float> TeacherOutput::probs_of(std::size_t l, std::size_t h) const {
   return head_view(probs, l, h, *this, tokens, "probs_of");
+}
+MatrixView<const float> TeacherOutput::logits_view() const {
+  if (logits.size() != tokens * outputs)
+    throw Error("TeacherOutput::logits_view: not computed (ForwardOptions::logits was false)");
+  return {logits.data(), tokens, outputs};
 }
 
 std::vector<std::string> split_text(std::string_view text, std::size_t max_bytes) {
