@@ -134,6 +134,22 @@ export declare class TeacherOutput implements Disposable {
   /** tokens x tokens entmax weights; needs forward(text, { probs: true }). */
   probs(layer: number, head: number): Float32Array;
   goldGraph(layer: number, head: number): Graph;
+  /**
+   * Heads as cells: for each head asked (flat index layer * heads + head; all by
+   * default), tokens x tokens bytes of Entgraph.cellBits: allowed by the mask, an
+   * edge of the true graph, predicted by `predictor` (its union patterns
+   * included). The true graph is the support of the recorded weights (gold:
+   * "weights", needs forward(text, { probs: true })) or goldGraph's, recomputed
+   * from Q and K (gold: "graph"). The metrics are
+   * compareGraphs(predicted graph, true graph, causal)'s; coveredRows counts the
+   * queries whose every true edge is predicted. One call: the predictor reads Q
+   * and K in the wasm heap, and only the cells are copied out.
+   */
+  graphCells(options?: { predictor?: Predictor | null; heads?: ArrayLike<number> | null; gold?: "weights" | "graph" }): {
+    cells: Uint8Array;
+    heads: { layer: number; head: number; metrics: GraphMetrics; coveredRows: number }[];
+  };
+  /** tokens x outputs; throws if forward ran with { logits: false }. */
   logits(): Float32Array;
   toCapture(): Capture;
   dispose(): void;
@@ -151,8 +167,12 @@ export declare class Teacher implements Disposable {
   private constructor();
   static fromFiles(configJson: string, weights: Uint8Array | ArrayBuffer): Teacher;
   readonly config: TeacherConfig;
-  /** Runs the model on the UTF-8 bytes of text (1 .. context bytes). */
-  forward(text: string, options?: { probs?: boolean }): TeacherOutput;
+  /**
+   * Runs the model on the UTF-8 bytes of text (1 .. context bytes). probs: record
+   * every head's weights; logits: false stops after the last layer's attention
+   * (every head is there; logits() then throws), about a sixth less work.
+   */
+  forward(text: string, options?: { probs?: boolean; logits?: boolean }): TeacherOutput;
   capture(texts: string[]): Capture;
   dispose(): void;
   [Symbol.dispose](): void;
@@ -178,6 +198,8 @@ export declare class Predictor implements Disposable {
 
 export interface Entgraph {
   readonly version: string;
+  /** The bits of TeacherOutput.graphCells' cells. */
+  readonly cellBits: { readonly allowed: 1; readonly gold: 2; readonly predicted: 4 };
   readonly isa: string;
   setIsa(name: "reference" | "simd128"): void;
   readonly render: typeof render;

@@ -169,6 +169,7 @@ function tokenLabels(string) {
 const CPP_LOCATION = /(^|: )(?:[A-Z]\w*::~?\w+|[a-z][a-z0-9]*(?:_[a-z0-9]+)+): /;
 const CPP_NAMES = [
   [/\(ForwardOptions::attention_probs\)/g, "(forward(text, { probs: true }) records them)"],
+  [/\(ForwardOptions::logits was false\)/g, "(forward(text, { logits: false }) skips them)"],
   [/\bsplit_text\b/g, "splitText"],
   [/\bmax_bytes\b/g, "maxBytes"],
   [/\bextra_window\b/g, "extraWindow"],
@@ -244,6 +245,8 @@ class Entgraph {
 
     this.render = render;
     this.version = checked(core.version(), "loadEntgraph");
+    // The bits of TeacherOutput.graphCells' cells (entgraph/graph_cells.hpp).
+    this.cellBits = Object.freeze({ allowed: 1, gold: 2, predicted: 4 });
     this.transformNames = [...TRANSFORM_NAMES];
     this.predictorMethods = checked(core.predictorMethods(), "loadEntgraph");
     this.defaultWindows = checked(core.defaultWindows(), "loadEntgraph");
@@ -308,6 +311,18 @@ class Entgraph {
       scores(layer, head) { return this.#head("scores", layer, head); }
       probs(layer, head) { return this.#head("probs", layer, head); }
       goldGraph(layer, head) { return this.#head("goldGraph", layer, head); }
+      // Heads as cells (eg.cellBits) of the recorded weights and of a predictor's
+      // graph, with compareGraphs' metrics: one call, no weights copied out.
+      graphCells({ predictor = null, heads = null, gold = "weights" } = {}) {
+        const call = "TeacherOutput.graphCells";
+        if (predictor !== null && !(predictor instanceof Predictor))
+          throw new Error(`${call}: predictor: expected a Predictor or null (got ${describe(predictor)})`);
+        if (heads !== null && !Array.isArray(heads) && !ArrayBuffer.isView(heads))
+          throw new Error(`${call}: heads: expected an array of head indices or null (got ${describe(heads)})`);
+        if (gold !== "weights" && gold !== "graph") throw new Error(`${call}: gold: expected "weights" or "graph" (got ${describe(gold)})`);
+        const list = heads === null ? null : Array.from(heads, (h, i) => count(h, `heads[${i}]`));
+        return checked(this.handle.graphCells(predictor === null ? null : predictor.handle, list, gold === "graph"), call);
+      }
       logits() { return checked(this.handle.logits(), "TeacherOutput.logits"); }
       toCapture() { return new Capture(checked(this.handle.toCapture(), "TeacherOutput.toCapture")); }
     }
@@ -323,8 +338,10 @@ class Entgraph {
         return new Teacher(api.#checked(core.Teacher.fromFiles(text(configJson, "configJson"), bytes(weights, "weights")), "Teacher.fromFiles"));
       }
       get config() { return { ...this.#config }; }
-      forward(string, { probs = false } = {}) {
-        return new TeacherOutput(checked(this.handle.forward(text(string, "text"), Boolean(probs)), "Teacher.forward"));
+      // probs: record every head's weights; logits: false stops after the last
+      // layer's attention (the heads only, about a sixth less work).
+      forward(string, { probs = false, logits = true } = {}) {
+        return new TeacherOutput(checked(this.handle.forward(text(string, "text"), Boolean(probs), Boolean(logits)), "Teacher.forward"));
       }
       capture(texts) {
         if (!Array.isArray(texts)) throw new Error(`texts: expected an array of strings (got ${describe(texts)})`);

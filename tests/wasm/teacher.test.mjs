@@ -240,6 +240,22 @@ for (const model of ["teacher-causal", "teacher-masked"]) {
       }
     });
 
+    test("forward with { logits: false }: the same heads, and logits() says why it has none", () => {
+      const text = wasmCap.texts[LAST];
+      const full = teacher.forward(text, { probs: true });
+      const heads = teacher.forward(text, { probs: true, logits: false });
+      try {
+        for (let l = 0; l < 4; l++)
+          for (let h = 0; h < 4; h++)
+            for (const what of ["queries", "keys", "values", "attention", "probs"])
+              assert.deepEqual(heads[what](l, h), full[what](l, h), `${what}(${l}, ${h})`);
+        assert.throws(() => heads.logits(), /^Error: TeacherOutput\.logits: not computed \(forward\(text, \{ logits: false \}\) skips them\)$/);
+      } finally {
+        full.dispose();
+        heads.dispose();
+      }
+    });
+
     test("forward vs the PyTorch fixture (Q, K, V and logits to 1e-4; UTF-8 text)", (t) => {
       const fixture = dataFile(model, "fixture");
       const meta = JSON.parse(readFileSync(join(fixture, "capture.json"), "utf8"));

@@ -23,18 +23,7 @@ val gold_graph_js(const val& q, const val& k, double n_d, double m_d, double d_d
 }
 
 val compare_graphs_js(const val& predicted, const val& gold, bool causal) {
-  const GraphMetrics r = compare_graphs(graph_from_js(predicted, "predicted"), graph_from_js(gold, "gold"), causal);
-  val m = val::object();
-  m.set("gold", static_cast<double>(r.gold));
-  m.set("predicted", static_cast<double>(r.predicted));
-  m.set("hits", static_cast<double>(r.hits));
-  m.set("allowed", static_cast<double>(r.allowed));
-  m.set("queries", static_cast<double>(r.queries));
-  m.set("sparsity", r.sparsity());
-  m.set("goldSparsity", r.gold_sparsity());
-  m.set("recall", r.recall());
-  m.set("precision", r.precision());
-  return m;
+  return metrics_to_js(compare_graphs(graph_from_js(predicted, "predicted"), graph_from_js(gold, "gold"), causal));
 }
 
 val graph_union_js(const val& a, const val& b) { return graph_to_js(graph_union(graph_from_js(a, "a"), graph_from_js(b, "b"))); }

@@ -10,8 +10,10 @@
 
 #include "entgraph/error.hpp"
 #include "entgraph/graph.hpp"
+#include "entgraph/graph_cells.hpp"
 #include "entgraph/heads.hpp"
 #include "entgraph/model.hpp"
+#include "entgraph/predictors/predictor.hpp"
 #include "js_interop.hpp"
 
 namespace entgraph::js {
@@ -41,9 +43,10 @@ std::string teacher_config(const Teacher& t) {
       .dump();
 }
 
-std::unique_ptr<Forward> teacher_forward(const Teacher& t, const std::string& text, bool probs) {
+std::unique_ptr<Forward> teacher_forward(const Teacher& t, const std::string& text, bool probs, bool logits) {
   ForwardOptions options;
   options.attention_probs = probs;
+  options.logits = logits;
   auto f = std::make_unique<Forward>();
   f->out = t.forward(text, options);
   f->head.alpha = t.config().alpha;
@@ -105,6 +108,60 @@ val forward_gold_graph(const Forward& f, double l, double h) {
   return graph_to_js(gold_graph(f.out.queries_of(layer, head), f.out.keys_of(layer, head), f.head));
 }
 
+// Heads (flat indices layer * heads + head; null: every head) as cells
+// (graph_cells.hpp) of the true graph and of the predictor's graph (null:
+// none), the predictor reading Q and K where the forward pass left them. The
+// true graph is the support of the recorded weights, or with gold_from_graph
+// gold_graph's, recomputed from Q and K. -> {cells: Uint8Array of heads x n x
+// n, heads: [{layer, head, metrics, coveredRows}]}.
+val forward_graph_cells(const Forward& f, const val& predictor, const val& heads, bool gold_from_graph) {
+  const TeacherOutput& o = f.out;
+  if (!gold_from_graph && o.probs.empty())
+    throw Error("TeacherOutput.graphCells: the weights were not recorded (run forward(text, { probs: true }), "
+                "or pass gold: \"graph\")");
+  const Predictor* p = predictor.isNull() || predictor.isUndefined() ? nullptr
+                                                                      : predictor.as<const Predictor*>(emscripten::allow_raw_pointers());
+  std::vector<std::size_t> list;
+  const std::size_t total = o.layers * o.heads;
+  if (heads.isNull() || heads.isUndefined()) {
+    for (std::size_t i = 0; i < total; ++i) list.push_back(i);
+  } else {
+    const std::size_t count = length_of(heads, "heads");
+    for (std::size_t i = 0; i < count; ++i) {
+      const std::string name = "heads[" + std::to_string(i) + "]";
+      const std::size_t index = to_size(heads[i].as<double>(), name.c_str());
+      if (index >= total)
+        throw Error(name + ": head " + std::to_string(index) + " of " + std::to_string(total) +
+                    " (layer * heads + head)");
+      list.push_back(index);
+    }
+  }
+  const std::size_t n = o.tokens;
+  std::vector<std::uint8_t> cells(list.size() * n * n);
+  val out_heads = val::array();
+  for (std::size_t at = 0; at < list.size(); ++at) {
+    const std::size_t layer = list[at] / o.heads, head = list[at] % o.heads;
+    Graph predicted;
+    if (p != nullptr) predicted = p->predict(o.queries_of(layer, head), o.keys_of(layer, head), layer, head, f.head.causal);
+    std::uint8_t* out = cells.data() + at * n * n;
+    const Graph* pg = p != nullptr ? &predicted : nullptr;
+    const GraphCells c =
+        gold_from_graph
+            ? mark_graph_cells(gold_graph(o.queries_of(layer, head), o.keys_of(layer, head), f.head), pg, f.head.causal, out)
+            : mark_graph_cells(o.probs_of(layer, head), pg, f.head.causal, out);
+    val h = val::object();
+    h.set("layer", static_cast<double>(layer));
+    h.set("head", static_cast<double>(head));
+    h.set("metrics", metrics_to_js(c.metrics));
+    h.set("coveredRows", static_cast<double>(c.covered_rows));
+    out_heads.call<void>("push", h);
+  }
+  val result = val::object();
+  result.set("cells", byte_array(cells.data(), cells.size()));
+  result.set("heads", out_heads);
+  return result;
+}
+
 // The forward pass as a one-sequence capture, without running the model again.
 std::unique_ptr<Capture> forward_to_capture(const Forward& f) {
   const TeacherOutput& o = f.out;
@@ -144,6 +201,7 @@ EMSCRIPTEN_BINDINGS(entgraph_model) {
       .function("logits", guarded<&forward_logits>)
       .function("scores", guarded<&forward_scores>)
       .function("goldGraph", guarded<&forward_gold_graph>)
+      .function("graphCells", guarded<&forward_graph_cells>)
       .function("toCapture", guarded<&forward_to_capture>);
   emscripten::function("splitText", guarded<&split_text_js>);
 }

@@ -13,6 +13,7 @@ std::string& error_slot() {
   static std::string slot;
   return slot;
 }
+}  // namespace
 
 std::size_t length_of(const val& array, const char* name) {
   if (array.isUndefined() || array.isNull()) throw Error(std::string(name) + ": missing (expected an array)");
@@ -20,7 +21,6 @@ std::size_t length_of(const val& array, const char* name) {
   if (!length.isNumber()) throw Error(std::string(name) + ": not an array (it has no length)");
   return to_size(length.as<double>(), name);
 }
-}  // namespace
 
 void set_error(std::string message) { error_slot() = std::move(message); }
 
@@ -73,6 +73,20 @@ val graph_to_js(const Graph& g) {
   object.set("offsets", copied_array(offsets.data(), offsets.size()));
   object.set("indices", copied_array(g.indices.data(), g.indices.size()));
   return object;
+}
+
+val metrics_to_js(const GraphMetrics& r) {
+  val m = val::object();
+  m.set("gold", static_cast<double>(r.gold));
+  m.set("predicted", static_cast<double>(r.predicted));
+  m.set("hits", static_cast<double>(r.hits));
+  m.set("allowed", static_cast<double>(r.allowed));
+  m.set("queries", static_cast<double>(r.queries));
+  m.set("sparsity", r.sparsity());
+  m.set("goldSparsity", r.gold_sparsity());
+  m.set("recall", r.recall());
+  m.set("precision", r.precision());
+  return m;
 }
 
 Graph graph_from_js(const val& object, const char* name) {

@@ -74,6 +74,9 @@ val byte_array(const std::uint8_t* data, std::size_t size);
 // graph_from_js validates it (sorted rows, indices < keys).
 val graph_to_js(const Graph& graph);
 Graph graph_from_js(const val& object, const char* name);
+// GraphMetrics as {gold, predicted, hits, allowed, queries, sparsity,
+// goldSparsity, recall, precision}: the counts and the core's ratios.
+val metrics_to_js(const GraphMetrics& metrics);
 
 // A JSON text from a JavaScript value, for structured arguments.
 std::string json_of(const val& value);
@@ -82,6 +85,8 @@ std::string js_number_text(double value);
 
 // An unsigned integer from a JavaScript number: finite, whole, in range.
 std::size_t to_size(double value, const char* name);
+// The length of an array argument; the message names it when it is not one.
+std::size_t length_of(const val& array, const char* name);
 // a * b, or an error naming the array if it overflows.
 std::size_t checked_product(std::size_t a, std::size_t b, const char* name);
 
