@@ -6,11 +6,13 @@
 //
 // One update: the page sends its state (teacher, text, predictor setting,
 // chosen head) to the update worker, which runs the teacher forward on the
-// text the model reads, every head's true graph, the chosen predictor on
-// every head, the metrics and graph attention on the chosen head (fast and
-// exact modes), and sends back arrays; the page draws them. At most one
-// update is in flight; changes made meanwhile are sent together when it
-// returns, so the main thread never waits for the model. The Pareto curves
+// text the model reads and answers in two parts: first the chosen head's
+// cells (true and predicted graph), metrics and weights, which the page draws
+// with the text at once; then every other head and graph attention on the
+// chosen head (fast and exact modes), which fill the grid, the means and the
+// exactness panel. At most one update is in flight; changes made meanwhile are
+// sent together when its first part returns, so the main thread never waits
+// for the model. The Pareto curves
 // are recomputed by a second worker 300 ms after the text stops changing.
 
 import { Engine } from "./engine.js";
@@ -68,8 +70,8 @@ let samples = [];
 let sampleIndex = 0;
 
 // The last update's result, as drawn: { kind, text, cut, inputBytes, bytes, glyphs, n, dim, causal,
-// layers, headsPerLayer, heads: [{ layer, head, state, metrics }], chosen: { layer, head, probs, scores },
-// exactInfo, timings }
+// layers, headsPerLayer, heads: [{ layer, head, state, metrics, fresh }], chosen: { layer, head, probs, scores },
+// exactInfo, timings }; scores and exactInfo come with the update's detail (null until then)
 let run = null;
 
 // ---------------------------------------------------------------------------
@@ -103,7 +105,7 @@ function requestUpdate(flags) {
       if (dirty & DIRTY_COMPUTE || inFlight) return; // the coming result redraws
       draw();
       dirty = 0;
-      demo.pending = gridPending;
+      demo.pending = busy();
     });
   }
 }
@@ -131,6 +133,7 @@ async function sendUpdate() {
     loadedFiles.add(fileKey);
     if (loading) setStatus("");
     apply(result, { textInfo, info, value, window: sent.window, since });
+    detailPending = true; // the other heads and graph attention follow (onWorkerMessage)
   } catch (err) {
     inFlight = false;
     showError(err);
@@ -157,41 +160,105 @@ function timed(name, fn) {
   };
 }
 
+// An update arrives in two parts (worker.js): "result", the chosen head, drawn
+// at once with the text; then "detail", every other head and graph attention
+// on the chosen head. The keystroke's latency is that of the first part's paint
+// (entgraphDemo.inputToPaintMs); the whole page's is inputToCompleteMs.
+let detailPending = false;
+let completeSince = 0; // the keystroke whose whole update is being drawn (for inputToCompleteMs)
+
+// Whether something the page will show is still to come.
+function busy() {
+  return dirty !== 0 || inFlight || gridPending || detailPending;
+}
+
+const NO_METRICS = { recall: NaN, sparsity: NaN, goldSparsity: NaN, precision: NaN, gold: 0, predicted: 0, hits: 0 };
+
 // sent: { textInfo, info, value, window, since } of the request.
 const apply = timed("apply", applyResult);
 function applyResult(result, { textInfo, info, value, window, since }) {
   const textChanged = !run || result.textChanged || run.kind !== result.kind;
-  const heads = result.metrics.map((metrics, i) => ({
-    layer: Math.floor(i / result.headsPerLayer),
-    head: i % result.headsPerLayer,
-    metrics,
-    state: result.states ? result.states[i] : run.heads[i].state,
-  }));
+  const n = result.n;
+  const chosenIndex = result.layer * result.headsPerLayer + result.head;
+  // A head keeps its cells while the worker says they are this prediction's
+  // (metrics not null); the others show the last ones until the detail.
+  const heads = result.metrics.map((metrics, i) => {
+    const old = run?.heads[i];
+    let state = n === 0 ? new Uint8Array(0) : old?.state ?? new Uint8Array(0);
+    if (i === chosenIndex && result.cells) state = result.cells;
+    return { layer: Math.floor(i / result.headsPerLayer), head: i % result.headsPerLayer, metrics: metrics ?? old?.metrics ?? NO_METRICS, fresh: metrics != null, state };
+  });
   const glyphs = result.glyphs ?? run.glyphs;
   run = {
+    id: result.id, key: result.key,
     kind: result.kind, text: result.text, cut: textInfo.cut, inputBytes: textInfo.totalBytes, bytes: utf8Bytes(result.text),
     start: textInfo.start, end: textInfo.end, context: info.config.context ?? 256,
-    glyphs, n: result.n, dim: result.dim, causal: result.causal, layers: result.layers, headsPerLayer: result.headsPerLayer,
-    heads, chosen: result.n > 0 ? { layer: result.layer, head: result.head, probs: result.probs, scores: result.scores } : null,
-    exactInfo: result.exactInfo, timings: result.timings, info, value, window,
+    glyphs, n, dim: result.dim, causal: result.causal, layers: result.layers, headsPerLayer: result.headsPerLayer,
+    heads, chosen: n > 0 ? { layer: result.layer, head: result.head, probs: result.probs, scores: null } : null, // scores: with the detail
+    exactInfo: null, // with the detail
+    timings: result.timings, info, value, window, textChanged,
   };
-  if (result.checks) {
-    demo.checked = (demo.checked ?? 0) + result.checks.length;
-    for (const differ of result.checks) {
-      for (const line of differ) console.warn(`check: ${line}`);
-      demo.checkMismatches = (demo.checkMismatches ?? 0) + differ.length;
-    }
-  }
   if (textChanged) {
     strip.setTokens(run.glyphs);
     grid.build(run.layers, run.headsPerLayer);
     scheduleParetoSoon();
   }
   const t0 = performance.now();
-  draw({ grid: textChanged || result.states != null });
+  drawChosen();
   refreshTooltip();
-  const drawMs = performance.now() - t0;
-  publish(drawMs, since);
+  run.drawMs = performance.now() - t0;
+  // From the keystroke to the paint that shows this part (the task after the
+  // next animation frame runs once that frame is painted).
+  demo.inputToPaintMs = null;
+  if (since) {
+    const id = run.id;
+    afterPaint(() => {
+      demo.inputToPaintMs = run.id === id ? performance.now() - since : null; // null: a newer update was drawn first
+    });
+  }
+  run.since = since;
+}
+
+// The second part of the update of run.id (worker.js "detail").
+const applyDetail = timed("detail", (detail) => {
+  detailPending = false;
+  const nn = run.n * run.n;
+  for (const [at, i] of detail.heads.entries()) run.heads[i].state = detail.cells.subarray(at * nn, (at + 1) * nn);
+  for (const [i, metrics] of detail.metrics.entries()) Object.assign(run.heads[i], { metrics, fresh: true });
+  run.exactInfo = detail.exactInfo;
+  if (run.chosen) run.chosen.scores = detail.scores;
+  run.timings = detail.timings;
+  if (detail.checks) {
+    demo.checked = (demo.checked ?? 0) + detail.checks.length;
+    for (const differ of detail.checks) {
+      for (const line of differ) console.warn(`check: ${line}`);
+      demo.checkMismatches = (demo.checkMismatches ?? 0) + differ.length;
+    }
+  }
+  const t0 = performance.now();
+  drawHeads({ grid: true });
+  drawExactness();
+  if (detail.scores) refreshTooltip(); // the score line
+  const drawMs = run.drawMs + performance.now() - t0;
+  publish(drawMs, run.since);
+});
+
+function onWorkerMessage(msg) {
+  if (msg.type === "stale") {
+    console.warn(msg.reason);
+    demo.goldMismatches = (demo.goldMismatches ?? 0) + 1;
+    requestUpdate(DIRTY_COMPUTE);
+  } else if (msg.type === "detail") {
+    if (run && msg.id === run.id) applyDetail(msg);
+  } else if (msg.type === "error") {
+    detailPending = false;
+    showError(new Error(msg.message));
+  }
+}
+
+// fn() in the task after the next animation frame: once that frame is painted.
+function afterPaint(fn) {
+  requestAnimationFrame(() => setTimeout(fn, 0));
 }
 
 function currentValue(info) {
@@ -226,7 +293,7 @@ function formatDiff(x) {
 }
 
 function setBar(id, value) {
-  $(id).style.width = `${Number.isFinite(value) ? Math.max(0, Math.min(1, value)) * 100 : 0}%`;
+  $(id).style.transform = `scaleX(${Number.isFinite(value) ? Math.max(0, Math.min(1, value)) : 0})`;
 }
 
 function mean(heads, f) {
@@ -258,7 +325,15 @@ function drawGridSoon() {
     }
     grid.mode = mode;
     gridPending = false;
-    demo.pending = dirty !== 0 || inFlight;
+    demo.pending = busy();
+    if (!demo.pending && completeSince) {
+      const since = completeSince;
+      const id = run.id;
+      completeSince = 0;
+      afterPaint(() => {
+        if (run.id === id) demo.inputToCompleteMs = performance.now() - since;
+      });
+    }
   });
   gridTimer = setTimeout(step, 0);
 }
@@ -270,9 +345,15 @@ function chosenHead() {
 
 // Draws the run; grid: also redraw the heads grid (its thumbnails changed).
 function draw({ grid: redrawGrid = false } = {}) {
+  drawChosen();
+  drawHeads({ grid: redrawGrid });
+  drawExactness();
+}
+
+// The chosen head's graphs and numbers, and the text's notes.
+function drawChosen() {
   const n = run.n;
   const chosen = chosenHead();
-  const exactInfo = run.exactInfo;
   // graphs
   const data = { n, glyphs: run.glyphs, state: chosen?.state ?? new Uint8Array(0), probs: run.chosen?.probs ?? null };
   clampView();
@@ -288,9 +369,6 @@ function draw({ grid: redrawGrid = false } = {}) {
   $("zoom-info").textContent = n === 0 ? "" : size >= n ? `${n} tokens` :
     `queries ${state.row0}–${state.row0 + size - 1}, keys ${state.col0}–${state.col0 + size - 1}`;
   document.body.classList.toggle("bidirectional", !run.causal);
-
-  // grid of heads (only when something it shows changed), in later tasks
-  if (redrawGrid || grid.mode !== state.gridMode) drawGridSoon();
   grid.select(state.layer, state.head);
 
   // numbers
@@ -306,9 +384,27 @@ function draw({ grid: redrawGrid = false } = {}) {
       // on the page, not in a hover title: a phone has no hover
       ` <span class="edge-totals">of ${m.gold} true edges; ${m.predicted} predicted of ${m.allowed} allowed pairs</span>`
     : "–";
+
+  // text box notes
+  $("byte-count").textContent = `${run.inputBytes} byte${run.inputBytes === 1 ? "" : "s"}`;
+  textWindow.show({ start: run.start, end: run.end, totalBytes: run.inputBytes, cut: run.cut }, run.context);
+}
+
+// What every head gives: the grid (grid: its thumbnails changed; drawn in later
+// tasks), the means over heads, the point on the Pareto plot.
+function drawHeads({ grid: redrawGrid = false } = {}) {
+  if (redrawGrid || grid.mode !== state.gridMode) drawGridSoon();
   setNumber("mean-recall", mean(run.heads, (h) => h.metrics.recall));
   setNumber("mean-sparsity", mean(run.heads, (h) => h.metrics.sparsity));
+  chart.setCurrent(currentPoint());
+  // the explanation's share of zero pairs, from this text
+  $("zero-share").textContent = zeroShareText(run.n > 0 ? mean(run.heads, (h) => h.metrics.goldSparsity) : NaN);
+}
 
+// Graph attention on the chosen head: exact on the graph alone, and after bound and repair.
+function drawExactness() {
+  const m = chosenHead()?.metrics;
+  const exactInfo = run.exactInfo;
   const ex = $("exactness");
   if (exactInfo) {
     const exact = m.recall === 1;
@@ -355,15 +451,6 @@ function draw({ grid: redrawGrid = false } = {}) {
     $("max-diff-scale").textContent = "";
     $("repair-summary").textContent = "";
   }
-
-  // the marker on the Pareto plot
-  chart.setCurrent(currentPoint());
-
-  // text box notes
-  $("byte-count").textContent = `${run.inputBytes} byte${run.inputBytes === 1 ? "" : "s"}`;
-  textWindow.show({ start: run.start, end: run.end, totalBytes: run.inputBytes, cut: run.cut }, run.context);
-  // the explanation's share of zero pairs, from this text
-  $("zero-share").textContent = zeroShareText(run.n > 0 ? mean(run.heads, (h) => h.metrics.goldSparsity) : NaN);
 }
 
 function currentPoint() {
@@ -389,7 +476,7 @@ function publish(drawMs, since) {
   const ms = timings.load + timings.forward + timings.predict + timings.attention + drawMs;
   Object.assign(demo, {
     ready: true,
-    pending: dirty !== 0 || inFlight || gridPending,
+    pending: busy(),
     updates: demo.updates + 1,
     error: null,
     text: run.text,
@@ -445,17 +532,11 @@ function publish(drawMs, since) {
   const el = $("update-ms");
   el.textContent = demo.updates === 1 ? `${ms.toFixed(1)} ms (the first, warming up)` : `${ms.toFixed(1)} ms`;
   el.dataset.value = String(ms);
-  // From the keystroke to the end of its update, and to the paint that shows it
-  // (the task after the next animation frame runs once that frame is painted).
+  // From the keystroke to the end of its whole update (both parts), and to the
+  // paint of the whole page, its 16 thumbnails included (drawGridSoon).
   demo.inputToUpdateMs = since ? performance.now() - since : null;
-  demo.inputToPaintMs = null;
-  const updates = demo.updates;
-  if (since) {
-    requestAnimationFrame(() => setTimeout(() => {
-      if (demo.updates === updates) demo.inputToPaintMs = performance.now() - since;
-      else demo.inputToPaintMs = null; // a newer update was drawn first
-    }, 0));
-  }
+  demo.inputToCompleteMs = null;
+  completeSince = since;
   el.title =
     `last update (in the worker): teacher ${timings.forward.toFixed(1)} ms, predictor on all heads ${timings.predict.toFixed(1)} ms, ` +
     `attention check ${timings.attention.toFixed(1)} ms; drawing here ${timings.draw.toFixed(1)} ms`;
@@ -508,7 +589,7 @@ function showTooltip(cell, event) {
   const n = run.n;
   const s = h.state[i * n + j];
   const allowed = (s & ALLOWED) !== 0;
-  const score = c.scores[i * n + j];
+  const score = c.scores ? c.scores[i * n + j] : null; // null: the update's detail is still to come
   const p = c.probs[i * n + j];
   let kind;
   if (!allowed) kind = `<span class="tag masked">future key: the causal mask forbids it</span>`;
@@ -519,7 +600,7 @@ function showTooltip(cell, event) {
   tip.innerHTML =
     `<div><b>query ${i}</b> ${tok(i)} <span class="ctx">${escapeHtml(snippet(run.bytes, run.glyphs, i))}</span></div>` +
     `<div><b>key ${j}</b> ${tok(j)} <span class="ctx">${escapeHtml(snippet(run.bytes, run.glyphs, j))}</span></div>` +
-    `<div>score ${allowed && Number.isFinite(score) ? score.toFixed(3) : "−∞ (masked)"} · probability ${p > 0 ? p.toPrecision(3) : "0"}</div>` +
+    `<div>score ${!allowed ? "−∞ (masked)" : score === null ? "…" : Number.isFinite(score) ? score.toFixed(3) : "−∞ (masked)"} · probability ${p > 0 ? p.toPrecision(3) : "0"}</div>` +
     `<div>${kind}</div>`;
   tip.hidden = false;
   // The keyboard cursor's cell, said to a screen reader (the pointer's is seen).
@@ -826,11 +907,7 @@ async function main() {
     engine = new Engine({
       isa: PARAMS.get("isa"),
       threads: 1,
-      onStale: (msg) => {
-        console.warn(msg.reason);
-        demo.goldMismatches = (demo.goldMismatches ?? 0) + 1;
-        requestUpdate(DIRTY_COMPUTE);
-      },
+      onMessage: onWorkerMessage,
     });
     const [heldout, info] = await Promise.all([res.text("heldout.txt"), res.info(state.teacher)]);
     infosNow.set(state.teacher, info);

@@ -1,14 +1,16 @@
 // The main thread's side of a compute worker (worker.js): starts it, and turns
-// its messages into promises. Each request gets an id; a reply settles the
-// request of its id; "stale" messages go to a callback.
+// its messages into promises. Each request gets an id; its first reply settles
+// it. Messages that answer no pending request (an update's "detail", which
+// follows its "result"; an error in that second part; "stale") go to
+// onMessage.
 
 export class Engine {
-  // options: { isa, threads, onStale(msg) }
+  // options: { isa, threads, onMessage(msg) }
   constructor(options = {}) {
     this.worker = new Worker(new URL("./worker.js", import.meta.url), { type: "module" });
     this.pending = new Map(); // id -> { resolve, reject }
     this.nextId = 1;
-    this.onStale = options.onStale ?? (() => {});
+    this.onMessage = options.onMessage ?? (() => {});
     this.ready = new Promise((resolve, reject) => this.pending.set(0, { resolve, reject }));
     this.worker.onmessage = (e) => this.receive(e.data);
     // A worker that fails to load (a missing file, a syntax error) reports here.
@@ -20,10 +22,9 @@ export class Engine {
   }
 
   receive(msg) {
-    if (msg.type === "stale") return this.onStale(msg);
     const id = msg.type === "ready" ? 0 : msg.id;
-    const waiting = this.pending.get(id);
-    if (!waiting) return; // a superseded request
+    const waiting = msg.type === "stale" || msg.type === "detail" ? null : this.pending.get(id);
+    if (!waiting) return this.onMessage(msg);
     this.pending.delete(id);
     if (msg.type === "error") waiting.reject(new Error(msg.message));
     else waiting.resolve(msg);

@@ -45,10 +45,15 @@ export class HeadsGrid {
         const canvas = document.createElement("canvas");
         const caption = document.createElement("span");
         caption.className = "thumb-caption";
+        caption.innerHTML =
+          `<b>L${l} H${h}</b> ` +
+          `<span title="true (gold) sparsity: the fraction of allowed pairs with zero entmax weight">sparsity <i>–</i></span> ` +
+          `<span title="recall of the predicted graph in this head">recall <i>–</i></span>`;
+        const [sparsity, recall] = caption.querySelectorAll("i");
         button.append(canvas, caption);
         button.addEventListener("click", () => this.onSelect(l, h));
         this.root.appendChild(button);
-        this.cells.push({ button, canvas, caption, ctx: canvas.getContext("2d"), image: null });
+        this.cells.push({ button, canvas, caption, sparsity, recall, ctx: canvas.getContext("2d"), image: null });
       }
     }
   }
@@ -74,11 +79,9 @@ export class HeadsGrid {
         cell.canvas.height = 1;
         cell.image = null;
       }
-      const m = head.metrics;
-      cell.caption.innerHTML =
-        `<b>L${head.layer} H${head.head}</b> ` +
-        `<span title="true (gold) sparsity: the fraction of allowed pairs with zero entmax weight">sparsity ${fmt(m.goldSparsity)}</span> ` +
-        `<span title="recall of the predicted graph in this head">recall ${fmt(m.recall)}</span>`;
+      // Only the numbers' text changes (no new elements to style on a keystroke).
+      setText(cell.sparsity, fmt(head.metrics.goldSparsity));
+      setText(cell.recall, fmt(head.metrics.recall));
     }
   }
 
@@ -89,6 +92,10 @@ export class HeadsGrid {
       cell.button.setAttribute("aria-pressed", on ? "true" : "false");
     }
   }
+}
+
+function setText(el, text) {
+  if (el.firstChild.data !== text) el.firstChild.data = text;
 }
 
 function fmt(x) {

@@ -14,20 +14,31 @@ export class TokenStrip {
     this.lit = [];
   }
 
+  // Keeps the boxes it has and changes only the text of those whose token
+  // changed: on a keystroke, new boxes would cost the page a style pass over
+  // all of them (hundreds) besides the layout that changed text costs anyway.
   setTokens(glyphs) {
-    this.glyphs = glyphs;
-    this.lit = [];
-    const frag = document.createDocumentFragment();
-    this.spans = glyphs.map((g) => {
-      const span = document.createElement("span");
-      span.className = "tok";
-      span.textContent = g === "␣" ? "\u00a0" : g;
-      frag.appendChild(span);
-      return span;
-    });
-    this.root.textContent = "";
-    this.root.appendChild(frag);
     this.clear();
+    this.glyphs = glyphs;
+    const shown = (g) => (g === "␣" ? "\u00a0" : g);
+    const keep = Math.min(glyphs.length, this.spans.length);
+    for (let k = 0; k < keep; k++) {
+      const text = shown(glyphs[k]);
+      const node = this.spans[k].firstChild; // its text node: a change of data is not a new node to style
+      if (node.data !== text) node.data = text;
+    }
+    for (const span of this.spans.splice(glyphs.length)) span.remove();
+    if (glyphs.length > keep) {
+      const frag = document.createDocumentFragment();
+      for (let k = keep; k < glyphs.length; k++) {
+        const span = document.createElement("span");
+        span.className = "tok";
+        span.textContent = shown(glyphs[k]);
+        frag.appendChild(span);
+        this.spans.push(span);
+      }
+      this.root.appendChild(frag);
+    }
   }
 
   // weights: row i of the head's entmax weights (length n).

@@ -9,7 +9,10 @@
 // buffers):
 //   in  { type: "init", isa, threads }                  -> { type: "ready", isa, threads, threadsNote }
 //   in  { type: "update", id, teacher, text, file, window, layer, head, check }
-//                                                       -> { type: "result", id, ... } | { type: "error", id, message }
+//                                                       -> { type: "result", id, ... } (the chosen head)
+//                                                          then { type: "detail", id, ... } (the other heads,
+//                                                          graph attention), unless a newer update came first
+//                                                          | { type: "error", id, message }
 //   in  { type: "pareto", id, teacher, text }           -> { type: "pareto", id, points, goldSparsity, legend, ms, threads }
 //                                                          | { type: "pareto", id, cancelled: true }
 //   in  { type: "cancel" }: stop the recompute running (the text changed)
@@ -20,17 +23,15 @@
 
 import { loadEntgraph } from "./entgraph/entgraph.js";
 import { Resources } from "./resources.js";
-import {
-  allowedMask, allowedPairs, markGoldFromProbs, markGoldFromGraph, markPredicted, metricsFromCounts,
-  coveredRows, goldMatches,
-} from "./cells.js";
 import { PARETO_WINDOWS, frontier } from "./pareto-math.js";
 
 let eg = null;
 let res = null;
 let ready = null; // Promise of the init
 
-// The last forward pass: { kind, text, out, n, dim, causal, layers, headsPerLayer, glyphs, heads }
+// The last forward pass: { kind, text, out, n, dim, causal, layers, headsPerLayer, glyphs, gold, heads },
+// heads[i] = { layer, head, metrics, covered, fresh, chosen: { q, k, v, dense, pred } }; gold: where the
+// true graph comes from ("weights": their support; "graph": goldGraph, after the idle check found a difference).
 let run = null;
 // What the last update predicted: "kind/file/window", or null after a new forward.
 let predKey = null;
@@ -65,40 +66,41 @@ async function init({ isa, threads }) {
 // ---------------------------------------------------------------------------
 // The update
 
-function forward(entry, kind, text) {
-  const out = entry.teacher.forward(text, { probs: true });
-  const n = out.tokens;
-  const allowed = allowedMask(n, out.causal);
-  const heads = [];
-  for (let l = 0; l < out.layers; l++) {
-    for (let h = 0; h < out.heads; h++) {
-      const probs = out.probs(l, h);
-      // The true graph is the support of the weights: marked from probs here, which is
-      // cheaper than out.goldGraph(l, h) for every head; verifyGold() checks both agree.
-      const goldCells = allowed.slice();
-      const goldCount = markGoldFromProbs(goldCells, probs, n, out.causal);
-      heads.push({ layer: l, head: h, q: out.queries(l, h), k: out.keys(l, h), probs, goldCells, goldCount });
-    }
-  }
-  return {
-    kind, text, out, n, dim: out.headDim, causal: out.causal, layers: out.layers, headsPerLayer: out.heads,
-    glyphs: out.tokenLabels, heads,
-  };
-}
+const NO_METRICS = { recall: NaN, sparsity: NaN, goldSparsity: NaN, precision: NaN, gold: 0, predicted: 0, hits: 0 };
 
-function emptyRun(entry, kind, text) {
-  const layers = entry.config.layers;
-  const heads = entry.config.heads;
+function newRun(entry, kind, text) {
+  const { layers, heads: headsPerLayer, causal } = entry.config;
+  // The heads only: the page shows no logits, so the last layer's MLP and the output head are skipped.
+  const out = text.length > 0 ? entry.teacher.forward(text, { probs: true, logits: false }) : null;
   return {
-    kind, text, out: null, n: 0, dim: 0, causal: entry.config.causal, layers, headsPerLayer: heads, glyphs: [],
-    heads: Array.from({ length: layers * heads }, (_, i) => ({
-      layer: Math.floor(i / heads), head: i % heads, goldCells: new Uint8Array(0), goldCount: 0,
-      metrics: { recall: NaN, sparsity: NaN, goldSparsity: NaN, precision: NaN, gold: 0, predicted: 0, hits: 0 },
+    kind, text, out, n: out?.tokens ?? 0, dim: out?.headDim ?? 0, causal, layers, headsPerLayer,
+    glyphs: out?.tokenLabels ?? [], gold: "weights",
+    heads: Array.from({ length: layers * headsPerLayer }, (_, i) => ({
+      layer: Math.floor(i / headsPerLayer), head: i % headsPerLayer, metrics: NO_METRICS, covered: 0, chosen: null,
+      fresh: out === null, // whether metrics and covered are this prediction's (and the page has its cells)
     })),
   };
 }
 
+// fn() with the predictor's union window set to `window`, then none again.
+function withWindow(predictor, window, fn) {
+  predictor.setUnionPatterns(window, 0);
+  try {
+    return fn();
+  } finally {
+    predictor.setUnionPatterns(-1, 0);
+  }
+}
+
+let updateWanted = 0; // the id of the newest "update": an older one skips its second part
+
+// Two parts, two messages. "result": the chosen head only (its cells, metrics,
+// weights and scores), so that the page can paint what the reader looks at
+// as soon as the teacher has run. Then, in a later task (a newer "update"
+// that arrived meanwhile goes first, and this one stops), "detail": every
+// other head's cells and metrics, and graph attention on the chosen head.
 async function update(msg) {
+  updateWanted = msg.id;
   await ready;
   const t0 = performance.now();
   const { teacher: kind, text, file } = msg;
@@ -111,92 +113,113 @@ async function update(msg) {
   const textChanged = !run || run.kind !== kind || run.text !== text;
   if (textChanged) {
     run?.out?.dispose();
-    run = text.length > 0 ? forward(entry, kind, text) : emptyRun(entry, kind, text);
+    run = newRun(entry, kind, text);
     predKey = null;
     scheduleGoldCheck(run);
   }
   const t2 = performance.now();
   timings.forward = t2 - t1;
 
-  // 2. The predictor on every head, and the metrics.
+  // 2. The chosen head's cells (true and predicted graph) and metrics: one
+  // call into the package, which copies nothing out but the cells.
   const key = `${kind}/${file}/${msg.window}`;
-  let states = null;
-  let checks = null;
-  if (predKey !== key && run.n > 0) {
-    const { n, causal } = run;
-    const allowed = allowedPairs(n, causal);
-    predictor.setUnionPatterns(msg.window, 0);
-    try {
-      states = run.heads.map((h) => {
-        h.pred = predictor.predict(h.q, h.k, { queries: n, keys: n, dim: run.dim, layer: h.layer, head: h.head, causal });
-        const cells = h.goldCells.slice();
-        const { predicted, hits } = markPredicted(cells, h.pred, n);
-        h.metrics = metricsFromCounts({ gold: h.goldCount, predicted, hits, allowed, queries: n });
-        h.covered = coveredRows(cells, n);
-        return cells;
-      });
-    } finally {
-      predictor.setUnionPatterns(-1, 0);
-    }
-    if (msg.check) checks = run.heads.map(checkMetrics);
-    predKey = key;
-  } else if (predKey !== key || textChanged) {
-    states = run.heads.map(() => new Uint8Array(0));
+  if (predKey !== key) {
+    for (const h of run.heads) Object.assign(h, { metrics: NO_METRICS, covered: 0, chosen: null, fresh: run.n === 0 });
     predKey = key;
   }
-  const t3 = performance.now();
-  timings.predict = t3 - t2;
-
-  // 3. The chosen head: weights, scores, and attention over the predicted graph.
   const layer = Math.min(msg.layer, run.layers - 1);
   const head = Math.min(msg.head, run.headsPerLayer - 1);
-  const chosen = run.heads[layer * run.headsPerLayer + head];
-  let exactInfo = null;
+  const index = layer * run.headsPerLayer + head;
+  const chosen = run.heads[index];
+  let cells = null; // the chosen head's, when the page does not have them yet
   let probs = null;
-  let scores = null;
   if (run.n > 0) {
-    if (!chosen.v) {
-      chosen.v = run.out.values(layer, head);
-      chosen.dense = run.out.attention(layer, head);
-    }
-    exactInfo = graphAttentionCheck(chosen);
-    probs = chosen.probs.slice();
-    scores = run.out.scores(layer, head);
+    if (!chosen.fresh) cells = markCells(predictor, msg.window, [index]);
+    probs = run.out.probs(layer, head);
   }
-  timings.attention = performance.now() - t3;
+  timings.predict = performance.now() - t2;
 
+  const reply = { id: msg.id, kind, text, n: run.n, layer, head };
   const transfer = [];
-  if (states) for (const s of states) transfer.push(s.buffer);
-  if (probs) transfer.push(probs.buffer, scores.buffer);
+  if (cells) transfer.push(cells.buffer);
+  if (probs) transfer.push(probs.buffer);
   self.postMessage({
     type: "result",
-    id: msg.id,
-    kind,
-    text,
+    ...reply,
     textChanged,
-    n: run.n,
     dim: run.dim,
     causal: run.causal,
     layers: run.layers,
     headsPerLayer: run.headsPerLayer,
     glyphs: textChanged ? run.glyphs : null,
     key,
-    states, // null: the same as the last result's
-    metrics: run.heads.map((h) => h.metrics),
-    checks,
-    layer,
-    head,
+    cells, // the chosen head's n x n cells; null: the page has them
+    metrics: run.heads.map((h) => (h.fresh ? h.metrics : null)), // null: not computed yet for this text and prediction
     probs,
-    scores,
-    exactInfo,
     timings,
   }, transfer);
+
+  // 3. The rest, unless a newer update is waiting.
+  await nextTask();
+  if (updateWanted !== msg.id || run.kind !== kind || run.text !== text) return;
+  const t3 = performance.now();
+  const rest = run.heads.flatMap((h, i) => (h.fresh ? [] : [i]));
+  const restCells = rest.length > 0 ? markCells(predictor, msg.window, rest) : null;
+  const checks = msg.check && run.n > 0 ? withWindow(predictor, msg.window, () => run.heads.map((h) => checkMetrics(h, predictor))) : null;
+  const t4 = performance.now();
+  let exactInfo = null;
+  let scores = null; // for the tooltip: scale q.k of every pair of the chosen head
+  if (run.n > 0) {
+    if (!chosen.chosen) chosen.chosen = chosenArrays(chosen, predictor, msg.window);
+    exactInfo = graphAttentionCheck(chosen);
+    scores = run.out.scores(layer, head);
+  }
+  const t5 = performance.now();
+  const transferDetail = [];
+  if (restCells) transferDetail.push(restCells.buffer);
+  if (scores) transferDetail.push(scores.buffer);
+  self.postMessage({
+    type: "detail",
+    ...reply,
+    heads: rest, // the heads whose cells follow, in this order
+    cells: restCells,
+    metrics: run.heads.map((h) => h.metrics),
+    checks,
+    exactInfo,
+    scores,
+    timings: { ...timings, predict: timings.predict + (t4 - t3), attention: t5 - t4 },
+  }, transferDetail);
 }
 
-// ?check=1: every head's metrics also from eg.compareGraphs on out.goldGraph (the
-// documented path); -> the keys that differ.
-function checkMetrics(h) {
-  const official = eg.compareGraphs(h.pred, run.out.goldGraph(h.layer, h.head), run.causal);
+// The cells of some heads (flat indices), their metrics and covered rows kept
+// in the run: -> their cells, head after head.
+function markCells(predictor, window, heads) {
+  const got = withWindow(predictor, window, () => run.out.graphCells({ predictor, heads, gold: run.gold }));
+  for (const [at, i] of heads.entries()) {
+    Object.assign(run.heads[i], { metrics: got.heads[at].metrics, covered: got.heads[at].coveredRows, fresh: true });
+  }
+  return got.cells;
+}
+
+// What graph attention on the chosen head needs, copied out of the heap once
+// per (text, prediction): its Q, K, V, the dense output and the predicted graph.
+function chosenArrays(h, predictor, window) {
+  const { layer, head } = h;
+  const q = run.out.queries(layer, head);
+  const k = run.out.keys(layer, head);
+  const pred = withWindow(predictor, window, () =>
+    predictor.predict(q, k, { queries: run.n, keys: run.n, dim: run.dim, layer, head, causal: run.causal }));
+  return { q, k, v: run.out.values(layer, head), dense: run.out.attention(layer, head), pred };
+}
+
+// ?check=1: every head's metrics also from eg.compareGraphs on out.goldGraph and
+// Predictor.predict on the copied Q and K (the documented path); -> the keys that differ.
+function checkMetrics(h, predictor) {
+  const { layer, head } = h;
+  const pred = predictor.predict(run.out.queries(layer, head), run.out.keys(layer, head), {
+    queries: run.n, keys: run.n, dim: run.dim, layer, head, causal: run.causal,
+  });
+  const official = eg.compareGraphs(pred, run.out.goldGraph(layer, head), run.causal);
   const differ = [];
   for (const key of ["gold", "predicted", "hits", "allowed", "queries", "sparsity", "goldSparsity", "recall", "precision"]) {
     if (official[key] !== h.metrics[key]) differ.push(`${key}: ${h.metrics[key]} here, ${official[key]} from compareGraphs`);
@@ -204,29 +227,22 @@ function checkMetrics(h) {
   return differ;
 }
 
-// The true graphs as the CLI computes them (gold_graph on Q and K) against the
-// support of the weights marked by forward(): checked once per text, when the
-// worker is idle. Should they differ, the gold cells are redone and the page
-// told to ask again.
+// The true graphs as the CLI computes them (goldGraph, from Q and K) against
+// the support of the weights that graphCells marks: checked once per text,
+// when the worker is idle. Should they differ, the run takes goldGraph's and
+// the page is told to ask again.
 let goldCheckTimer = 0;
 function scheduleGoldCheck(snapshot) {
   clearTimeout(goldCheckTimer);
   if (snapshot.n === 0) return;
   goldCheckTimer = setTimeout(() => {
-    if (run !== snapshot) return;
-    let differs = false;
-    for (const h of snapshot.heads) {
-      const gold = snapshot.out.goldGraph(h.layer, h.head);
-      if (!goldMatches(h.goldCells, gold, snapshot.n)) {
-        differs = true;
-        h.goldCells = allowedMask(snapshot.n, snapshot.causal).slice();
-        h.goldCount = markGoldFromGraph(h.goldCells, gold, snapshot.n);
-      }
-    }
-    if (differs) {
-      predKey = null;
-      self.postMessage({ type: "stale", reason: "the support of the weights differs from goldGraph; redone with goldGraph" });
-    }
+    if (run !== snapshot || snapshot.gold === "graph") return;
+    const fromWeights = snapshot.out.graphCells({ gold: "weights" }).cells;
+    const fromGraph = snapshot.out.graphCells({ gold: "graph" }).cells;
+    if (fromWeights.every((c, i) => c === fromGraph[i])) return;
+    snapshot.gold = "graph";
+    predKey = null;
+    self.postMessage({ type: "stale", reason: "the support of the weights differs from goldGraph; redone with goldGraph" });
   }, 50);
 }
 
@@ -234,7 +250,8 @@ function scheduleGoldCheck(snapshot) {
 // mode "fast" (the predicted edges only: what a sparse kernel would output, shown as
 // the largest output error) and mode "exact" (bound and repair: rows proven exact by
 // the graph alone, rows repaired, and the extra pairs repair scored).
-function graphAttentionCheck(h) {
+function graphAttentionCheck(head) {
+  const h = head.chosen;
   const n = run.n;
   const alpha = run.out.alpha;
   const inputs = {
@@ -263,7 +280,7 @@ function graphAttentionCheck(h) {
     rows: n,
     maxAbsDiff,
     maxAbsOut, // the scale of the errors: the largest |output| of full attention
-    coveredRows: h.covered,
+    coveredRows: head.covered,
     // exact mode
     graphRows: exact.graphRows,
     repairedRows: exact.repairedRows,
