@@ -210,12 +210,20 @@ function applyResult(result, { textInfo, info, value, window, since }) {
   // From the keystroke to the paint that shows this part (the task after the
   // next animation frame runs once that frame is painted).
   demo.inputToPaintMs = null;
-  if (since) {
-    const id = run.id;
-    afterPaint(() => {
-      demo.inputToPaintMs = run.id === id ? performance.now() - since : null; // null: a newer update was drawn first
-    });
-  }
+  const id = run.id;
+  // The worker computes the rest once this is painted (or at once in a hidden
+  // tab, which paints nothing; a frame that does not come within 100 ms does not hold it up).
+  let asked = false;
+  const askDetail = () => {
+    if (!asked) engine.tell("continue", { id });
+    asked = true;
+  };
+  if (document.hidden) askDetail();
+  else setTimeout(askDetail, 100);
+  afterPaint(() => {
+    if (since) demo.inputToPaintMs = run.id === id ? performance.now() - since : null; // null: a newer update was drawn first
+    askDetail();
+  });
   run.since = since;
 }
 

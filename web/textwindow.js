@@ -9,6 +9,10 @@
 
 import { windowUtf8, charIndexAtByte } from "./text.js";
 
+function setData(node, text) {
+  if (node.data !== text) node.data = text;
+}
+
 export class TextWindow {
   // els: { textarea, mirror, slider, row, note }; onChange() when the slider moves.
   constructor(els, onChange) {
@@ -50,17 +54,33 @@ export class TextWindow {
     const key = `${info.start}/${info.end}/${text}`;
     if (key === this.shown) return;
     this.shown = key;
-    this.mirror.textContent = "";
+    const wasCut = this.textarea.classList.contains("windowed");
     this.textarea.classList.toggle("windowed", info.cut);
-    if (!info.cut) return;
+    if (!info.cut) {
+      this.mirror.textContent = "";
+      return;
+    }
     const a = charIndexAtByte(text, info.start);
     const b = charIndexAtByte(text, info.end);
-    const mark = document.createElement("mark");
-    mark.textContent = text.slice(a, b);
     // a trailing newline needs a character after it to take its line
-    this.mirror.append(text.slice(0, a), mark, text.slice(b) + "\u200b");
-    this.syncBox();
-    if (follow) this.scrollToWindow();
+    const parts = [text.slice(0, a), text.slice(a, b), text.slice(b) + "\u200b"];
+    const [before, mark, after] = this.mirror.childNodes;
+    if (this.mirror.childNodes.length === 3 && mark.nodeName === "MARK") {
+      // The same nodes with new text: no new elements to style on a keystroke.
+      setData(before, parts[0]);
+      setData(mark.firstChild, parts[1]);
+      setData(after, parts[2]);
+    } else {
+      const m = document.createElement("mark");
+      m.append(document.createTextNode(parts[1]));
+      this.mirror.replaceChildren(document.createTextNode(parts[0]), m, document.createTextNode(parts[2]));
+    }
+    // The box follows the textarea's size (the ResizeObserver) and its scrolling
+    // (its scroll events); the mirror's new text may still move its scroll
+    // position, which is set again before the next frame, where the page is laid
+    // out anyway (reading it now would lay the page out twice).
+    if (!wasCut) this.syncBox();
+    requestAnimationFrame(() => (follow ? this.scrollToWindow() : this.syncScroll()));
   }
 
   // The mirror covers the textarea's box less its scrollbar, and scrolls with it.
@@ -84,9 +104,8 @@ export class TextWindow {
     const mark = this.mirror.querySelector("mark");
     if (!mark) return;
     const top = mark.offsetTop - 8;
-    if (top < this.textarea.scrollTop || top > this.textarea.scrollTop + this.textarea.clientHeight - 24) {
+    if (top < this.textarea.scrollTop || top > this.textarea.scrollTop + this.textarea.clientHeight - 24)
       this.textarea.scrollTop = Math.max(0, top);
-      this.syncScroll();
-    }
+    this.syncScroll();
   }
 }

@@ -10,8 +10,8 @@
 //   in  { type: "init", isa, threads }                  -> { type: "ready", isa, threads, threadsNote }
 //   in  { type: "update", id, teacher, text, file, window, layer, head, check }
 //                                                       -> { type: "result", id, ... } (the chosen head)
-//                                                          then { type: "detail", id, ... } (the other heads,
-//                                                          graph attention), unless a newer update came first
+//   in  { type: "continue", id } (the page painted it)  -> { type: "detail", id, ... } (the other heads, graph
+//                                                          attention), unless a newer update came first
 //                                                          | { type: "error", id, message }
 //   in  { type: "pareto", id, teacher, text }           -> { type: "pareto", id, points, goldSparsity, legend, ms, threads }
 //                                                          | { type: "pareto", id, cancelled: true }
@@ -42,6 +42,13 @@ self.onmessage = (e) => {
     ready = init(msg);
     ready.then((info) => self.postMessage({ type: "ready", ...info }), (err) => self.postMessage({ type: "error", id: 0, message: errorText(err) }));
     return;
+  }
+  if (msg.type === "continue" || msg.type === "update") {
+    if (resume && (msg.type === "update" || resume.id === msg.id)) {
+      resume.go();
+      resume = null;
+    }
+    if (msg.type === "continue") return;
   }
   if (msg.type === "pareto") paretoWanted = msg.id;
   if (msg.type === "cancel") {
@@ -93,6 +100,14 @@ function withWindow(predictor, window, fn) {
 }
 
 let updateWanted = 0; // the id of the newest "update": an older one skips its second part
+let resume = null; // { id, go }: the update waiting for the page's "continue"
+
+// Resolves when the page says "continue" for update `id`, or when a newer
+// update arrives (which then goes first).
+function continued(id) {
+  resume?.go();
+  return new Promise((go) => (resume = { id, go }));
+}
 
 // Two parts, two messages. "result": the chosen head only (its cells, metrics,
 // weights and scores), so that the page can paint what the reader looks at
@@ -159,8 +174,10 @@ async function update(msg) {
     timings,
   }, transfer);
 
-  // 3. The rest, unless a newer update is waiting.
-  await nextTask();
+  // 3. The rest, once the page has painted the first part (its "continue"),
+  // so that this work does not compete with that paint for a small machine's
+  // cores; not at all if a newer update came first.
+  await continued(msg.id);
   if (updateWanted !== msg.id || run.kind !== kind || run.text !== text) return;
   const t3 = performance.now();
   const rest = run.heads.flatMap((h, i) => (h.fresh ? [] : [i]));

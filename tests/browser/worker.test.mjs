@@ -137,14 +137,12 @@ test("typing, while the Pareto curves recompute: the page's thread only draws (i
     );
     assert.ok(d.updates - before.updates >= 5, "the page updated while typing");
     assert.ok(d.text.startsWith("In the beginning God created the heaven"), "every keystroke reached the model's text");
-    // The model is off this thread: what remains is drawing a result. The issue's
-    // target is no task over 50 ms; on this 2-vCPU VM without a GPU, drawing a
-    // new text (the token strip rebuilt, three canvases) takes 40-90 ms a task
-    // and Chromium's software paint 50-100 ms (docs/PERFORMANCE.md, "The demo
-    // page in workers": not met yet). Asserted here: no task near the 300-400 ms
-    // the model took on this thread when it ran here.
-    assert.ok(d.scriptMaxMs < 150, `the page's script took ${d.scriptMaxMs.toFixed(1)} ms in one task`);
-    assert.ok(longTasks.every((ms) => ms < 250), `long tasks: ${longTasks.join(", ")} ms`);
+    // The issue's target: no task over 50 ms on the page's thread while typing,
+    // the browser's layout and paint included. The model is off this thread, and
+    // what remains is drawing (measured: at most 5-7 ms of script a task, and no
+    // long task, docs/PERFORMANCE.md "The demo page in workers").
+    assert.ok(d.scriptMaxMs < 50, `the page's script took ${d.scriptMaxMs.toFixed(1)} ms in one task`);
+    assert.deepEqual(longTasks.filter((ms) => ms > 50).map(Math.round), [], "tasks over 50 ms while typing");
     assert.deepEqual(tab.errors, []);
   } finally {
     await tab.close();
