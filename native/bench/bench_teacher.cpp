@@ -62,10 +62,12 @@ void register_teacher_benchmarks() {
     ForwardOptions heads;
     heads.attention_probs = true;
     heads.logits = false;
-    benchmark::RegisterBenchmark(("BM_teacher_forward/" + std::string(kind) + "/bytes:256/threads:1/heads_only").c_str(),
-                                 [teacher, heads](benchmark::State& s) { run_forward(s, *teacher, 256, 1, heads); })
-        ->UseRealTime()
-        ->Unit(benchmark::kMillisecond);
+    for (std::size_t t : thread_counts())
+      benchmark::RegisterBenchmark(
+          ("BM_teacher_forward/" + std::string(kind) + "/bytes:256/threads:" + std::to_string(t) + "/heads_only").c_str(),
+          [teacher, heads, t](benchmark::State& s) { run_forward(s, *teacher, 256, t, heads); })
+          ->UseRealTime()
+          ->Unit(benchmark::kMillisecond);
   }
 }
 

@@ -147,6 +147,30 @@ TEST_SUITE("model") {
     }
   }
 
+  TEST_CASE("the forward pass is bit-identical on 1, 2 and 3 threads") {
+    for (const std::string& name : kTeachers) {
+      CAPTURE(name);
+      const Teacher teacher = Teacher::load(teacher_dir(name));
+      ForwardOptions options;
+      options.attention_probs = true;
+      const std::string text(200, 'x');  // 200 rows: blocks of 32 and a partial one
+      TeacherOutput one;
+      {
+        const test::ThreadsScope threads(1);
+        one = teacher.forward(text + "The last rows differ from the first.", options);
+      }
+      for (const std::size_t t : {2, 3}) {
+        CAPTURE(t);
+        const test::ThreadsScope threads(t);
+        const TeacherOutput many = teacher.forward(text + "The last rows differ from the first.", options);
+        CHECK(many.queries == one.queries);
+        CHECK(many.attention == one.attention);
+        CHECK(many.probs == one.probs);
+        CHECK(many.logits == one.logits);
+      }
+    }
+  }
+
   TEST_CASE("Teacher::capture holds the forward pass's Q, K and V, sequence by sequence") {
     const Teacher teacher = Teacher::load(teacher_dir("teacher-causal"));
     const std::vector<std::string> texts = {"And God said, Let there be light.", "x", "Amen."};

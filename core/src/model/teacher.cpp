@@ -21,6 +21,7 @@
 #include "entgraph/runtime.hpp"
 #include "io/binary.hpp"
 #include "kernels/matmul_kernels.hpp"
+#include "runtime/parallel.hpp"
 
 namespace entgraph {
 
@@ -129,14 +130,21 @@ Linear fuse_qkv(const Linear& q, const Linear& k, const Linear& v) {
 }
 
 // y[n, out] = x[n, in] Wt + b, or y += that with accumulate.
+// Blocks of rows on the library's threads: every row is computed by the same
+// kernel in the same order whichever block it is in, so the result does not
+// depend on the thread count.
 void apply(const Linear& l, const float* x, std::size_t n, float* y, bool accumulate = false) {
   const auto& mm = detail::matmul_kernels(cpu_isa());
-  if (!accumulate)
-    for (std::size_t r = 0; r < n; ++r) std::copy(l.bias.begin(), l.bias.end(), y + r * l.out);
-  else
-    for (std::size_t r = 0; r < n; ++r)
-      for (std::size_t c = 0; c < l.out; ++c) y[r * l.out + c] += l.bias[c];
-  mm.gemm_nn(n, l.out, l.in, 1.0f, x, l.in, l.wt.data(), l.out, y, l.out, true, false);
+  constexpr std::size_t kRowsPerTask = 32;
+  detail::parallel_for(n, kRowsPerTask, [&](std::size_t r0, std::size_t r1) {
+    float* yr = y + r0 * l.out;
+    if (!accumulate)
+      for (std::size_t r = r0; r < r1; ++r) std::copy(l.bias.begin(), l.bias.end(), y + r * l.out);
+    else
+      for (std::size_t r = r0; r < r1; ++r)
+        for (std::size_t c = 0; c < l.out; ++c) y[r * l.out + c] += l.bias[c];
+    mm.gemm_nn(r1 - r0, l.out, l.in, 1.0f, x + r0 * l.in, l.in, l.wt.data(), l.out, yr, l.out, true, false);
+  });
 }
 
 // y = LayerNorm(x) row by row (biased variance, as PyTorch), in double sums.
