@@ -155,10 +155,7 @@ async function update(msg) {
   timings.predict = performance.now() - t2;
 
   const reply = { id: msg.id, kind, text, n: run.n, layer, head };
-  const transfer = [];
-  if (cells) transfer.push(cells.buffer);
-  if (probs) transfer.push(probs.buffer);
-  self.postMessage({
+  send({
     type: "result",
     ...reply,
     textChanged,
@@ -172,7 +169,7 @@ async function update(msg) {
     metrics: run.heads.map((h) => (h.fresh ? h.metrics : null)), // null: not computed yet for this text and prediction
     probs,
     timings,
-  }, transfer);
+  }, [cells, probs]);
 
   // 3. The rest, once the page has painted the first part (its "continue"),
   // so that this work does not compete with that paint for a small machine's
@@ -192,10 +189,7 @@ async function update(msg) {
     scores = run.out.scores(layer, head);
   }
   const t5 = performance.now();
-  const transferDetail = [];
-  if (restCells) transferDetail.push(restCells.buffer);
-  if (scores) transferDetail.push(scores.buffer);
-  self.postMessage({
+  send({
     type: "detail",
     ...reply,
     heads: rest, // the heads whose cells follow, in this order
@@ -205,7 +199,12 @@ async function update(msg) {
     exactInfo,
     scores,
     timings: { ...timings, predict: timings.predict + (t4 - t3), attention: t5 - t4 },
-  }, transferDetail);
+  }, [restCells, scores]);
+}
+
+// Posts a message, its arrays (null: none) transferred rather than copied.
+function send(message, arrays) {
+  self.postMessage(message, arrays.filter((a) => a).map((a) => a.buffer));
 }
 
 // The cells of some heads (flat indices), their metrics and covered rows kept
