@@ -70,7 +70,7 @@ let samples = [];
 let sampleIndex = 0;
 
 // The last update's result, as drawn: { kind, text, cut, inputBytes, bytes, glyphs, n, dim, causal,
-// layers, headsPerLayer, heads: [{ layer, head, state, metrics, fresh }], chosen: { layer, head, probs, scores },
+// layers, headsPerLayer, heads: [{ layer, head, state, metrics }], chosen: { layer, head, probs, scores },
 // exactInfo, timings }; scores and exactInfo come with the update's detail (null until then)
 let run = null;
 
@@ -180,23 +180,24 @@ function applyResult(result, { textInfo, info, value, window, since }) {
   const textChanged = !run || result.textChanged || run.kind !== result.kind;
   const n = result.n;
   const chosenIndex = result.layer * result.headsPerLayer + result.head;
-  // A head keeps its cells while the worker says they are this prediction's
-  // (metrics not null); the others show the last ones until the detail.
+  // The chosen head's cells come with this part (unless the page has them: the
+  // worker then sends null); the other heads show the last ones until the detail.
   const heads = result.metrics.map((metrics, i) => {
     const old = run?.heads[i];
-    let state = n === 0 ? new Uint8Array(0) : old?.state ?? new Uint8Array(0);
+    // (the last text's cells only while they have this text's size: a thumbnail redrawn before the detail comes)
+    let state = old && old.state.length === n * n ? old.state : new Uint8Array(0);
     if (i === chosenIndex && result.cells) state = result.cells;
-    return { layer: Math.floor(i / result.headsPerLayer), head: i % result.headsPerLayer, metrics: metrics ?? old?.metrics ?? NO_METRICS, fresh: metrics != null, state };
+    return { layer: Math.floor(i / result.headsPerLayer), head: i % result.headsPerLayer, metrics: metrics ?? old?.metrics ?? NO_METRICS, state };
   });
   const glyphs = result.glyphs ?? run.glyphs;
   run = {
-    id: result.id, key: result.key,
+    id: result.id,
     kind: result.kind, text: result.text, cut: textInfo.cut, inputBytes: textInfo.totalBytes, bytes: utf8Bytes(result.text),
     start: textInfo.start, end: textInfo.end, context: info.config.context ?? 256,
     glyphs, n, dim: result.dim, causal: result.causal, layers: result.layers, headsPerLayer: result.headsPerLayer,
     heads, chosen: n > 0 ? { layer: result.layer, head: result.head, probs: result.probs, scores: null } : null, // scores: with the detail
     exactInfo: null, // with the detail
-    timings: result.timings, info, value, window, textChanged,
+    timings: result.timings, info, value, window,
   };
   if (textChanged) {
     strip.setTokens(run.glyphs);
@@ -232,7 +233,7 @@ const applyDetail = timed("detail", (detail) => {
   detailPending = false;
   const nn = run.n * run.n;
   for (const [at, i] of detail.heads.entries()) run.heads[i].state = detail.cells.subarray(at * nn, (at + 1) * nn);
-  for (const [i, metrics] of detail.metrics.entries()) Object.assign(run.heads[i], { metrics, fresh: true });
+  for (const [i, metrics] of detail.metrics.entries()) run.heads[i].metrics = metrics;
   run.exactInfo = detail.exactInfo;
   if (run.chosen) run.chosen.scores = detail.scores;
   run.timings = detail.timings;

@@ -109,11 +109,11 @@ function continued(id) {
   return new Promise((go) => (resume = { id, go }));
 }
 
-// Two parts, two messages. "result": the chosen head only (its cells, metrics,
-// weights and scores), so that the page can paint what the reader looks at
-// as soon as the teacher has run. Then, in a later task (a newer "update"
-// that arrived meanwhile goes first, and this one stops), "detail": every
-// other head's cells and metrics, and graph attention on the chosen head.
+// Two parts, two messages. "result": the chosen head only (its cells, metrics
+// and weights), so that the page can paint what the reader looks at as soon
+// as the teacher has run. Then, when the page says "continue" (a newer
+// "update" that arrives first stops this one), "detail": every other head's
+// cells and metrics, graph attention and the scores of the chosen head.
 async function update(msg) {
   updateWanted = msg.id;
   await ready;
@@ -164,7 +164,6 @@ async function update(msg) {
     layers: run.layers,
     headsPerLayer: run.headsPerLayer,
     glyphs: textChanged ? run.glyphs : null,
-    key,
     cells, // the chosen head's n x n cells; null: the page has them
     metrics: run.heads.map((h) => (h.fresh ? h.metrics : null)), // null: not computed yet for this text and prediction
     probs,
