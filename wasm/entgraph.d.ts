@@ -170,9 +170,11 @@ export declare class Teacher implements Disposable {
   /**
    * Runs the model on the UTF-8 bytes of text (1 .. context bytes). probs: record
    * every head's weights; logits: false stops after the last layer's attention
-   * (every head is there; logits() then throws), about a sixth less work.
+   * (every head is there; logits() then throws), about a sixth less work;
+   * layers: k runs the first k layers only (0: all; fewer: no logits), whose
+   * heads equal the full forward's bit for bit.
    */
-  forward(text: string, options?: { probs?: boolean; logits?: boolean }): TeacherOutput;
+  forward(text: string, options?: { probs?: boolean; logits?: boolean; layers?: number }): TeacherOutput;
   capture(texts: string[]): Capture;
   dispose(): void;
   [Symbol.dispose](): void;

@@ -170,6 +170,7 @@ const CPP_LOCATION = /(^|: )(?:[A-Z]\w*::~?\w+|[a-z][a-z0-9]*(?:_[a-z0-9]+)+): /
 const CPP_NAMES = [
   [/\(ForwardOptions::attention_probs\)/g, "(forward(text, { probs: true }) records them)"],
   [/\(ForwardOptions::logits was false\)/g, "(forward(text, { logits: false }) skips them)"],
+  [/\bForwardOptions::layers\b/g, "layers"],
   [/\bsplit_text\b/g, "splitText"],
   [/\bmax_bytes\b/g, "maxBytes"],
   [/\bextra_window\b/g, "extraWindow"],
@@ -339,9 +340,11 @@ class Entgraph {
       }
       get config() { return { ...this.#config }; }
       // probs: record every head's weights; logits: false stops after the last
-      // layer's attention (the heads only, about a sixth less work).
-      forward(string, { probs = false, logits = true } = {}) {
-        return new TeacherOutput(checked(this.handle.forward(text(string, "text"), Boolean(probs), Boolean(logits)), "Teacher.forward"));
+      // layer's attention (the heads only, about a sixth less work); layers: k
+      // runs the first k layers only (0: all), their heads bit-identical.
+      forward(string, { probs = false, logits = true, layers = 0 } = {}) {
+        return new TeacherOutput(checked(this.handle.forward(text(string, "text"), Boolean(probs), Boolean(logits),
+                                                             count(layers, "layers")), "Teacher.forward"));
       }
       capture(texts) {
         if (!Array.isArray(texts)) throw new Error(`texts: expected an array of strings (got ${describe(texts)})`);

@@ -482,7 +482,7 @@ function publish(drawMs, since) {
   const exactInfo = run.exactInfo;
   const value = run.value;
   const timings = { ...run.timings, draw: drawMs };
-  const ms = timings.load + timings.forward + timings.predict + timings.attention + drawMs;
+  const ms = timings.load + timings.forward + (timings.forwardRest ?? 0) + timings.predict + timings.attention + drawMs;
   Object.assign(demo, {
     ready: true,
     pending: busy(),
@@ -547,7 +547,8 @@ function publish(drawMs, since) {
   demo.inputToCompleteMs = null;
   completeSince = since;
   el.title =
-    `last update (in the worker): teacher ${timings.forward.toFixed(1)} ms, predictor on all heads ${timings.predict.toFixed(1)} ms, ` +
+    `last update (in the worker): teacher ${timings.forward.toFixed(1)} ms up to the chosen head's layer, ` +
+    `${(timings.forwardRest ?? 0).toFixed(1)} ms for the rest, predictor on all heads ${timings.predict.toFixed(1)} ms, ` +
     `attention check ${timings.attention.toFixed(1)} ms; drawing here ${timings.draw.toFixed(1)} ms`;
 }
 

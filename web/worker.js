@@ -29,7 +29,8 @@ let eg = null;
 let res = null;
 let ready = null; // Promise of the init
 
-// The last forward pass: { kind, text, out, n, dim, causal, layers, headsPerLayer, glyphs, gold, heads },
+// The last forward pass: { kind, text, entry, out, n, dim, causal, layers, headsPerLayer, glyphs, gold, heads }
+// (out may hold the first layers only until the update's second part),
 // heads[i] = { layer, head, metrics, covered, fresh, chosen: { q, k, v, dense, pred } }; gold: where the
 // true graph comes from ("weights": their support; "graph": goldGraph, after the idle check found a difference).
 let run = null;
@@ -75,18 +76,36 @@ async function init({ isa, threads }) {
 
 const NO_METRICS = { recall: NaN, sparsity: NaN, goldSparsity: NaN, precision: NaN, gold: 0, predicted: 0, hits: 0 };
 
-function newRun(entry, kind, text) {
+// A run of the teacher on the text, its forward pass up to layer `upTo` (the
+// chosen head's: the rest waits for the update's second part, fullForward).
+function newRun(entry, kind, text, upTo) {
   const { layers, heads: headsPerLayer, causal } = entry.config;
-  // The heads only: the page shows no logits, so the last layer's MLP and the output head are skipped.
-  const out = text.length > 0 ? entry.teacher.forward(text, { probs: true, logits: false }) : null;
+  const out = text.length > 0 ? forwardLayers(entry, text, upTo + 1) : null;
   return {
-    kind, text, out, n: out?.tokens ?? 0, dim: out?.headDim ?? 0, causal, layers, headsPerLayer,
+    kind, text, entry, out, n: out?.tokens ?? 0, dim: out?.headDim ?? 0, causal, layers, headsPerLayer,
     glyphs: out?.tokenLabels ?? [], gold: "weights",
     heads: Array.from({ length: layers * headsPerLayer }, (_, i) => ({
       layer: Math.floor(i / headsPerLayer), head: i % headsPerLayer, metrics: NO_METRICS, covered: 0, chosen: null,
       fresh: out === null, // whether metrics and covered are this prediction's (and the page has its cells)
     })),
   };
+}
+
+// The heads only (the page shows no logits, so the last layer's MLP and the
+// output head are skipped) of the first `layers` layers: bit-identical to
+// those of the whole forward pass.
+function forwardLayers(entry, text, layers) {
+  return entry.teacher.forward(text, { probs: true, logits: false, layers: Math.min(layers, entry.config.layers) });
+}
+
+// Makes the run's forward pass reach layer `upTo`, or every layer; -> ms spent.
+function extendForward(upTo = Infinity) {
+  if (!run.out || run.out.layers > Math.min(upTo, run.layers - 1)) return 0;
+  const t0 = performance.now();
+  run.out.dispose();
+  run.out = forwardLayers(run.entry, run.text, run.layers); // the whole pass: a second extension would cost more
+  if (run.out.layers === run.layers) scheduleGoldCheck(run);
+  return performance.now() - t0;
 }
 
 // fn() with the predictor's union window set to `window`, then none again.
@@ -111,7 +130,7 @@ function continued(id) {
 
 // Two parts, two messages. "result": the chosen head only (its cells, metrics
 // and weights), so that the page can paint what the reader looks at as soon
-// as the teacher has run. Then, when the page says "continue" (a newer
+// as the teacher has run up to that head's layer. Then, when the page says "continue" (a newer
 // "update" that arrives first stops this one), "detail": every other head's
 // cells and metrics, graph attention and the scores of the chosen head.
 async function update(msg) {
@@ -124,13 +143,18 @@ async function update(msg) {
   const t1 = performance.now();
   const timings = { load: t1 - t0, forward: 0, predict: 0, attention: 0 };
 
-  // 1. The teacher (only when the text or the teacher changed).
+  // 1. The teacher (only when the text or the teacher changed), up to the
+  // chosen head's layer.
+  const layer = Math.min(msg.layer, entry.config.layers - 1);
+  const head = Math.min(msg.head, entry.config.heads - 1);
   const textChanged = !run || run.kind !== kind || run.text !== text;
   if (textChanged) {
     run?.out?.dispose();
-    run = newRun(entry, kind, text);
+    run = newRun(entry, kind, text, layer);
     predKey = null;
-    scheduleGoldCheck(run);
+    if (run.out?.layers === run.layers) scheduleGoldCheck(run);
+  } else {
+    extendForward(layer); // a head in a layer not run yet
   }
   const t2 = performance.now();
   timings.forward = t2 - t1;
@@ -142,8 +166,6 @@ async function update(msg) {
     for (const h of run.heads) Object.assign(h, { metrics: NO_METRICS, covered: 0, chosen: null, fresh: run.n === 0 });
     predKey = key;
   }
-  const layer = Math.min(msg.layer, run.layers - 1);
-  const head = Math.min(msg.head, run.headsPerLayer - 1);
   const index = layer * run.headsPerLayer + head;
   const chosen = run.heads[index];
   let cells = null; // the chosen head's, when the page does not have them yet
@@ -175,6 +197,7 @@ async function update(msg) {
   // cores; not at all if a newer update came first.
   await continued(msg.id);
   if (updateWanted !== msg.id || run.kind !== kind || run.text !== text) return;
+  timings.forwardRest = extendForward();
   const t3 = performance.now();
   const rest = run.heads.flatMap((h, i) => (h.fresh ? [] : [i]));
   const restCells = rest.length > 0 ? markCells(predictor, msg.window, rest) : null;

@@ -126,7 +126,7 @@ TEST_SUITE("model") {
     }
   }
 
-  TEST_CASE("a forward without logits has every head's Q, K, V, P and a of the full forward, and no logits") {
+  TEST_CASE("a forward without logits, or of the first k layers, has the full forward's heads, bit for bit") {
     for (const std::string& name : kTeachers) {
       CAPTURE(name);
       const Teacher teacher = Teacher::load(teacher_dir(name));
@@ -144,6 +144,26 @@ TEST_SUITE("model") {
       CHECK(b.logits.empty());
       CHECK_THROWS_WITH_AS(b.logits_view(), doctest::Contains("not computed (ForwardOptions::logits"), Error);
       CHECK(a.logits_view().rows == a.tokens);
+
+      // The first k layers: the full forward's first k layers of every array, and no logits.
+      for (std::size_t k = 1; k <= a.layers; ++k) {
+        CAPTURE(k);
+        ForwardOptions first = full;
+        first.layers = k;
+        const TeacherOutput f = teacher.forward(text, first);
+        CHECK(f.layers == k);
+        const std::size_t per_layer = a.heads * a.tokens * a.head_dim;
+        const auto prefix = [&](const std::vector<float>& v, std::size_t size) { return std::vector<float>(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(size)); };
+        CHECK(f.queries == prefix(a.queries, k * per_layer));
+        CHECK(f.keys == prefix(a.keys, k * per_layer));
+        CHECK(f.attention == prefix(a.attention, k * per_layer));
+        CHECK(f.probs == prefix(a.probs, k * a.heads * a.tokens * a.tokens));
+        CHECK(f.logits.size() == (k == a.layers ? a.logits.size() : 0));
+        CHECK_THROWS_WITH_AS(f.queries_of(k, 0), doctest::Contains("out of range"), Error);
+      }
+      ForwardOptions too_many = full;
+      too_many.layers = a.layers + 1;
+      CHECK_THROWS_WITH_AS(teacher.forward(text, too_many), doctest::Contains("ForwardOptions::layers is 5, the model has 4"), Error);
     }
   }
 

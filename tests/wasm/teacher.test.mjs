@@ -240,7 +240,7 @@ for (const model of ["teacher-causal", "teacher-masked"]) {
       }
     });
 
-    test("forward with { logits: false }: the same heads, and logits() says why it has none", () => {
+    test("forward with { logits: false } or { layers: k }: the same heads, and logits() says why it has none", () => {
       const text = wasmCap.texts[LAST];
       const full = teacher.forward(text, { probs: true });
       const heads = teacher.forward(text, { probs: true, logits: false });
@@ -250,6 +250,21 @@ for (const model of ["teacher-causal", "teacher-masked"]) {
             for (const what of ["queries", "keys", "values", "attention", "probs"])
               assert.deepEqual(heads[what](l, h), full[what](l, h), `${what}(${l}, ${h})`);
         assert.throws(() => heads.logits(), /^Error: TeacherOutput\.logits: not computed \(forward\(text, \{ logits: false \}\) skips them\)$/);
+        for (const k of [1, 3]) {
+          const first = teacher.forward(text, { probs: true, layers: k });
+          try {
+            assert.equal(first.layers, k);
+            for (let l = 0; l < k; l++)
+              for (const what of ["queries", "keys", "values", "attention", "probs"])
+                assert.deepEqual(first[what](l, 2), full[what](l, 2), `layers ${k}: ${what}(${l}, 2)`);
+            assert.throws(() => first.probs(k, 0), /layer 3, head 0 out of range|layer 1, head 0 out of range/);
+            assert.throws(() => first.logits(), /not computed/);
+          } finally {
+            first.dispose();
+          }
+        }
+        assert.throws(() => teacher.forward(text, { layers: 5 }), /^Error: Teacher\.forward: layers is 5, the model has 4$/);
+        assert.throws(() => teacher.forward(text, { layers: -1 }), /layers: expected a whole number/);
       } finally {
         full.dispose();
         heads.dispose();

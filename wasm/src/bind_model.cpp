@@ -43,10 +43,12 @@ std::string teacher_config(const Teacher& t) {
       .dump();
 }
 
-std::unique_ptr<Forward> teacher_forward(const Teacher& t, const std::string& text, bool probs, bool logits) {
+std::unique_ptr<Forward> teacher_forward(const Teacher& t, const std::string& text, bool probs, bool logits,
+                                         double layers) {
   ForwardOptions options;
   options.attention_probs = probs;
   options.logits = logits;
+  options.layers = to_size(layers, "layers");
   auto f = std::make_unique<Forward>();
   f->out = t.forward(text, options);
   f->head.alpha = t.config().alpha;

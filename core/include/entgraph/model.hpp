@@ -115,6 +115,11 @@ struct ForwardOptions {
   // norm and the head are skipped (about a sixth of the work for the shipped
   // teachers) and logits stays empty.
   bool logits = true;
+  // 0: every layer. k in [1, layers]: the first k layers only, up to the k-th
+  // layer's attention (TeacherOutput::layers = k; no logits unless k is every
+  // layer and logits is set). Their heads equal the full forward's, bit for
+  // bit: a viewer can show one head of an early layer before the rest is done.
+  std::size_t layers = 0;
 };
 
 class Teacher {

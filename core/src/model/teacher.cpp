@@ -276,20 +276,26 @@ TeacherOutput Teacher::forward_tokens(const std::vector<std::size_t>& tokens, co
     if (t >= c.vocab)
       throw Error("Teacher::forward: token " + std::to_string(t) + " is outside the vocab of " + std::to_string(c.vocab));
 
+  if (options.layers > c.layers)
+    throw Error("Teacher::forward: ForwardOptions::layers is " + std::to_string(options.layers) + ", the model has " +
+                std::to_string(c.layers));
+  const std::size_t layers = options.layers == 0 ? c.layers : options.layers;
+  const bool logits = options.logits && layers == c.layers;
+
   const std::size_t d = c.d_model, hd = c.head_dim(), heads = c.heads;
   const bool rotary = c.positions == PositionScheme::rotary;
   TeacherOutput out;
-  out.layers = c.layers;
+  out.layers = layers;
   out.heads = heads;
   out.tokens = n;
   out.head_dim = hd;
   out.outputs = c.outputs;
   const std::size_t per_layer = heads * n * hd;
-  out.queries.resize(c.layers * per_layer);
-  out.keys.resize(c.layers * per_layer);
-  out.values.resize(c.layers * per_layer);
-  out.attention.resize(c.layers * per_layer);
-  if (options.attention_probs) out.probs.resize(c.layers * heads * n * n);
+  out.queries.resize(layers * per_layer);
+  out.keys.resize(layers * per_layer);
+  out.values.resize(layers * per_layer);
+  out.attention.resize(layers * per_layer);
+  if (options.attention_probs) out.probs.resize(layers * heads * n * n);
 
   std::vector<float> x(n * d), h(n * d), qkv(n * 3 * d), a(n * d), mlp(n * c.d_mlp);
   for (std::size_t t = 0; t < n; ++t)
@@ -302,7 +308,7 @@ TeacherOutput Teacher::forward_tokens(const std::vector<std::size_t>& tokens, co
   attention.scale = 1.0 / std::sqrt(static_cast<double>(hd));
   attention.causal = c.causal;
 
-  for (std::size_t l = 0; l < c.layers; ++l) {
+  for (std::size_t l = 0; l < layers; ++l) {
     const Layer& layer = weights_->layers[l];
     layer_norm(layer.ln1, x.data(), n, d, c.layer_norm_eps, h.data());
     apply(layer.qkv, h.data(), n, qkv.data());
@@ -323,7 +329,7 @@ TeacherOutput Teacher::forward_tokens(const std::vector<std::size_t>& tokens, co
         std::copy_n(ah.row(t), hd, out.attention.begin() + base + t * hd);
       }
     }
-    if (l + 1 == c.layers && !options.logits) return out;  // the heads are all there
+    if (l + 1 == layers && !logits) return out;  // the heads asked for are all there
     apply(layer.o, a.data(), n, x.data(), /*accumulate=*/true);
     layer_norm(layer.ln2, x.data(), n, d, c.layer_norm_eps, h.data());
     apply(layer.fc1, h.data(), n, mlp.data());
