@@ -99,6 +99,7 @@ test("graphCells: bad arguments throw naming them", () => {
     assert.throws(() => out.graphCells({ heads: [1, -1] }), /heads\[1\]: expected a whole number/);
     assert.throws(() => out.graphCells({ heads: [16] }), /heads\[0\]: head 16 of 16/);
     assert.throws(() => out.graphCells({ gold: "support" }), /graphCells: gold: expected "weights" or "graph"/);
+    assert.deepEqual(out.graphCells({ heads: [] }), { cells: new Uint8Array(0), heads: [] });
   } finally {
     plain.dispose();
     out.dispose();

@@ -139,7 +139,13 @@ val forward_graph_cells(const Forward& f, const val& predictor, const val& heads
     }
   }
   const std::size_t n = o.tokens;
-  std::vector<std::uint8_t> cells(list.size() * n * n);
+  // One byte per pair and head: refused before allocating when it would not fit the heap.
+  constexpr std::size_t kMaxCellBytes = std::size_t(1) << 29;
+  const std::size_t bytes = checked_product(list.size(), checked_product(n, n, "cells"), "cells");
+  if (bytes > kMaxCellBytes)
+    throw Error("TeacherOutput.graphCells: " + std::to_string(list.size()) + " heads of " + std::to_string(n) + " x " +
+                std::to_string(n) + " cells are " + std::to_string(bytes) + " bytes, more than 512 MiB; ask for fewer heads");
+  std::vector<std::uint8_t> cells(bytes);
   val out_heads = val::array();
   for (std::size_t at = 0; at < list.size(); ++at) {
     const std::size_t layer = list[at] / o.heads, head = list[at] % o.heads;
