@@ -100,6 +100,9 @@ test("graphCells: bad arguments throw naming them", () => {
     assert.throws(() => out.graphCells({ heads: [16] }), /heads\[0\]: head 16 of 16/);
     assert.throws(() => out.graphCells({ gold: "support" }), /graphCells: gold: expected "weights" or "graph"/);
     assert.deepEqual(out.graphCells({ heads: [] }), { cells: new Uint8Array(0), heads: [] });
+    // 40 tokens: 1600 bytes a head; 335545 heads (repeats allowed) pass 512 MiB.
+    assert.throws(() => out.graphCells({ heads: new Array(335545).fill(0) }),
+                  /graphCells: 335545 heads of 40 x 40 cells are 536872000 bytes, more than 512 MiB; ask for fewer heads/);
   } finally {
     plain.dispose();
     out.dispose();
