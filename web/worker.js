@@ -77,7 +77,7 @@ async function init({ isa, threads }) {
 const NO_METRICS = { recall: NaN, sparsity: NaN, goldSparsity: NaN, precision: NaN, gold: 0, predicted: 0, hits: 0 };
 
 // A run of the teacher on the text, its forward pass up to layer `upTo` (the
-// chosen head's: the rest waits for the update's second part, fullForward).
+// chosen head's: the rest waits for the update's second part, extendForward).
 function newRun(entry, kind, text, upTo) {
   const { layers, heads: headsPerLayer, causal } = entry.config;
   const out = text.length > 0 ? forwardLayers(entry, text, upTo + 1) : null;
@@ -130,9 +130,10 @@ function continued(id) {
 
 // Two parts, two messages. "result": the chosen head only (its cells, metrics
 // and weights), so that the page can paint what the reader looks at as soon
-// as the teacher has run up to that head's layer. Then, when the page says "continue" (a newer
-// "update" that arrives first stops this one), "detail": every other head's
-// cells and metrics, graph attention and the scores of the chosen head.
+// as the teacher has run up to that head's layer. Then, when the page says
+// "continue" (a newer "update" that arrives first stops this one), "detail":
+// the rest of the forward pass, every other head's cells and metrics, graph
+// attention and the scores of the chosen head.
 async function update(msg) {
   updateWanted = msg.id;
   await ready;
