@@ -22,7 +22,7 @@ import { GraphView, GraphRowLayout } from "./heatmap.js";
 import { Announcer, resultsMessage } from "./announce.js";
 import { zeroShareText, errorScaleText } from "./describe.js";
 import { TextWindow } from "./textwindow.js";
-import { ALLOWED, GOLD, PRED } from "./cells.js";
+import { ALLOWED, GOLD, PRED, NO_METRICS } from "./cells.js";
 import { HeadsGrid } from "./grid.js";
 import { TokenStrip } from "./strip.js";
 import { ParetoChart, pointLabel } from "./pareto.js";
@@ -172,7 +172,6 @@ function busy() {
   return dirty !== 0 || inFlight || gridPending || detailPending;
 }
 
-const NO_METRICS = { recall: NaN, sparsity: NaN, goldSparsity: NaN, precision: NaN, gold: 0, predicted: 0, hits: 0 };
 
 // sent: { textInfo, info, value, window, since } of the request.
 const apply = timed("apply", applyResult);

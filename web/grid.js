@@ -2,6 +2,7 @@
 // true (gold) sparsity and the predictor's recall. Clicking one selects it.
 
 import { fillCells } from "./heatmap.js";
+import { setData } from "./dom.js";
 
 export class HeadsGrid {
   // root: the grid's container; onSelect(layer, head)
@@ -80,8 +81,8 @@ export class HeadsGrid {
         cell.image = null;
       }
       // Only the numbers' text changes (no new elements to style on a keystroke).
-      setText(cell.sparsity, fmt(head.metrics.goldSparsity));
-      setText(cell.recall, fmt(head.metrics.recall));
+      setData(cell.sparsity.firstChild, fmt(head.metrics.goldSparsity));
+      setData(cell.recall.firstChild, fmt(head.metrics.recall));
     }
   }
 
@@ -92,10 +93,6 @@ export class HeadsGrid {
       cell.button.setAttribute("aria-pressed", on ? "true" : "false");
     }
   }
-}
-
-function setText(el, text) {
-  if (el.firstChild.data !== text) el.firstChild.data = text;
 }
 
 function fmt(x) {

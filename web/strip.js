@@ -4,6 +4,7 @@
 // token shaded by its entmax weight, the query boxed, the hovered key underlined.
 
 import { PROB_RAMP_CSS_FULL, probIndex } from "./palette.js";
+import { setData } from "./dom.js";
 
 export class TokenStrip {
   constructor(root, hint) {
@@ -22,11 +23,7 @@ export class TokenStrip {
     this.glyphs = glyphs;
     const shown = (g) => (g === "␣" ? "\u00a0" : g);
     const keep = Math.min(glyphs.length, this.spans.length);
-    for (let k = 0; k < keep; k++) {
-      const text = shown(glyphs[k]);
-      const node = this.spans[k].firstChild; // its text node: a change of data is not a new node to style
-      if (node.data !== text) node.data = text;
-    }
+    for (let k = 0; k < keep; k++) setData(this.spans[k].firstChild, shown(glyphs[k]));
     for (const span of this.spans.splice(glyphs.length)) span.remove();
     if (glyphs.length > keep) {
       const frag = document.createDocumentFragment();

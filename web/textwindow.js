@@ -8,10 +8,7 @@
 // #cut-note says "bytes A–B of C read" (1-based, inclusive).
 
 import { windowUtf8, charIndexAtByte } from "./text.js";
-
-function setData(node, text) {
-  if (node.data !== text) node.data = text;
-}
+import { setData } from "./dom.js";
 
 export class TextWindow {
   // els: { textarea, mirror, slider, row, note }; onChange() when the slider moves.

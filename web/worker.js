@@ -24,6 +24,7 @@
 import { loadEntgraph } from "./entgraph/entgraph.js";
 import { Resources } from "./resources.js";
 import { PARETO_WINDOWS, frontier } from "./pareto-math.js";
+import { NO_METRICS } from "./cells.js";
 
 let eg = null;
 let res = null;
@@ -74,7 +75,6 @@ async function init({ isa, threads }) {
 // ---------------------------------------------------------------------------
 // The update
 
-const NO_METRICS = { recall: NaN, sparsity: NaN, goldSparsity: NaN, precision: NaN, gold: 0, predicted: 0, hits: 0 };
 
 // A run of the teacher on the text, its forward pass up to layer `upTo` (the
 // chosen head's: the rest waits for the update's second part, extendForward).
@@ -363,7 +363,7 @@ async function pareto(msg) {
     return;
   }
   const t0 = performance.now();
-  const out = entry.teacher.forward(text, { probs: false });
+  const out = entry.teacher.forward(text, { logits: false }); // the capture needs Q, K and V only
   let capture = null;
   try {
     capture = out.toCapture();
