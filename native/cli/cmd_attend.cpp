@@ -53,6 +53,16 @@ constexpr const char* kUsage =
     "  --json             one JSON object: totals (dense_s, graph_s, ratio, rows,\n"
     "                     rows_exact, rows_certified, max_abs_err, ...) and heads\n";
 
+// A number in the --json output: JSON has no infinity or NaN, so a value
+// that is not finite is written as null (docs/FORMATS.md, "JSON output").
+std::string json_number(double v) {
+  if (!std::isfinite(v)) return "null";
+  std::ostringstream s;
+  s.precision(9);
+  s << v;
+  return s.str();
+}
+
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -90,15 +100,15 @@ struct Tally {
   }
   double ratio() const { return dense_s > 0 ? graph_s / dense_s : 0.0; }
   std::string json() const {
+    const double sparsity = allowed_pairs ? 1.0 - double(predicted_pairs) / double(allowed_pairs) : 0.0;
     std::ostringstream s;
-    s.precision(9);
-    s << "\"dense_s\": " << dense_s << ", \"graph_s\": " << graph_s << ", \"ratio\": " << ratio()
-      << ", \"rows\": " << rows << ", \"rows_exact\": " << rows_exact << ", \"rows_certified\": " << rows_certified
-      << ", \"repaired_rows\": " << repaired_rows << ", \"dense_rows\": " << dense_rows
-      << ", \"max_abs_err\": " << max_abs_err << ", \"max_abs_dense\": " << max_abs_dense
-      << ", \"graph_pairs\": " << graph_pairs << ", \"repair_pairs\": " << repair_pairs
-      << ", \"bound_pairs\": " << bound_pairs << ", \"allowed_pairs\": " << allowed_pairs
-      << ", \"predicted_sparsity\": " << (allowed_pairs ? 1.0 - double(predicted_pairs) / double(allowed_pairs) : 0.0);
+    s << "\"dense_s\": " << json_number(dense_s) << ", \"graph_s\": " << json_number(graph_s)
+      << ", \"ratio\": " << json_number(ratio()) << ", \"rows\": " << rows << ", \"rows_exact\": " << rows_exact
+      << ", \"rows_certified\": " << rows_certified << ", \"repaired_rows\": " << repaired_rows
+      << ", \"dense_rows\": " << dense_rows << ", \"max_abs_err\": " << json_number(max_abs_err)
+      << ", \"max_abs_dense\": " << json_number(max_abs_dense) << ", \"graph_pairs\": " << graph_pairs
+      << ", \"repair_pairs\": " << repair_pairs << ", \"bound_pairs\": " << bound_pairs
+      << ", \"allowed_pairs\": " << allowed_pairs << ", \"predicted_sparsity\": " << json_number(sparsity);
     return s.str();
   }
 };
@@ -157,8 +167,10 @@ Tally attend_sequence(const Capture& capture, const Predictor& predictor, std::s
     }
     t.rows_exact = t.rows_certified = certified.graph_rows;
   }
+  // The difference in double: two finite outputs of opposite sign near the
+  // float32 limit differ by more than float32 can hold.
   for (std::size_t x = 0; x < n * dv; ++x) {
-    t.max_abs_err = std::max(t.max_abs_err, static_cast<double>(std::abs(dense[x] - graph[x])));
+    t.max_abs_err = std::max(t.max_abs_err, std::abs(static_cast<double>(dense[x]) - graph[x]));
     t.max_abs_dense = std::max(t.max_abs_dense, static_cast<double>(std::abs(dense[x])));
   }
   return t;

@@ -127,6 +127,12 @@ SweepGrid parse_grid(const Args& args, const std::string& spec) {
   grid.parameter = spec.substr(colon + 1, eq - colon - 1);
   grid.values = split_list(spec.substr(eq + 1));
   if (grid.values.empty()) throw args.error("--grid " + spec + ": no value given");
+  // A value given twice would be one point fitted twice, and its parameter
+  // file written twice (--save-params).
+  for (std::size_t i = 0; i < grid.values.size(); ++i)
+    for (std::size_t j = 0; j < i; ++j)
+      if (grid.values[i] == grid.values[j])
+        throw args.error("--grid " + spec + ": the value " + grid.values[i] + " is given twice");
   for (const std::string& v : grid.values)
     make_predictor_option(args, grid.method, {{grid.parameter, v}}, "--grid", "--grid");
   return grid;
@@ -179,7 +185,8 @@ int run_sweep(const std::vector<std::string>& raw) {
         "each point unioned with a window of size {0, 1, 3, ..., 27}, fitted on --train\n"
         "and evaluated on --test. A grid over a setting that only prediction reads\n"
         "(t, top, margin) is fitted once. Writes OUTDIR/sweep.json, sweep.csv and\n"
-        "pareto.svg, and prints each method's Pareto frontier.\n"
+        "pareto.svg (in an existing sweep: sweep.g1.csv ..., named by sweep.json's\n"
+        "\"files\"; docs/FORMATS.md), and prints each method's Pareto frontier.\n"
         "\n"
         "Options:\n"
         "  --methods A,B,...  only these methods (default: all: %s)\n"
@@ -244,7 +251,8 @@ int run_sweep(const std::vector<std::string>& raw) {
   options.fit.quiet = args.has("quiet");
 
   // Both folders appear whole or not at all: their files are staged and
-  // moved into place once the sweep has succeeded (OutputFolder).
+  // moved into place once the sweep has succeeded (OutputFolder), and
+  // nothing is committed unless both can be (see the end).
   std::optional<OutputFolder> params_out;
   std::vector<std::string> params_names;
   if (args.has("save-params")) {
@@ -258,6 +266,8 @@ int run_sweep(const std::vector<std::string>& raw) {
     };
   }
   OutputFolder out("sweep: --out", *args.get("out"));
+  // A folder in the way of an output file fails here, before the sweep runs.
+  out.check_targets({"sweep.csv", "pareto.svg", "sweep.json"});
 
   const SweepResult sweep = run_sweep(grids, train, test, options);
   const std::vector<SweepPoint>& all = sweep.points;
@@ -265,9 +275,24 @@ int run_sweep(const std::vector<std::string>& raw) {
   write_text(out.path("sweep.csv"), sweep_csv(all), "sweep: --out");
   write_text(out.path("pareto.svg"),
              pareto_svg(all, gold, "Sparsity-recall Pareto curves (" + *args.get("test") + ")"), "sweep: --out");
-  write_text(out.path("sweep.json"), sweep_json(all, gold, at_sparsity) + "\n", "sweep: --out");
+  if (params_out) params_out->check_targets(params_names);
+  // sweep.json is the manifest: it names the csv and svg files as committed
+  // (sweep.g2.csv ... when rewriting an existing sweep, docs/FORMATS.md).
+  const std::string report = sweep_json(all, gold, at_sparsity);
+  out.prepare({"sweep.csv", "pareto.svg"}, "sweep.json", [&](const OutputFolder::Names& names) {
+    return "{\n \"files\": {\"csv\": \"" + names.at("sweep.csv") + "\", \"svg\": \"" + names.at("pareto.svg") +
+           "\"}," + report.substr(1) + "\n";
+  });
+  // Everything that may fail in --out is done; its manifest's rename, the
+  // one step left, is all that can fail after --save-params is committed,
+  // and then --save-params is put back as it was.
   if (params_out) params_out->commit(params_names);
-  out.commit({"sweep.csv", "pareto.svg", "sweep.json"}, "sweep.json");
+  try {
+    out.commit();
+  } catch (...) {
+    if (params_out) params_out->rollback();
+    throw;
+  }
 
   std::printf("gold sparsity %.6f; Pareto frontier of each method (sparsity -> recall):\n", gold);
   std::printf("  %-26s %-22s %8s %8s\n", "method", "point", "sparsity", "recall");
@@ -295,7 +320,8 @@ int run_sweep(const std::vector<std::string>& raw) {
       report(where, s);
     }
   }
-  std::printf("wrote %s/sweep.json, sweep.csv, pareto.svg\n", args.get("out")->c_str());
+  std::printf("wrote %s/sweep.json, %s, %s\n", args.get("out")->c_str(), out.names().at("sweep.csv").c_str(),
+              out.names().at("pareto.svg").c_str());
   return 0;
 }
 

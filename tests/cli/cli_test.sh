@@ -503,6 +503,102 @@ case "$CASE" in
     expect_fail 1 "read_capture: nowhere" sweep --train nowhere --test cap --out s
     ;;
 
+  outputs-whole)
+    # An output committed into an existing folder is whole under kill -9 at
+    # every step of its commit (ENTGRAPH_TEST_KILL_AT, docs/FORMATS.md) and
+    # under a second writer (a lock): the old output or the new, never a mix
+    # or nothing, and the plain file names kept.
+    TEACHER=$SRC/data/teacher-causal
+    head -c 16 "$SRC/data/heldout.txt" >a.txt
+    head -c 24 "$SRC/data/heldout.txt" >b.txt
+    expect_ok capture --model "$TEACHER" --text a.txt --out cap
+    # tokens_is DIR N: DIR reads as a whole capture of N tokens.
+    tokens_is() {
+      expect_ok info "$1"
+      contains "$OUT" ", $2 tokens, with values"
+    }
+    # only_plain DIR: the capture's four files and nothing else.
+    only_plain() {
+      [ "$(ls -A "$1" | tr '\n' ' ')" = "capture.json keys.npy queries.npy values.npy " ] ||
+        fail "$1 holds $(ls -A "$1" | tr '\n' ' ')"
+    }
+    for step in locked staged committed linked; do
+      rm -rf c && cp -a cap c
+      ENTGRAPH_TEST_KILL_AT=$step "$ENTGRAPH" capture --model "$TEACHER" --text b.txt --out c >/dev/null 2>&1
+      code=$?
+      [ "$code" -eq 137 ] || fail "killed at $step: exit code $code (expected 137, SIGKILL)"
+      case $step in locked | staged) tokens_is c 16 ;; *) tokens_is c 24 ;; esac
+      expect_ok capture --model "$TEACHER" --text b.txt --out c  # and the next writer cleans up
+      tokens_is c 24
+      only_plain c
+    done
+    # A sweep: sweep.json names its csv and svg; killed after its commit
+    # point, it names the new generation's, which hold the new sweep.
+    SWP=(sweep --train cap --test cap --methods window --windows none --quiet)
+    expect_ok "${SWP[@]}" --grid window:window=1,2 --out sw
+    contains "$(cat sw/sweep.json)" '"files": {"csv": "sweep.csv", "svg": "pareto.svg"}'
+    ENTGRAPH_TEST_KILL_AT=committed "$ENTGRAPH" "${SWP[@]}" --grid window:window=1,2,3 --out sw >/dev/null 2>&1
+    [ $? -eq 137 ] || fail "the sweep was not killed"
+    csv=$(sed -n 's/.*"files": {"csv": "\([^"]*\)".*/\1/p' sw/sweep.json)
+    [ "$csv" = sweep.g1.csv ] || fail "sweep.json names $csv (expected sweep.g1.csv)"
+    [ "$(grep -c '^window,' "sw/$csv")" -eq 3 ] || fail "sw/$csv is not the new sweep's"
+    expect_ok "${SWP[@]}" --grid window:window=1,2,3,4 --out sw
+    [ "$(ls -A sw | tr '\n' ' ')" = "pareto.svg sweep.csv sweep.json " ] || fail "sw holds $(ls -A sw | tr '\n' ' ')"
+    [ "$(grep -c '^window,' sw/sweep.csv)" -eq 4 ] || fail "sw/sweep.csv is not the last sweep's"
+
+    # Two writers: A stops (SIGSTOP) once it holds the folder's lock; B must
+    # wait for the lock instead of committing under A. Each wait is for a
+    # condition, polled.
+    # wait_for WHAT CONDITION: polls CONDITION (bash) for up to 60 s.
+    wait_for() {
+      local i
+      for ((i = 0; i < 1200; ++i)); do
+        eval "$2" && return 0
+        sleep 0.05
+      done
+      fail "timed out waiting for: $1"
+    }
+    rm -rf c && cp -a cap c
+    ENTGRAPH_TEST_STOP_AT=locked "$ENTGRAPH" capture --model "$TEACHER" --text a.txt --out c >a.out 2>&1 &
+    A=$!
+    wait_for "writer A to stop holding the lock" '[ "$(cut -d" " -f3 /proc/$A/stat)" = T ]'
+    "$ENTGRAPH" capture --model "$TEACHER" --text b.txt --out c >b.out 2>&1 &
+    B=$!
+    inode=$(stat -c %i c)
+    wait_for "writer B to wait for the lock, or to end" \
+      'grep -q -- "-> FLOCK .* $B [0-9a-f]*:[0-9a-f]*:$inode " /proc/locks || ! kill -0 $B 2>/dev/null'
+    if ! kill -0 $B 2>/dev/null; then
+      kill -CONT $A
+      wait $A
+      fail "writer B finished while writer A held the folder (no lock): $(cat b.out)"
+    fi
+    kill -CONT $A
+    wait $A || fail "writer A failed: $(cat a.out)"
+    wait $B || fail "writer B failed: $(cat b.out)"
+    tokens_is c 24  # B's, committed after A's
+    only_plain c
+    ;;
+
+  json-finite)
+    # attend --json on values near the float32 limit: the largest difference
+    # (5.6e38) is beyond float32 but a JSON number, never a bare inf.
+    head -c 16 "$SRC/data/heldout.txt" >t.txt
+    expect_ok capture --model "$SRC/data/teacher-causal" --text t.txt --out cap
+    data=$(($(wc -c <cap/queries.npy) - 4 * 4 * 16 * 32 * 4))
+    # Layer 0, head 0: zero queries (every score 0: uniform weights), and
+    # values whose dim 0 is 3e38 for tokens 0-14 and -3e38 for token 15, so
+    # that dense row 15 is 2.625e38 and its window-0 graph row -3e38.
+    dd if=/dev/zero of=cap/queries.npy bs=1 seek="$data" count=2048 conv=notrunc status=none
+    for t in $(seq 0 14); do
+      printf '\xe6\xb1\x61\x7f' | dd of=cap/values.npy bs=1 seek=$((data + t * 128)) conv=notrunc status=none
+    done
+    printf '\xe6\xb1\x61\xff' | dd of=cap/values.npy bs=1 seek=$((data + 15 * 128)) conv=notrunc status=none
+    expect_ok attend --capture cap --method window --set window=0 --layer 0 --head 0 --json
+    case "$OUT" in *inf* | *nan* | *Infinity* | *NaN*) fail "not JSON: $OUT" ;; esac
+    err=$(sed -n 's/^.*"mode".*"max_abs_err": \([^,]*\),.*"heads".*$/\1/p' <<<"$OUT")
+    awk -v e="$err" 'BEGIN { exit !(e > 5.6e38 && e < 5.7e38) }' || fail "max_abs_err is '$err' (expected 5.625e38)"
+    ;;
+
   *)
     fail "unknown case"
     ;;

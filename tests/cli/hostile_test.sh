@@ -558,6 +558,17 @@ mkdir -p texts/dir.txt
   --save-params oldsaved --out oldsweep >/dev/null || die "sweep"
 [ -s oldsweep/sweep.json ] && [ -s oldsaved/window-window-1.json ] || die "the sweep wrote no files"
 
+# Non-regular files where a reader expects a regular one (issue 29): opening
+# a FIFO waited for a writer forever. And a sweep folder with a folder in
+# the way of pareto.svg: its commit must fail before --save-params is
+# committed.
+mkfifo npy/fifo.npy params/fifo.json texts/fifo.txt || die "mkfifo"
+cp -a cap caps/fifo_v && rm caps/fifo_v/values.npy && mkfifo caps/fifo_v/values.npy
+cp -a cap caps/fifo_json && rm caps/fifo_json/capture.json && mkfifo caps/fifo_json/capture.json
+mkdir -p teachers/t_fifo && mkfifo teachers/t_fifo/config.json
+stvar st_fifo && mkfifo teachers/st_fifo/model.safetensors
+cp -a oldsweep sweep_blocked && rm sweep_blocked/pareto.svg && mkdir sweep_blocked/pareto.svg
+
 # A read-only folder (used only when not root).
 mkdir -p ro && cp scores.npy ro/old.npy && cp -a cap ro/cap && chmod 555 ro ro/cap
 
@@ -1021,6 +1032,9 @@ hostile 2 "--grid|windw" "${SW[@]}" --methods window --grid window:windw=1
 hostile 2 "--grid|bogus" "${SW[@]}" --grid bogus:x=1
 hostile 2 "routing" "${SW[@]}" --methods window --grid routing:clusters=2
 hostile 2 "--grid" "${SW[@]}" --grid window:window=1 --grid window:window=2
+hostile 2 "--grid|the value 1 is given twice" "${SW[@]}" --grid window:window=1,1
+hostile 2 "--grid|the value 2 is given twice" sweep --train cap --test cap --methods window \
+  --grid window:window=1,2,2 --windows none --save-params oldsaved --out oldsweep
 hostile 2 "--windows" "${SW[@]}" --methods window --windows 1,-3
 hostile 2 "--windows" "${SW[@]}" --methods window --windows 1e3
 hostile 2 "--windows" "${SW[@]}" --methods window --windows 0x3
@@ -1060,6 +1074,10 @@ hostile 2 "--save-params" "${SWW[@]}" --out sw --save-params sw              # o
 hostile 2 "--save-params" "${SWW[@]}" --out oldsweep --save-params ./oldsweep
 hostile_fsize 1 1 "oldsweep" "${SWW[@]}" --out oldsweep --save-params oldsaved
 hostile_fsize 1 1 "sw" "${SWW[@]}" --out sw --save-params saved
+# --out cannot be committed (a folder in the way of pareto.svg): --save-params
+# is not committed either, new folder or existing one.
+hostile 1 "sweep_blocked|pareto.svg" "${SWW[@]}" --out sweep_blocked --save-params saved
+hostile 1 "sweep_blocked|pareto.svg" "${SWW[@]}" --out sweep_blocked --save-params oldsaved
 
 # ---------------------------------------------------------------------------
 # attend.
@@ -1093,6 +1111,24 @@ hostile 2 "--exact|softmax" "${AT[@]}" --method window --exact --fn softmax
 hostile 2 "--json" "${AT[@]}" --method window --json=1
 hostile 2 "--isa" "${AT[@]}" --method window --isa avx9000
 hostile 1 "caps/dim2" attend --capture caps/dim2 --params params/km.json
+
+# ---------------------------------------------------------------------------
+# Non-regular files: every reader refuses them at once, naming the file
+# (each case used to hang until the timeout). The harness's stdin is
+# /dev/null, a device.
+group non-regular
+hostile 1 "npy/fifo.npy|FIFO" info npy/fifo.npy
+hostile 1 "npy/fifo.npy|FIFO" transform --fn softmax npy/fifo.npy out.npy
+hostile 1 "/dev/stdin|device" info /dev/stdin
+hostile 1 "caps/fifo_json|capture.json|FIFO" info caps/fifo_json
+hostile 1 "caps/fifo_v|values.npy|FIFO" attend --capture caps/fifo_v --method window
+hostile 1 "caps/fifo_v|values.npy|FIFO" eval --capture caps/fifo_v --params params/w.json
+hostile 1 "caps/fifo_json|capture.json|FIFO" sweep --train caps/fifo_json --test cap --methods window --out sw
+hostile 1 "params/fifo.json|FIFO" attend --capture cap --params params/fifo.json
+hostile 1 "params/fifo.json|FIFO" eval --capture cap --params params/fifo.json
+hostile 1 "texts/fifo.txt|FIFO" capture --model "$TEACHER" --text texts/fifo.txt --out newcap
+hostile 1 "teachers/t_fifo|config.json|FIFO" capture --model teachers/t_fifo --text texts/text.txt --out newcap
+hostile 1 "model.safetensors|FIFO" capture --model teachers/st_fifo --text texts/text.txt --out newcap
 
 # ---------------------------------------------------------------------------
 echo

@@ -51,6 +51,13 @@ void write_string(const std::string& path, const std::string& text) {
   detail::write_file_bytes("test", path, text.data(), text.size());
 }
 
+// A manifest listing its files as committed: "plain=committed;" each.
+std::string manifest_of(const detail::OutputFolder::Names& names) {
+  std::string text;
+  for (const auto& [plain, committed] : names) text += plain + "=" + committed + ";";
+  return text;
+}
+
 TEST_SUITE("io") {
   TEST_CASE("write_file_bytes creates and replaces whole files and leaves no temporary") {
     TempDir dir;
@@ -115,6 +122,7 @@ TEST_SUITE("io") {
 
   TEST_CASE("OutputFolder: a new folder appears whole at commit, or not at all (nor its missing parents)") {
     TempDir dir;
+    const detail::OutputFolder::ManifestText manifest = manifest_of;
     const std::string target = dir.file("a/b/out");
     {
       detail::OutputFolder out("test", target);
@@ -125,8 +133,7 @@ TEST_SUITE("io") {
     {
       detail::OutputFolder out("test", target + "/");
       write_string(out.path("x.txt"), "x");
-      write_string(out.path("m.json"), "{}");
-      out.commit({"x.txt", "m.json"}, "m.json");
+      out.commit({"x.txt"}, "m.json", manifest);
     }
     CHECK(listing(target) == std::vector<std::string>{"m.json", "x.txt"});
     CHECK(listing(dir.file("a/b")) == std::vector<std::string>{"out"});
@@ -153,21 +160,96 @@ TEST_SUITE("io") {
     {
       detail::OutputFolder out("test", dir.path());
       write_string(out.path("y.txt"), "y");
-      write_string(out.path("m.json"), "new manifest");
-      CHECK_ERROR_CONTAINS(out.commit({"y.txt", "m.json"}, "m.json"), "y.txt: cannot replace it (a folder is in the way)");
+      CHECK_ERROR_CONTAINS(out.commit({"y.txt"}, "m.json", manifest_of), "y.txt: cannot replace it (a folder is in the way)");
     }
     CHECK(read_text(dir.file("m.json")) == "old manifest");  // checked before the old manifest goes
     fs::remove(dir.file("y.txt"));
     {
       detail::OutputFolder out("test", dir.path());
       write_string(out.path("x.txt"), "new x");
-      write_string(out.path("m.json"), "new manifest");
-      out.commit({"x.txt", "m.json"}, "m.json");
+      out.commit({"x.txt"}, "m.json", manifest_of);
+      // Committed under a generation name, then given the plain name back.
+      CHECK(out.names().at("x.txt") == "x.txt");
     }
     CHECK(listing(dir.path()) == std::vector<std::string>{"m.json", "mine.txt", "x.txt"});
     CHECK(read_text(dir.file("x.txt")) == "new x");
-    CHECK(read_text(dir.file("m.json")) == "new manifest");
+    CHECK(read_text(dir.file("m.json")) == "x.txt=x.txt;");
     CHECK(read_text(dir.file("mine.txt")) == "the user's");
+  }
+
+  TEST_CASE("OutputFolder: a commit cleans what a killed writer left, and keeps a manifest naming generations valid") {
+    TempDir dir;
+    // What a writer killed after its commit point leaves: the manifest names
+    // generation 3; plain and generation-2 files, and a staging folder of a
+    // process that no longer exists, are left over.
+    write_string(dir.file("x.txt"), "old plain x");
+    write_string(dir.file("x.g2.txt"), "orphan");
+    write_string(dir.file("x.g3.txt"), "current x");
+    write_string(dir.file("x.g04.txt"), "not a generation name: the user's");
+    write_string(dir.file("m.json"), "x.txt=x.g3.txt;");
+    fs::create_directory(dir.file(".entgraph-staging-999999999-0"));
+    {
+      detail::OutputFolder out("test", dir.path());
+      write_string(out.path("x.txt"), "new x");
+      out.prepare({"x.txt"}, "m.json", manifest_of);
+      CHECK(out.names().at("x.txt") == "x.g4.txt");  // above every generation there
+      CHECK(read_text(dir.file("m.json")) == "x.txt=x.g3.txt;");  // nothing a reader sees changed yet
+      out.commit();
+    }
+    CHECK(listing(dir.path()) == std::vector<std::string>{"m.json", "x.g04.txt", "x.txt"});
+    CHECK(read_text(dir.file("x.txt")) == "new x");
+    CHECK(read_text(dir.file("m.json")) == "x.txt=x.txt;");
+    // prepare() without commit(): the files it moved in go again.
+    {
+      detail::OutputFolder out("test", dir.path());
+      write_string(out.path("x.txt"), "newer x");
+      out.prepare({"x.txt"}, "m.json", manifest_of);
+      CHECK(fs::exists(dir.file("x.g1.txt")));
+    }
+    CHECK(listing(dir.path()) == std::vector<std::string>{"m.json", "x.g04.txt", "x.txt"});
+    CHECK(read_text(dir.file("x.txt")) == "new x");
+  }
+
+  TEST_CASE("OutputFolder: files without a manifest are replaced at commit, and rollback() puts the old ones back") {
+    TempDir dir;
+    write_string(dir.file("a.json"), "old a");
+    write_string(dir.file("mine.txt"), "the user's");
+    {
+      detail::OutputFolder out("test", dir.path());
+      write_string(out.path("a.json"), "new a");
+      write_string(out.path("b.json"), "new b");
+      out.commit({"a.json", "b.json"});
+      CHECK(read_text(dir.file("a.json")) == "new a");
+      CHECK(read_text(dir.file("b.json")) == "new b");
+      out.rollback();
+    }
+    CHECK(listing(dir.path()) == std::vector<std::string>{"a.json", "mine.txt"});
+    CHECK(read_text(dir.file("a.json")) == "old a");
+    // A failure part-way (the second file cannot be moved: it was never
+    // staged) puts back the first.
+    {
+      detail::OutputFolder out("test", dir.path());
+      write_string(out.path("a.json"), "new a");
+      CHECK_ERROR_CONTAINS(out.commit({"a.json", "b.json"}), "b.json: cannot move it into place");
+    }
+    CHECK(listing(dir.path()) == std::vector<std::string>{"a.json", "mine.txt"});
+    CHECK(read_text(dir.file("a.json")) == "old a");
+    {
+      detail::OutputFolder out("test", dir.path());
+      write_string(out.path("a.json"), "new a");
+      out.commit({"a.json"});
+    }
+    CHECK(listing(dir.path()) == std::vector<std::string>{"a.json", "mine.txt"});
+    CHECK(read_text(dir.file("a.json")) == "new a");
+    // A new folder: rollback() removes it again.
+    {
+      detail::OutputFolder out("test", dir.file("new/sub"));
+      write_string(out.path("a.json"), "a");
+      out.commit({"a.json"});
+      CHECK(fs::exists(dir.file("new/sub/a.json")));
+      out.rollback();
+    }
+    CHECK_FALSE(fs::exists(dir.file("new")));
   }
 
   TEST_CASE("captures: a capture that fails half-way (file size limit) leaves the old one byte-identical") {

@@ -13,7 +13,9 @@
 #include <string>
 #include <utility>
 
-#include <unistd.h>  // getpid
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "entgraph/error.hpp"
 
@@ -72,25 +74,40 @@ std::string strerror_string(int err) {
 }
 
 InputFile::InputFile(const char* op, std::string path, const char* a_kind) : op_(op), path_(std::move(path)) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  const fs::file_status status = fs::status(path_, ec);
-  if (ec || !fs::exists(status))
-    fail(op_, path_, "cannot open file (" + (ec ? ec.message() : std::string("No such file or directory")) + ")");
-  if (fs::is_directory(status)) fail(op_, path_, std::string("is a directory, not ") + a_kind);
-  regular_ = fs::is_regular_file(status);
+  // O_NONBLOCK: opening a FIFO would otherwise wait for a writer, forever.
   errno = 0;
-  file_.reset(std::fopen(path_.c_str(), "rb"));
-  if (!file_) fail(op_, path_, "cannot open file (" + strerror_string(errno) + ")");
+  const int fd = ::open(path_.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) fail(op_, path_, "cannot open file (" + strerror_string(errno) + ")");
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    fail(op_, path_, "cannot open file (" + strerror_string(err) + ")");
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    if (S_ISDIR(st.st_mode)) fail(op_, path_, std::string("is a directory, not ") + a_kind);
+    const char* kind = S_ISFIFO(st.st_mode) ? "a FIFO (pipe)"
+                       : S_ISSOCK(st.st_mode) ? "a socket"
+                                              : "a device";
+    fail(op_, path_, std::string("is ") + kind + ", not a regular file (" + a_kind +
+                         " is read from a regular file only)");
+  }
+  // Reads of a regular file never block: back to ordinary reads all the same.
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  size_ = static_cast<unsigned long long>(st.st_size);
+  file_.reset(::fdopen(fd, "rb"));
+  if (!file_) {
+    const int err = errno;
+    ::close(fd);
+    fail(op_, path_, "cannot open file (" + strerror_string(err) + ")");
+  }
 }
 
 std::size_t InputFile::size() const {
-  std::error_code ec;
-  const std::uintmax_t file_size = std::filesystem::file_size(path_, ec);
-  if (ec) fail(op_, path_, "cannot get file size (" + ec.message() + ")");
-  if (file_size > std::numeric_limits<std::size_t>::max())
-    fail(op_, path_, "file too large (" + std::to_string(file_size) + " bytes)");
-  return static_cast<std::size_t>(file_size);
+  if (size_ > std::numeric_limits<std::size_t>::max())
+    fail(op_, path_, "file too large (" + std::to_string(size_) + " bytes)");
+  return static_cast<std::size_t>(size_);
 }
 
 void InputFile::read_exact(unsigned char* out, std::size_t n, const char* what) {
@@ -102,14 +119,12 @@ void InputFile::read_exact(unsigned char* out, std::size_t n, const char* what) 
 
 std::vector<unsigned char> InputFile::read_all(std::size_t max_bytes) {
   std::vector<unsigned char> bytes;
-  // A regular file's size is known: refuse a large one before reading any of it.
-  if (regular_) {
-    const std::size_t size = this->size();
-    if (size > max_bytes)
-      fail(op_, path_, "file too large (" + std::to_string(size) + " bytes, more than the limit of " +
-                           std::to_string(max_bytes) + ")");
-    bytes.reserve(size);
-  }
+  // The size is known: refuse a large file before reading any of it.
+  const std::size_t size = this->size();
+  if (size > max_bytes)
+    fail(op_, path_, "file too large (" + std::to_string(size) + " bytes, more than the limit of " +
+                         std::to_string(max_bytes) + ")");
+  bytes.reserve(size);
   unsigned char chunk[1 << 16];
   for (;;) {
     const std::size_t got = std::fread(chunk, 1, sizeof chunk, file_.get());

@@ -104,34 +104,39 @@ struct FileCloser {
 };
 using File = std::unique_ptr<std::FILE, FileCloser>;
 
-// A file opened for reading, after the checks every reader makes first.
-// Every error is an entgraph::Error "<op>: <path>: ...".
+// A regular file opened for reading, after the checks every reader makes
+// first. Every error is an entgraph::Error "<op>: <path>: ...".
+//
+// Only regular files are read: a FIFO, a socket or a device (a terminal,
+// /dev/zero, a pipe behind /dev/stdin) is refused, since a read from one may
+// never end. The file is opened without blocking (a FIFO's open would wait
+// for a writer) and checked with fstat on the opened descriptor, so what is
+// checked is what is read (no check-then-open race).
 class InputFile {
  public:
   // Throws "cannot open file (...)" if path does not exist or cannot be
-  // opened, "is a directory, not <a_kind>" if it is a directory.
+  // opened, "is a directory, not <a_kind>" if it is a directory, "is a
+  // <FIFO|socket|device>, not a regular file" for any other non-regular file.
   InputFile(const char* op, std::string path, const char* a_kind);
 
   std::FILE* get() const { return file_.get(); }
-  // A regular file, whose size is known up front (not a pipe or a device).
-  bool regular() const { return regular_; }
-  // The size of a regular file. Throws "cannot get file size (...)" or
-  // "file too large (<n> bytes)" if it does not fit size_t.
+  // The size of the file when opened. Throws "file too large (<n> bytes)" if
+  // it does not fit size_t.
   std::size_t size() const;
   // Reads exactly n bytes into out. Throws "read error in the <what> (file
   // changed or <reason>)" if fewer arrive.
   void read_exact(unsigned char* out, std::size_t n, const char* what);
   // Everything up to the end of the file, read in chunks rather than trusting
-  // a size reported up front: the file may be a pipe, or change while it is
-  // read. A regular file larger than max_bytes is refused before any read.
-  // Throws "file too large (...)" or "read error (...)".
+  // the size reported up front (the file may change while it is read). A file
+  // larger than max_bytes is refused before any read. Throws "file too large
+  // (...)" or "read error (...)".
   std::vector<unsigned char> read_all(std::size_t max_bytes = static_cast<std::size_t>(-1));
 
  private:
   const char* op_;
   std::string path_;
   File file_;
-  bool regular_ = false;
+  unsigned long long size_ = 0;  // st_size when opened
 };
 
 }  // namespace entgraph::detail

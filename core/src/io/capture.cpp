@@ -416,9 +416,15 @@ std::vector<unsigned char> encode_half(const Capture& c, const Sizes& s, const s
 }
 
 // capture.json of a capture (its arrays in queries.npy, keys.npy and, if
-// has_values, values.npy): one key per line, each value on one line, which
-// reads well and diffs well. The capture has passed validate().
-std::string capture_json_text(const Capture& c, bool has_values, const std::string& prefix) {
+// has_values, values.npy, or the names `files` gives them: see OutputFolder):
+// one key per line, each value on one line, which reads well and diffs well.
+// The capture has passed validate().
+std::string capture_json_text(const Capture& c, bool has_values, const std::string& prefix,
+                              const detail::OutputFolder::Names& files = {}) {
+  auto file = [&](const std::string& name) {
+    const auto it = files.find(name);
+    return it == files.end() ? name : it->second;
+  };
   Json j;
   j["format"] = kFormat;
   j["version"] = kVersion;
@@ -426,9 +432,9 @@ std::string capture_json_text(const Capture& c, bool has_values, const std::stri
   j["heads"] = c.heads;
   j["head_dim"] = c.head_dim;
   j["lengths"] = c.lengths;
-  j["queries"] = "queries.npy";
-  j["keys"] = "keys.npy";
-  if (has_values) j["values"] = "values.npy";
+  j["queries"] = file("queries.npy");
+  j["keys"] = file("keys.npy");
+  if (has_values) j["values"] = file("values.npy");
   j["alpha"] = per_head_json(
       c, [](const HeadSettings& a, const HeadSettings& b) { return a.alpha == b.alpha; },
       [](const HeadSettings& h) { return h.alpha; });
@@ -450,23 +456,20 @@ std::string capture_json_text(const Capture& c, bool has_values, const std::stri
   return text + "\n}\n";
 }
 
-// Writes capture.json into the staged folder (see OutputFolder: it is moved
-// into place last).
-void write_capture_json(const detail::OutputFolder& out, const std::string& text, const std::string& prefix) {
-  const std::string json_path = out.path("capture.json");
-  try {
-    detail::write_file_bytes("write_capture", json_path, text.data(), text.size());
-  } catch (const Error& e) {
-    restate(e, "write_capture", json_path, "capture.json", prefix);
-  }
-}
-
-// The files of a capture, capture.json (its manifest) last.
+// The arrays of a capture, staged under these names; capture.json, their
+// manifest, is written at commit with the names they get (OutputFolder).
 std::vector<std::string> capture_file_names(bool with_values) {
   std::vector<std::string> names = {"queries.npy", "keys.npy"};
   if (with_values) names.push_back("values.npy");
-  names.push_back("capture.json");
   return names;
+}
+
+// Moves a staged capture into place, capture.json (naming the arrays as
+// committed) its commit point.
+void commit_capture(detail::OutputFolder& out, const Capture& meta, bool with_values, const std::string& prefix) {
+  out.commit(capture_file_names(with_values), "capture.json", [&](const detail::OutputFolder::Names& names) {
+    return capture_json_text(meta, with_values, prefix, names);
+  });
 }
 
 // Refuses an output larger than the free space of the file system it goes to.
@@ -629,7 +632,9 @@ void write_capture(const std::string& dir, const Capture& c, NpyDtype dtype) {
 
   // Written into a staged folder and moved into place whole (OutputFolder).
   detail::OutputFolder out("write_capture", dir);
-  out.check_targets(capture_file_names(c.has_values()));
+  std::vector<std::string> targets = capture_file_names(c.has_values());
+  targets.push_back("capture.json");
+  out.check_targets(targets);
   const std::uint64_t per_file = encode_npy_header(dtype, shape).size() + std::uint64_t{s.count} * npy_dtype_size(dtype);
   const std::uint64_t total = text.size() + per_file * arrays.size();
   check_free_space(out, total, prefix);
@@ -645,8 +650,7 @@ void write_capture(const std::string& dir, const Capture& c, NpyDtype dtype) {
       restate(e, "write_npy", path, name, prefix);
     }
   }
-  write_capture_json(out, text, prefix);
-  out.commit(capture_file_names(c.has_values()), "capture.json");
+  commit_capture(out, c, c.has_values(), prefix);
 }
 
 // ---------------------------------------------------------------------------
@@ -757,7 +761,9 @@ CaptureWriter::CaptureWriter(const std::string& dir, std::size_t layers, std::si
 
   // Nothing in dir changes before finish(): the files are staged (OutputFolder).
   w.out = std::make_unique<detail::OutputFolder>("CaptureWriter", dir);
-  w.out->check_targets(capture_file_names(with_values));
+  std::vector<std::string> targets = capture_file_names(with_values);
+  targets.push_back("capture.json");
+  w.out->check_targets(targets);
   check_free_space(*w.out, w.total_bytes, w.prefix);
   const std::vector<unsigned char> header = encode_npy_header(dtype, {layers, heads, w.sizes.tokens, head_dim});
   std::vector<const char*> roles = {"queries", "keys"};
@@ -869,8 +875,7 @@ void CaptureWriter::finish() {
     if (std::fflush(a.file.get()) != 0) w.write_failed(a, "write failed");
     if (std::fclose(a.file.release()) != 0) w.write_failed(a, "write failed");
   }
-  write_capture_json(*w.out, w.json, w.prefix);
-  w.out->commit(capture_file_names(w.with_values), "capture.json");
+  commit_capture(*w.out, w.meta, w.with_values, w.prefix);
   w.finished = true;
 }
 
@@ -881,6 +886,8 @@ Capture read_capture(const std::string& dir) {
   if (ec || !fs::exists(status))
     fail(prefix, "cannot open the folder (" + (ec ? ec.message() : std::string("No such file or directory")) + ")");
   if (!fs::is_directory(status)) fail(prefix, "is not a folder (a capture is a folder holding capture.json)");
+  // No writer commits into the folder while capture.json and its arrays are read.
+  const detail::FolderReadLock lock(dir);
 
   const std::string json_path = (fs::path(dir) / "capture.json").string();
   std::vector<unsigned char> bytes;

@@ -400,40 +400,6 @@ std::vector<unsigned char> encode(const NpyArray& array, int version, const char
   return out;
 }
 
-// A pipe or a device has no size to check the header against. Read it in
-// steps, each no longer than what the previous step said must follow, so the
-// buffer only ever holds bytes that really arrived; then parse the buffer
-// (which repeats every check against its actual size).
-NpyArray read_npy_stream(std::FILE* f, const std::string& name) {
-  std::vector<unsigned char> buffer;
-  auto fill_to = [&](std::size_t want) {
-    unsigned char chunk[1 << 14];
-    while (buffer.size() < want) {
-      const std::size_t ask = std::min(sizeof chunk, want - buffer.size());
-      const std::size_t n = std::fread(chunk, 1, ask, f);
-      buffer.insert(buffer.end(), chunk, chunk + n);
-      if (n < ask) break;
-    }
-    if (std::ferror(f)) fail("read_npy", name, "read error (" + strerror_string(errno) + ")");
-    return buffer.size() >= want;
-  };
-  if (fill_to(12) || buffer.size() >= 10) {
-    const std::size_t len_bytes = buffer.size() > 6 && buffer[6] == 1 ? 2 : 4;
-    if (std::memcmp(buffer.data(), kMagic, 6) == 0 && buffer.size() >= 8 + len_bytes) {
-      const std::size_t header_end = 8 + len_bytes + static_cast<std::size_t>(load_le(buffer.data() + 8, len_bytes));
-      if (fill_to(header_end)) {
-        const Prefix prefix = parse_prefix(buffer.data(), buffer.size(), name);
-        const Layout layout =
-            parse_layout(prefix, reinterpret_cast<const char*>(buffer.data() + prefix.header_offset), name);
-        // One byte more than the data, to notice trailing bytes.
-        if (layout.data_bytes < std::numeric_limits<std::size_t>::max() - header_end)
-          fill_to(header_end + layout.data_bytes + 1);
-      }
-    }
-  }
-  return read_npy_bytes(buffer.data(), buffer.size(), name);
-}
-
 }  // namespace
 
 // ---------------------------------------------------------------------------
@@ -599,7 +565,6 @@ NpyArray read_npy_bytes(const void* data, std::size_t size, const std::string& n
 
 NpyArray read_npy(const std::string& path) {
   detail::InputFile f("read_npy", path, "a .npy file");
-  if (!f.regular()) return read_npy_stream(f.get(), path);
   const std::size_t total = f.size();
 
   unsigned char head[12] = {};

@@ -562,11 +562,6 @@ SafetensorsFile read_safetensors_bytes(const void* data, std::size_t size, const
 
 SafetensorsFile read_safetensors(const std::string& path) {
   detail::InputFile f(kRead, path, "a safetensors file");
-  if (!f.regular()) {
-    // A pipe or a device has no size to check against: take what arrives.
-    const std::vector<unsigned char> bytes = f.read_all();
-    return read_safetensors_bytes(bytes.data(), bytes.size(), path);
-  }
   const std::size_t total = f.size();
 
   unsigned char prefix[kPrefixSize] = {};

@@ -102,7 +102,8 @@ struct NpyArray {
 };
 
 // Reads a .npy file. Throws entgraph::Error ("read_npy: <path>: ...") if the
-// file cannot be opened or read, is a directory, or is malformed (see above).
+// file cannot be opened or read, is a directory or another non-regular file
+// (a FIFO, a socket, a device), or is malformed (see above).
 NpyArray read_npy(const std::string& path);
 
 // Parses a .npy file held in memory (size bytes at data; data may be null if

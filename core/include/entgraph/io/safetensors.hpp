@@ -99,8 +99,9 @@ std::size_t safetensors_dtype_size(const std::string& dtype);
 
 // Reads a safetensors file. Throws entgraph::Error
 // ("read_safetensors: <path>: ...") if the file cannot be opened or read, is
-// a directory, or is malformed (see above). A regular file is read piece by
-// piece straight into the tensors, so it is never held twice in memory.
+// a directory or another non-regular file (a FIFO, a socket, a device), or is
+// malformed (see above). The file is read piece by piece straight into the
+// tensors, so it is never held twice in memory.
 SafetensorsFile read_safetensors(const std::string& path);
 
 // Parses a safetensors file held in memory (size bytes at data; data may be
