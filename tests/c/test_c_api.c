@@ -1,3 +1,4 @@
+#define _POSIX_C_SOURCE 200809L /* mkfifo, mkdtemp, rmdir, unlink (test_capture_fifo) */
 /* The C API (entgraph/entgraph.h) from a C99 program: every call family
  * against hand-computed values or its own invariants, and the error paths
  * (status, message, outputs untouched). Prints "N passed, N failed" and exits
@@ -9,6 +10,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "entgraph/entgraph.h"
 
@@ -602,6 +605,39 @@ static void test_capture_teacher_predictor(void) {
   eg_capture_free(capture);
 }
 
+/* A FIFO named capture.json, or named as one of its arrays, is refused with
+ * an error naming the file, at once: before issue 29 the load waited for a
+ * writer forever. */
+static void test_capture_fifo(void) {
+  char dir[] = "/tmp/entgraph_c_api_fifo_XXXXXX";
+  char json[64], queries[64];
+  eg_capture* capture = NULL;
+  CHECK(mkdtemp(dir) != NULL);
+  snprintf(json, sizeof json, "%s/capture.json", dir);
+  snprintf(queries, sizeof queries, "%s/queries.npy", dir);
+  CHECK(mkfifo(json, 0600) == 0);
+  CHECK_FAILS(eg_capture_load(dir, &capture), EG_ERROR_IO, "capture.json: is a FIFO (pipe), not a regular file");
+  CHECK(capture == NULL);
+  unlink(json);
+  /* A valid capture.json whose queries.npy is a FIFO. */
+  {
+    FILE* f = fopen(json, "wb");
+    CHECK(f != NULL);
+    if (f != NULL) {
+      fputs("{\"format\": \"entgraph-capture\", \"version\": 1, \"layers\": 1, \"heads\": 1, \"head_dim\": 2, "
+            "\"lengths\": [3], \"queries\": \"queries.npy\", \"keys\": \"queries.npy\"}",
+            f);
+      fclose(f);
+    }
+  }
+  CHECK(mkfifo(queries, 0600) == 0);
+  CHECK_FAILS(eg_capture_load(dir, &capture), EG_ERROR_IO, "queries.npy: is a FIFO (pipe), not a regular file");
+  CHECK(capture == NULL);
+  unlink(queries);
+  unlink(json);
+  rmdir(dir);
+}
+
 int main(void) {
   test_basics();
   test_transform_parse();
@@ -615,6 +651,7 @@ int main(void) {
   test_graph_attention();
   test_predictors();
   test_capture_teacher_predictor();
+  test_capture_fifo();
   printf("%d passed, %d failed\n", passed, failed);
   return failed == 0 ? 0 : 1;
 }
