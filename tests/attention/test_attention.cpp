@@ -326,6 +326,49 @@ TEST_SUITE("attention") {
     }
   }
 
+  TEST_CASE("attention: inputs whose scores may overflow are refused, naming q, k and the scale") {
+    // Finite entries near 1e38 (the readers accept them) whose products are
+    // not: the scores would be +-inf, which the transforms take for masked
+    // keys (or NaN). Refused up front, before anything is written.
+    const std::size_t n = 4, m = 5, d = 3, dv = 2;
+    Matrix<float> q = random_matrix<float>(n, d), k = random_matrix<float>(m, d);
+    const Matrix<float> v = random_matrix<float>(m, dv);
+    Matrix<float> out(n, dv, 7.0f);
+    q(1, 0) = 2e19f;
+    k(2, 2) = 3e19f;
+    AttentionOptions<float> o;
+    o.transform = Transform::entmax(1.5);
+    std::string msg = error_message([&] { attention_forward<float>(q.view(), k.view(), v.view(), out.view(), o); });
+    CAPTURE(msg);
+    CHECK(msg.rfind("attention_forward: the scores options.scale * q . k may overflow float", 0) == 0);
+    CHECK(msg.find("q row 1") != std::string::npos);
+    CHECK(msg.find("k row 2") != std::string::npos);
+    CHECK(out(0, 0) == 7.0f);
+    // The backward too.
+    Matrix<float> go = random_matrix<float>(n, dv), dq(n, d), dk(m, d), dvm(m, dv);
+    msg = error_message([&] {
+      attention_backward<float>(q.view(), k.view(), v.view(), go.view(), dq.view(), dk.view(), dvm.view(), o);
+    });
+    CHECK(msg.find("may overflow float") != std::string::npos);
+    // A scale above 1 counts: 1e19 * 1e19 fits, times 1e3 does not.
+    q(1, 0) = 1e19f;
+    k(2, 2) = 1e19f;
+    attention_forward<float>(q.view(), k.view(), v.view(), out.view(), o);
+    for (std::size_t i = 0; i < n; ++i)
+      for (std::size_t j = 0; j < dv; ++j) CHECK(std::isfinite(out(i, j)));
+    o.scale = 1e3;
+    msg = error_message([&] { attention_forward<float>(q.view(), k.view(), v.view(), out.view(), o); });
+    CHECK(msg.find("options.scale is 1000") != std::string::npos);
+    // float64: the same at its own range.
+    Matrix<double> qd = q.cast<double>(), kd = k.cast<double>(), vd = v.cast<double>();
+    Matrix<double> outd(n, dv);
+    AttentionOptions<double> od;
+    qd(0, 0) = 1e160;
+    kd(0, 0) = 1e160;
+    msg = error_message([&] { attention_forward<double>(qd.view(), kd.view(), vd.view(), outd.view(), od); });
+    CHECK(msg.find("may overflow double") != std::string::npos);
+  }
+
   TEST_CASE("attention: bad input throws an error naming the argument") {
     const std::size_t n = 4, m = 5, d = 3, dv = 2;
     Matrix<float> q = random_matrix<float>(n, d), k = random_matrix<float>(m, d), v = random_matrix<float>(m, dv);

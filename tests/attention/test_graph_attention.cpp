@@ -373,9 +373,10 @@ void check_exact_in(const Case& c, const Graph& g, const Transform& t, std::size
   report.graph_rows = 12345;  // overwritten
   const Matrix<T> out = graph_forward<T>(c, g, o, &report);
   // 1e-5 of the largest output in float (1e-12 in float64), or twice dense
-  // attention's own float error if that is larger: entmax with alpha > 2 is
-  // ill-conditioned where weights are small (p = [(alpha-1) s - tau]^(1/(alpha-1))),
-  // so the float transform's rounding there depends on the row it runs on.
+  // attention's own float error if that is larger: the graph's scores are
+  // gathered dot products, dense attention's a GEMM, and the two may round a
+  // score an ulp apart; at large alpha that moves weights by up to
+  // ulp / (alpha - 1) / gap between nearly tied scores.
   double tol = kTol<T> * std::max(1.0, max_abs(dense.out));
   if constexpr (std::is_same_v<T, float>)
     tol = std::max(tol, 2 * max_abs_diff(dense.out.template cast<double>(), dense_forward<double>(c, t).out));
@@ -1169,6 +1170,59 @@ TEST_SUITE("attention") {
 
   // -------------------------------------------------------------------------
   // Errors.
+
+  TEST_CASE("graph attention: exact mode at alpha = 1000 equals dense attention, near-ties included") {
+    // At alpha = 1000 a threshold tau lies within far less than double's
+    // resolution of a score near a tie; the transform and exact mode's proven
+    // thresholds work relative to the support. Random and clustered inputs,
+    // and keys built so that scores nearly tie (key j = key 0 scaled by
+    // 1 - j 1e-4: the weights are spread over several keys).
+    Tally tally;
+    const Transform t = Transform::entmax(1000.0);
+    std::uint64_t seed = 900;
+    for (bool causal : {false, true}) {
+      for (double density : {0.1, 0.4})
+        check_exact(random_case("random", 24, 30, 8, 5, causal, density, ++seed), t, tally);
+      check_exact(clustered_case("clustered", 48, 16, 4, causal, ++seed), t, tally);
+      Case c = random_case("near-ties", 12, 40, 4, 3, causal, 0.2, ++seed);
+      for (std::size_t j = 1; j < c.m(); ++j)
+        for (std::size_t x = 0; x < c.k.cols; ++x)
+          c.k(j, x) = static_cast<float>(c.k(0, x) * (1.0 - static_cast<double>(j % 8) * 1e-4));
+      check_exact(c, t, tally);
+    }
+    message_tally("alpha 1000", tally);
+    CHECK(tally.repaired > 0);
+  }
+
+  TEST_CASE("graph attention refuses inputs whose scores may overflow, naming q, k and the scale") {
+    // Entries near 1e38 are finite, but their products are not: exact mode
+    // must not report rows exact on infinite scores, and no mode may compute on them.
+    for (GraphAttentionMode mode : {GraphAttentionMode::fast, GraphAttentionMode::certify, GraphAttentionMode::exact}) {
+      Matrix<float> q = random_matrix<float>(6, 4, 1.0, 51), k = random_matrix<float>(7, 4, 1.0, 52);
+      const Matrix<float> v = random_matrix<float>(7, 3, 1.0, 53);
+      q(3, 2) = std::numeric_limits<float>::max();
+      k(5, 1) = -3e38f;
+      GraphAttentionOptions<float> o;
+      o.mode = mode;
+      o.attention.transform = Transform::entmax(1000.0);
+      Matrix<float> out(6, 3, 7.0f);
+      const Graph g = random_graph(6, 7, 0.5, 54);
+      const std::string msg = error_message([&] { graph_attention_forward<float>(q.view(), k.view(), v.view(), g, out.view(), o); });
+      CAPTURE(msg);
+      CHECK(msg.rfind("graph_attention_forward: the scores options.attention.scale * q . k may overflow float", 0) == 0);
+      CHECK(msg.find("q row 3") != std::string::npos);
+      CHECK(msg.find("k row 5") != std::string::npos);
+      CHECK(out(0, 0) == 7.0f);  // nothing written
+      // The same inputs scaled into range compute, and exact mode equals dense there.
+      q(3, 2) = 1e15f;
+      k(5, 1) = -3e15f;
+      o.attention.scale = 1e-3;
+      GraphAttentionReport report;
+      graph_attention_forward<float>(q.view(), k.view(), v.view(), g, out.view(), o, &report);
+      for (std::size_t i = 0; i < out.rows; ++i)
+        for (std::size_t j = 0; j < out.cols; ++j) CHECK(std::isfinite(out(i, j)));
+    }
+  }
 
   TEST_CASE("graph attention rejects bad arguments by name and writes nothing") {
     const Matrix<float> q = random_matrix<float>(6, 4, 1.0, 41);

@@ -26,6 +26,7 @@
 #include "entgraph/error.hpp"
 #include "entgraph/runtime.hpp"
 #include "entgraph/transforms.hpp"
+#include "attention/score_range.hpp"
 #include "kernels/matmul_kernels.hpp"
 #include "runtime/backends.hpp"
 #include "runtime/parallel.hpp"
@@ -125,6 +126,7 @@ Dims validate(const char* op, ConstMatrix<T> q, ConstMatrix<T> k, ConstMatrix<T>
   detail::check_finite<T>(op, "q", q);
   detail::check_finite<T>(op, "k", k);
   detail::check_finite<T>(op, "v", v);
+  detail::check_score_range<T>(op, q, k, o.scale, "options.scale", 2.0);  // 2: the products' rounding
   return dims;
 }
 

@@ -30,6 +30,7 @@
 #include "entgraph/runtime.hpp"
 #include "entgraph/score_bounds.hpp"
 #include "entgraph/transforms.hpp"
+#include "attention/score_range.hpp"
 #include "kernels/matmul_kernels.hpp"
 #include "kernels/reference/transforms_reference.hpp"
 #include "kernels/transform_kernels.hpp"
@@ -99,6 +100,9 @@ void validate(const char* op, ConstMatrix<T> q, ConstMatrix<T> k, ConstMatrix<T>
   detail::check_finite<T>(op, "q", q);
   detail::check_finite<T>(op, "k", k);
   detail::check_finite<T>(op, "v", v);
+  // 16: certify and exact mode's bounds add up to a few terms of that size
+  // (q . mu, the projected part, the residual and its rounding margin).
+  detail::check_score_range<T>(op, q, k, o.scale, "options.attention.scale", 16.0);
 }
 
 template <class T>
@@ -220,39 +224,56 @@ void score_keys(const Shared<T>& c, std::size_t i, Row<T>& r, std::size_t from) 
                                              r.scores.data() + from);
 }
 
-// A guaranteed lower bound on the threshold tau of the row's alpha-entmax
-// (p_j = [(alpha - 1) s_j - tau]_+^(1/(alpha - 1)), sum p = 1): the float
-// weights give an estimate, lowered until F(tau) = sum_j [(alpha-1) s_j - tau]_+^(1/(alpha-1)) >= 1
-// holds in double (F decreases in tau, F(tau) = 1 at the threshold). The
-// fallback (alpha - 1) max s - 1 always satisfies it.
+// A guaranteed lower bound on the score threshold theta = tau / (alpha - 1)
+// of the row's alpha-entmax (p_j = [a (s_j - theta)]_+^(1/a), a = alpha - 1,
+// sum p = 1): a key scoring at or below it has weight 0. F(theta) = sum_j
+// [a (s_j - theta)]_+^(1/a) decreases in theta and is 1 at the threshold, so
+// any theta with F(theta) >= 1 will do. F is evaluated relative to z_k, the
+// smallest score of the support (p > 0), at theta = z_k - d: the brackets are
+// a (s_j - z_k) + a d, sums of terms >= 0 on the support, and each is lowered
+// by its rounding bound before the power, so the computed F is a lower bound
+// of the true one at any alpha. (The form a s_j - tau cancels near the
+// threshold, and at large alpha the power 1/a turns that rounding into
+// weight: (1e-13)^(1/999) = 0.97.) The estimate d0 = z_k - (s_best -
+// p_best^a / a), from the largest weight, is widened by a few of T's ulps, then
+// fourfold, until F >= 1 holds; the
+// fallback max s - 1/a (slightly lower) always satisfies it.
 template <class T>
-double tau_lower_bound(const Row<T>& r, double alpha) {
-  const double am1 = alpha - 1.0, inv = 1.0 / am1;
+double entmax_score_threshold(const Row<T>& r, double alpha) {
+  constexpr double kEps = std::numeric_limits<double>::epsilon(), kNegInf = -std::numeric_limits<double>::infinity();
+  const double a = alpha - 1.0, inv = 1.0 / a;
   const std::size_t cnt = r.scores.size();
-  std::size_t best = 0;
-  double smax = -std::numeric_limits<double>::infinity(), sabs = 0.0;
+  std::size_t best = 0, low = cnt;  // low: the support's smallest score
+  double smax = kNegInf;
   for (std::size_t x = 0; x < cnt; ++x) {
+    const double s = static_cast<double>(r.scores[x]);
+    smax = std::max(smax, s);
     if (r.probs[x] > r.probs[best]) best = x;
-    smax = std::max(smax, static_cast<double>(r.scores[x]));
-    sabs = std::max(sabs, std::abs(static_cast<double>(r.scores[x])));
+    if (r.probs[x] > 0 && (low == cnt || s < static_cast<double>(r.scores[low]))) low = x;
   }
-  const double fallback = am1 * smax - 1.0;
-  const double p = static_cast<double>(r.probs[best]);
-  if (!(p > 0.0)) return fallback;
-  const double estimate = am1 * static_cast<double>(r.scores[best]) - std::pow(p, am1);
-  auto mass = [&](double tau) {
+  const double fallback = std::nextafter(smax - (1.0 + 1e-9) / a, kNegInf);
+  if (low == cnt) return fallback;
+  const double zk = static_cast<double>(r.scores[low]);
+  auto reaches_one = [&](double d) {  // F(z_k - d) >= 1, from below
     double f = 0.0;
     for (std::size_t x = 0; x < cnt; ++x) {
-      const double g = am1 * static_cast<double>(r.scores[x]) - tau;
-      if (g <= 0.0) continue;
-      f += alpha == 2.0 ? g : alpha == 1.5 ? g * g : std::pow(g, inv);
+      const double c = a * (static_cast<double>(r.scores[x]) - zk), g = c + a * d;
+      const double lower = g - 8.0 * kEps * (std::abs(c) + a * d);
+      if (lower <= 0.0) continue;
+      f += alpha == 2.0 ? lower : alpha == 1.5 ? lower * lower : std::pow(lower, inv);
     }
-    return f;
+    return f * (1.0 - static_cast<double>(cnt + 8) * kEps) >= 1.0;
   };
-  double delta = 16.0 * std::numeric_limits<T>::epsilon() * (am1 * sabs + 1.0);
-  for (int tries = 0; tries < 4; ++tries, delta *= 64.0) {
-    const double tau = estimate - delta;
-    if (tau > fallback && mass(tau) >= 1.0) return tau;
+  const double p_best = static_cast<double>(r.probs[best]);
+  const double estimate = static_cast<double>(r.scores[best]) - std::pow(p_best, a) / a;
+  double d = std::max(zk - estimate, 0.0);
+  const double widen = 16.0 * std::numeric_limits<T>::epsilon() * (std::abs(zk) + 1.0 / a);
+  for (int tries = 0; tries < 6; ++tries) {
+    const double theta = std::nextafter(zk - (d + widen), kNegInf);  // at or below it
+    if (!(theta > fallback)) break;
+    const double gap = zk - theta;  // overstated by at most an ulp: within the brackets' slack
+    if (reaches_one(gap)) return theta;
+    d = 4.0 * gap;
   }
   return fallback;
 }
@@ -272,8 +293,7 @@ double score_threshold(const Shared<T>& c, const Row<T>& r) {
     return std::nextafter(static_cast<double>(sorted[t.k - 1]), -std::numeric_limits<double>::infinity());
   }
   if (r.scores.empty()) return -std::numeric_limits<double>::infinity();
-  const double alpha = threshold_alpha(t);
-  return tau_lower_bound(r, alpha) / (alpha - 1.0);
+  return entmax_score_threshold(r, threshold_alpha(t));
 }
 
 // Drops the pending keys whose bound no longer clears the row's threshold.

@@ -90,6 +90,15 @@ void family_backward_robust(const double* p, const double* dp, double* dz, std::
 double entmax_grad_alpha(const float* p, const float* dp, std::size_t n, double alpha);
 double entmax_grad_alpha(const double* p, const double* dp, std::size_t n, double alpha);
 
+// alpha-entmax for alpha > 2 (the kernels' path there, and the reference's),
+// solved relative to the support in double: no threshold tau is formed,
+// since at large alpha it lies closer to a score than double resolves
+// (1e-28 at alpha = 10 near a tie, far less at 1000). Accurate to a few
+// ulps of 1 per weight for every alpha in (2, kMaxEntmaxAlpha]; see the
+// definition. -inf entries get 0; p may alias z. Never throws.
+void entmax_relative(const float* z, float* p, std::size_t n, double alpha);
+void entmax_relative(const double* z, double* p, std::size_t n, double alpha);
+
 // The exact constrained rows in double (the references, and the kernels'
 // fallback for rows their passes do not settle).
 void constrained_softmax_exact(const float* z, const float* u, float* p, std::size_t n);

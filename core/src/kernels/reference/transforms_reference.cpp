@@ -44,12 +44,19 @@ void family_backward_robust_impl(const T* p, const T* dp, T* dz, std::size_t n, 
   const double pn = std::ldexp(pivot, -k);
   // Relative to the pivot, as entmax_family_backward does (no cancellation
   // where one entry holds nearly all of sum t): qn - pn.
-  double tt = 0, trest = 0;
+  // The entries tied with the reference (t = 1) take their share of the
+  // rest from the others' s directly (direct): s_ref t_j = s_j, but past
+  // double's range s_ref overflows and t_j underflows (alpha = 1000, p =
+  // [1 - 1e-6, 1e-6]: s = [1.001, 1e5988], dz = O(1)).
+  double tt = 0, trest = 0, tied_rest = 0, direct = 0;
   for (std::size_t i = 0; i < n; ++i) {
     if (!(p[i] > 0)) continue;
-    const double t = std::pow(static_cast<double>(p[i]) / ref, e);
+    const double pi = static_cast<double>(p[i]), t = std::pow(pi / ref, e);
+    const double gi = std::ldexp(static_cast<double>(dp[i]), -k) - pn;
     tt += t;
-    trest += t * (std::ldexp(static_cast<double>(dp[i]), -k) - pn);
+    trest += t * gi;
+    if (pi == ref) tied_rest += gi;
+    else direct += std::pow(pi, e) * gi;
   }
   const double rn = trest / tt;  // tt >= 1: the reference entry has t = 1
   // s_ref = mant * 2^exp2, from pow when it is a normal double, else from logs.
@@ -70,8 +77,13 @@ void family_backward_robust_impl(const T* p, const T* dp, T* dz, std::size_t n, 
       dz[i] = T(0);
       continue;
     }
-    const double r = std::pow(pi / ref, e) * ((std::ldexp(gi, -k) - pn) - rn);
-    const double v = std::ldexp(r * mant, exp2 + k);
+    // The others: s_i itself where it is a normal double (t_i may underflow
+    // beside an overflowing s_ref), else t_i s_ref in parts.
+    const double si = std::pow(pi, e), rest = (std::ldexp(gi, -k) - pn) - rn;
+    const double v = pi == ref        ? std::ldexp(((std::ldexp(gi, -k) - pn) - tied_rest / tt) * mant, exp2 + k) -
+                                     std::ldexp(direct / tt, k)
+                     : std::isnormal(si) ? std::ldexp(si * rest, k)
+                                         : std::ldexp(std::pow(pi / ref, e) * rest * mant, exp2 + k);
     // Past T's range (for float: what rounds to infinity) the exact value is
     // too: infinity, said explicitly rather than by an out-of-range cast.
     const double limit = std::is_same_v<T, float> ? 0x1.ffffffp127 : std::numeric_limits<double>::infinity();
@@ -262,6 +274,95 @@ double entmax_grad_alpha(const double* p, const double* dp, std::size_t n, doubl
 }
 
 namespace {
+// log(exp(x) + exp(y)), y may be -inf.
+double log_add_exp(double x, double y) {
+  if (y == -std::numeric_limits<double>::infinity()) return x;
+  return x > y ? x + std::log1p(std::exp(y - x)) : y + std::log1p(std::exp(x - y));
+}
+
+// alpha-entmax in the weights' own terms (a = alpha - 1). Sorted in
+// decreasing order, the support is a prefix z_1 >= ... >= z_k, and with
+// c_j = a (z_j - z_k) >= 0 and h = p_k^a the weights are p_j = (h + c_j)^(1/a):
+// nothing cancels, and where h underflows c_j dominates (ties, c_j = 0, get
+// p_k). The plain form [a z_j - tau]^(1/a) needs tau to within the rounding of
+// a z_j, magnified by the power 1/a: (1e-16)^(1/9) = 0.017 at alpha = 10.
+//
+// Support: z_k is in it iff S_k = sum_{z_j > z_k} c_j^(1/a) < 1 (the mass at
+// tau = a z_k); S_k grows with k, so the last such k is found by galloping,
+// then bisecting. Then G(u) = sum_j exp(log(e^(a u) + c_j) / a) - 1, with
+// u = log p_k, is increasing and convex; Newton from u0 = log((1 - S_k) / m)
+// (m: the entries tied at z_k), where G >= 0, descends monotonically to the
+// root, and u0 - u* <= log(k / m) (for alpha >= 2, 1 - S_k <= k p_k by the
+// subadditivity of x^(1/a)): a few steps. 1 - S_k >= 2^-53 keeps p_k normal.
+template <class T>
+void entmax_relative_impl(const T* z, T* p, std::size_t n, double alpha) {
+  const double a = alpha - 1.0, inv = 1.0 / a;
+  thread_local std::vector<std::pair<double, std::size_t>> s;  // candidates: (score, index)
+  thread_local std::vector<double> logc;
+  double top = -std::numeric_limits<double>::infinity();
+  for (std::size_t i = 0; i < n; ++i) top = std::max(top, static_cast<double>(z[i]));
+  s.clear();
+  if (top > -std::numeric_limits<double>::infinity())
+    for (std::size_t i = 0; i < n; ++i)  // a (top - z) >= 1: the max alone outweighs tau = a z
+      if (a * (top - static_cast<double>(z[i])) < 1.0) s.emplace_back(static_cast<double>(z[i]), i);
+  for (std::size_t i = 0; i < n; ++i) p[i] = T(0);  // z was read: p may alias it
+  if (s.empty()) return;
+  std::sort(s.begin(), s.end(), [](const auto& x, const auto& y) { return x.first > y.first; });
+  auto mass_above = [&](std::size_t k) {  // S at tau = a z_k (k 0-based)
+    const double zk = s[k].first;
+    double sum = 0;
+    for (std::size_t j = 0; j < k && s[j].first > zk; ++j) sum += std::exp(std::log(a * (s[j].first - zk)) * inv);
+    return sum;
+  };
+  std::size_t good = 0, bad = s.size();  // S(good) < 1; bad: past the end, or S(bad) >= 1
+  for (std::size_t step = 1; good + step < bad; step *= 2) {
+    if (mass_above(good + step) < 1.0) {
+      good += step;
+    } else {
+      bad = good + step;
+      break;
+    }
+  }
+  while (bad - good > 1) {
+    const std::size_t mid = good + (bad - good) / 2;
+    (mass_above(mid) < 1.0 ? good : bad) = mid;
+  }
+  const std::size_t k = good + 1;
+  const double zk = s[good].first;
+  logc.resize(k);
+  double ties = 0;
+  for (std::size_t j = 0; j < k; ++j) {
+    const bool tie = !(s[j].first > zk);
+    ties += tie;
+    logc[j] = tie ? -std::numeric_limits<double>::infinity() : std::log(a * (s[j].first - zk));
+  }
+  double u = std::log((1.0 - mass_above(good)) / ties);
+  for (int it = 0; it < 100; ++it) {
+    const double au = a * u;
+    double g = -1.0, slope = 0.0;  // G(u) and G'(u) = sum p_j h / (h + c_j)
+    for (std::size_t j = 0; j < k; ++j) {
+      const double l = log_add_exp(au, logc[j]), pj = std::exp(l * inv);
+      g += pj;
+      slope += pj * std::exp(au - l);
+    }
+    if (!(g > 0.0 && slope > 0.0)) break;  // at the root, to rounding
+    const double step = g / slope;
+    u -= step;
+    if (step <= 1e-15 * std::max(1.0, std::abs(u))) break;
+  }
+  const double au = a * u;
+  double total = 0;
+  for (std::size_t j = 0; j < k; ++j) total += (logc[j] = std::exp(log_add_exp(au, logc[j]) * inv));
+  for (std::size_t j = 0; j < k; ++j) p[s[j].second] = static_cast<T>(logc[j] / total);
+}
+}  // namespace
+
+void entmax_relative(const float* z, float* p, std::size_t n, double alpha) { entmax_relative_impl(z, p, n, alpha); }
+void entmax_relative(const double* z, double* p, std::size_t n, double alpha) {
+  entmax_relative_impl(z, p, n, alpha);
+}
+
+namespace {
 
 constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 
@@ -334,9 +435,12 @@ void entmax15(const double* z, double* p, std::size_t n, const RowParams&, doubl
 // alpha-entmax by bisection on tau in p = [(alpha-1) (z - max) - tau]_+^(1/(alpha-1))
 // (tau relative to the max), bracketed by -1 <= tau <= -n^(1-alpha), run until
 // the bracket stops shrinking in double, then renormalised.
+// Above alpha = 2 this loses (1e-16)^(1/(alpha - 1)) near the threshold
+// (1e-8 at 3, 0.017 at 10): entmax_relative serves there.
 void entmax(const double* z, double* p, std::size_t n, const RowParams& params, double* scratch) {
   const double alpha = params.alpha;
   if (alpha == 1.0) return softmax(z, p, n, params, scratch);
+  if (alpha > 2.0) return entmax_relative(z, p, n, alpha);
   const double am1 = alpha - 1, inv = 1 / am1;
   std::size_t finite = 0;
   for (std::size_t i = 0; i < n; ++i) finite += z[i] != kNegInf;

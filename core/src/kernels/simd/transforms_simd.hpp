@@ -533,20 +533,17 @@ struct Kernels {
   // The weights are scattered to the candidates' positions and renormalised.
   //
   // For alpha <= 2 the iteration runs in float SIMD. For alpha > 2, p = w^(1/a)
-  // magnifies the relative error of a small w = 1 + a (u - lambda): a float w
-  // cannot resolve an entry just above the threshold (at alpha = 10, p = 0.12
-  // needs w = 5e-9). There the candidates (few: they lie within 1/a < 1 of the
-  // max) are solved in double, with w = a (u - t) for the threshold t.
+  // magnifies the relative error of a small w = 1 + a (u - lambda): no
+  // threshold in float or double resolves an entry just above it (at alpha =
+  // 10, p = 0.12 needs w = 5e-9; near a tie at alpha = 1000, 1e-5994). There
+  // entmax_relative solves the row in the weights' own terms, in double.
   static void entmax(const float* z, float* p, std::size_t n, const RowParams& params, float* scratch) {
+    if (params.alpha > 2.0) return entmax_relative(z, p, n, params.alpha);
     const double a = params.alpha - 1.0;
     const float reach = static_cast<float>(1.0 / a);
     Candidates cand;
     if (!candidates(z, n, std::isfinite(reach) ? -reach : -kInf, 1.0f, true, scratch, cand)) return fill(p, n, 0.0f);
-    if (params.alpha > 2.0) {
-      entmax_candidates_double(cand.c, cand.count, a);
-    } else {
-      entmax_candidates_float(cand.c, cand.count, a);
-    }
+    entmax_candidates_float(cand.c, cand.count, a);
     fill(p, n, 0.0f);
     for (std::size_t j = 0; j < cand.count; ++j) p[cand.idx[j]] = cand.c[j];
   }
@@ -677,51 +674,6 @@ struct Kernels {
       store(c, i, nc, pw);
     }
     scale(c, nc, static_cast<float>(1.0 / sum(sm)));
-  }
-
-  static void entmax_candidates_double(float* c, std::size_t nc, double a) {
-    const double inv = 1.0 / a;
-    const double t_hi = -std::exp(-a * std::log(static_cast<double>(nc))) * inv;  // lambda_hi - 1/a, relative to the max
-    double mass = 1.0;
-    // In t = lambda - 1/a: p = (a (u - t))^(1/a) for u > t.
-    // dp/dt = -p / (a d). curv = 0 makes solve_decreasing take Newton steps:
-    // from the right of the root of a concave f they never cross it, while
-    // Halley's can, and just left of an entry's threshold the slope of
-    // d^(1/a) is unbounded, so a tiny step there would not mean convergence.
-    auto evaluate = [&](double t, double& f, double& slope, double& curv) {
-      double sm = 0, sd = 0;
-      for (std::size_t i = 0; i < nc; ++i) {
-        const double d = static_cast<double>(c[i]) - t;
-        if (d <= 0) continue;
-        const double pw = std::exp(std::log(a * d) * inv);
-        sm += pw;
-        sd += pw / (a * d);
-      }
-      mass = sm;
-      f = sm - 1.0;
-      slope = sd;
-      curv = 0.0;
-    };
-    // f is concave for alpha > 2: Newton from the right is monotone. But the
-    // right end t_hi can sit many decades closer to the max than the root
-    // (t_hi - max = -nc^-a / a, 1e-28 at alpha = 10), where Newton only grows
-    // the distance ninefold per step: bisect the distance geometrically to
-    // within a factor 2 first.
-    // (nc^-a underflows for alpha near kMaxEntmaxAlpha: keep d_lo > 0.)
-    double d_lo = -t_hi > 1e-300 ? -t_hi : 1e-300, d_hi = inv;  // f(max - d_lo) <= 0 <= f(max - d_hi)
-    for (int it = 0; it < 64 && d_hi > 2 * d_lo; ++it) {
-      const double d = std::sqrt(d_lo * d_hi);
-      double f, slope, curv;
-      evaluate(-d, f, slope, curv);
-      (f > 0 ? d_hi : d_lo) = d;
-    }
-    const double t = solve_decreasing(-d_hi, -d_lo, -d_lo, 1e-15, 1e-12, evaluate);
-    double f, slope, curv;
-    evaluate(t, f, slope, curv);
-    for (std::size_t i = 0; i < nc; ++i) {
-      const double d = static_cast<double>(c[i]) - t;
-      c[i] = d > 0 ? static_cast<float>(std::exp(std::log(a * d) * inv) / mass) : 0.0f;
-    }
   }
 
   // -------------------------------------------------------------------------
@@ -1813,7 +1765,9 @@ struct Kernels {
     });
   }
 
-  static TransformKernels table(CpuIsa isa) {
+  // constexpr: the per-ISA tables are then constant-initialized, never by
+  // code compiled with that ISA's flags running at startup on any CPU.
+  static constexpr TransformKernels table(CpuIsa isa) {
     return {isa,          valid,  finite,  upper_bounds,       softmax,  sparsemax,          entmax15,
             entmax15_short, entmax,   entmax_short, topk_softmax, adaptive_span,   softmax_backward, sparsemax_backward, entmax15_backward, entmax_backward,
             entmax_backward_alpha, constrained_softmax, constrained_sparsemax, constrained_backward<true>,

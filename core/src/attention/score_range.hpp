@@ -1,0 +1,67 @@
+// entgraph internal: refuses attention inputs whose scores could overflow.
+//
+// Dense and graph attention compute s_ij = scale * q_i . k_j in T. An
+// overflowing score is +-inf (or NaN): the transforms would take -inf for a
+// masked key and the output would be silently wrong, and exact mode's bounds
+// would prove nothing. Every score, and every partial sum of its dot product,
+// is at most max(1, |scale|) |q_i| |k_j| in magnitude (Cauchy-Schwarz), so
+// checking the largest row norms up front (O((n + m) d), beside the O(n m d)
+// products) rules overflow out; inputs within `headroom` of T's maximum are
+// refused with an error naming q, k and the scale.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <limits>
+#include <string>
+#include <type_traits>
+
+#include "entgraph/error.hpp"
+#include "entgraph/matrix_view.hpp"
+#include "transforms/row_driver.hpp"
+
+namespace entgraph::detail {
+
+// The largest Euclidean row norm of x, in double without overflow (rows are
+// scaled by their largest entry first), and its row.
+template <class T>
+double largest_row_norm(ConstMatrix<T> x, std::size_t& row) {
+  double best = 0.0;
+  row = 0;
+  for (std::size_t i = 0; i < x.rows; ++i) {
+    const T* r = x.row(i);
+    double big = 0.0;
+    for (std::size_t j = 0; j < x.cols; ++j) big = std::max(big, std::abs(static_cast<double>(r[j])));
+    if (big == 0.0) continue;
+    double ss = 0.0;
+    for (std::size_t j = 0; j < x.cols; ++j) {
+      const double y = static_cast<double>(r[j]) / big;
+      ss += y * y;
+    }
+    const double norm = big * std::sqrt(ss);
+    if (norm > best) {
+      best = norm;
+      row = i;
+    }
+  }
+  return best;
+}
+
+// Throws unless headroom * max(1, |scale|) * max_i |q_i| * max_j |k_j| fits in T.
+template <class T>
+void check_score_range(const char* op, ConstMatrix<T> q, ConstMatrix<T> k, double scale, const char* scale_name,
+                       double headroom) {
+  std::size_t qi = 0, kj = 0;
+  const double qn = largest_row_norm<T>(q, qi), kn = largest_row_norm<T>(k, kj);
+  const double bound = std::max(1.0, std::abs(scale)) * qn * kn;  // inf in double: certainly too large
+  const double limit = static_cast<double>(std::numeric_limits<T>::max()) / headroom;
+  if (bound <= limit) return;
+  throw Error(std::string(op) + ": the scores " + scale_name + " * q . k may overflow " +
+              (std::is_same_v<T, float> ? "float" : "double") + ": q row " + num(qi) + " has norm " + num(qn) +
+              ", k row " + num(kj) + " has norm " + num(kn) + " and " + scale_name + " is " + num(scale) +
+              ", so max(1, |scale|) |q| |k| = " + num(bound) + " (expected at most " + num(limit) +
+              "); scale q, k or " + scale_name + " down");
+}
+
+}  // namespace entgraph::detail
