@@ -26,10 +26,10 @@ PACKAGE=build/wasm/package
 rm -rf "$OUT"
 mkdir -p "$OUT/entgraph" "$WORK"
 
-# The page (the server stays in web/; it is not part of the static folder).
+# The page (the server and its compression, web/*.mjs, stay in web/; they are not part of the static folder).
 for f in web/*; do
   case $(basename "$f") in
-    serve.mjs) ;;
+    *.mjs) ;;
     *) cp -R "$f" "$OUT/" ;;
   esac
 done
@@ -120,4 +120,7 @@ for (const kind of ["causal", "masked"]) {
   console.log(`build_web: ${kind}: ${list.length} methods, ${list.reduce((s, m) => s + m.values.length, 0)} parameter files`);
 }
 EOF
+# Brotli and gzip copies of the weights and the .wasm binaries, which
+# web/serve.mjs sends to browsers that accept them (docs/PERFORMANCE.md).
+node web/compress.mjs "$OUT"
 echo "build_web: wrote $OUT ($(du -sh "$OUT" | cut -f1))"

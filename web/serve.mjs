@@ -9,16 +9,21 @@
 // and the package's threaded module. --no-isolation (or ENTGRAPH_NO_ISOLATION=1)
 // leaves them out: the page then runs on one thread and says why.
 //
-// Compression: text, JSON, JavaScript, SVG and WebAssembly are sent with
-// brotli or gzip, whichever the request's Accept-Encoding prefers (brotli on a
-// tie), with Vary: Accept-Encoding; each compressed file is kept in memory
-// until it changes. Binary weights (.safetensors, .npy) are sent as they are:
-// the causal teacher's float32 weights shrink by 8% (brotli 5 or gzip -9),
-// not worth the time.
+// Compression: a file is sent with brotli or gzip, whichever the request's
+// Accept-Encoding prefers (brotli on a tie), with Vary: Accept-Encoding, when
+//  - a precompressed FILE.br / FILE.gz lies beside it, at least as new
+//    (web/compress.mjs writes them for the teachers' weights and the .wasm
+//    binaries at build time: brotli 11 takes the 1.8 MB model to 87.5%, too
+//    slow to do per request), or
+//  - it is text, JSON, JavaScript, SVG or WebAssembly of 1 KiB or more: then it
+//    is compressed here (brotli 5), once, and kept in memory until it changes.
+// Other files (weights without a precompressed copy) are sent as they are.
+// The ETag names the encoding. Range requests are not served: the whole file
+// comes with a 200 (Accept-Ranges: none), the same body as without Range.
 import http from "node:http";
 import fs from "node:fs";
 import path from "node:path";
-import zlib from "node:zlib";
+import { compress, SUFFIX } from "./compress.mjs";
 
 const args = process.argv.slice(2);
 const flags = new Set(args.filter((a) => a.startsWith("--")));
@@ -82,8 +87,9 @@ function send(res, status, text) {
 }
 
 // The encoding to send: "br", "gzip" or null (identity), from Accept-Encoding
-// with its q-values ("gzip;q=0" refuses gzip; "*" stands for any other).
-function chooseEncoding(acceptEncoding) {
+// with its q-values ("gzip;q=0" refuses gzip; "*" stands for any other), among
+// the `offered` ones.
+function chooseEncoding(acceptEncoding, offered) {
   const q = new Map();
   for (const part of String(acceptEncoding ?? "").split(",")) {
     const [name, ...params] = part.trim().toLowerCase().split(";");
@@ -95,7 +101,7 @@ function chooseEncoding(acceptEncoding) {
     }
     q.set(name, Number.isFinite(weight) ? weight : 0);
   }
-  const weight = (name) => (q.has(name) ? q.get(name) : q.has("*") ? q.get("*") : 0);
+  const weight = (name) => (!offered.includes(name) ? 0 : q.has(name) ? q.get(name) : q.has("*") ? q.get("*") : 0);
   const br = weight("br"), gzip = weight("gzip");
   if (br > 0 && br >= gzip) return "br";
   if (gzip > 0) return "gzip";
@@ -110,26 +116,40 @@ function compressed(file, stat, encoding) {
   const key = `${encoding}:${file}`;
   const hit = compressedCache.get(key);
   if (hit && hit.size === stat.size && hit.mtimeMs === stat.mtimeMs) return hit.body;
-  const body = fs.promises.readFile(file).then(
-    (raw) =>
-      new Promise((ok, fail) => {
-        const done = (err, out) => (err ? fail(err) : ok(out));
-        if (encoding === "br")
-          zlib.brotliCompress(raw, {
-            params: {
-              // Quality 5: the 2.2 MB JavaScript module to 26% of its size in
-              // 1.6 s on a busy 2-core machine, once (quality 9: 25%, 4.3 s;
-              // 11: 22%, 45 s; gzip -9: 31%, 0.6 s).
-              [zlib.constants.BROTLI_PARAM_QUALITY]: 5,
-              [zlib.constants.BROTLI_PARAM_SIZE_HINT]: raw.length,
-            },
-          }, done);
-        else zlib.gzip(raw, { level: 9 }, done);
-      }),
-  );
+  const body = fs.promises.readFile(file).then((raw) => compress(raw, encoding));
   body.catch(() => compressedCache.delete(key));
   compressedCache.set(key, { size: stat.size, mtimeMs: stat.mtimeMs, body });
   return body;
+}
+
+// Whether a real path lies inside the served folder (links must not lead out).
+function insideRoot(file) {
+  const real = fs.realpathSync(file);
+  const realRoot = fs.realpathSync(root);
+  return real === realRoot || real.startsWith(realRoot + path.sep);
+}
+
+// The precompressed siblings of `file` that are regular files inside the
+// folder and at least as new as it: { br: { file, stat }, gzip: ... }.
+function siblings(file, stat) {
+  const found = {};
+  for (const [encoding, suffix] of Object.entries(SUFFIX)) {
+    try {
+      const sib = fs.statSync(file + suffix);
+      if (sib.isFile() && sib.mtimeMs >= stat.mtimeMs && insideRoot(file + suffix)) found[encoding] = { file: file + suffix, stat: sib };
+    } catch {
+      // none
+    }
+  }
+  return found;
+}
+
+// Sends a file's bytes: at most the size Content-Length promised (a file that
+// grows while it is sent must not spill into the next response on a
+// kept-alive connection).
+function sendFile(res, file, size) {
+  if (size === 0) return res.end();
+  fs.createReadStream(file, { start: 0, end: size - 1 }).on("error", () => res.destroy()).pipe(res);
 }
 
 const server = http.createServer((req, res) => {
@@ -156,12 +176,13 @@ const server = http.createServer((req, res) => {
   }
   if (!stat.isFile()) return send(res, 404, "not found\n");
   // Symbolic links inside the folder must not lead out of it either.
-  const real = fs.realpathSync(file);
-  const realRoot = fs.realpathSync(root);
-  if (real !== realRoot && !real.startsWith(realRoot + path.sep)) return send(res, 403, "forbidden\n");
+  if (!insideRoot(file)) return send(res, 403, "forbidden\n");
   const type = MIME[path.extname(file).toLowerCase()] ?? "application/octet-stream";
-  const compressible = COMPRESSIBLE.test(type) && stat.size >= MIN_COMPRESS_BYTES;
-  const encoding = compressible ? chooseEncoding(req.headers["accept-encoding"]) : null;
+  const ready = siblings(file, stat);
+  const onTheFly = COMPRESSIBLE.test(type) && stat.size >= MIN_COMPRESS_BYTES;
+  const offered = onTheFly ? ["br", "gzip"] : Object.keys(ready);
+  const compressible = offered.length > 0;
+  const encoding = compressible ? chooseEncoding(req.headers["accept-encoding"], offered) : null;
   // "no-cache" makes the browser ask each time; the ETag (the file's size and
   // mtime, and the encoding) lets it keep its copy with a 304. The page's two
   // workers and each pthread worker load the same module: once over the wire.
@@ -172,12 +193,19 @@ const server = http.createServer((req, res) => {
     "Cache-Control": "no-cache",
     "ETag": etag,
     "X-Content-Type-Options": "nosniff",
+    "Accept-Ranges": "none",
   };
   if (compressible) headers["Vary"] = "Accept-Encoding";
   const known = req.headers["if-none-match"];
   if (known && known.split(",").some((tag) => tag.trim().replace(/^W\//, "") === etag)) {
     res.writeHead(304, headers);
     return res.end();
+  }
+  const sibling = encoding && ready[encoding];
+  if (sibling) {
+    res.writeHead(200, { ...headers, "Content-Encoding": encoding, "Content-Length": sibling.stat.size });
+    if (req.method === "HEAD") return res.end();
+    return sendFile(res, sibling.file, sibling.stat.size);
   }
   if (encoding) {
     compressed(file, stat, encoding).then(
@@ -191,10 +219,7 @@ const server = http.createServer((req, res) => {
   }
   res.writeHead(200, { ...headers, "Content-Length": stat.size });
   if (req.method === "HEAD") return res.end();
-  // At most the bytes Content-Length promised: a file that grows while it is
-  // sent must not spill into the next response on a kept-alive connection.
-  if (stat.size === 0) return res.end();
-  fs.createReadStream(file, { start: 0, end: stat.size - 1 }).on("error", () => res.destroy()).pipe(res);
+  sendFile(res, file, stat.size);
 });
 
 server.on("error", (err) => {

@@ -1,9 +1,9 @@
 // web/serve.mjs on its own, over raw HTTP (no browser): the cross-origin
 // isolation headers and --no-isolation, compression per Accept-Encoding (the
-// bytes decompress to the file; Content-Length is the body's), HEAD, and the
-// paths it refuses.
-import { spawn } from "node:child_process";
-import { mkdtempSync, mkdirSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+// bytes decompress to the file; Content-Length is the body's), precompressed
+// copies beside a file (web/compress.mjs), HEAD, Range, and the paths it refuses.
+import { spawn, spawnSync } from "node:child_process";
+import { existsSync, mkdtempSync, mkdirSync, readFileSync, rmSync, symlinkSync, utimesSync, writeFileSync } from "node:fs";
 import http from "node:http";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
@@ -12,6 +12,7 @@ import zlib from "node:zlib";
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import { freePort } from "./free_port.mjs";
+import { compress } from "../../web/compress.mjs";
 
 const repoRoot = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..");
 const serveScript = join(repoRoot, "web/serve.mjs");
@@ -31,6 +32,15 @@ writeFileSync(join(root, "sub", "data.json"), bigJson);
 writeFileSync(join(root, "small.json"), '{"a":1}');
 writeFileSync(join(root, "model.safetensors"), weights);
 writeFileSync(join(root, "core.worker.js"), "self.onmessage = () => {};\n".repeat(100));
+// A teacher's weights with the copies web/compress.mjs writes at build time (half-precision numbers: little to gain).
+mkdirSync(join(root, "teacher"));
+const model = Buffer.alloc(48 * 1024);
+for (let i = 0; i < model.length; i += 2) model.writeUInt16LE(0x3c00 + ((Math.sin(i) * 900) & 0x3ff), i);
+writeFileSync(join(root, "teacher", "model.safetensors"), model);
+const modelBr = await compress(model, "br", { best: true });
+const modelGz = await compress(model, "gzip", { best: true });
+writeFileSync(join(root, "teacher", "model.safetensors.br"), modelBr);
+writeFileSync(join(root, "teacher", "model.safetensors.gz"), modelGz);
 writeFileSync(join(base, "secret.txt"), "secret\n");
 symlinkSync(join(base, "secret.txt"), join(root, "leak.txt"));
 
@@ -162,6 +172,51 @@ describe("web/serve.mjs, cross-origin isolated (the default)", () => {
     }
   });
 
+  test("weights with precompressed copies beside them: the copy the request prefers, its bytes; a stale copy is not sent", async () => {
+    const path = "/teacher/model.safetensors";
+    assert.ok(modelBr.length < model.length && modelGz.length < model.length, "the fixture compresses");
+    for (const [accept, encoding, body] of [["gzip, deflate, br", "br", modelBr], ["gzip", "gzip", modelGz], ["br;q=0.1, gzip", "gzip", modelGz],
+                                            ["identity", undefined, model], ["", undefined, model]]) {
+      const r = await request(server.port, path, { headers: { "accept-encoding": accept } });
+      assert.equal(r.status, 200);
+      assert.equal(r.headers["content-encoding"], encoding, `Accept-Encoding: ${accept}`);
+      assert.equal(r.headers.vary, "Accept-Encoding", "the body depends on Accept-Encoding");
+      assert.equal(r.headers["content-type"], "application/octet-stream");
+      assert.equal(Number(r.headers["content-length"]), body.length);
+      assert.deepEqual(r.body, body, `${accept}: the precompressed file's bytes`);
+      assert.deepEqual(decode(r), model);
+      if (encoding) assert.match(r.headers.etag, new RegExp(`-${encoding}"$`));
+      const head = await request(server.port, path, { method: "HEAD", headers: { "accept-encoding": accept } });
+      assert.equal(head.body.length, 0);
+      for (const name of ["content-length", "content-encoding", "etag", "vary"]) assert.equal(head.headers[name], r.headers[name], `HEAD ${name}`);
+      const again = await request(server.port, path, { headers: { "accept-encoding": accept, "if-none-match": r.headers.etag } });
+      assert.equal(again.status, 304, `${accept}: revalidated`);
+    }
+    // The weights changed after their copies were written: the copies are stale.
+    const file = join(root, "teacher", "model.safetensors");
+    const later = new Date(Date.now() + 60000);
+    utimesSync(file, later, later);
+    try {
+      const r = await request(server.port, path, { headers: { "accept-encoding": "br, gzip" } });
+      assert.equal(r.headers["content-encoding"], undefined, "a copy older than the file is not sent");
+      assert.deepEqual(r.body, model);
+    } finally {
+      const now = new Date(Date.now() - 60000);
+      utimesSync(file, now, now);
+    }
+  });
+
+  test("a Range request gets the whole representation with a 200 (ranges are not served)", async () => {
+    for (const [path, accept] of [["/teacher/model.safetensors", "br"], ["/app.js", "gzip"], ["/model.safetensors", ""]]) {
+      const full = await request(server.port, path, { headers: { "accept-encoding": accept } });
+      const r = await request(server.port, path, { headers: { "accept-encoding": accept, range: "bytes=0-99" } });
+      assert.equal(r.status, 200, `${path}: no 206`);
+      assert.equal(r.headers["accept-ranges"], "none");
+      assert.equal(r.headers["content-range"], undefined);
+      assert.deepEqual(r.body, full.body, `${path}: the same bytes as without Range`);
+    }
+  });
+
   test("HEAD has GET's headers and no body", async () => {
     for (const accept of ["br", "gzip", ""]) {
       const get = await request(server.port, "/app.js", { headers: { "accept-encoding": accept } });
@@ -192,6 +247,37 @@ describe("web/serve.mjs, cross-origin isolated (the default)", () => {
     const index = await request(server.port, "/", { headers: { "accept-encoding": "gzip" } });
     assert.equal(index.status, 200);
     assert.match(decode(index).toString(), /<title>t<\/title>/);
+  });
+});
+
+describe("web/compress.mjs", () => {
+  test("writes .br and .gz beside weights and WebAssembly (.wasm, the package's core modules) only, each decompressing to the file; refuses a missing folder", () => {
+    const dir = mkdtempSync(join(tmpdir(), "entgraph-compress-"));
+    try {
+      mkdirSync(join(dir, "teachers", "causal"), { recursive: true });
+      mkdirSync(join(dir, "entgraph"));
+      const files = {
+        "teachers/causal/model.safetensors": model, "core.wasm": bigScript, "entgraph/entgraph_core.js": bigScript,
+        "entgraph/entgraph_core_threads.js": bigScript, "app.js": bigScript, "entgraph/entgraph_core_threads.worker.js": bigScript,
+      };
+      for (const [name, body] of Object.entries(files)) writeFileSync(join(dir, name), body);
+      const run = spawnSync(process.execPath, [join(repoRoot, "web/compress.mjs"), dir], { encoding: "utf8" });
+      assert.equal(run.status, 0, run.stderr);
+      for (const [name, body] of Object.entries(files)) {
+        const wanted = !/(app|worker)\.js$/.test(name);
+        assert.equal(existsSync(join(dir, name + ".br")), wanted, `${name}.br`);
+        assert.equal(existsSync(join(dir, name + ".gz")), wanted, `${name}.gz`);
+        if (!wanted) continue;
+        assert.deepEqual(zlib.brotliDecompressSync(readFileSync(join(dir, name + ".br"))), body);
+        assert.deepEqual(zlib.gunzipSync(readFileSync(join(dir, name + ".gz"))), body);
+        assert.match(run.stdout, new RegExp(`${name.replace(/[./]/g, "\\$&")}: ${body.length} bytes, brotli \\d+, gzip \\d+`));
+      }
+      const bad = spawnSync(process.execPath, [join(repoRoot, "web/compress.mjs"), join(dir, "missing")], { encoding: "utf8" });
+      assert.equal(bad.status, 2);
+      assert.match(bad.stderr, /not a folder: '.*missing'/);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });
 
