@@ -605,6 +605,45 @@ static void test_capture_teacher_predictor(void) {
   eg_capture_free(capture);
 }
 
+/* A stride whose row addresses wrap past the top of memory is refused in
+ * the one conversion every matrix argument goes through, naming the
+ * argument, before anything is read or written; a huge stride over a single
+ * row (only row 0 is addressed) is still accepted. */
+static void test_stride_wrap(void) {
+  const float scores[2] = {0.0f, 1.0f};
+  float probs[4] = {-7.0f, -7.0f, -7.0f, -7.0f};
+  const uint8_t keep[2] = {1, 1};
+  const size_t huge = (size_t)-1 / 4; /* 2 rows of floats: data + huge * 4 bytes wraps */
+  eg_transform t = transform_named("softmax");
+  eg_const_matrix wrapped = {scores, 2, 2, huge};
+  eg_matrix wrapped_out = {probs, 2, 2, huge};
+  eg_mask wrapped_mask = {keep, 2, 2, (size_t)-1 - 1};
+  eg_const_matrix one_row = {scores, 1, 2, huge};
+  eg_matrix one_row_out = {probs, 1, 2, huge};
+  eg_predictor* p = NULL;
+  eg_graph* g = NULL;
+  const char* settings[1] = {"window=1"};
+  float grad[4] = {-7.0f, -7.0f, -7.0f, -7.0f};
+  eg_matrix grad_wrapped = {grad, 2, 2, huge};
+  CHECK_FAILS(eg_transform_forward(EG_DEVICE_CPU, &t, wrapped, mat(probs, 2, 2), NULL), EG_ERROR_ARGUMENT,
+              "eg_transform_forward: scores: rows x stride reach past the end of the address space");
+  CHECK_FAILS(eg_transform_forward(EG_DEVICE_CPU, &t, cmat(probs, 2, 2), wrapped_out, NULL), EG_ERROR_ARGUMENT,
+              "eg_transform_forward: probs: rows x stride");
+  CHECK_FAILS(eg_transform_forward(EG_DEVICE_CPU, &t, cmat(probs, 2, 2), mat(probs, 2, 2), &wrapped_mask),
+              EG_ERROR_ARGUMENT, "eg_transform_forward: mask: rows x stride");
+  CHECK_FAILS(eg_transform_backward(EG_DEVICE_CPU, &t, cmat(probs, 2, 2), cmat(probs, 2, 2), grad_wrapped),
+              EG_ERROR_ARGUMENT, "eg_transform_backward: grad_scores: rows x stride");
+  CHECK(grad[0] == -7.0f && grad[3] == -7.0f); /* untouched */
+  CHECK_OK(eg_predictor_make("window", settings, 1, &p));
+  CHECK_FAILS(eg_predictor_predict(EG_DEVICE_CPU, p, wrapped, cmat(scores, 1, 2), 0, 0, 1, &g), EG_ERROR_ARGUMENT,
+              "eg_predictor_predict: q: rows x stride");
+  CHECK(g == NULL);
+  eg_predictor_free(p);
+  /* One row never steps by the stride. */
+  CHECK_OK(eg_transform_forward(EG_DEVICE_CPU, &t, one_row, one_row_out, NULL));
+  CHECK_NEAR(probs[0] + probs[1], 1.0, 1e-6);
+}
+
 /* A FIFO named capture.json, or named as one of its arrays, is refused with
  * an error naming the file, at once: before issue 29 the load waited for a
  * writer forever. */
@@ -651,6 +690,7 @@ int main(void) {
   test_graph_attention();
   test_predictors();
   test_capture_teacher_predictor();
+  test_stride_wrap();
   test_capture_fifo();
   printf("%d passed, %d failed\n", passed, failed);
   return failed == 0 ? 0 : 1;

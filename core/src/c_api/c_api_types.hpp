@@ -5,6 +5,7 @@
 // check everything else once.
 #pragma once
 
+#include <cstdint>
 #include <cstring>
 #include <string>
 #include <utility>
@@ -59,7 +60,11 @@ Device to_device(const char* function, const eg_device& device);
 // run it on cpu"), for the calls that run on the CPU only. Returns for cpu.
 void require_cpu(const char* function, const eg_device& device);
 
-// A C matrix (eg_matrix, eg_const_matrix, eg_mask) as a view; stride 0 is cols.
+// A C matrix (eg_matrix, eg_const_matrix, eg_mask) as a view; stride 0 is
+// cols. Every entry point that takes a matrix comes through here, so this is
+// the one check that the rows' addresses fit in the address space: the last
+// row's end, data + ((rows - 1) * stride + cols) elements, must not wrap past
+// the top of memory (a wrapped row address would read unrelated memory).
 template <class T, class CMatrix>
 MatrixView<T> to_view(const char* function, const char* name, const CMatrix& m) {
   require(function, m.data, name);
@@ -67,6 +72,13 @@ MatrixView<T> to_view(const char* function, const char* name, const CMatrix& m) 
   if (stride < m.cols)
     throw ArgumentError(std::string(function) + ": " + name + ".stride is below its cols (got " +
                         std::to_string(m.stride) + ", expected 0 or at least " + std::to_string(m.cols) + ")");
+  if (m.rows > 0 && m.cols > 0) {
+    const std::uintptr_t room = (UINTPTR_MAX - reinterpret_cast<std::uintptr_t>(m.data)) / sizeof(T);
+    if (m.cols > room || (m.rows - 1) > (room - m.cols) / stride)
+      throw ArgumentError(std::string(function) + ": " + name + ": rows x stride reach past the end of the address "
+                          "space (rows " + std::to_string(m.rows) + ", stride " + std::to_string(stride) +
+                          ", cols " + std::to_string(m.cols) + "); the row addresses would wrap");
+  }
   return {m.data, m.rows, m.cols, stride};
 }
 inline MatrixView<const float> to_view(const char* function, const char* name, const eg_const_matrix& m) {
