@@ -4,6 +4,8 @@
 #include <doctest/doctest.h>
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "clustered_capture.hpp"
 #include "entgraph/error.hpp"
@@ -42,15 +44,70 @@ TEST_SUITE("predictors") {
                                            "(2 layers x 3 heads, 16 tokens, head_dim 8) with settings {buckets=65536, "
                                            "r=256}, more than the limit of 16777216"),
                          Error);
-    auto slow = make_predictor("routing", {{"clusters", "60000"}, {"iterations", "1000000"}});
-    CHECK_THROWS_WITH_AS(slow->fit(c, {}), doctest::Contains("routing: fit: would take about"), Error);
-    CHECK_THROWS_WITH_AS(slow->fit(c, {}), doctest::Contains("more than the limit of 1e13"), Error);
+    const Capture wide = clustered_capture(2, 3, 64, {10, 6}, 2, false);
+    auto slow = make_predictor("routing", {{"clusters", "32"}, {"iterations", "1000000"}});
+    CHECK_THROWS_WITH_AS(slow->fit(wide, {}),
+                         "routing: fit: would take about 3.93e+11 multiply-adds on this capture (2 layers x 3 heads, "
+                         "16 tokens, head_dim 64) with settings {clusters=32, iterations=1000000}, more than the limit "
+                         "of 1e+11; use smaller settings",
+                         Error);
     // A sensible fit of the same method goes through.
     make_predictor("routing", {{"clusters", "4"}})->fit(c, {});
 
     // A sweep refuses a grid with one absurd value before fitting the others.
     SweepGrid grid{"sparsefinder-quantization", "buckets", {"4", "65536"}, {{"r", "256"}}};
     CHECK_THROWS_WITH_AS(run_sweep({grid}, c, c, {}), doctest::Contains("would learn"), Error);
+  }
+
+  TEST_CASE("fit_size: the limit grows with the capture's attention, above a floor of 1e11") {
+    const Capture small = clustered_capture(2, 3, 8, {10, 6}, 2, false);
+    CHECK(attention_operations(small) == 6.0 * (100 + 36) * 8);
+    CHECK(fit_operations_limit(small) == kMaxFitOperations);
+    const Capture big = Capture::make(4, 4, 64, std::vector<std::size_t>(64, 1024));
+    CHECK(fit_operations_limit(big) == kFitOperationsPerAttention * 16.0 * 64 * 1024.0 * 1024.0 * 64);
+  }
+
+  // Each learned method at the worst end of its settings' ranges, on 16
+  // tokens: refused before any work (naming the setting or the estimate), or
+  // fitted. Measured on a 2-core machine, every accepted fit here takes
+  // seconds; before the limits, kmeans with clusters = 65536 ran for minutes.
+  TEST_CASE("fit: every method's worst in-range settings on 16 tokens are refused up front or fit") {
+    const Capture c = clustered_capture(2, 3, 8, {10, 6}, 2, false);  // 6 heads, 16 tokens, head_dim 8
+    const auto refused = [&](const char* method, const PredictorSettings& s, const char* why) {
+      CAPTURE(method);
+      CHECK_THROWS_WITH_AS(make_predictor(method, s)->fit(c, {}), doctest::Contains(why), Error);
+    };
+    // More clusters than the 32 points of a head: refused whatever the cost, naming the setting.
+    refused("sparsefinder-kmeans", {{"clusters", "65536"}},
+            "sparsefinder-kmeans: fit: setting 'clusters' = 65536 is more than the 32 points (queries and keys, 16 "
+            "tokens) of each head of this capture; use clusters <= 32");
+    refused("sparsefinder-kmeans", {{"clusters", "33"}}, "setting 'clusters' = 33");
+    refused("routing", {{"clusters", "65536"}}, "routing: fit: setting 'clusters' = 65536");
+    // At most the points, the other settings at their maximum: the estimate is over the limit.
+    refused("sparsefinder-kmeans",
+            {{"clusters", "32"}, {"restarts", "1000"}, {"iterations", "100000"}, {"r", "256"}},
+            "more than the limit of 1e+11");
+    refused("sparsefinder-distance", {{"epochs", "1000"}, {"negatives", "1000"}, {"r", "256"}},
+            "more than the limit of 1e+11");
+    refused("sparsefinder-quantization", {{"epochs", "1000"}, {"negatives", "1000"}},
+            "more than the limit of 1e+11");
+    refused("sparsefinder-quantization", {{"buckets", "65536"}, {"r", "256"}}, "would learn");
+    // lowrank-threshold: the eigen work grows with head_dim (as d^4 past 256).
+    const Capture wide = clustered_capture(1, 1, 1100, {16}, 2, false);
+    CHECK_THROWS_WITH_AS(make_predictor("lowrank-threshold", {})->fit(wide, {}),
+                         doctest::Contains("head_dim 1100) with settings {}, more than the limit of 1e+11"), Error);
+    // Accepted at their worst: these fit (and end).
+    for (const auto& [method, settings] : std::vector<std::pair<const char*, PredictorSettings>>{
+             {"lowrank-threshold", {{"r", "256"}, {"bits", "8"}}},
+             {"routing", {{"clusters", "32"}, {"iterations", "1048576"}}},
+             {"sparsefinder-kmeans", {{"clusters", "32"}, {"top", "32"}, {"restarts", "10"}, {"iterations", "100000"}}},
+             {"sparsefinder-distance", {{"epochs", "1000"}, {"negatives", "10"}, {"r", "16"}}},
+             {"reformer", {{"buckets", "65536"}, {"rounds", "64"}}}}) {
+      CAPTURE(method);
+      auto p = make_predictor(method, settings);
+      CHECK_NOTHROW(p->fit(c, {}));
+      CHECK(p->to_json().find("\"parameters\"") != std::string::npos);
+    }
   }
 }
 

@@ -168,6 +168,28 @@ TEST_SUITE("predictors") {
       }
   }
 
+  TEST_CASE("lowrank-threshold: on head_dim > 256 the default r is 256, and its file loads back") {
+    // The r a file may hold and the setting's range end at 256; the default
+    // (r = head_dim) used to write r = 260 here, which the loader refused.
+    const Capture c = clustered_capture(1, 1, 260, {12}, 2, false);
+    auto p = make_predictor("lowrank-threshold", {});
+    p->fit(c, {});
+    const std::string json = p->to_json();
+    nlohmann::json file = nlohmann::json::parse(json);
+    CHECK(file["parameters"]["r"] == 256);
+    CHECK(file["parameters"]["wq"][0][0].size() == 260);
+    CHECK(file["parameters"]["wq"][0][0][0].size() == 256);
+    auto loaded = load_predictor(json, "wide.json");
+    CHECK(loaded->to_json() == json);
+    const Graph g1 = p->predict(c.queries_of(0, 0, 0), c.keys_of(0, 0, 0), 0, 0, false);
+    const Graph g2 = loaded->predict(c.queries_of(0, 0, 0), c.keys_of(0, 0, 0), 0, 0, false);
+    CHECK(g1.indices == g2.indices);
+    CHECK(g1.edges() > 0);
+    // The same file claiming r = 260 is refused, naming the limit.
+    file["parameters"]["r"] = 260;
+    check_error([&] { load_predictor(file.dump(), "wide.json"); }, "'r': expected an integer in [1, 256]");
+  }
+
   TEST_CASE("lowrank-threshold: bad settings, files and calls are errors that name what is wrong") {
     check_error([] { make_predictor("lowrank-threshold", {{"rank", "4"}}); }, "unknown setting 'rank'");
     check_error([] { make_predictor("lowrank-threshold", {{"r", "-1"}}); }, "'r'");

@@ -493,7 +493,8 @@ TEST_SUITE("predictors") {
     CHECK(broken([](nlohmann::json& j) { j["parameters"]["centroids"] = nlohmann::json::array(); }).find("centroids") !=
           std::string::npos);
     CHECK(broken([](nlohmann::json& j) { j["parameters"]["centroids"] = 3; }).find("centroids") != std::string::npos);
-    CHECK(broken([](nlohmann::json& j) { j["parameters"]["extra"] = 1; }).find("'extra'") != std::string::npos);
+    CHECK(broken([](nlohmann::json& j) { j["parameters"]["extra"] = 1; })
+              .find("routing: parameters: unknown key \"extra\" (routing reads centroids)") != std::string::npos);
     // Wrong number of centroids for the clusters setting.
     CHECK(broken([](nlohmann::json& j) { j["settings"]["clusters"] = "3"; }).find("clusters = 3") != std::string::npos);
     CHECK(broken([](nlohmann::json& j) { j["parameters"]["centroids"][0][0].erase(1); }).find("centroids[0][0]") !=

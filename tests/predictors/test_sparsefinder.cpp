@@ -273,6 +273,38 @@ TEST_CASE("malformed sparsefinder parameter files are rejected naming the field"
   check_error([&] { load_predictor(j.dump()); }, {"'buckets'"});
 }
 
+TEST_CASE("parameter files: a key the method does not read is an error naming the key and the method") {
+  const Capture c = clustered_capture(1, 2, 4, {20}, 2, false);
+  auto low = make_predictor("lowrank-threshold", {{"r", "2"}});
+  low->fit(c, {});
+  // A lowrank-threshold file relabelled sparsefinder-distance (same projection keys, and "alpha").
+  nlohmann::json j = nlohmann::json::parse(low->to_json());
+  j["method"] = "sparsefinder-distance";
+  j["settings"] = {{"r", "2"}};
+  check_error([&] { load_predictor(j.dump(), "relabelled.json"); },
+              {"load_predictor: relabelled.json: sparsefinder-distance: parameters: unknown key \"alpha\" "
+               "(sparsefinder-distance reads layers, heads, head_dim, r, wq, wk)"});
+  j["parameters"].erase("alpha");
+  CHECK_NOTHROW(load_predictor(j.dump(), "distance.json"));  // the rest is a valid distance file
+  // An extra key in each learned method's file.
+  const std::vector<std::pair<std::string, PredictorSettings>> methods = {
+      {"lowrank-threshold", {}},
+      {"sparsefinder-distance", {{"r", "2"}}},
+      {"sparsefinder-quantization", {{"r", "2"}}},
+      {"sparsefinder-kmeans", {{"r", "2"}, {"clusters", "3"}}},
+      {"routing", {{"clusters", "2"}}}};
+  for (const auto& [method, settings] : methods) {
+    CAPTURE(method);
+    auto p = make_predictor(method, settings);
+    p->fit(c, {});
+    nlohmann::json k = nlohmann::json::parse(p->to_json());
+    CHECK_NOTHROW(load_predictor(k.dump()));
+    k["parameters"]["edges2"] = 1;
+    check_error([&] { load_predictor(k.dump(), "extra.json"); },
+                {"extra.json: " + method + ": parameters: unknown key \"edges2\" (" + method + " reads "});
+  }
+}
+
 TEST_CASE("parameter files: repeated keys and numbers beyond float32 are errors naming the file and the entry") {
   const Capture c = clustered_capture(1, 2, 4, {20}, 2, false);
   auto p = make_predictor("sparsefinder-kmeans", {{"clusters", "3"}, {"r", "2"}});
@@ -303,8 +335,23 @@ TEST_CASE("parameter files: repeated keys and numbers beyond float32 are errors 
     nlohmann::json j = good;
     j["parameters"]["wq"][0][0][0][0] = 1e39;
     check_error([&] { load_predictor(j.dump(), "bad.json"); }, {"got 1e+39"});
-    j["parameters"]["wq"][0][0][0][0] = 3.4028234663852886e38;  // the largest float loads
-    CHECK_NOTHROW(load_predictor(j.dump(), "max.json"));
+    // The largest float is a float, but prediction's float32 arithmetic would
+    // overflow on it: projection entries are bounded by 2^62 / (head_dim
+    // sqrt(r)), here 2^62 / (4 sqrt(2)) = 2^59.5, centroids by 2^62 / sqrt(r).
+    for (double beyond : {3.4028234663852886e38, 0x1p60, -0x1p60}) {
+      CAPTURE(beyond);
+      j["parameters"]["wq"][0][0][0][0] = beyond;
+      check_error([&] { load_predictor(j.dump(), "huge.json"); },
+                  {"load_predictor: huge.json: sparsefinder-kmeans: parameters: 'wq[0][0][0][0]': expected a number of "
+                   "magnitude at most ", "float32 arithmetic would overflow"});
+    }
+    j["parameters"]["wq"][0][0][0][0] = 0x1p59;
+    CHECK_NOTHROW(load_predictor(j.dump(), "large.json"));
+    j = good;
+    j["parameters"]["centroids"][0][1][2][0] = 0x1p62;
+    check_error([&] { load_predictor(j.dump(), "huge.json"); }, {"huge.json", "'centroids[0][1][2][0]'", "magnitude"});
+    j["parameters"]["centroids"][0][1][2][0] = 0x1p61;
+    CHECK_NOTHROW(load_predictor(j.dump(), "large.json"));
   }
   auto routing = make_predictor("routing", {{"clusters", "2"}});
   routing->fit(c, {});

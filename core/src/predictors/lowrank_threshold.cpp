@@ -16,7 +16,9 @@
 // its own step). Rank alone fails on rotary heads, whose score energy is
 // spread over every dimension (a rank-8 fit holds 40-70 % of it on the long
 // teacher); 4-bit codes of all d dimensions keep it and cost 4d bits per
-// vector. Hence the default: r = d (r = 0), 4 bits.
+// vector. Hence the default: r = d (r = 0), 4 bits, with r at most
+// kMaxRank = 256 (the largest r the setting takes and a parameter file
+// holds): on a head_dim above 256 the default is r = 256.
 //
 // Fit, per head, in closed form: the rank-r bilinear form closest to the
 // scores in least squares over all (query, key) pairs of the capture,
@@ -50,6 +52,8 @@ namespace entgraph::detail {
 namespace {
 
 constexpr const char* kMethod = "lowrank-threshold";
+// The largest r: the setting's range, the default's cap and the file's limit.
+constexpr std::size_t kMaxRank = 256;
 
 // C^{1/2} and its pseudo-inverse C^{-1/2} (d x d) of a covariance; directions
 // with eigenvalue below 1e-12 of the largest carry no data and get 0 in both.
@@ -132,12 +136,20 @@ class LowRankThresholdPredictor final : public Predictor {
   std::string method() const override { return kMethod; }
   bool learned() const override { return true; }
 
-  // wq and wk (head_dim x r per head) from head_dim x head_dim covariances.
+  // wq and wk (head_dim x r per head) from head_dim x head_dim covariances:
+  // per head, the covariances (tokens d^2 / 2 each), then three cyclic Jacobi
+  // eigen-decompositions of d x d matrices (each sweep 6 d^3 multiply-adds,
+  // about 10 sweeps) and a few d^3 products: measured, at most 0.5 ns per
+  // estimated multiply-add at the limit. Once a d x d matrix of doubles
+  // outgrows the caches (d > 256: 512 KiB) Jacobi's column walks run at
+  // memory speed, several times slower per multiply-add: measured, the fit
+  // time then grows as d^4, and the estimate with it.
   FitSize fit_size(const Capture& capture) const override {
     const double heads = static_cast<double>(capture.layers) * static_cast<double>(capture.heads);
     const double d = static_cast<double>(capture.head_dim);
+    const double eigen = kEigenCost * d * d * d * std::max(1.0, d / 256.0);
     return {static_cast<std::uint64_t>(heads * 2.0 * d * static_cast<double>(rank_for(capture.head_dim))),
-            heads * (static_cast<double>(capture.tokens()) * d * d + 40.0 * d * d * d)};
+            heads * (static_cast<double>(capture.tokens()) * d * d + eigen)};
   }
 
   void fit_parameters(const Capture& capture, const FitOptions&) override {
@@ -161,6 +173,9 @@ class LowRankThresholdPredictor final : public Predictor {
                 }
           }
           projections[h] = fit_head(cq, ck, hs.scale, d, rank_for(d));
+          const double limit = max_projection_entry(d, rank_for(d));
+          check_fitted(kMethod, "the projection wq", projections[h].wq, limit, h, capture.heads);
+          check_fitted(kMethod, "the projection wk", projections[h].wk, limit, h, capture.heads);
           alphas[h] = hs.alpha;
         });
       }
@@ -174,15 +189,18 @@ class LowRankThresholdPredictor final : public Predictor {
 
  private:
   LowRankThresholdPredictor(const PredictorSettings& s, SettingsReader& reader) : Predictor(s) {
-    rank_ = static_cast<std::size_t>(reader.integer("r", 0, 0, 256));
+    rank_ = static_cast<std::size_t>(reader.integer("r", 0, 0, static_cast<long>(kMaxRank)));
     margin_ = reader.number("margin", 0.0, -100.0, 100.0);
     bits_ = static_cast<int>(reader.integer("bits", 4, 0, 8));
     if (bits_ == 1)
       throw Error(std::string(kMethod) + ": setting 'bits': expected 0 (float32) or 2 ... 8 bits, got '1'");
   }
 
-  // The rank the projections have: r, or head_dim for r = 0.
-  std::size_t rank_for(std::size_t dim) const { return rank_ == 0 ? dim : rank_; }
+  // The rank the projections have: r, or for r = 0 head_dim up to kMaxRank.
+  std::size_t rank_for(std::size_t dim) const { return rank_ == 0 ? std::min(dim, kMaxRank) : rank_; }
+  // The eigen work's multiply-adds per d^3 (fit_size): 3 decompositions of
+  // about 10 sweeps of 6 d^3, and the products around them.
+  static constexpr double kEigenCost = 400.0;
 
   bool fitted() const { return !projections_.empty(); }
 
@@ -289,13 +307,14 @@ class LowRankThresholdPredictor final : public Predictor {
   void load_parameters(const json& p) {
     if (p.empty()) return;  // an unfitted predictor's file
     const std::string m = kMethod;
+    check_keys(p, m, {"alpha", "layers", "heads", "head_dim", "r", "wq", "wk"});
     layers_ = read_size(p, m, "layers", 1, 1 << 16);
     heads_ = read_size(p, m, "heads", 1, 1 << 16);
     dim_ = read_size(p, m, "head_dim", 1, 1 << 16);
-    const std::size_t rank = read_size(p, m, "r", 1, 256);
+    const std::size_t rank = read_size(p, m, "r", 1, kMaxRank);
     if (rank != rank_for(dim_))
       bad_field(m, "r", "does not match the setting r = " + std::to_string(rank_) +
-                            (rank_ == 0 ? " (head_dim " + std::to_string(dim_) + ")" : ""));
+                            (rank_ == 0 ? " (min(head_dim " + std::to_string(dim_) + ", " + std::to_string(kMaxRank) + "))" : ""));
     std::vector<double> alphas(layers_ * heads_);
     for_each_head(p, m, "alpha", layers_, heads_, [&](const json& v, const std::string& f, std::size_t i) {
       if (!v.is_number() || !(v.get<double>() >= 1.0) || !(v.get<double>() <= kMaxEntmaxAlpha))

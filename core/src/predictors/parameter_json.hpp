@@ -24,6 +24,48 @@ using json = nlohmann::json;
   throw Error(method + ": parameters: '" + field + "': " + what);
 }
 
+// Throws for a key of the "parameters" object that the method does not
+// read: a file of another method relabelled (a lowrank-threshold file named
+// sparsefinder-distance) must not load as this one.
+inline void check_keys(const json& p, const std::string& method, const std::vector<std::string>& keys) {
+  for (const auto& item : p.items()) {
+    bool known = false;
+    for (const std::string& k : keys) known = known || item.key() == k;
+    if (known) continue;
+    std::string list;
+    for (const std::string& k : keys) list += (list.empty() ? "" : ", ") + k;
+    throw Error(method + ": parameters: unknown key " + quoted_key(item.key()) + " (" + method + " reads " + list +
+                ")");
+  }
+}
+
+// The largest magnitude of a learned value in projected space (a centroid,
+// a bin edge) and of a projected coordinate: 2^62 / sqrt(r). Two of them
+// differ by at most 2^63 / sqrt(r), so a squared distance over r
+// coordinates, or a dot product of two, stays below 2^126 and finite in
+// float32 (maximum about 2^128).
+inline double max_projected(std::size_t rank) { return 0x1p62 / std::sqrt(static_cast<double>(rank)); }
+// The largest magnitude of a projection entry: max_projected / head_dim, so
+// that a query or key of entries at most 1 in magnitude projects within
+// max_projected. A file beyond it would overflow the predictor's float32
+// arithmetic on ordinary inputs; the fits write values many orders smaller.
+inline double max_projection_entry(std::size_t dim, std::size_t rank) {
+  return max_projected(rank) / static_cast<double>(dim);
+}
+
+// What a fit learned must load back: throws, naming the head, if a fitted
+// value is beyond the loader's limit (a capture of extreme values or scale
+// could fit one), rather than writing a file its own loader refuses.
+inline void check_fitted(const std::string& method, const char* what, const std::vector<float>& values, double limit,
+                         std::size_t index, std::size_t heads) {
+  for (float v : values)
+    if (!(std::fabs(static_cast<double>(v)) <= limit))
+      throw Error(method + ": fit: " + what + " of layer " + std::to_string(index / heads) + ", head " +
+                  std::to_string(index % heads) + " has a value of " + number_text(v) +
+                  ", beyond the limit of " + number_text(limit) +
+                  " a parameter file may hold (the capture's values or scale are too large for this method)");
+}
+
 inline std::size_t read_size(const json& p, const std::string& method, const char* key, std::size_t min, std::size_t max) {
   if (!p.contains(key)) bad_field(method, key, "missing");
   const json& v = p.at(key);
@@ -44,19 +86,24 @@ inline bool to_finite_float(const json& x, float& out) {
   return true;
 }
 
-// One entry of a parameter array: a number finite as a float32.
-inline float read_float(const json& x, const std::string& method, const std::string& field) {
+// One entry of a parameter array: a number finite as a float32 and of
+// magnitude at most `limit` (max_projected, max_projection_entry).
+inline float read_float(const json& x, const std::string& method, const std::string& field, double limit) {
   float f = 0;
   if (!to_finite_float(x, f))
     bad_field(method, field,
               "expected a finite number within the float32 range (|x| <= 3.4028235e+38; got " + json_excerpt(x) +
                   ")");
+  if (!(std::fabs(static_cast<double>(f)) <= limit))
+    bad_field(method, field,
+              "expected a number of magnitude at most " + number_text(limit) +
+                  " (beyond it the predictor's float32 arithmetic would overflow; got " + json_excerpt(x) + ")");
   return f;
 }
 
-// A rows x cols nested array of finite numbers, appended to out.
+// A rows x cols nested array of numbers of magnitude at most limit, appended to out.
 inline void read_matrix(const json& v, const std::string& method, const std::string& field, std::size_t rows,
-                 std::size_t cols, std::vector<float>& out) {
+                 std::size_t cols, double limit, std::vector<float>& out) {
   if (!v.is_array() || v.size() != rows)
     bad_field(method, field, "expected an array of " + std::to_string(rows) + " rows");
   for (std::size_t i = 0; i < rows; ++i) {
@@ -65,7 +112,8 @@ inline void read_matrix(const json& v, const std::string& method, const std::str
       bad_field(method, field + "[" + std::to_string(i) + "]",
                 "expected an array of " + std::to_string(cols) + " numbers");
     for (std::size_t j = 0; j < cols; ++j)
-      out.push_back(read_float(row[j], method, field + "[" + std::to_string(i) + "][" + std::to_string(j) + "]"));
+      out.push_back(
+          read_float(row[j], method, field + "[" + std::to_string(i) + "][" + std::to_string(j) + "]", limit));
   }
 }
 
@@ -160,7 +208,8 @@ inline void write_projections(json& p, const std::vector<Projection>& projection
   p["wk"] = std::move(wk);
 }
 
-// The layers x heads projections (dim x rank) in "wq" and "wk".
+// The layers x heads projections (dim x rank) in "wq" and "wk", each entry
+// at most max_projection_entry(dim, rank) in magnitude.
 inline std::vector<Projection> read_projections(const json& p, const std::string& method, std::size_t layers,
                                                 std::size_t heads, std::size_t dim, std::size_t rank) {
   std::vector<Projection> projections(layers * heads);
@@ -168,11 +217,12 @@ inline std::vector<Projection> read_projections(const json& p, const std::string
     pr.dim = dim;
     pr.rank = rank;
   }
+  const double limit = max_projection_entry(dim, rank);
   for_each_head(p, method, "wq", layers, heads, [&](const json& v, const std::string& f, std::size_t i) {
-    read_matrix(v, method, f, dim, rank, projections[i].wq);
+    read_matrix(v, method, f, dim, rank, limit, projections[i].wq);
   });
   for_each_head(p, method, "wk", layers, heads, [&](const json& v, const std::string& f, std::size_t i) {
-    read_matrix(v, method, f, dim, rank, projections[i].wk);
+    read_matrix(v, method, f, dim, rank, limit, projections[i].wk);
   });
   return projections;
 }

@@ -113,20 +113,37 @@ void Predictor::fit_parameters(const Capture&, const FitOptions&) {}
 
 Predictor::FitSize Predictor::fit_size(const Capture&) const { return {}; }
 
+double attention_operations(const Capture& capture) {
+  double pairs = 0.0;
+  for (std::size_t n : capture.lengths) pairs += static_cast<double>(n) * static_cast<double>(n);
+  return static_cast<double>(capture.layers) * static_cast<double>(capture.heads) * pairs *
+         static_cast<double>(capture.head_dim);
+}
+
+double fit_operations_limit(const Capture& capture) {
+  return std::max(kMaxFitOperations, kFitOperationsPerAttention * attention_operations(capture));
+}
+
 void Predictor::check_fit_size(const Capture& capture) const {
+  check_fit_settings(capture);
   const FitSize size = fit_size(capture);
+  const double max_operations = fit_operations_limit(capture);
+  // Estimates: three digits.
+  const auto estimate = [](double x) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.3g", x);
+    return std::string(text);
+  };
   std::string what;
   if (size.parameters > kMaxFitParameters) {
     what = "would learn " + std::to_string(size.parameters) + " values";
-  } else if (size.operations > kMaxFitOperations) {
-    char ops[32];
-    std::snprintf(ops, sizeof ops, "%.3g", size.operations);  // an estimate: three digits
-    what = std::string("would take about ") + ops + " multiply-adds";
+  } else if (size.operations > max_operations) {
+    what = "would take about " + estimate(size.operations) + " multiply-adds";
   } else {
     return;  // the usual case: no message built
   }
-  static_assert(kMaxFitOperations == 1e13, "the message below states the limit");
-  const std::string limit = size.parameters > kMaxFitParameters ? std::to_string(kMaxFitParameters) : "1e13";
+  const std::string limit = size.parameters > kMaxFitParameters ? std::to_string(kMaxFitParameters)
+                                                                 : estimate(max_operations);
   std::string settings;
   for (const auto& [key, value] : settings_) settings += (settings.empty() ? "" : ", ") + key + "=" + value;
   throw Error(method() + ": fit: " + what + " on this capture (" + std::to_string(capture.layers) + " layers x " +

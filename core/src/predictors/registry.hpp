@@ -70,6 +70,20 @@ inline std::uint64_t read_seed(SettingsReader& reader) {
   return static_cast<std::uint64_t>(reader.integer("seed", 0, 0, LONG_MAX));
 }
 
+// The points a clustering method fits on per head: the queries and the keys
+// of every sequence.
+inline std::size_t cluster_points(const Capture& capture) { return 2 * capture.tokens(); }
+
+// Throws unless clusters <= cluster_points(capture): more centroids than
+// points cannot all hold one, and k-means' cost grows with k^2.
+inline void check_clusters(const std::string& method, std::size_t clusters, const Capture& capture) {
+  const std::size_t points = cluster_points(capture);
+  if (clusters > points)
+    throw Error(method + ": fit: setting 'clusters' = " + std::to_string(clusters) + " is more than the " +
+                std::to_string(points) + " points (queries and keys, " + std::to_string(capture.tokens()) +
+                " tokens) of each head of this capture; use clusters <= " + std::to_string(points));
+}
+
 // The tags of the methods' random streams (runtime/random.hpp's keyed_seed),
 // one per method so that no two methods share a stream.
 enum : std::uint64_t { kStreamBigBird = 1, kStreamReformer = 2, kStreamRouting = 3 };

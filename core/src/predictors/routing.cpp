@@ -41,12 +41,16 @@ class RoutingPredictor final : public Predictor {
   std::string method() const override { return "routing"; }
   bool learned() const override { return true; }
 
-  // The centroids (clusters x head_dim per head) and Lloyd's iterations.
+  void check_fit_settings(const Capture& capture) const override { check_clusters("routing", clusters_, capture); }
+
+  // The centroids (clusters x head_dim per head); the work, per head, is
+  // k-means++ seeding (a pass over the points per centroid) and each Lloyd
+  // iteration (every point against every centroid, and the new means).
   FitSize fit_size(const Capture& capture) const override {
     const double heads = static_cast<double>(capture.layers) * static_cast<double>(capture.heads);
     const double d = static_cast<double>(capture.head_dim), k = static_cast<double>(clusters_);
-    return {static_cast<std::uint64_t>(heads * k * d),
-            heads * static_cast<double>(iterations_ + 1) * 2.0 * static_cast<double>(capture.tokens()) * k * d};
+    const double n = static_cast<double>(cluster_points(capture));
+    return {static_cast<std::uint64_t>(heads * k * d), heads * static_cast<double>(iterations_ + 2) * n * k * d};
   }
 
   void fit_parameters(const Capture& capture, const FitOptions&) override {
@@ -147,8 +151,7 @@ class RoutingPredictor final : public Predictor {
   // Reads "centroids": [layers][heads][clusters][head_dim] of finite numbers.
   void load_parameters(const nlohmann::json& parameters) {
     const std::string where = "routing: parameters: ";
-    for (const auto& [key, value] : parameters.items())
-      if (key != "centroids") throw Error(where + "unknown key '" + key + "' (expected centroids)");
+    check_keys(parameters, "routing", {"centroids"});
     if (!parameters.contains("centroids")) throw Error(where + "missing 'centroids'");
     const nlohmann::json& all = parameters["centroids"];
     if (!all.is_array() || all.empty()) throw Error(where + "'centroids' must be a non-empty [layers][heads][clusters][head_dim] array");

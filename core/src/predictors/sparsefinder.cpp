@@ -59,16 +59,20 @@ class SparsefinderBase : public Predictor {
   bool learned() const override { return true; }
 
   // The projections (wq and wk, head_dim x r per head) and their training,
-  // plus what the method learns on them (bucket_size).
+  // plus what the method learns on them (bucket_size). Training computes
+  // the gold graphs (the capture's attention: scores and the transform,
+  // twice attention_operations), then each epoch takes every gold edge with
+  // `negatives` negatives, a triplet costing about 6 d r (three projections
+  // and their gradients). The gold edges are not known before that work, so
+  // the estimate takes their most, every allowed pair: an upper bound.
   FitSize fit_size(const Capture& capture) const override {
     const ProjectionOptions& po = common_.projection;
     const double heads = static_cast<double>(capture.layers) * static_cast<double>(capture.heads);
     const double d = static_cast<double>(capture.head_dim), r = static_cast<double>(po.rank);
-    const double tokens = static_cast<double>(capture.tokens());
     FitSize size = bucket_size(capture);
     size.parameters += static_cast<std::uint64_t>(heads * 2.0 * d * r);
-    size.operations += heads * static_cast<double>(po.epochs) * tokens * (1.0 + static_cast<double>(po.negatives)) *
-                       4.0 * d * r;
+    size.operations += attention_operations(capture) *
+                       (2.0 + static_cast<double>(po.epochs) * static_cast<double>(po.negatives) * 6.0 * r);
     return size;
   }
 
@@ -78,6 +82,11 @@ class SparsefinderBase : public Predictor {
     if (!common_.has_seed) po.seed = options.seed;
     po.quiet = options.quiet;
     std::vector<Projection> projections = train_projections(capture, po);
+    const double limit = max_projection_entry(capture.head_dim, po.rank);
+    for (std::size_t h = 0; h < projections.size(); ++h) {
+      check_fitted(method(), "the projection wq", projections[h].wq, limit, h, capture.heads);
+      check_fitted(method(), "the projection wk", projections[h].wk, limit, h, capture.heads);
+    }
     layers_ = capture.layers;
     heads_ = capture.heads;
     dim_ = capture.head_dim;
@@ -117,6 +126,10 @@ class SparsefinderBase : public Predictor {
   SparsefinderBase(const PredictorSettings& settings, SettingsReader& reader)
       : Predictor(settings), common_(read_common(reader, settings)) {}
 
+  // The keys of the method's "parameters": the projections' and its own.
+  virtual std::vector<std::string> parameter_keys() const {
+    return {"layers", "heads", "head_dim", "r", "wq", "wk"};
+  }
   // The size of what fit_buckets learns (nothing for distance).
   virtual FitSize bucket_size(const Capture&) const { return {}; }
   // What each method learns after the projections (nothing for distance).
@@ -160,6 +173,7 @@ class SparsefinderBase : public Predictor {
     if (p.empty()) return;  // an unfitted predictor's file
     const std::string m = method();
     const std::size_t r = common_.projection.rank;
+    check_keys(p, m, parameter_keys());
     layers_ = read_size(p, m, "layers", 1, 1 << 16);
     heads_ = read_size(p, m, "heads", 1, 1 << 16);
     dim_ = read_size(p, m, "head_dim", 1, 1 << 16);
@@ -275,6 +289,9 @@ class QuantizationPredictor final : public SparsefinderBase {
     return p;
   }
   std::string method() const override { return "sparsefinder-quantization"; }
+  std::vector<std::string> parameter_keys() const override {
+    return {"layers", "heads", "head_dim", "r", "wq", "wk", "buckets", "edges"};
+  }
 
  private:
   QuantizationPredictor(const PredictorSettings& s, SettingsReader& reader) : SparsefinderBase(s, reader) {
@@ -314,6 +331,7 @@ class QuantizationPredictor final : public SparsefinderBase {
             std::sort(v.begin(), v.end());
             for (std::size_t b = 1; b < B; ++b) e[c * (B - 1) + b - 1] = v[std::min(v.size() - 1, b * v.size() / B)];
           }
+          check_fitted(method(), "the bin edges", e, max_projected(r), h, capture.heads);
         });
         bar.advance();
       }
@@ -340,7 +358,7 @@ class QuantizationPredictor final : public SparsefinderBase {
       bad_field(m, "buckets", "does not match the setting buckets = " + std::to_string(bins_));
     std::vector<std::vector<float>> edges(layers_ * heads_);
     for_each_head(p, m, "edges", layers_, heads_, [&](const json& v, const std::string& f, std::size_t i) {
-      read_matrix(v, m, f, common_.projection.rank, bins_ - 1, edges[i]);
+      read_matrix(v, m, f, common_.projection.rank, bins_ - 1, max_projected(common_.projection.rank), edges[i]);
       for (std::size_t c = 0; c < common_.projection.rank; ++c)
         if (!std::is_sorted(edges[i].begin() + static_cast<std::ptrdiff_t>(c * (bins_ - 1)),
                             edges[i].begin() + static_cast<std::ptrdiff_t>((c + 1) * (bins_ - 1))))
@@ -399,6 +417,9 @@ class KMeansPredictor final : public SparsefinderBase {
     return p;
   }
   std::string method() const override { return "sparsefinder-kmeans"; }
+  std::vector<std::string> parameter_keys() const override {
+    return {"layers", "heads", "head_dim", "r", "wq", "wk", "clusters", "centroids"};
+  }
 
  private:
   KMeansPredictor(const PredictorSettings& s, SettingsReader& reader) : SparsefinderBase(s, reader) {
@@ -411,13 +432,21 @@ class KMeansPredictor final : public SparsefinderBase {
                   ", clusters " + std::to_string(clusters_) + ")");
   }
 
+  void check_fit_settings(const Capture& capture) const override {
+    check_clusters(method(), clusters_, capture);
+  }
+
+  // The centroids; per head and restart, greedy k-means++ (2 + ln k trial
+  // passes over the points per centroid) and Lloyd's iterations (every point
+  // against every centroid, and with Hamerly's bounds every centroid against
+  // every other, k^2 <= k n), over the projected queries and keys.
   FitSize bucket_size(const Capture& capture) const override {
     const double heads = static_cast<double>(capture.layers) * static_cast<double>(capture.heads);
     const double r = static_cast<double>(common_.projection.rank), k = static_cast<double>(clusters_);
-    // The centroids; Lloyd's iterations over queries and keys, each restart.
+    const double n = static_cast<double>(cluster_points(capture));
+    const double seeding = 3.0 + std::log(k), lloyd = 2.0 * static_cast<double>(iterations_ + 1);
     return {static_cast<std::uint64_t>(heads * k * r),
-            heads * static_cast<double>(restarts_) * static_cast<double>(iterations_ + 1) * 2.0 *
-                static_cast<double>(capture.tokens()) * k * r};
+            heads * static_cast<double>(restarts_) * n * k * (r + 4.0) * (seeding + lloyd)};
   }
 
   void fit_buckets(const Capture& capture, const std::vector<Projection>& projections, std::uint64_t seed,
@@ -442,6 +471,7 @@ class KMeansPredictor final : public SparsefinderBase {
           ko.iterations = iterations_;
           ko.seed = mix_seed(seed, layer, head);
           centroids[h] = kmeans({points.data(), points.size() / r, r}, ko).centroids;
+          check_fitted(method(), "the centroids", centroids[h], max_projected(r), h, capture.heads);
         });
         bar.advance();
       }
@@ -468,7 +498,7 @@ class KMeansPredictor final : public SparsefinderBase {
       bad_field(m, "clusters", "does not match the setting clusters = " + std::to_string(clusters_));
     std::vector<std::vector<float>> centroids(layers_ * heads_);
     for_each_head(p, m, "centroids", layers_, heads_, [&](const json& v, const std::string& f, std::size_t i) {
-      read_matrix(v, m, f, clusters_, common_.projection.rank, centroids[i]);
+      read_matrix(v, m, f, clusters_, common_.projection.rank, max_projected(common_.projection.rank), centroids[i]);
     });
     centroids_ = std::move(centroids);
   }

@@ -40,10 +40,22 @@ using PredictorSettings = std::map<std::string, std::string>;
 struct SparsefinderHead;  // entgraph/backend.hpp
 
 // The limits of Predictor::fit: 2^24 learned values (64 MiB as float32, a
-// parameter file of at most about 300 MB) and 1e13 multiply-adds (hours on
-// one core).
+// parameter file of at most about 300 MB) and 1e11 multiply-adds, under a
+// minute on one core: each method's estimate (fit_size) counts the work its
+// fit really does, so every setting in range either fits in about a minute or
+// is refused before any work (docs/PREDICTORS.md, "Fit-size limits").
+// A larger capture may take proportionally more: the limit on a capture is
+// the larger of kMaxFitOperations and kFitOperationsPerAttention times its
+// attention's cost (fit_operations_limit), as computing its gold graphs is
+// work its user has already accepted.
 inline constexpr std::uint64_t kMaxFitParameters = std::uint64_t{1} << 24;
-inline constexpr double kMaxFitOperations = 1e13;
+inline constexpr double kMaxFitOperations = 1e11;
+inline constexpr double kFitOperationsPerAttention = 256;
+// The capture's attention cost, layers x heads x sum over sequences of
+// (allowed query-key pairs, all n^2 of a sequence of n) x head_dim
+// multiply-adds, and the fit limit it gives.
+double attention_operations(const Capture& capture);
+double fit_operations_limit(const Capture& capture);
 
 struct FitOptions {
   std::uint64_t seed = 0;  // overrides nothing: methods also read "seed" from their settings
@@ -72,7 +84,8 @@ class Predictor {
     double operations = 0.0;
   };
   virtual FitSize fit_size(const Capture& capture) const;
-  // Throws entgraph::Error if fit_size(capture) is beyond the limits (what
+  // Throws entgraph::Error if a setting does not fit the capture (e.g. more
+  // clusters than points) or fit_size(capture) is beyond the limits (what
   // fit() checks first; sweeps check every grid value before fitting any).
   void check_fit_size(const Capture& capture) const;
   // The predicted graph of one head for one sequence: q is n x d, k is m x d
@@ -122,6 +135,9 @@ class Predictor {
   // The "parameters" object as JSON text ("{}" for fixed patterns).
   virtual std::string parameters_json() const { return "{}"; }
 
+  // Throws entgraph::Error naming the setting if one cannot apply to the
+  // capture whatever its cost (check_fit_size calls it first).
+  virtual void check_fit_settings(const Capture&) const {}
   // fit() after check_fit_size(): the method's learning (nothing for fixed patterns).
   virtual void fit_parameters(const Capture& capture, const FitOptions& options);
 
