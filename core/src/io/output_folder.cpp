@@ -54,9 +54,9 @@ bool generation_of(const std::string& file, const std::string& name, unsigned lo
     g = 0;
     return true;
   }
-  const std::string plain = with_generation(name, 1);  // "stem.g1.ext": where the digits go
-  const std::size_t at = plain.find(".g1") + 2;
-  const std::string head = plain.substr(0, at), tail = plain.substr(at + 1);
+  const std::string first = with_generation(name, 1);  // "stem.g1.ext": where the digits go
+  const std::size_t at = first.rfind(".g1") + 2;
+  const std::string head = first.substr(0, at), tail = first.substr(at + 1);
   if (file.size() <= head.size() + tail.size() || file.compare(0, head.size(), head) != 0 ||
       file.compare(file.size() - tail.size(), tail.size(), tail) != 0)
     return false;
