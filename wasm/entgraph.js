@@ -94,9 +94,14 @@ function number(value, name) {
   return value;
 }
 
+// A string argument, well-formed: each lone surrogate becomes U+FFFD, as
+// TextEncoder encodes it. Embind's UTF-16 -> UTF-8 conversion pairs a high
+// surrogate with whatever unit follows it, so a lone one would swallow the
+// next character.
+const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/g;
 function text(value, name) {
   if (typeof value !== "string") throw new Error(`${name}: expected a string (got ${describe(value)})`);
-  return value;
+  return value.replace(LONE_SURROGATE, "\ufffd");
 }
 
 // The transforms the package exposes (the core's others need spans or bounds).
@@ -348,8 +353,8 @@ class Entgraph {
       }
       capture(texts) {
         if (!Array.isArray(texts)) throw new Error(`texts: expected an array of strings (got ${describe(texts)})`);
-        texts.forEach((t, i) => text(t, `texts[${i}]`));
-        return new Capture(checked(this.handle.capture(texts), "Teacher.capture"));
+        const wellFormed = texts.map((t, i) => text(t, `texts[${i}]`));
+        return new Capture(checked(this.handle.capture(wellFormed), "Teacher.capture"));
       }
     }
 
