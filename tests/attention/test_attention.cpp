@@ -369,6 +369,29 @@ TEST_SUITE("attention") {
     CHECK(msg.find("may overflow double") != std::string::npos);
   }
 
+  TEST_CASE("attention: values that may make the output overflow are refused; large ones that cannot are kept") {
+    // issue 29: v at FLT_MAX gave infinite outputs. The output is a weighted
+    // mean of v's rows, so |o| <= max |v| up to rounding: 3e38 computes (and
+    // stays finite), FLT_MAX is refused naming v's entry.
+    const std::size_t n = 4, m = 5, d = 3, dv = 2;
+    const Matrix<float> q = random_matrix<float>(n, d), k = random_matrix<float>(m, d);
+    Matrix<float> v = random_matrix<float>(m, dv);
+    for (std::size_t j = 0; j < m; ++j) v(j, 1) = 3e38f;
+    Matrix<float> out(n, dv, 7.0f);
+    for (const Transform& t : {Transform::softmax(), Transform::entmax(1.5), Transform::sparsemax()}) {
+      AttentionOptions<float> o;
+      o.transform = t;
+      attention_forward<float>(q.view(), k.view(), v.view(), out.view(), o);
+      for (std::size_t i = 0; i < n; ++i) CHECK(std::isfinite(out(i, 1)));
+    }
+    v(3, 1) = std::numeric_limits<float>::max();
+    std::fill(out.data.begin(), out.data.end(), 7.0f);
+    const std::string msg = error_message([&] { attention_forward<float>(q.view(), k.view(), v.view(), out.view(), {}); });
+    CAPTURE(msg);
+    CHECK(msg.rfind("attention_forward: v may make the output overflow float: |v[3][1]|", 0) == 0);
+    CHECK(out(0, 0) == 7.0f);
+  }
+
   TEST_CASE("attention: bad input throws an error naming the argument") {
     const std::size_t n = 4, m = 5, d = 3, dv = 2;
     Matrix<float> q = random_matrix<float>(n, d), k = random_matrix<float>(m, d), v = random_matrix<float>(m, dv);

@@ -1224,6 +1224,24 @@ TEST_SUITE("attention") {
     }
   }
 
+  TEST_CASE("graph attention refuses values that may make the output overflow, in every mode") {
+    // issue 29: values at FLT_MAX gave infinite outputs that exact mode counted as exact rows.
+    for (GraphAttentionMode mode : {GraphAttentionMode::fast, GraphAttentionMode::certify, GraphAttentionMode::exact}) {
+      const Matrix<float> q = random_matrix<float>(6, 4, 1.0, 61), k = random_matrix<float>(7, 4, 1.0, 62);
+      Matrix<float> v = random_matrix<float>(7, 3, 1.0, 63);
+      v(4, 2) = -std::numeric_limits<float>::max();
+      GraphAttentionOptions<float> o;
+      o.mode = mode;
+      o.attention.transform = Transform::entmax(1.5);
+      Matrix<float> out(6, 3, 7.0f);
+      const Graph g = random_graph(6, 7, 0.5, 64);
+      const std::string msg = error_message([&] { graph_attention_forward<float>(q.view(), k.view(), v.view(), g, out.view(), o); });
+      CAPTURE(msg);
+      CHECK(msg.rfind("graph_attention_forward: v may make the output overflow float: |v[4][2]|", 0) == 0);
+      CHECK(out(0, 0) == 7.0f);
+    }
+  }
+
   TEST_CASE("graph attention rejects bad arguments by name and writes nothing") {
     const Matrix<float> q = random_matrix<float>(6, 4, 1.0, 41);
     const Matrix<float> k = random_matrix<float>(7, 4, 1.0, 42);

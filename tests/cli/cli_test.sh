@@ -390,6 +390,20 @@ case "$CASE" in
     expect_ok attend --capture cap --method bigbird --exact --fn entmax --alpha 1.25 --json
     json=$OUT
     [ "$(num rows_exact)" = 3072 ] || fail "alpha 1.25 exact mode left rows unproven: $json"
+    # alpha = 1000 (the top of the documented range): a row is exact only if
+    # it equals dense attention (issue 29: every row was reported exact while
+    # graph and dense differed by 0.42).
+    expect_ok attend --capture cap --method window --set window=4 --exact --fn entmax --alpha 1000 --json
+    json=$OUT
+    [ "$(num rows_exact)" = 3072 ] || fail "alpha 1000 exact mode left rows unproven: $json"
+    awk -v e="$(num max_abs_err)" -v s="$(num max_abs_dense)" 'BEGIN{exit !(e <= 1e-5 * (s > 1 ? s : 1))}' ||
+      fail "alpha 1000 exact mode differs from dense attention: $json"
+    # Values at the float32 limit: the output may overflow, so attention is
+    # refused (naming v) instead of counting infinite rows exact (issue 29).
+    data=$(($(wc -c <cap/values.npy) - 4 * 4 * 192 * 32 * 4))
+    printf '\xff\xff\x7f\x7f' | dd of=cap/values.npy bs=1 seek="$((data + 5 * 128))" conv=notrunc status=none
+    expect_fail 1 "v may make the output overflow float" attend --capture cap --method window --set window=4 --exact --layer 0 --head 0
+    case "$OUT" in *exact*) fail "rows reported exact on overflowing outputs: $OUT" ;; esac
     ;;
 
   attend-errors)

@@ -127,6 +127,7 @@ Dims validate(const char* op, ConstMatrix<T> q, ConstMatrix<T> k, ConstMatrix<T>
   detail::check_finite<T>(op, "k", k);
   detail::check_finite<T>(op, "v", v);
   detail::check_score_range<T>(op, q, k, o.scale, "options.scale", 2.0);  // 2: the products' rounding
+  detail::check_value_range<T>(op, v);
   return dims;
 }
 

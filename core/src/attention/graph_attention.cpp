@@ -103,6 +103,7 @@ void validate(const char* op, ConstMatrix<T> q, ConstMatrix<T> k, ConstMatrix<T>
   // 16: certify and exact mode's bounds add up to a few terms of that size
   // (q . mu, the projected part, the residual and its rounding margin).
   detail::check_score_range<T>(op, q, k, o.scale, "options.attention.scale", 16.0);
+  detail::check_value_range<T>(op, v);
 }
 
 template <class T>

@@ -1,4 +1,4 @@
-// entgraph internal: refuses attention inputs whose scores could overflow.
+// entgraph internal: refuses attention inputs whose scores or outputs could overflow.
 //
 // Dense and graph attention compute s_ij = scale * q_i . k_j in T. An
 // overflowing score is +-inf (or NaN): the transforms would take -inf for a
@@ -62,6 +62,30 @@ void check_score_range(const char* op, ConstMatrix<T> q, ConstMatrix<T> k, doubl
               ", k row " + num(kj) + " has norm " + num(kn) + " and " + scale_name + " is " + num(scale) +
               ", so max(1, |scale|) |q| |k| = " + num(bound) + " (expected at most " + num(limit) +
               "); scale q, k or " + scale_name + " down");
+}
+
+// Throws if an output row sum_j p_j v_j could overflow T. With weights summing
+// to 1 within rounding, any summation order gives |o| <= max |v| (1 + 4 m u)
+// for m keys and unit roundoff u, so only values within that factor of T's
+// maximum are refused (issue 29: values at FLT_MAX gave infinite outputs that
+// exact mode still counted as exact rows).
+template <class T>
+void check_value_range(const char* op, ConstMatrix<T> v) {
+  std::size_t row = 0, col = 0;
+  double big = 0.0;
+  for (std::size_t i = 0; i < v.rows; ++i)
+    for (std::size_t j = 0; j < v.cols; ++j)
+      if (std::abs(static_cast<double>(v.row(i)[j])) > big) {
+        big = std::abs(static_cast<double>(v.row(i)[j]));
+        row = i;
+        col = j;
+      }
+  const double u = std::numeric_limits<T>::epsilon() / 2;
+  const double limit = static_cast<double>(std::numeric_limits<T>::max()) / (1.0 + 4.0 * static_cast<double>(v.rows) * u);
+  if (big <= limit) return;
+  throw Error(std::string(op) + ": v may make the output overflow " +
+              (std::is_same_v<T, float> ? "float" : "double") + ": |v[" + num(row) + "][" + num(col) + "]| = " +
+              num(big) + " (expected at most " + num(limit) + " for " + num(v.rows) + " keys); scale v down");
 }
 
 }  // namespace entgraph::detail
