@@ -480,6 +480,7 @@ parvar km_dup_c km 's/"parameters": {/"parameters": {"centroids": [], /'
 parvar lr_1e39 lr 's/"wq":\[\[\[\[[-0-9.e]*/"wq":[[[[1e39/'
 parvar lr_a lr 's/"alpha":\[\[1.5/"alpha":[[1e308/'
 parvar lr_r3 lr 's/"r":2,/"r":3,/'
+parvar lr_as_d lr 's/"method": *"lowrank-threshold"/"method": "sparsefinder-distance"/'
 parvar q_1e39 q 's/"edges":\[\[\[\[[-0-9.e]*/"edges":[[[[1e39/'
 parvar ro_1e39 ro 's/"centroids":\[\[\[\[[-0-9.e]*/"centroids":[[[[1e39/'
 parvar w_v9 w 's/"version": 1/"version": 9/'
@@ -950,6 +951,11 @@ group fit-size
 hostile_quick 3 1 "buckets" "${FIT[@]}" --quiet --method sparsefinder-quantization --set buckets=65536 --set r=256
 hostile_quick 3 1 "clusters" "${FIT[@]}" --quiet --method sparsefinder-kmeans --set clusters=65536 --set r=256
 hostile_quick 3 1 "clusters" "${FIT[@]}" --quiet --method routing --set clusters=65536 --set iterations=1048576
+# issue 29: each method's worst in-range setting is refused up front, naming it
+# (k-means once fitted 175 s with more clusters than points).
+hostile_quick 3 1 "'clusters' = 65536|points" "${FIT[@]}" --quiet --method sparsefinder-kmeans --set clusters=65536
+hostile_quick 3 1 "'clusters' = 33|points" "${FIT[@]}" --quiet --method sparsefinder-kmeans --set clusters=33
+hostile_quick 3 1 "epochs" "${FIT[@]}" --quiet --method sparsefinder-distance --set epochs=1000 --set negatives=1000
 
 group fit-output
 hostile 1 "outdir" fit --capture cap --method window --out outdir
@@ -981,6 +987,7 @@ hostile 1 "params/km_dup_c.json|centroids" eval --capture cap --params params/km
 hostile 1 "params/lr_1e39.json|wq" eval --capture cap --params params/lr_1e39.json
 hostile 1 "params/lr_a.json|alpha" eval --capture cap --params params/lr_a.json
 hostile 1 "params/lr_r3.json" eval --capture cap --params params/lr_r3.json
+hostile 1 "params/lr_as_d.json|unknown key" eval --capture cap --params params/lr_as_d.json
 hostile 1 "params/q_1e39.json|edges" eval --capture cap --params params/q_1e39.json
 hostile 1 "params/ro_1e39.json|centroids" eval --capture cap --params params/ro_1e39.json
 hostile 1 "params/w_v9.json|version" eval --capture cap --params params/w_v9.json
