@@ -18,7 +18,7 @@
 import { Engine } from "./engine.js";
 import { Resources } from "./resources.js";
 import { cutUtf8, snippet, byteHex, passages, utf8Bytes } from "./text.js";
-import { GraphView, GraphRowLayout } from "./heatmap.js";
+import { GraphView } from "./heatmap.js";
 import { Announcer, resultsMessage } from "./announce.js";
 import { zeroShareText, errorScaleText } from "./describe.js";
 import { TextWindow } from "./textwindow.js";
@@ -31,7 +31,10 @@ import { METHOD_INFO, methodLabel } from "./methods.js";
 const $ = (id) => document.getElementById(id);
 
 const DEFAULT_METHOD = "sparsefinder-distance";
-const DEFAULT_VALUE = "3.5";
+// A method's setting when it is first chosen: these, else the middle of its grid.
+// (Sparsefinder's t is a distance: the middle of its grid, or a number kept from
+// another method's slider, can predict no edge at all.)
+const DEFAULT_VALUES = { "sparsefinder-distance": "3.5" };
 const PARETO_DELAY_MS = 300;
 const TEST_TEXT_OFFSET = 4096; // heldout.txt's first 4 KiB fitted the predictors; start after them
 const PARAMS = new URLSearchParams(location.search);
@@ -278,6 +281,18 @@ function currentMethodEntry(info) {
   return info.manifest.methods.find((x) => x.method === state.method);
 }
 
+// Each method keeps its own slider setting (an index into its grid): switching
+// methods and back restores it; a slider's number means something else in
+// another method (a margin of 0.5 is not a distance of 0.5).
+const valueIndexOf = new Map(); // method -> valueIndex last shown
+
+// The setting method entry m starts at: its last one, else its default.
+function startIndex(m) {
+  if (valueIndexOf.has(m.method)) return valueIndexOf.get(m.method);
+  const i = m.values.findIndex((v) => v.value === DEFAULT_VALUES[m.method]);
+  return i >= 0 ? i : Math.floor((m.values.length - 1) / 2);
+}
+
 function formatShare(x) {
   if (!Number.isFinite(x)) return "–";
   const pct = 100 * x;
@@ -365,7 +380,6 @@ function drawChosen() {
   // graphs
   const data = { n, glyphs: run.glyphs, state: chosen?.state ?? new Uint8Array(0), probs: run.chosen?.probs ?? null };
   clampView();
-  rowLayout.setTokens(viewSize()); // short text: fewer graphs a row, cells wide enough for the characters
   for (const view of views) {
     view.setData(data);
     view.setView({ row0: state.row0, col0: state.col0, size: viewSize() });
@@ -584,7 +598,7 @@ function zoomTo(size, centre) {
 // that a new result (another head, another text) refreshes the tooltip.
 let hovered = null;
 
-function showTooltip(cell, event) {
+function showTooltip(cell, event, view = hovered?.view) {
   for (const v of views) {
     v.setHover(cell);
     v.draw();
@@ -593,7 +607,7 @@ function showTooltip(cell, event) {
   const h = chosenHead();
   const c = run?.chosen;
   if (!cell || !h || !h.state || cell.i >= run.n || cell.j >= run.n) return hideTooltip();
-  hovered = { cell, at: { clientX: event.clientX, clientY: event.clientY, pointerType: event.pointerType } };
+  hovered = { cell, view, at: { clientX: event.clientX, clientY: event.clientY, pointerType: event.pointerType } };
   const { i, j } = cell;
   const n = run.n;
   const s = h.state[i * n + j];
@@ -612,18 +626,48 @@ function showTooltip(cell, event) {
     `<div>score ${!allowed ? "−∞ (masked)" : score === null ? "…" : Number.isFinite(score) ? score.toFixed(3) : "−∞ (masked)"} · probability ${p > 0 ? p.toPrecision(3) : "0"}</div>` +
     `<div>${kind}</div>`;
   tip.hidden = false;
-  // The keyboard cursor's cell, said to a screen reader (the pointer's is seen).
-  if (event.pointerType === "keyboard") announcer.sayNow(tip.textContent);
+  // The keyboard cursor's cell, said to a screen reader (the pointer's is seen):
+  // its lines as sentences, not run together ("0.884hit").
+  if (event.pointerType === "keyboard") announcer.sayNow(spokenLines(tip));
   strip.show(i, j, c.probs.subarray(i * n, i * n + n));
+  placeTooltip(event);
+}
+
+// The tooltip below and right of a viewport point (above or left of it near the edges).
+function placeTooltip(at) {
+  const tip = $("tooltip");
   const pad = 14;
   const w = tip.offsetWidth;
   const hgt = tip.offsetHeight;
-  let x = event.clientX + pad;
-  let y = event.clientY + pad;
-  if (x + w > window.innerWidth - 4) x = event.clientX - w - pad;
-  if (y + hgt > window.innerHeight - 4) y = event.clientY - hgt - pad;
+  let x = at.clientX + pad;
+  let y = at.clientY + pad;
+  if (x + w > window.innerWidth - 4) x = at.clientX - w - pad;
+  if (y + hgt > window.innerHeight - 4) y = at.clientY - hgt - pad;
   tip.style.left = `${Math.max(4, x)}px`;
   tip.style.top = `${Math.max(4, y)}px`;
+}
+
+// The element's lines (its child elements) joined as sentences.
+function spokenLines(el) {
+  return [...el.children].map((line) => line.textContent.replace(/\s+/g, " ").trim()).filter(Boolean).join(". ") + ".";
+}
+
+// The page scrolled (the wheel, the keyboard, a link) under a shown cell. The
+// pointer's: the cell now under the still pointer, or none. The keyboard
+// cursor's or a tap's: the same cell, the tooltip moved along with it.
+function followScroll() {
+  if (!hovered || $("tooltip").hidden) return;
+  const { at, view } = hovered;
+  if (at.pointerType === "mouse") {
+    const under = views.find((v) => v.canvas === document.elementFromPoint(at.clientX, at.clientY));
+    const cell = under?.cellAt(at);
+    if (cell) showTooltip(cell, at, under);
+    else hideTooltip();
+  } else if (view) {
+    const moved = view.eventAt(hovered.cell);
+    hovered.at = { ...at, clientX: moved.clientX, clientY: moved.clientY };
+    placeTooltip(hovered.at);
+  }
 }
 
 // After a new result: the tooltip and token strip show the new head's values.
@@ -706,9 +750,9 @@ function pickPoint(p) {
   const m = currentMethodEntry(entry);
   if (p.value != null && m) {
     const idx = m.values.findIndex((v) => v.value === p.value);
-    if (idx >= 0) state.valueIndex = idx;
+    state.valueIndex = idx >= 0 ? idx : startIndex(m);
   } else if (m) {
-    state.valueIndex = Math.floor((m.values.length - 1) / 2); // a method alone: the middle of its grid
+    state.valueIndex = startIndex(m); // a method alone (no parameter)
   }
   if (p.window != null) state.window = p.window;
   syncMethodControls(entry);
@@ -731,6 +775,7 @@ function syncMethodControls(entry) {
   select.value = state.method;
   const m = currentMethodEntry(entry);
   state.valueIndex = Math.max(0, Math.min(state.valueIndex, m.values.length - 1));
+  valueIndexOf.set(m.method, state.valueIndex);
   const slider = $("param-slider");
   slider.max = String(Math.max(0, m.values.length - 1));
   slider.value = String(state.valueIndex);
@@ -791,13 +836,10 @@ function bindControls() {
   $("head").addEventListener("change", (e) => selectHead(state.layer, Number(e.target.value)));
   $("method").addEventListener("change", (e) => {
     const entry = infoNow(state.teacher);
-    const old = entry && currentValue(entry);
     state.method = e.target.value;
-    // keep the slider near the same place of the new grid
     const m = entry && currentMethodEntry(entry);
     if (m) {
-      const byValue = m.values.findIndex((v) => v.value === old?.value);
-      state.valueIndex = byValue >= 0 ? byValue : Math.floor((m.values.length - 1) / 2);
+      state.valueIndex = startIndex(m);
       syncMethodControls(entry);
     }
     requestUpdate(DIRTY_COMPUTE);
@@ -828,13 +870,14 @@ function bindControls() {
   document.addEventListener("keydown", (e) => {
     if (e.key === "Escape") hideTooltip();
   });
+  window.addEventListener("scroll", followScroll, { passive: true });
 }
 
 // ---------------------------------------------------------------------------
 // Start
 
 const handlers = {
-  hover: (cell, event) => showTooltip(cell, event),
+  hover: (cell, event, view) => showTooltip(cell, event, view),
   leave: () => hideTooltip(),
   click: (cell) => {
     if (viewSize() >= (run?.n ?? 0)) zoomTo(32, cell);
@@ -859,7 +902,6 @@ const views = [
 ];
 const grid = new HeadsGrid($("heads-grid"), selectHead);
 const strip = new TokenStrip($("token-strip"), $("strip-hint"));
-const rowLayout = new GraphRowLayout($("graph-row"));
 const announcer = new Announcer($("announce"));
 const textWindow = new TextWindow(
   { textarea: $("text"), mirror: $("text-mirror"), slider: $("text-window"), row: $("text-window-row"), note: $("cut-note") },
@@ -925,10 +967,7 @@ async function main() {
     if (samples.length === 0) samples = [cutUtf8(heldout, context).text];
     if (!$("text").value) $("text").value = samples[0];
     const m = info.manifest.methods.find((x) => x.method === DEFAULT_METHOD);
-    if (m) {
-      const idx = m.values.findIndex((v) => v.value === DEFAULT_VALUE);
-      state.valueIndex = idx >= 0 ? idx : Math.floor(m.values.length / 2);
-    }
+    if (m) state.valueIndex = startIndex(m);
     syncMethodControls(info);
     requestUpdate(DIRTY_COMPUTE);
     demo.isa = (await engine.ready).isa;

@@ -66,7 +66,8 @@ export class HeadsGrid {
       const cell = this.cells[idx];
       const head = heads[idx];
       if (n > 0) {
-        if (cell.canvas.width !== n) {
+        // (no image after a clear, which left a 1-pixel canvas: a 1-token text must make one)
+        if (cell.canvas.width !== n || !cell.image) {
           cell.canvas.width = n;
           cell.canvas.height = n;
           cell.image = cell.ctx.createImageData(n, n);

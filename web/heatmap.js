@@ -24,48 +24,17 @@ const GOLD_WORD = PROB_RAMP[200];
 const LEFT = 30; // px for query labels
 const TOP = 20; // px for key labels
 const PAD = 4;
-// Cells at least this wide get their characters on the axes.
-export const GLYPH_CELL = 10;
+// Cells at least this wide get their characters on the axes (a 57-byte
+// sentence in one of three graphs at 1440 px: 7.2 px). The row of graphs keeps
+// its columns whatever the text's length (style.css): a layout that changed
+// with the length made the page jump while typing.
+export const GLYPH_CELL = 7;
 // Cells the cursor moves with Shift+arrows, Page Up and Page Down.
 export const BIG_STEP = 8;
 
 // The cursor the three graphs share: the cell last shown (by keyboard or pointer),
 // and whether it is shown now.
 const cursor = { cell: null, shown: false, by: null };
-
-// How many graphs side by side (3 or 2) the row of graphs `rowWidth` px wide
-// should hold for `size` tokens shown: the most that still give cells wide
-// enough for the characters on the axes; 3 when none does (long text: small cells,
-// positions on the axes). The page's one-column layout on phones ignores it.
-export function graphColumns(size, rowWidth, gap = 18) {
-  if (!(size > 0)) return 3;
-  for (const cols of [3, 2]) {
-    const width = (rowWidth - gap * (cols - 1)) / cols;
-    if ((width - LEFT - PAD) / size >= GLYPH_CELL) return cols;
-  }
-  return 3;
-}
-
-// Sets the row's --graph-cols from the tokens shown and its width.
-export class GraphRowLayout {
-  constructor(row) {
-    this.row = row;
-    this.size = 0;
-    new ResizeObserver(() => this.apply()).observe(row);
-  }
-
-  setTokens(size) {
-    if (size === this.size) return;
-    this.size = size;
-    this.apply();
-  }
-
-  apply() {
-    const gap = parseFloat(getComputedStyle(this.row).columnGap) || 18;
-    const cols = String(graphColumns(this.size, this.row.clientWidth, gap));
-    if (this.row.style.getPropertyValue("--graph-cols") !== cols) this.row.style.setProperty("--graph-cols", cols);
-  }
-}
 
 // A tap outside every graph hides what a tap on a graph showed.
 let touchShownBy = null;
@@ -117,7 +86,7 @@ export function fillCells(words, mode, data, row0, col0, size, stride = size) {
 }
 
 export class GraphView {
-  // root: an element holding a <canvas>; handlers: { hover(cell, event), leave(),
+  // root: an element holding a <canvas>; handlers: { hover(cell, event, view), leave(),
   // click(cell), panTo(row0, col0), reset() }
   constructor(root, mode, handlers) {
     this.root = root;
@@ -134,6 +103,7 @@ export class GraphView {
     this.imageDirty = true;
     this.width = 0;
     this.drag = null;
+    this.lastPointer = null; // the pointerType of the last press: a double tap is no double click
     new ResizeObserver(() => this.resize()).observe(root);
     this.resize();
     this.bindPointer();
@@ -275,7 +245,7 @@ export class GraphView {
     const hover = this.hover;
     if (cell >= GLYPH_CELL) {
       // every token, as its glyph
-      const font = Math.max(9, Math.min(15, Math.floor(cell * 0.95)));
+      const font = Math.max(8, Math.min(15, Math.floor(cell * 0.95)));
       ctx.font = `${font}px ui-monospace, "DejaVu Sans Mono", monospace`;
       ctx.textAlign = "center";
       for (let t = 0; t < size; t++) {
@@ -344,6 +314,7 @@ export class GraphView {
   bindPointer() {
     const c = this.canvas;
     c.addEventListener("pointerdown", (e) => {
+      this.lastPointer = e.pointerType;
       if (e.button !== 0) return;
       this.drag = { x: e.clientX, y: e.clientY, row0: this.view.row0, col0: this.view.col0, moved: false };
       c.setPointerCapture(e.pointerId);
@@ -364,7 +335,7 @@ export class GraphView {
       if (cell) {
         cursor.cell = cell;
         cursor.by = "pointer";
-        this.handlers.hover(cell, e);
+        this.handlers.hover(cell, e, this);
       } else this.handlers.leave();
     });
     c.addEventListener("pointerup", (e) => {
@@ -384,7 +355,7 @@ export class GraphView {
         cursor.by = "touch";
         touchShownBy = this;
         if (again) this.handlers.click(cell);
-        this.handlers.hover(cell, e);
+        this.handlers.hover(cell, e, this);
       }
     });
     c.addEventListener("pointercancel", () => (this.drag = null));
@@ -392,7 +363,11 @@ export class GraphView {
       // A finger lifted "leaves" too: what a tap shows stays until a tap elsewhere.
       if (!this.drag && e.pointerType === "mouse") this.handlers.leave();
     });
-    c.addEventListener("dblclick", () => this.handlers.reset());
+    // A double click zooms out; a double tap is the second tap's zoom in (the
+    // browser sends dblclick after two quick taps too: it must not undo that).
+    c.addEventListener("dblclick", () => {
+      if (this.lastPointer === "mouse") this.handlers.reset();
+    });
   }
 
   // The position (viewport px) just below and right of a cell, for the tooltip.
@@ -420,7 +395,7 @@ export class GraphView {
       const k = cell.j < col0 ? cell.j : cell.j >= col0 + size ? cell.j - size + 1 : col0;
       if (r !== row0 || k !== col0) this.handlers.panTo(r, k);
     }
-    this.handlers.hover(cell, this.eventAt(cell));
+    this.handlers.hover(cell, this.eventAt(cell), this);
   }
 
   // Where the cursor starts on focus: where it was, if it is in view; else the view's first cell.

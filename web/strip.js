@@ -7,9 +7,13 @@ import { PROB_RAMP_CSS_FULL, probIndex } from "./palette.js";
 import { setData } from "./dom.js";
 
 export class TokenStrip {
+  // hint: holds two sentences in one place (index.html), the idle one and the
+  // shown cell's; only their visibility changes, so the page below never moves.
   constructor(root, hint) {
     this.root = root;
     this.hint = hint;
+    this.cellHint = hint.querySelector(".strip-cell");
+    this.cellHint.textContent = " ";
     this.glyphs = [];
     this.spans = [];
     this.lit = [];
@@ -56,7 +60,8 @@ export class TokenStrip {
     this.spans[j].classList.add("key");
     this.lit.push(i, j);
     this.root.classList.add("active");
-    this.hint.textContent = `Token ${i} (boxed) looks at the shaded tokens; key ${j} is underlined.`;
+    setData(this.cellHint.firstChild, `Token ${i} (boxed) looks at the shaded tokens; key ${j} is underlined.`);
+    this.hint.classList.add("showing");
   }
 
   clearMarks() {
@@ -72,7 +77,6 @@ export class TokenStrip {
   clear() {
     this.clearMarks();
     this.root.classList.remove("active");
-    this.hint.textContent =
-      "Hover or tap a graph, or focus it (Tab) and use the arrow keys: the tokens the chosen query looks at light up here.";
+    this.hint.classList.remove("showing");
   }
 }

@@ -8,7 +8,8 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import {
-  DESKTOP, PHONE, afterUpdate, demo, openPage, screenshot, typeText, useBrowserTab, waitPareto,
+  DESKTOP, PHONE, afterUpdate, demo, focusSettled, framesLater, openPage, screenshot, scrollSettled, typeText,
+  useBrowserTab, waitPareto, waitSettled,
 } from "./helpers.mjs";
 
 const session = useBrowserTab();
@@ -57,7 +58,8 @@ test("the graphs are focusable, with a role and a name that says how to use them
 
 test("arrow keys move a cell cursor; the tooltip and the strip follow it, as the pointer would show them", async () => {
   const { page } = session.tab;
-  await page.focus("#graph-true canvas");
+  // Focusing the graph scrolls it into view (smoothly): the cells' places are read once it stops.
+  await focusSettled(page, "#graph-true canvas");
   await page.keyboard.press("Control+Home");
   let s = await shown(page);
   assert.deepEqual([s.query, s.key], [0, 0], "Ctrl+Home: the first cell");
@@ -79,20 +81,17 @@ test("arrow keys move a cell cursor; the tooltip and the strip follow it, as the
   s = await shown(page);
   assert.deepEqual([s.query, s.key], [19, 0]);
   const keyboardText = s.text;
-  // The announcement for a screen reader says the same.
-  assert.equal((await page.textContent("#announce")).trim(), keyboardText.trim());
+  // The announcement for a screen reader says the same, each line a sentence (defects.test.mjs, 6).
+  const lines = await page.$$eval("#tooltip > div", (ds) => ds.map((d) => d.textContent.replace(/\s+/g, " ").trim()));
+  assert.equal((await page.textContent("#announce")).trim(), lines.join(". ") + ".");
 
   // The pointer on the same cell shows the same tooltip.
   await page.keyboard.press("Escape");
   assert.equal(await shown(page), null, "Escape hides the cursor");
-  // The cell's place is read again if the layout moved between reading it and
-  // moving the pointer there (a late status line or note above the graphs).
-  for (let attempt = 0; attempt < 3; attempt++) {
-    const at = await cellCentre(page, "#graph-true", 19, 0);
-    await page.mouse.move(at.x, at.y);
-    s = await shown(page);
-    if (s && s.query === 19 && s.key === 0) break;
-  }
+  await waitSettled(page, "#graph-true canvas");
+  const at = await cellCentre(page, "#graph-true", 19, 0);
+  await page.mouse.move(at.x, at.y);
+  s = await shown(page);
   assert.deepEqual([s.query, s.key], [19, 0]);
   assert.equal(s.text, keyboardText, "keyboard and pointer show the same values");
   await page.mouse.move(0, 0);
@@ -101,7 +100,7 @@ test("arrow keys move a cell cursor; the tooltip and the strip follow it, as the
 
 test("the three graphs share the cursor; Enter zooms, the cursor pans the zoomed view, Escape unzooms", async () => {
   const { page } = session.tab;
-  await page.focus("#graph-true canvas");
+  await focusSettled(page, "#graph-true canvas");
   await page.keyboard.press("Control+Home");
   await page.keyboard.press("ArrowDown");
   await page.keyboard.press("ArrowRight");
@@ -170,7 +169,12 @@ test("the live region says recall and sparsity once typing pauses, not at every 
   });
   await page.keyboard.type(" and so on", { delay: 60 });
   await page.waitForFunction(() => !window.entgraphDemo.pending);
-  await page.waitForTimeout(1500);
+  // The message comes once the updates pause (announce.js): wait for the one of the last update.
+  await page.waitForFunction(() => {
+    const d = window.entgraphDemo;
+    return document.getElementById("announce").textContent.startsWith(
+      `Layer ${d.layer}, head ${d.head}: recall ${d.recall.toFixed(2)}, sparsity ${d.sparsity.toFixed(2)}.`);
+  }, null, { timeout: 10000 });
   const d = await demo(page);
   const said = await page.evaluate(() => window.__announced);
   assert.ok(said.length >= 1 && said.length <= 2, `announced ${said.length} times for 10 keystrokes: ${JSON.stringify(said)}`);
@@ -197,14 +201,14 @@ test("a tap on a graph cell shows its tooltip and strip; a tap elsewhere hides t
   const tab = await openPage(session.browser, session.server.url, { viewport: PHONE, contextOptions: { hasTouch: true, isMobile: true } });
   try {
     const { page } = tab;
-    await page.locator("#graph-true canvas").scrollIntoViewIfNeeded();
+    await scrollSettled(page, "#graph-true canvas");
     const at = await cellCentre(page, "#graph-true", 30, 12);
     await page.touchscreen.tap(at.x, at.y);
     let s = await shown(page);
     assert.ok(s, "the tap shows the tooltip");
     assert.deepEqual([s.query, s.key], [30, 12]);
     assert.deepEqual([s.stripQuery, s.stripKey], [30, 12]);
-    await page.waitForTimeout(400); // no hover-out when the finger lifts
+    await framesLater(page); // no hover-out when the finger lifts
     assert.deepEqual([(await shown(page))?.query, (await shown(page))?.key], [30, 12]);
     const h2 = await page.$eval(".graphs-head h2", (e) => {
       const r = e.getBoundingClientRect();
@@ -223,7 +227,7 @@ test("the Pareto plot at 390 px: text of 11 px or more, 24 px tap targets, a leg
   try {
     const { page } = tab;
     await waitPareto(page);
-    await page.locator("#pareto").scrollIntoViewIfNeeded();
+    await scrollSettled(page, "#pareto");
     const sizes = await page.$$eval("#pareto svg text", (ts) => {
       const svg = ts[0].ownerSVGElement;
       const k = svg.getBoundingClientRect().width / svg.viewBox.baseVal.width;

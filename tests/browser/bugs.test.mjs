@@ -6,7 +6,7 @@
 //     (app.js now shows the cell again from the new result, or hides it).
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { afterUpdate, canvasInfo, demo, typeText, useBrowserTab } from "./helpers.mjs";
+import { afterUpdate, canvasInfo, demo, focusSettled, resizeTo, typeText, useBrowserTab, waitSettled } from "./helpers.mjs";
 
 const session = useBrowserTab();
 
@@ -33,8 +33,9 @@ test("(a) emptying the text box clears the grid of heads", async () => {
 async function hoverCell(page, i, j) {
   // The page at its top: the head and teacher menus and the graph's first rows are all in view,
   // so that focusing a menu does not scroll the graph from under the pointer.
-  await page.setViewportSize({ width: 1280, height: 1200 });
-  await page.evaluate(() => window.scrollTo(0, 0));
+  await resizeTo(page, { width: 1280, height: 1200 });
+  await page.evaluate(() => window.scrollTo(0, 0)); // smooth where the page scrolls smoothly
+  await waitSettled(page, "#graph-true canvas");
   const at = await page.evaluate(([i, j]) => {
     const c = document.querySelector("#graph-true canvas");
     const r = c.getBoundingClientRect();
@@ -78,7 +79,7 @@ for (const [what, control, expect] of [
     const old = await hoverCell(page, i, j);
     assert.ok(old && old.text.includes(`query ${i}`), "the pointer shows the cell");
     // The keyboard changes the control; the pointer does not move.
-    await page.focus(control);
+    await focusSettled(page, control);
     const d = await afterUpdate(page, () => page.keyboard.press("ArrowDown"), { timeout: 60000 });
     assert.ok(expect(d), `the ${what} changed (head ${d.head}, teacher ${d.teacher})`);
     const now = await tooltip(page);

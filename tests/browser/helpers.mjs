@@ -306,6 +306,81 @@ export async function waitPareto(page, timeout = 60000) {
 }
 
 // ---------------------------------------------------------------------------
+// Layout that has settled. A test that reads where something is (to point at
+// it) or how it is laid out waits for these first: a smooth scroll (focus(),
+// scrollTo() and scrollIntoView() animate for a few hundred ms while
+// scroll-behavior is smooth), a ResizeObserver's redraw, a late status line.
+
+// Waits until the page's scroll position and the box of every element matching
+// `selector` (none: the scroll position alone) are the same over three
+// consecutive animation frames. Polls; no fixed sleep.
+export async function waitSettled(page, selector = null, { timeout = 15000 } = {}) {
+  const deadline = Date.now() + timeout;
+  let last = "";
+  for (;;) {
+    const { still, sample } = await page.evaluate(async (sel) => {
+      const frame = () => new Promise((ok) => requestAnimationFrame(() => ok()));
+      const take = () => {
+        const boxes = sel ? [...document.querySelectorAll(sel)].map((e) => {
+          const r = e.getBoundingClientRect();
+          return [r.left, r.top, r.width, r.height];
+        }) : [];
+        return JSON.stringify([scrollX, scrollY, boxes]);
+      };
+      await frame();
+      const a = take();
+      await frame();
+      const b = take();
+      await frame();
+      const c = take();
+      return { still: a === b && b === c, sample: c };
+    }, selector);
+    if (still) return;
+    last = sample;
+    if (Date.now() > deadline) throw new Error(`the page kept moving for ${timeout} ms (${selector ?? "scroll"}: ${last})`);
+  }
+}
+
+// Waits until the three graphs have redrawn at their container's width (they
+// redraw from a ResizeObserver after a resize or a new column count), and the
+// layout has settled.
+export async function waitGraphsLaidOut(page, { timeout = 15000 } = {}) {
+  await page.waitForFunction(() => [...document.querySelectorAll(".graph-canvas")].every((root) => {
+    const c = root.querySelector("canvas");
+    return c && c.width === Math.round(Math.floor(root.clientWidth) * (window.devicePixelRatio || 1));
+  }), null, { timeout, polling: "raf" });
+  await waitSettled(page, ".graph-canvas canvas", { timeout });
+}
+
+// Sets the viewport and waits for the graphs to be redrawn at the new size.
+export async function resizeTo(page, size) {
+  await page.setViewportSize(size);
+  await waitGraphsLaidOut(page);
+}
+
+// Scrolls the element into view and waits for the scroll to end there.
+export async function scrollSettled(page, selector) {
+  await page.locator(selector).scrollIntoViewIfNeeded();
+  await waitSettled(page, selector);
+}
+
+// Focuses the element (which scrolls it into view, smoothly where the page
+// scrolls smoothly) and waits for the scroll to end.
+export async function focusSettled(page, selector) {
+  await page.focus(selector);
+  await waitSettled(page, selector);
+}
+
+// The page after `count` more animation frames and the task after them: what
+// the browser does for input it already sent (a touch's pointerleave) is done.
+export function framesLater(page, count = 2) {
+  return page.evaluate(async (k) => {
+    for (let i = 0; i < k; i++) await new Promise((ok) => requestAnimationFrame(() => ok()));
+    await new Promise((ok) => setTimeout(ok, 0));
+  }, count);
+}
+
+// ---------------------------------------------------------------------------
 // Screenshots.
 
 export function artifactPath(name) {
@@ -325,12 +400,9 @@ export async function screenshot(page, name) {
 // saved as <name>.png; the viewport is set back afterwards.
 export async function narrowScreenshot(page, name) {
   const old = page.viewportSize();
-  await page.setViewportSize(NARROW);
-  // The graphs redraw on resize (ResizeObserver); two frames are enough, a short wait is safer.
-  await page.waitForTimeout(300);
+  await resizeTo(page, NARROW);
   const path = await screenshot(page, name);
-  await page.setViewportSize(old);
-  await page.waitForTimeout(300);
+  await resizeTo(page, old);
   return path;
 }
 

@@ -1,11 +1,12 @@
-// Confusing labels of issue 16, at 1440 x 900: a short sentence gets cells wide
-// enough for its characters on the axes (fewer graphs a row), long text keeps
-// three graphs a row; the largest output error has a scale (the largest |output|
+// Confusing labels of issue 16, at 1440 x 900: a short sentence gets its
+// characters on the axes (cells of 7 px or more), in the same three graphs a
+// row as long text (issue 29: a column count that changed with the text's
+// length made the page jump while typing); the largest output error has a scale (the largest |output|
 // of full attention); the explanation's share of zero pairs comes from the text's
 // true graphs, not fixed words. Screenshots: labels-short.png, labels-long.png.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { DESKTOP, artifactPath, demo, typeText, useBrowserTab } from "./helpers.mjs";
+import { DESKTOP, artifactPath, demo, resizeTo, typeText, useBrowserTab, waitGraphsLaidOut } from "./helpers.mjs";
 
 const session = useBrowserTab();
 
@@ -49,15 +50,15 @@ function labelledColumns(page) {
   });
 }
 
-test("a 57-character sentence: cells of 10 px or more, and its characters on the axes", async () => {
+test("a 57-character sentence: cells of 7 px or more, three graphs a row, and its characters on the axes", async () => {
   const { page } = session.tab;
-  await page.setViewportSize(DESKTOP);
+  await resizeTo(page, DESKTOP);
   const d = await typeText(page, SHORT);
   assert.equal(d.tokens, 57);
-  await page.waitForTimeout(200); // the row's new columns redraw the graphs (ResizeObserver)
+  await waitGraphsLaidOut(page); // a change of the row's columns redraws the graphs (ResizeObserver)
   const l = await layout(page);
-  assert.ok(l.cell >= 10, `cells are ${l.cell.toFixed(1)} px`);
-  assert.ok(l.cols < 3, `${l.cols} graphs a row`);
+  assert.ok(l.cell >= 7, `cells are ${l.cell.toFixed(1)} px`);
+  assert.equal(l.cols, 3, "three graphs a row, as for long text");
   // Every column but the spaces has its character drawn above it.
   const spaces = [...SHORT].filter((ch) => ch === " ").length;
   assert.ok(await labelledColumns(page) >= 57 - spaces - 1, "the characters are on the key axis");
@@ -68,10 +69,10 @@ test("long text keeps three graphs a row, with positions on the axes", async () 
   const { page } = session.tab;
   await page.click("#sample");
   await page.waitForFunction(() => window.entgraphDemo.tokens > 200 && !window.entgraphDemo.pending);
-  await page.waitForTimeout(200);
+  await waitGraphsLaidOut(page);
   const l = await layout(page);
   assert.equal(l.cols, 3);
-  assert.ok(l.cell < 10);
+  assert.ok(l.cell < 7);
   await page.locator("#graph-row").screenshot({ path: artifactPath("labels-long.png") });
 });
 

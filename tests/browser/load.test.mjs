@@ -5,7 +5,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import {
-  canvasInfo, demo, narrowScreenshot, screenshot, waitPareto,
+  NARROW, WIDE, canvasInfo, demo, narrowScreenshot, resizeTo, screenshot, waitPareto,
   useBrowserTab,
 } from "./helpers.mjs";
 
@@ -101,10 +101,9 @@ test("screenshots, and no console or page errors", async () => {
   await screenshot(session.tab.page, "load");
   await narrowScreenshot(session.tab.page, "load-narrow");
   // At 420 pixels the page must not scroll sideways.
-  await session.tab.page.setViewportSize({ width: 420, height: 900 });
-  await session.tab.page.waitForTimeout(200);
+  await resizeTo(session.tab.page, NARROW);
   const overflow = await session.tab.page.evaluate(() => document.documentElement.scrollWidth - document.documentElement.clientWidth);
-  await session.tab.page.setViewportSize({ width: 1280, height: 900 });
+  await resizeTo(session.tab.page, WIDE);
   assert.ok(overflow <= 0, `at 420 pixels wide the page is ${overflow} pixels too wide`);
   assert.deepEqual(session.tab.errors, []);
 });

@@ -55,6 +55,14 @@ test("first load: only the teacher and the default setting's parameters before t
     "no other parameter file is fetched before the first graph",
   );
   assert.ok(!before.some((r) => r.url.startsWith("/teachers/masked/")), "the other teacher is not fetched");
+  // The teacher's weights and the WebAssembly binary (embedded in the package's core module) come compressed
+  // (the build's brotli copies, web/compress.mjs).
+  const heavy = before.filter((r) => /\.(safetensors|wasm)$|\/entgraph_core(_threads)?\.js$/.test(r.url));
+  assert.ok(heavy.some((r) => r.url === "/teachers/causal/model.safetensors"), "the teacher was fetched");
+  assert.ok(heavy.some((r) => /entgraph_core/.test(r.url)), "the core module was fetched");
+  // (A second fetch of the same file may be a 304, which has no body to encode.)
+  for (const url of new Set(heavy.map((r) => r.url)))
+    assert.ok(heavy.some((r) => r.url === url && r.encoding === "br"), `${url} sent with brotli: ${JSON.stringify(heavy.filter((r) => r.url === url))}`);
   await waitPareto(page);
   const all = requests.slice();
   const sum = (list) => list.reduce((s, r) => s + r.bytes, 0);
@@ -125,7 +133,8 @@ test("typing, while the Pareto curves recompute: the page's thread only draws (i
     const before = await demo(page);
     // 30 keystrokes at a brisk typist's pace; a pause lets a Pareto recompute start in the middle.
     await page.keyboard.type("In the beginning God created", { delay: 80 });
-    await page.waitForTimeout(500);
+    // The pause: until the Pareto recompute of the text so far has started.
+    await page.waitForFunction(() => /computing/.test(document.getElementById("pareto-status").textContent), null, { timeout: 10000 });
     await page.keyboard.type(" the heaven", { delay: 80 });
     await page.waitForFunction(() => !window.entgraphDemo.pending, null, { timeout: 30000 });
     const d = await demo(page);
