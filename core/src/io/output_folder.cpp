@@ -234,16 +234,10 @@ void OutputFolder::commit() {
   const fs::path target = without_trailing_separator(dir_);
   std::error_code ec;
   if (!inside_) {
-    fs::rename(staging_, target, ec);
-    if (!ec) {
-      phase_ = Phase::committed;
+    if (move_staging_into_place()) {
       created_parents_.clear();
       return;
     }
-    // Another writer made the folder meanwhile: commit into it instead.
-    if (ec != std::errc::file_exists && ec != std::errc::directory_not_empty)
-      fail(op_, dir_, "cannot move the finished output into place (" + ec.message() + ")");
-    inside_ = true;
     prepare_inside();
   }
   fs::rename(path(manifest_), target / manifest_, ec);  // the commit point
@@ -308,19 +302,23 @@ void OutputFolder::commit(const std::vector<std::string>& names) {
   files_ = names;
   names_.clear();
   for (const std::string& name : names) names_[name] = name;
-  const fs::path target = without_trailing_separator(dir_);
-  std::error_code ec;
-  if (!inside_) {
-    fs::rename(staging_, target, ec);
-    if (!ec) {
-      phase_ = Phase::committed;
-      return;
-    }
-    if (ec != std::errc::file_exists && ec != std::errc::directory_not_empty)
-      fail(op_, dir_, "cannot move the finished output into place (" + ec.message() + ")");
-    inside_ = true;
-  }
+  if (!inside_ && move_staging_into_place()) return;
   commit_inside_plain(names);
+}
+
+// A new folder: the staging folder becomes it in one rename. False if
+// another writer made the folder meanwhile: the caller commits into it.
+bool OutputFolder::move_staging_into_place() {
+  std::error_code ec;
+  fs::rename(staging_, without_trailing_separator(dir_), ec);
+  if (!ec) {
+    phase_ = Phase::committed;
+    return true;
+  }
+  if (ec != std::errc::file_exists && ec != std::errc::directory_not_empty)
+    fail(op_, dir_, "cannot move the finished output into place (" + ec.message() + ")");
+  inside_ = true;
+  return false;
 }
 
 void OutputFolder::commit_inside_plain(const std::vector<std::string>& names) {

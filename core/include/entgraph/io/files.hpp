@@ -123,6 +123,7 @@ class OutputFolder {
   void lock();
   void unlock() noexcept;
   void prepare_inside();
+  bool move_staging_into_place();
   void commit_inside_plain(const std::vector<std::string>& names);
   void restore_plain_names(const std::filesystem::path& target);
   const char* op_;
