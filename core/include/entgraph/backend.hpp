@@ -20,6 +20,7 @@
 #include <string>
 
 #include "entgraph/attention.hpp"
+#include "entgraph/batched_attention.hpp"
 #include "entgraph/device.hpp"
 #include "entgraph/graph.hpp"
 #include "entgraph/matrix_view.hpp"
@@ -56,6 +57,10 @@ struct BackendKernels {
   void (*attention_backward)(ConstMatrix<float> q, ConstMatrix<float> k, ConstMatrix<float> v,
                              ConstMatrix<float> grad_out, MatrixView<float> grad_q, MatrixView<float> grad_k,
                              MatrixView<float> grad_v, const AttentionOptions<float>& options) = nullptr;
+  // Batched attention (batched_attention.hpp) on host tensors of any dtype;
+  // the kernel refuses, as such, what the device cannot run.
+  void (*batched_attention_forward)(ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor v,
+                                    BatchedTensor out, const BatchedAttentionOptions& options) = nullptr;
   // Attention on the graph's edges only (GraphAttentionMode::fast).
   void (*graph_attention_forward)(ConstMatrix<float> q, ConstMatrix<float> k, ConstMatrix<float> v,
                                   const Graph& graph, MatrixView<float> out,
