@@ -17,7 +17,9 @@
 // dtype: every tensor of one call has the same dtype. bfloat16 and float16
 // are read exactly (widened to float32); products are accumulated in float32
 // (the CPU runs the float32 attention path of attention.hpp on each head);
-// the output is rounded once, to nearest even, into out's dtype.
+// the output is rounded once, to nearest even, into out's dtype (a value that
+// float32 rounding pushed past the format's largest finite one gives that
+// value: the exact output is a weighted mean of v's entries).
 //
 // Per-sequence lengths (variable-length batches, padded to n and m):
 // query_lengths[b] in [0, n] valid queries, key_lengths[b] in [0, m] valid
@@ -31,15 +33,19 @@
 // (runtime.hpp); results do not depend on the thread count.
 //
 // Errors (entgraph::Error naming the argument; nothing is written when one
-// is thrown): a null data pointer, a zero size (batch, heads, n, m, d, dv),
-// shapes that disagree (batch, d between Q and K, m between K and V, dv
-// between V and out, Hkv between K and V, Hq between Q and out), Hq not a
-// multiple of Hkv, a row_stride below cols, views whose elements overlap
-// (a head_stride or batch_stride too small for the rows before it), out
-// overlapping an input, mixed dtypes, a length outside its range, NaN or inf
-// in Q, K or V (within the valid lengths), a non-finite scale, transform
-// parameters out of range, transforms with extra inputs (adaptive span,
-// constrained).
+// is thrown): a null data pointer, a dtype outside DType, data not aligned
+// to its dtype, a zero size (batch, heads, n, m, d, dv), shapes that
+// disagree (batch, d between Q and K, m between K and V, dv between V and
+// out, Hkv between K and V, Hq and n between Q and out), Hq not a multiple
+// of Hkv, a row_stride below cols, views whose elements may overlap (the
+// dimensions ordered by stride must nest: each stride at least the extent
+// of the smaller ones, as in every contiguous or row-padded bhnd or bnhd
+// view), strides reaching past the end of the address space, out's memory
+// range (first element to last) overlapping an input's, mixed dtypes, a
+// length outside its range, NaN or inf in Q, K or V (within the valid
+// lengths), scores or outputs that may overflow float32 (as in
+// attention.hpp), a non-finite scale, transform parameters out of range,
+// transforms with extra inputs (adaptive span, constrained).
 #pragma once
 
 #include <cstddef>
@@ -114,6 +120,9 @@ void batched_attention_forward(Device device, ConstBatchedTensor q, ConstBatched
 
 // The checks above alone (for backends' own entry points, which call it
 // before they launch anything). `op` names the caller in messages.
+// check_values = false skips every check that reads the memory of the
+// tensors or of the lengths (NaN/inf, score and value ranges, the lengths'
+// values), for device pointers; shapes, strides and addresses are checked.
 void check_batched_attention(ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor v, BatchedTensor out,
                              const BatchedAttentionOptions& options, const char* op, bool check_values = true);
 

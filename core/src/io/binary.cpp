@@ -17,6 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "entgraph/batched_attention.hpp"
 #include "entgraph/error.hpp"
 
 namespace entgraph::detail {
@@ -25,49 +26,12 @@ void fail(const char* op, const std::string& name, const std::string& what) {
   throw Error(std::string(op) + ": " + name + ": " + what);
 }
 
-double half_to_double(std::uint16_t h) {
-  const bool negative = (h & 0x8000u) != 0;
-  const unsigned exponent = (h >> 10) & 0x1fu;
-  const unsigned mantissa = h & 0x3ffu;
-  double v;
-  if (exponent == 0) {
-    v = std::ldexp(static_cast<double>(mantissa), -24);  // zero or subnormal
-  } else if (exponent == 31) {
-    v = mantissa != 0 ? std::numeric_limits<double>::quiet_NaN() : std::numeric_limits<double>::infinity();
-  } else {
-    v = std::ldexp(static_cast<double>(mantissa | 0x400u), static_cast<int>(exponent) - 25);
-  }
-  return negative ? -v : v;
-}
+// One implementation of the 16-bit formats: the public one (runtime/dtype.cpp).
+double half_to_double(std::uint16_t h) { return static_cast<double>(entgraph::float16_to_float(h)); }
 
-std::uint16_t float_to_half(float f) {
-  std::uint32_t bits;
-  std::memcpy(&bits, &f, sizeof bits);
-  const auto sign = static_cast<std::uint16_t>((bits >> 16) & 0x8000u);
-  const std::uint32_t abs_bits = bits & 0x7fffffffu;
-  if (abs_bits > 0x7f800000u) return static_cast<std::uint16_t>(sign | 0x7e00u);  // NaN
-  if (abs_bits >= 0x477ff000u) return static_cast<std::uint16_t>(sign | 0x7c00u);  // rounds past 65504: inf
-  const int exponent = static_cast<int>(abs_bits >> 23) - 127;
-  if (exponent < -25) return sign;  // below half the smallest subnormal: zero
-  // Round to nearest even on the integer significand, at the position the
-  // half format keeps (10 bits for normals, fewer for subnormals).
-  std::uint32_t mantissa = (abs_bits & 0x7fffffu) | 0x800000u;
-  const int shift = exponent < -14 ? 13 + (-14 - exponent) : 13;
-  const std::uint32_t halfway = 1u << (shift - 1);
-  const std::uint32_t rest = mantissa & ((1u << shift) - 1);
-  mantissa >>= shift;
-  if (rest > halfway || (rest == halfway && (mantissa & 1u) != 0)) ++mantissa;
-  if (exponent < -14) return static_cast<std::uint16_t>(sign | mantissa);  // subnormal (may round up to normal)
-  // Normal: a carry out of the significand bumps the exponent, as it should.
-  return static_cast<std::uint16_t>(sign | ((static_cast<std::uint32_t>(exponent + 15) << 10) + (mantissa - 0x400u)));
-}
+std::uint16_t float_to_half(float f) { return entgraph::float_to_float16(f); }
 
-float bfloat16_to_float(std::uint16_t b) {
-  const std::uint32_t bits = static_cast<std::uint32_t>(b) << 16;
-  float f;
-  std::memcpy(&f, &bits, sizeof f);
-  return f;
-}
+float bfloat16_to_float(std::uint16_t b) { return entgraph::bfloat16_to_float(b); }
 
 std::string strerror_string(int err) {
   return err != 0 ? std::string(std::strerror(err)) : std::string("unknown error");

@@ -1,0 +1,436 @@
+// Batched attention over (batch, heads, rows, cols) tensors of float32,
+// bfloat16 or float16 (entgraph/batched_attention.hpp): the checks, the
+// device dispatch, and the CPU path, which runs the float32 attention of
+// attention.hpp on each (sequence, head) pair.
+//
+// A pair's valid rows become a head of their own: n_b queries and the first
+// m_b keys, so attention's causal rule j <= i + (m - n) is the per-sequence
+// rule and padded keys are never seen. 16-bit heads are widened into float32
+// (exactly) and the output rounded once into out's dtype; float32 heads are
+// used in place. Every check attention_forward<float> makes on a head is
+// made here first, over all heads, on the same widened values, so a call
+// either throws before it writes anything or computes every head.
+#include "entgraph/batched_attention.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "attention/score_range.hpp"
+#include "entgraph/attention.hpp"
+#include "entgraph/error.hpp"
+#include "entgraph/runtime.hpp"
+#include "runtime/backends.hpp"
+#include "runtime/parallel.hpp"
+#include "transforms/row_driver.hpp"
+
+namespace entgraph {
+namespace {
+
+constexpr const char* kOp = "batched_attention_forward";
+
+using detail::num;
+
+[[noreturn]] void fail(const char* op, const std::string& what) { throw Error(std::string(op) + ": " + what); }
+
+std::string at(std::size_t b, std::size_t h) { return "[" + num(b) + ", " + num(h) + "]"; }
+
+std::string shape_text(const ConstBatchedTensor& t) {
+  return num(t.batch) + "x" + num(t.heads) + "x" + num(t.rows) + "x" + num(t.cols);
+}
+
+// ---------------------------------------------------------------------------
+// Rows in and out of the tensors.
+
+std::size_t row_offset(const ConstBatchedTensor& t, std::size_t b, std::size_t h, std::size_t i) {
+  return b * t.batch_stride + h * t.head_stride + i * t.row_stride;
+}
+
+// Rows [0, rows) of head (b, h) as a float32 matrix: in place for float32,
+// else widened into buf.
+ConstMatrix<float> head_rows(const ConstBatchedTensor& t, std::size_t b, std::size_t h, std::size_t rows,
+                             std::vector<float>& buf) {
+  if (t.dtype == DType::float32) {
+    // A single row's stride is never used; cols keeps the view well-formed.
+    return {static_cast<const float*>(t.data) + row_offset(t, b, h, 0), rows, t.cols, rows > 1 ? t.row_stride : t.cols};
+  }
+  buf.resize(rows * t.cols);
+  const bool bf16 = t.dtype == DType::bfloat16;
+  for (std::size_t i = 0; i < rows; ++i) {
+    const std::uint16_t* src = static_cast<const std::uint16_t*>(t.data) + row_offset(t, b, h, i);
+    float* dst = buf.data() + i * t.cols;
+    if (bf16)
+      for (std::size_t c = 0; c < t.cols; ++c) dst[c] = bfloat16_to_float(src[c]);
+    else
+      for (std::size_t c = 0; c < t.cols; ++c) dst[c] = float16_to_float(src[c]);
+  }
+  return {buf.data(), rows, t.cols};
+}
+
+// x rounded to nearest even in a 16-bit format. A finite x that rounds past
+// the format's largest value gives that value: the exact output is a
+// weighted mean of v's entries, all finite in the format, so only float32
+// accumulation error can take x there.
+std::uint16_t round_output(float x, bool bf16) {
+  if (bf16) {
+    const std::uint16_t r = float_to_bfloat16(x);
+    return (r & 0x7fffu) == 0x7f80u && std::isfinite(x) ? static_cast<std::uint16_t>((r & 0x8000u) | 0x7f7fu) : r;
+  }
+  const std::uint16_t r = float_to_float16(x);
+  return (r & 0x7fffu) == 0x7c00u && std::isfinite(x) ? static_cast<std::uint16_t>((r & 0x8000u) | 0x7bffu) : r;
+}
+
+// ---------------------------------------------------------------------------
+// Checks.
+
+std::size_t query_length(const BatchedAttentionOptions& o, std::size_t b, std::size_t n) {
+  return o.query_lengths ? static_cast<std::size_t>(o.query_lengths[b]) : n;
+}
+std::size_t key_length(const BatchedAttentionOptions& o, std::size_t b, std::size_t m) {
+  return o.key_lengths ? static_cast<std::size_t>(o.key_lengths[b]) : m;
+}
+
+void check_data(const char* op, const std::string& name, const ConstBatchedTensor& t) {
+  if (t.data == nullptr) fail(op, name + " has no data (got nullptr, expected " + shape_text(t) + " values)");
+  if (t.dtype != DType::float32 && t.dtype != DType::bfloat16 && t.dtype != DType::float16)
+    fail(op, name + ".dtype is not a DType (got " + num(static_cast<std::size_t>(t.dtype)) +
+                 ", expected float32, bfloat16 or float16)");
+  // Misaligned elements are undefined behaviour to read in C++ (and slow or
+  // faulting on some devices).
+  const std::size_t size = dtype_size(t.dtype);
+  if (reinterpret_cast<std::uintptr_t>(t.data) % size != 0)
+    fail(op, name + ".data is not aligned to its dtype (got an address " +
+                 num(static_cast<std::size_t>(reinterpret_cast<std::uintptr_t>(t.data) % size)) +
+                 " bytes past a multiple of " + num(size) + ", expected a multiple of " + num(size) + " for " +
+                 dtype_name(t.dtype) + ")");
+}
+
+void check_nonzero(const char* op, const std::string& field, std::size_t value, const char* meaning) {
+  if (value == 0) fail(op, field + " is 0 (got 0, expected " + meaning + " >= 1)");
+}
+
+void check_same(const char* op, const std::string& field, std::size_t got, const std::string& other,
+                std::size_t expected) {
+  if (got != expected)
+    fail(op, field + " does not match " + other + " (got " + num(got) + ", expected " + num(expected) + ")");
+}
+
+// Checks t's strides and returns the elements its view spans, from the first
+// to one past the last. The dimensions ordered by stride must nest: each
+// stride at least the extent of the smaller dimensions together. Contiguous
+// and row-padded bhnd and bnhd views do; no view whose elements overlap does.
+std::size_t check_layout(const char* op, const std::string& name, const ConstBatchedTensor& t) {
+  if (t.rows > 1 && t.row_stride < t.cols)
+    fail(op, name + ".row_stride is smaller than its cols (got " + num(t.row_stride) + ", expected >= " + num(t.cols) +
+                 ")");
+  struct Dim {
+    std::size_t size, stride;
+    const char* field;
+  };
+  std::vector<Dim> dims;
+  for (const Dim& d : {Dim{t.rows, t.row_stride, "row_stride"}, Dim{t.heads, t.head_stride, "head_stride"},
+                       Dim{t.batch, t.batch_stride, "batch_stride"}})
+    if (d.size > 1) dims.push_back(d);
+  std::stable_sort(dims.begin(), dims.end(), [](const Dim& a, const Dim& b) { return a.stride < b.stride; });
+  std::size_t extent = t.cols;
+  for (const Dim& d : dims) {
+    if (d.stride < extent)
+      fail(op, name + "." + d.field + " is too small: elements of the view overlap (got " + num(d.stride) +
+                   ", expected >= " + num(extent) + ", the extent of the dimensions with smaller strides)");
+    if (d.size - 1 > (std::numeric_limits<std::size_t>::max() - extent) / d.stride)
+      fail(op, name + ": its strides reach past the end of the address space (" + shape_text(t) + ", " + d.field + " " +
+                   num(d.stride) + ")");
+    extent += (d.size - 1) * d.stride;
+  }
+  const std::size_t size = dtype_size(t.dtype);
+  const std::uintptr_t room = std::numeric_limits<std::uintptr_t>::max() - reinterpret_cast<std::uintptr_t>(t.data);
+  if (extent > room / size)
+    fail(op, name + ": its last element lies past the end of the address space (" + num(extent) +
+                 " elements from data); the addresses would wrap");
+  return extent;
+}
+
+// The first non-finite entry of a head and its largest row norm (q, k) or
+// largest |entry| (v), on the widened values attention sees.
+struct HeadScan {
+  bool bad = false;
+  std::size_t bad_row = 0, bad_col = 0;
+  float bad_value = 0.0f;
+  double largest = 0.0;
+  std::size_t row = 0, col = 0;
+};
+
+HeadScan scan_head(ConstMatrix<float> x, bool norms) {
+  HeadScan s;
+  for (std::size_t i = 0; i < x.rows && !s.bad; ++i)
+    for (std::size_t c = 0; c < x.cols; ++c)
+      if (!std::isfinite(x(i, c))) {
+        s = {true, i, c, x(i, c), 0.0, 0, 0};
+        break;
+      }
+  if (s.bad) return s;
+  if (norms) {
+    s.largest = detail::largest_row_norm<float>(x, s.row);
+  } else {  // check_value_range's scan, in its order
+    for (std::size_t i = 0; i < x.rows; ++i)
+      for (std::size_t c = 0; c < x.cols; ++c)
+        if (std::abs(static_cast<double>(x(i, c))) > s.largest) {
+          s.largest = std::abs(static_cast<double>(x(i, c)));
+          s.row = i;
+          s.col = c;
+        }
+  }
+  return s;
+}
+
+// NaN and inf within the valid lengths, and the score and value ranges that
+// attention_forward<float> refuses (attention/score_range.hpp), decided on
+// the same numbers with the same bounds. Heads are scanned in parallel;
+// errors are reported in a fixed order (q, k, v; sequence, head, row).
+void check_values(const char* op, const ConstBatchedTensor& q, const ConstBatchedTensor& k, const ConstBatchedTensor& v,
+                  const BatchedAttentionOptions& o) {
+  const std::size_t B = q.batch, Hq = q.heads, Hkv = k.heads;
+  const std::size_t items = B * (Hq + 2 * Hkv);
+  std::vector<HeadScan> scans(items);
+  // Item order: q's (b, h), then k's (b, g), then v's (b, g).
+  auto locate = [&](std::size_t item, const ConstBatchedTensor*& t, std::size_t& b, std::size_t& h, bool& is_v) {
+    is_v = false;
+    if (item < B * Hq) {
+      t = &q;
+      b = item / Hq;
+      h = item % Hq;
+      return;
+    }
+    item -= B * Hq;
+    t = item < B * Hkv ? &k : &v;
+    is_v = item >= B * Hkv;
+    if (is_v) item -= B * Hkv;
+    b = item / Hkv;
+    h = item % Hkv;
+  };
+  detail::parallel_for(items, 1, [&](std::size_t i0, std::size_t i1) {
+    std::vector<float> buf;
+    for (std::size_t item = i0; item < i1; ++item) {
+      const ConstBatchedTensor* t;
+      std::size_t b, h;
+      bool is_v;
+      locate(item, t, b, h, is_v);
+      const std::size_t rows = t == &q ? query_length(o, b, q.rows) : key_length(o, b, k.rows);
+      if (rows > 0) scans[item] = scan_head(head_rows(*t, b, h, rows, buf), !is_v);
+    }
+  });
+  for (std::size_t item = 0; item < items; ++item) {
+    const HeadScan& s = scans[item];
+    if (!s.bad) continue;
+    const ConstBatchedTensor* t;
+    std::size_t b, h;
+    bool is_v;
+    locate(item, t, b, h, is_v);
+    const char* name = t == &q ? "q" : (is_v ? "v" : "k");
+    fail(op, std::string(name) + " has a non-finite entry at [" + num(b) + ", " + num(h) + ", " + num(s.bad_row) +
+                 ", " + num(s.bad_col) + "] (got " +
+                 (std::isnan(s.bad_value) ? "NaN" : (s.bad_value > 0 ? "+inf" : "-inf")) +
+                 ", expected a finite number)");
+  }
+  // check_score_range<float> with attention's headroom of 2, per pair.
+  const double scale_factor = std::max(1.0, std::abs(o.scale));
+  const double score_limit = static_cast<double>(std::numeric_limits<float>::max()) / 2.0;
+  for (std::size_t b = 0; b < B; ++b)
+    for (std::size_t h = 0; h < Hq; ++h) {
+      const std::size_t g = h / (Hq / Hkv);
+      const HeadScan& sq = scans[b * Hq + h];
+      const HeadScan& sk = scans[B * Hq + b * Hkv + g];
+      const double bound = scale_factor * sq.largest * sk.largest;
+      if (bound <= score_limit) continue;
+      fail(op, "the scores options.scale * q . k may overflow float: q" + at(b, h) + " row " + num(sq.row) +
+                   " has norm " + num(sq.largest) + ", k" + at(b, g) + " row " + num(sk.row) + " has norm " +
+                   num(sk.largest) + " and options.scale is " + num(o.scale) + ", so max(1, |scale|) |q| |k| = " +
+                   num(bound) + " (expected at most " + num(score_limit) + "); scale q, k or options.scale down");
+    }
+  // check_value_range<float> per key/value head, over its m_b keys.
+  const double u = std::numeric_limits<float>::epsilon() / 2;
+  for (std::size_t b = 0; b < B; ++b)
+    for (std::size_t g = 0; g < Hkv; ++g) {
+      const HeadScan& sv = scans[B * (Hq + Hkv) + b * Hkv + g];
+      const std::size_t m_b = key_length(o, b, k.rows);
+      const double limit =
+          static_cast<double>(std::numeric_limits<float>::max()) / (1.0 + 4.0 * static_cast<double>(m_b) * u);
+      if (sv.largest <= limit) continue;
+      fail(op, "v may make the output overflow float: |v[" + num(b) + ", " + num(g) + ", " + num(sv.row) + ", " +
+                   num(sv.col) + "]| = " + num(sv.largest) + " (expected at most " + num(limit) + " for " + num(m_b) +
+                   " keys); scale v down");
+    }
+}
+
+void check_transform(const char* op, const Transform& t) {
+  switch (t.kind) {
+    case TransformKind::softmax:
+    case TransformKind::sparsemax:
+    case TransformKind::entmax15:
+      return;
+    case TransformKind::entmax:
+    case TransformKind::topk_softmax:
+      detail::check_transform_scalars(t, op, "options.transform");
+      return;
+    case TransformKind::adaptive_span:
+    case TransformKind::constrained_softmax:
+    case TransformKind::constrained_sparsemax:
+      fail(op, "options.transform is " + t.name() +
+                   ", which needs per-head inputs that batched attention does not take (expected softmax, "
+                   "sparsemax, entmax15, entmax or topk_softmax)");
+  }
+  fail(op, "options.transform.kind is not a transform (got " + num(static_cast<std::size_t>(t.kind)) +
+               ", expected a TransformKind)");
+}
+
+void check_lengths(const char* op, const char* field, const std::int32_t* lengths, std::size_t batch, std::size_t limit,
+                   const char* dim) {
+  if (lengths == nullptr) return;
+  for (std::size_t b = 0; b < batch; ++b)
+    if (lengths[b] < 0 || static_cast<std::size_t>(lengths[b]) > limit)
+      fail(op, std::string(field) + "[" + num(b) + "] is out of range (got " + std::to_string(lengths[b]) +
+                   ", expected 0 <= length <= " + dim + " = " + num(limit) + ")");
+}
+
+// ---------------------------------------------------------------------------
+// Computation.
+
+struct Buffers {
+  std::vector<float> q, k, v, out;
+};
+
+void run_pair(const ConstBatchedTensor& q, const ConstBatchedTensor& k, const ConstBatchedTensor& v,
+              const BatchedTensor& out, const BatchedAttentionOptions& o, const AttentionOptions<float>& ao,
+              std::size_t b, std::size_t h, Buffers& s) {
+  const ConstBatchedTensor co = as_const(out);
+  const std::size_t n = q.rows, dv = out.cols, g = h / (q.heads / k.heads);
+  const std::size_t n_b = query_length(o, b, n), m_b = key_length(o, b, k.rows);
+  const std::size_t size = dtype_size(out.dtype);
+  auto out_row = [&](std::size_t i) { return static_cast<unsigned char*>(out.data) + row_offset(co, b, h, i) * size; };
+  std::size_t computed = 0;  // rows of out written by attention
+  if (n_b > 0 && m_b > 0) {
+    const ConstMatrix<float> qm = head_rows(q, b, h, n_b, s.q), km = head_rows(k, b, g, m_b, s.k),
+                             vm = head_rows(v, b, g, m_b, s.v);
+    if (out.dtype == DType::float32) {
+      const MatrixView<float> om(reinterpret_cast<float*>(out_row(0)), n_b, dv, n_b > 1 ? out.row_stride : dv);
+      attention_forward<float>(qm, km, vm, om, ao);
+    } else {
+      s.out.resize(n_b * dv);
+      attention_forward<float>(qm, km, vm, MatrixView<float>(s.out.data(), n_b, dv), ao);
+      const bool bf16 = out.dtype == DType::bfloat16;
+      for (std::size_t i = 0; i < n_b; ++i) {
+        auto* dst = reinterpret_cast<std::uint16_t*>(out_row(i));
+        const float* src = s.out.data() + i * dv;
+        for (std::size_t c = 0; c < dv; ++c) dst[c] = round_output(src[c], bf16);
+      }
+    }
+    computed = n_b;
+  }
+  // Padded query rows, and every row of a sequence without keys: zeros (all
+  // bits zero is +0 in each dtype).
+  for (std::size_t i = computed; i < n; ++i) std::memset(out_row(i), 0, dv * size);
+}
+
+void run(const ConstBatchedTensor& q, const ConstBatchedTensor& k, const ConstBatchedTensor& v,
+         const BatchedTensor& out, const BatchedAttentionOptions& o) {
+  AttentionOptions<float> ao;
+  ao.transform = o.transform;
+  ao.scale = o.scale;
+  ao.causal = o.causal;
+  const std::size_t heads = q.heads, pairs = q.batch * heads;
+  // Pairs run on the pool when there are at least as many as threads (each
+  // head's own blocks then run serially inside its task); else one after the
+  // other, each on the whole pool. Attention's result does not depend on
+  // that, so neither does this.
+  if (pairs > 1 && pairs >= num_threads()) {
+    detail::parallel_for(pairs, 1, [&](std::size_t p0, std::size_t p1) {
+      Buffers s;
+      for (std::size_t p = p0; p < p1; ++p) run_pair(q, k, v, out, o, ao, p / heads, p % heads, s);
+    });
+  } else {
+    Buffers s;
+    for (std::size_t p = 0; p < pairs; ++p) run_pair(q, k, v, out, o, ao, p / heads, p % heads, s);
+  }
+}
+
+}  // namespace
+
+void check_batched_attention(ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor v, BatchedTensor out,
+                             const BatchedAttentionOptions& options, const char* op, bool check_values_too) {
+  const ConstBatchedTensor co = as_const(out);
+  check_data(op, "q", q);
+  check_data(op, "k", k);
+  check_data(op, "v", v);
+  check_data(op, "out", co);
+
+  check_nonzero(op, "q.batch", q.batch, "batch");
+  check_nonzero(op, "q.heads", q.heads, "Hq");
+  check_nonzero(op, "q.rows", q.rows, "n");
+  check_nonzero(op, "q.cols", q.cols, "d");
+  check_nonzero(op, "k.heads", k.heads, "Hkv");
+  check_nonzero(op, "k.rows", k.rows, "m");
+  check_nonzero(op, "v.cols", v.cols, "dv");
+  check_same(op, "k.batch", k.batch, "q.batch", q.batch);
+  check_same(op, "v.batch", v.batch, "q.batch", q.batch);
+  check_same(op, "out.batch", out.batch, "q.batch", q.batch);
+  check_same(op, "k.cols", k.cols, "q.cols", q.cols);
+  check_same(op, "v.heads", v.heads, "k.heads", k.heads);
+  check_same(op, "v.rows", v.rows, "k.rows", k.rows);
+  check_same(op, "out.heads", out.heads, "q.heads", q.heads);
+  check_same(op, "out.rows", out.rows, "q.rows", q.rows);
+  check_same(op, "out.cols", out.cols, "v.cols", v.cols);
+  if (q.heads % k.heads != 0)
+    fail(op, "q.heads is not a multiple of k.heads (got " + num(q.heads) + " query heads and " + num(k.heads) +
+                 " key/value heads, expected Hq a multiple of Hkv)");
+  for (const auto& [name, dtype] : {std::pair<const char*, DType>{"k", k.dtype}, {"v", v.dtype}, {"out", out.dtype}})
+    if (dtype != q.dtype)
+      fail(op, std::string(name) + ".dtype does not match q.dtype (got " + dtype_name(dtype) + ", expected " +
+                   dtype_name(q.dtype) + ")");
+
+  const std::size_t extents[] = {check_layout(op, "q", q), check_layout(op, "k", k), check_layout(op, "v", v)};
+  const std::size_t out_extent = check_layout(op, "out", co);
+  // Byte ranges, first element to last: out must share none with an input
+  // (heads run in parallel, so a head's output could overwrite another's
+  // input before it is read).
+  const std::size_t size = dtype_size(q.dtype);
+  const auto out_begin = reinterpret_cast<std::uintptr_t>(out.data), out_end = out_begin + out_extent * size;
+  const ConstBatchedTensor* inputs[] = {&q, &k, &v};
+  const char* names[] = {"q", "k", "v"};
+  for (std::size_t x = 0; x < 3; ++x) {
+    const auto begin = reinterpret_cast<std::uintptr_t>(inputs[x]->data), end = begin + extents[x] * size;
+    const char* name = names[x];
+    if (begin < out_end && out_begin < end)
+      fail(op, std::string("out overlaps ") + name +
+                   " (their memory ranges, first element to last, share bytes; "
+                   "expected out in memory of its own)");
+  }
+
+  if (!std::isfinite(options.scale))
+    fail(op, "options.scale is not finite (got " + num(options.scale) + ", expected a finite number)");
+  check_transform(op, options.transform);
+  if (!check_values_too) return;
+  check_lengths(op, "options.query_lengths", options.query_lengths, q.batch, q.rows, "n");
+  check_lengths(op, "options.key_lengths", options.key_lengths, q.batch, k.rows, "m");
+  check_values(op, q, k, v, options);
+}
+
+void batched_attention_forward(ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor v, BatchedTensor out,
+                               const BatchedAttentionOptions& options) {
+  check_batched_attention(q, k, v, out, options, kOp);
+  run(q, k, v, out, options);
+}
+
+void batched_attention_forward(Device device, ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor v,
+                               BatchedTensor out, const BatchedAttentionOptions& options) {
+  if (device == Device::cpu) return batched_attention_forward(q, k, v, out, options);
+  const auto kernel = detail::backend_kernel(device, kOp, &BackendKernels::batched_attention_forward);
+  check_batched_attention(q, k, v, out, options, kOp);
+  kernel(q, k, v, out, options);
+}
+
+}  // namespace entgraph
