@@ -187,6 +187,65 @@ eg_status eg_attention_backward(eg_device device, eg_const_matrix q, eg_const_ma
                                 const eg_attention_options* options);
 
 /* ------------------------------------------------------------------------
+ * Batched attention: every (sequence, head) pair of (batch, heads, rows,
+ * cols) tensors in float32, bfloat16 or float16, with grouped-query heads
+ * and per-sequence lengths, as models call it
+ * (docs: core/include/entgraph/batched_attention.hpp).
+ */
+
+typedef enum eg_dtype { EG_DTYPE_FLOAT32 = 0, EG_DTYPE_BFLOAT16 = 1, EG_DTYPE_FLOAT16 = 2 } eg_dtype;
+
+/* A (batch, heads, rows, cols) tensor, borrowed: element (b, h, i, c) is at
+ * data + b * batch_stride + h * head_stride + i * row_stride + c, strides in
+ * elements (columns contiguous). A zero stride means packed over the
+ * dimensions inside it: row_stride 0 is cols, head_stride 0 is rows x
+ * row_stride, batch_stride 0 is heads x head_stride, so all three 0 is
+ * PyTorch's contiguous [B, H, n, d]. [B, n, H, d] is head_stride = cols,
+ * row_stride = heads x cols, batch_stride = rows x heads x cols. 16-bit
+ * elements are uint16 bit patterns. data is only read for q, k and v. */
+typedef struct eg_tensor4 {
+  void* data;
+  eg_dtype dtype;
+  size_t batch, heads, rows, cols;
+  size_t batch_stride, head_stride, row_stride;
+} eg_tensor4;
+
+typedef struct eg_batched_attention_options {
+  eg_transform transform; /* default: entmax15; kinds 0 to 4 only */
+  double scale;           /* 0 means 1 / sqrt(d) */
+  int causal;             /* non-zero: query i of sequence b sees keys j <= i + (m_b - n_b) */
+  /* NULL, or batch values each: sequence b has query_lengths[b] valid
+   * queries (in [0, n]; rows past it are written as zeros) and
+   * key_lengths[b] valid keys (in [0, m]; later keys are invisible). Only
+   * the valid rows of q, k and v are read. */
+  const int32_t* query_lengths;
+  const int32_t* key_lengths;
+} eg_batched_attention_options;
+
+/* The defaults: entmax15, scale 0 (1 / sqrt(d)), not causal, full lengths. */
+eg_batched_attention_options eg_batched_attention_options_default(void);
+
+/* out = attention(q, k, v) per sequence b and query head h, with key/value
+ * head g = h / (Hq / Hkv): q (B, Hq, n, d), k (B, Hkv, m, d), v (B, Hkv, m,
+ * dv), out (B, Hq, n, dv), one dtype for all four. 16-bit inputs are read
+ * exactly, products summed in float32, the output rounded once to nearest
+ * even. options NULL means the defaults. EG_ERROR_ARGUMENT (naming the
+ * argument) for NULL tensors or data, shapes that disagree, Hq not a
+ * multiple of Hkv, overlapping or misaligned views, out sharing memory with
+ * an input, mixed dtypes, lengths out of range, NaN or inf in the valid rows,
+ * scores that may overflow float32, or a transform out of range. */
+eg_status eg_batched_attention_forward(eg_device device, const eg_tensor4* q, const eg_tensor4* k,
+                                       const eg_tensor4* v, const eg_tensor4* out,
+                                       const eg_batched_attention_options* options);
+
+/* float32 <-> bfloat16 / float16 bit patterns: exact widening, and rounding
+ * to nearest even (overflow to +-inf, NaN stays NaN). Never fail. */
+float eg_bfloat16_to_float(uint16_t bits);
+uint16_t eg_float_to_bfloat16(float x);
+float eg_float16_to_float(uint16_t bits);
+uint16_t eg_float_to_float16(float x);
+
+/* ------------------------------------------------------------------------
  * Attention graphs: which (query, key) pairs of a head have weight > 0, in
  * CSR (docs: core/include/entgraph/graph.hpp).
  */
