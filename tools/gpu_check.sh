@@ -4,7 +4,9 @@
 # compute-sanitizer's memcheck over the fused attention tests. Built binaries
 # are taken from BUILD (default build/release); results go to OUT (default
 # gpu-check/): machine.txt, cuda_tests.log, cuda_bench.{txt,json},
-# cpu_bench.{txt,json}, memcheck.log. Exits non-zero if a test fails.
+# cpu_bench.{txt,json}, memcheck.log, and peers/ with peers.log (entgraph
+# beside SDPA and AdaSplash, where torch is installed). Exits non-zero if a
+# test fails.
 #   tools/gpu_check.sh [BUILD] [OUT]
 set -u
 build=${1:-build/release}
@@ -51,5 +53,22 @@ if [ -x "$sanitizer" ]; then
     > "$out/memcheck.log" 2>&1
   echo "memcheck: exit $?"
   tail -1 "$out/memcheck.log"
+fi
+
+# entgraph beside torch SDPA and AdaSplash on the same inputs (tools/gpu_peers.py;
+# docs/CUDA.md, "Side by side with peers"): results in OUT/peers/. AdaSplash
+# comes from build/peers, which tools/fetch_peers.sh fills before the GPU
+# machine is used (it has no network). bf16 over issue 30's shapes unless
+# GPU_PEERS_ARGS says otherwise; the tool rewrites its tables after every
+# shape, so a timeout keeps what was measured. Does not change the exit status.
+python=${PYTHON:-python3}
+if "$python" -c "import torch" 2>/dev/null; then
+  # shellcheck disable=SC2086  # GPU_PEERS_ARGS is a list of flags
+  timeout "${GPU_PEERS_TIMEOUT:-900}" "$python" "$(dirname "$0")/gpu_peers.py" --out "$out/peers" \
+    --lib "$build/native/cuda/libentgraph_cuda_ctypes.so" ${GPU_PEERS_ARGS:---dtype bf16} > "$out/peers.log" 2>&1
+  echo "peers (tools/gpu_peers.py): exit $?"
+  grep -E "^gpu_peers:" "$out/peers.log" | head -3
+else
+  echo "peers: skipped: torch is not installed for $python (tools/gpu_peers.py needs torch, and Triton for AdaSplash)"
 fi
 exit $status

@@ -5,8 +5,10 @@
 # Usage: tools/install_deps.sh [extra-package...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# emscripten: the WebAssembly package; chromium: the demo page's browser tests.
-packages=(cmake ninja-build g++ make libxsimd-dev nlohmann-json3-dev doctest-dev libbenchmark-dev emscripten chromium "$@")
+# emscripten: the WebAssembly package; chromium: the demo page's browser tests;
+# python3-numpy: the Python tests (c_api.python, tools.gpu_peers).
+packages=(cmake ninja-build g++ make libxsimd-dev nlohmann-json3-dev doctest-dev libbenchmark-dev emscripten chromium
+  python3-numpy "$@")
 # node and npm may come from elsewhere (e.g. NodeSource's nodejs bundles npm).
 command -v node >/dev/null || packages+=(nodejs)
 command -v npm >/dev/null || packages+=(npm)
