@@ -26,6 +26,7 @@
 #include "entgraph/error.hpp"
 #include "entgraph/runtime.hpp"
 #include "runtime/backends.hpp"
+#include "runtime/dtype_bits.hpp"
 #include "runtime/parallel.hpp"
 #include "transforms/row_driver.hpp"
 
@@ -65,9 +66,9 @@ ConstMatrix<float> head_rows(const ConstBatchedTensor& t, std::size_t b, std::si
     const std::uint16_t* src = static_cast<const std::uint16_t*>(t.data) + row_offset(t, b, h, i);
     float* dst = buf.data() + i * t.cols;
     if (bf16)
-      for (std::size_t c = 0; c < t.cols; ++c) dst[c] = bfloat16_to_float(src[c]);
+      for (std::size_t c = 0; c < t.cols; ++c) dst[c] = detail::widen_bfloat16(src[c]);
     else
-      for (std::size_t c = 0; c < t.cols; ++c) dst[c] = float16_to_float(src[c]);
+      for (std::size_t c = 0; c < t.cols; ++c) dst[c] = detail::widen_float16(src[c]);
   }
   return {buf.data(), rows, t.cols};
 }
@@ -78,10 +79,10 @@ ConstMatrix<float> head_rows(const ConstBatchedTensor& t, std::size_t b, std::si
 // accumulation error can take x there.
 std::uint16_t round_output(float x, bool bf16) {
   if (bf16) {
-    const std::uint16_t r = float_to_bfloat16(x);
+    const std::uint16_t r = detail::round_to_bfloat16(x);
     return (r & 0x7fffu) == 0x7f80u && std::isfinite(x) ? static_cast<std::uint16_t>((r & 0x8000u) | 0x7f7fu) : r;
   }
-  const std::uint16_t r = float_to_float16(x);
+  const std::uint16_t r = detail::round_to_float16(x);
   return (r & 0x7fffu) == 0x7c00u && std::isfinite(x) ? static_cast<std::uint16_t>((r & 0x8000u) | 0x7bffu) : r;
 }
 
@@ -155,115 +156,123 @@ std::size_t check_layout(const char* op, const std::string& name, const ConstBat
   return extent;
 }
 
-// The first non-finite entry of a head and its largest row norm (q, k) or
-// largest |entry| (v), on the widened values attention sees.
+// The first non-finite entry of a head, and its largest |entry|, on the
+// widened values attention sees. One pass that vectorises: the exact (and
+// slower) row norms are computed only for the pairs this cannot clear.
 struct HeadScan {
   bool bad = false;
   std::size_t bad_row = 0, bad_col = 0;
   float bad_value = 0.0f;
-  double largest = 0.0;
-  std::size_t row = 0, col = 0;
+  float largest = 0.0f;
 };
 
-HeadScan scan_head(ConstMatrix<float> x, bool norms) {
-  HeadScan s;
-  for (std::size_t i = 0; i < x.rows && !s.bad; ++i)
-    for (std::size_t c = 0; c < x.cols; ++c)
-      if (!std::isfinite(x(i, c))) {
-        s = {true, i, c, x(i, c), 0.0, 0, 0};
-        break;
-      }
-  if (s.bad) return s;
-  if (norms) {
-    s.largest = detail::largest_row_norm<float>(x, s.row);
-  } else {  // check_value_range's scan, in its order
-    for (std::size_t i = 0; i < x.rows; ++i)
+HeadScan scan_head(ConstMatrix<float> x) {
+  // On the bits: |x|'s pattern orders like |x| and is at least inf's for inf
+  // and NaN, and integer maxima vectorise where float ones (NaN rules) do not.
+  constexpr std::uint32_t kInf = 0x7f800000u;
+  std::uint32_t largest = 0;
+  for (std::size_t i = 0; i < x.rows; ++i) {
+    const float* row = x.row(i);
+    std::uint32_t big = 0, bad = 0;
+    for (std::size_t c = 0; c < x.cols; ++c) {
+      const std::uint32_t a = detail::bits_of(row[c]) & 0x7fffffffu;
+      big = big < a ? a : big;
+      bad |= a >= kInf;
+    }
+    if (bad != 0) {
       for (std::size_t c = 0; c < x.cols; ++c)
-        if (std::abs(static_cast<double>(x(i, c))) > s.largest) {
-          s.largest = std::abs(static_cast<double>(x(i, c)));
-          s.row = i;
-          s.col = c;
-        }
+        if (!std::isfinite(row[c])) return {true, i, c, row[c], 0.0f};
+    }
+    largest = largest < big ? big : largest;
   }
+  HeadScan s;
+  s.largest = detail::float_of(largest);
   return s;
 }
 
 // NaN and inf within the valid lengths, and the score and value ranges that
 // attention_forward<float> refuses (attention/score_range.hpp), decided on
-// the same numbers with the same bounds. Heads are scanned in parallel;
-// errors are reported in a fixed order (q, k, v; sequence, head, row).
+// the same numbers with the same bounds, so that no head's attention call
+// can throw once this passes. Heads are scanned in parallel; errors are
+// reported in a fixed order (q, k, v; sequence, head, row).
 void check_values(const char* op, const ConstBatchedTensor& q, const ConstBatchedTensor& k, const ConstBatchedTensor& v,
                   const BatchedAttentionOptions& o) {
   const std::size_t B = q.batch, Hq = q.heads, Hkv = k.heads;
   const std::size_t items = B * (Hq + 2 * Hkv);
   std::vector<HeadScan> scans(items);
   // Item order: q's (b, h), then k's (b, g), then v's (b, g).
-  auto locate = [&](std::size_t item, const ConstBatchedTensor*& t, std::size_t& b, std::size_t& h, bool& is_v) {
-    is_v = false;
-    if (item < B * Hq) {
-      t = &q;
-      b = item / Hq;
-      h = item % Hq;
-      return;
-    }
+  struct Item {
+    const ConstBatchedTensor* t;
+    const char* name;
+    std::size_t b, h, rows;
+  };
+  auto locate = [&](std::size_t item) -> Item {
+    if (item < B * Hq) return {&q, "q", item / Hq, item % Hq, query_length(o, item / Hq, q.rows)};
     item -= B * Hq;
-    t = item < B * Hkv ? &k : &v;
-    is_v = item >= B * Hkv;
+    const bool is_v = item >= B * Hkv;
     if (is_v) item -= B * Hkv;
-    b = item / Hkv;
-    h = item % Hkv;
+    return {is_v ? &v : &k, is_v ? "v" : "k", item / Hkv, item % Hkv, key_length(o, item / Hkv, k.rows)};
   };
   detail::parallel_for(items, 1, [&](std::size_t i0, std::size_t i1) {
     std::vector<float> buf;
     for (std::size_t item = i0; item < i1; ++item) {
-      const ConstBatchedTensor* t;
-      std::size_t b, h;
-      bool is_v;
-      locate(item, t, b, h, is_v);
-      const std::size_t rows = t == &q ? query_length(o, b, q.rows) : key_length(o, b, k.rows);
-      if (rows > 0) scans[item] = scan_head(head_rows(*t, b, h, rows, buf), !is_v);
+      const Item it = locate(item);
+      if (it.rows > 0) scans[item] = scan_head(head_rows(*it.t, it.b, it.h, it.rows, buf));
     }
   });
   for (std::size_t item = 0; item < items; ++item) {
     const HeadScan& s = scans[item];
     if (!s.bad) continue;
-    const ConstBatchedTensor* t;
-    std::size_t b, h;
-    bool is_v;
-    locate(item, t, b, h, is_v);
-    const char* name = t == &q ? "q" : (is_v ? "v" : "k");
-    fail(op, std::string(name) + " has a non-finite entry at [" + num(b) + ", " + num(h) + ", " + num(s.bad_row) +
-                 ", " + num(s.bad_col) + "] (got " +
+    const Item it = locate(item);
+    fail(op, std::string(it.name) + " has a non-finite entry at [" + num(it.b) + ", " + num(it.h) + ", " +
+                 num(s.bad_row) + ", " + num(s.bad_col) + "] (got " +
                  (std::isnan(s.bad_value) ? "NaN" : (s.bad_value > 0 ? "+inf" : "-inf")) +
                  ", expected a finite number)");
   }
-  // check_score_range<float> with attention's headroom of 2, per pair.
+  std::vector<float> buf;
+  // check_score_range<float> with attention's headroom of 2, per pair. Row
+  // norms are at most sqrt(d) times the largest entry, and largest_row_norm
+  // computes them within (d + 3) double roundings, so a pair whose bound
+  // from the largest entries clears the limit with that margin passes
+  // attention's check too; the others get attention's own computation.
   const double scale_factor = std::max(1.0, std::abs(o.scale));
   const double score_limit = static_cast<double>(std::numeric_limits<float>::max()) / 2.0;
+  const double d = static_cast<double>(q.cols);
+  const double margin = 1.0 + (2.0 * d + 20.0) * std::numeric_limits<double>::epsilon();
   for (std::size_t b = 0; b < B; ++b)
     for (std::size_t h = 0; h < Hq; ++h) {
       const std::size_t g = h / (Hq / Hkv);
       const HeadScan& sq = scans[b * Hq + h];
       const HeadScan& sk = scans[B * Hq + b * Hkv + g];
-      const double bound = scale_factor * sq.largest * sk.largest;
+      if (scale_factor * static_cast<double>(sq.largest) * static_cast<double>(sk.largest) * d * margin <= score_limit)
+        continue;
+      std::size_t qi = 0, kj = 0;
+      const double qn = detail::largest_row_norm<float>(head_rows(q, b, h, query_length(o, b, q.rows), buf), qi);
+      const double kn = detail::largest_row_norm<float>(head_rows(k, b, g, key_length(o, b, k.rows), buf), kj);
+      const double bound = scale_factor * qn * kn;
       if (bound <= score_limit) continue;
-      fail(op, "the scores options.scale * q . k may overflow float: q" + at(b, h) + " row " + num(sq.row) +
-                   " has norm " + num(sq.largest) + ", k" + at(b, g) + " row " + num(sk.row) + " has norm " +
-                   num(sk.largest) + " and options.scale is " + num(o.scale) + ", so max(1, |scale|) |q| |k| = " +
-                   num(bound) + " (expected at most " + num(score_limit) + "); scale q, k or options.scale down");
+      fail(op, "the scores options.scale * q . k may overflow float: q" + at(b, h) + " row " + num(qi) + " has norm " +
+                   num(qn) + ", k" + at(b, g) + " row " + num(kj) + " has norm " + num(kn) + " and options.scale is " +
+                   num(o.scale) + ", so max(1, |scale|) |q| |k| = " + num(bound) + " (expected at most " +
+                   num(score_limit) + "); scale q, k or options.scale down");
     }
-  // check_value_range<float> per key/value head, over its m_b keys.
+  // check_value_range<float> per key/value head, over its m_b keys (the
+  // largest |entry| is exact, so the decision is attention's).
   const double u = std::numeric_limits<float>::epsilon() / 2;
   for (std::size_t b = 0; b < B; ++b)
     for (std::size_t g = 0; g < Hkv; ++g) {
-      const HeadScan& sv = scans[B * (Hq + Hkv) + b * Hkv + g];
+      const float big = scans[B * (Hq + Hkv) + b * Hkv + g].largest;
       const std::size_t m_b = key_length(o, b, k.rows);
       const double limit =
           static_cast<double>(std::numeric_limits<float>::max()) / (1.0 + 4.0 * static_cast<double>(m_b) * u);
-      if (sv.largest <= limit) continue;
-      fail(op, "v may make the output overflow float: |v[" + num(b) + ", " + num(g) + ", " + num(sv.row) + ", " +
-                   num(sv.col) + "]| = " + num(sv.largest) + " (expected at most " + num(limit) + " for " + num(m_b) +
-                   " keys); scale v down");
+      if (static_cast<double>(big) <= limit) continue;
+      const ConstMatrix<float> x = head_rows(v, b, g, m_b, buf);
+      std::size_t row = 0, col = 0;  // the first entry at the largest |value|
+      while (std::fabs(x(row, col)) != big)
+        if (++col == x.cols) col = 0, ++row;
+      fail(op, "v may make the output overflow float: |v[" + num(b) + ", " + num(g) + ", " + num(row) + ", " +
+                   num(col) + "]| = " + num(static_cast<double>(big)) + " (expected at most " + num(limit) + " for " +
+                   num(m_b) + " keys); scale v down");
     }
 }
 
