@@ -54,6 +54,7 @@ class ScopedRuntime {
 // Registration, one per translation unit; bench_main.cpp calls them.
 void register_transform_benchmarks();
 void register_attention_benchmarks();
+void register_batched_attention_benchmarks();
 void register_teacher_benchmarks();
 void register_graph_benchmarks();
 

@@ -71,6 +71,7 @@ int main(int argc, char** argv) {
 
   eb::register_transform_benchmarks();
   eb::register_attention_benchmarks();
+  eb::register_batched_attention_benchmarks();
   eb::register_teacher_benchmarks();
   eb::register_graph_benchmarks();
 

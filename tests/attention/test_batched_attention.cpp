@@ -463,6 +463,14 @@ TEST_SUITE("attention") {
     p.k.set(1, 0, 4, 1, 3e19f);
     p.run();
     check_against_reference(p);
+    // Entries of 1e19 in different columns: d x the largest entries (3e38)
+    // is past the limit (1.7e38), the row norms' product (1e38) is not, and
+    // the norms decide, as in attention.hpp.
+    p.k.set(1, 0, 4, 1, 0.5f);
+    p.q.set(1, 3, 2, 0, 1e19f);
+    p.k.set(1, 1, 4, 1, 1e19f);
+    p.run();
+    check_against_reference(p);
     // Values near bfloat16's largest could make the float32 output overflow
     // with many keys... the bound of attention.hpp, per key/value head.
     Setup big = s;
