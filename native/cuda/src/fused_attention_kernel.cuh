@@ -44,7 +44,9 @@
 // So entmax costs two Q K^T sweeps and one P V where softmax costs one and one,
 // when no query overflows.
 //
-// Causal blocks only visit the key tiles some of their queries can see.#pragma once
+// Causal blocks only visit the key tiles some of their queries can see.
+// The row phases (everything between S and P V) are attention_rows.cuh's.
+#pragma once
 
 #include <cuda_runtime.h>
 
@@ -55,6 +57,7 @@
 #include <cstdint>
 
 #include "attention_common.cuh"
+#include "attention_rows.cuh"
 #include "fused_attention_traits.cuh"
 #include "reduce.cuh"
 
@@ -192,399 +195,6 @@ __device__ void store_out(float* out, int q0, int n, const float* row_sum, const
   }
 }
 
-// ---------------------------------------------------------------------------
-// Row phases. The common work is per thread: thread t owns half t % 2 of
-// row t / 2 of the tile (so warp w still owns rows [16 w, 16 w + 16)), and a
-// pair combines its halves with one shuffle. With one warp per row, the 16
-// rows of a warp were 16 dependent chains of warp reductions; the profile of
-// the first GPU run put half of the entmax kernel there (and waiting at the
-// next barrier). The rare steps that need a whole warp (the candidate list's
-// floor, compaction, narrowing) keep one row at a time: warp w handles rows
-// [16 w, 16 w + 16), lane 0 writes the state.
-
-__device__ inline int warp_row(int rr) { return static_cast<int>(threadIdx.x / kWarpSize) * kRowsPerWarp + rr; }
-__device__ inline unsigned lanes_below() { return (1u << (threadIdx.x % kWarpSize)) - 1u; }
-
-// This thread's half of its row: the row, the half's first column, and the
-// column of step c. The steps are rotated per thread so that the warp's 32
-// reads of each step fall in 32 distinct banks (row strides are 8 mod 32).
-template <int BN>
-struct HalfRow {
-  static constexpr int kHalf = BN / 2;
-  static_assert((kHalf & (kHalf - 1)) == 0, "half rows are a power of two wide");
-  int r, h, first, shift;
-  __device__ HalfRow()
-      : r(static_cast<int>(threadIdx.x) / 2),
-        h(static_cast<int>(threadIdx.x) % 2),
-        first(h * kHalf),
-        shift(2 * ((r % kRowsPerWarp) / 4) + h) {}
-  __device__ int column(int c) const { return first + ((c + shift) & (kHalf - 1)); }
-  // The max of the row (both halves; the pair's other thread calls it too).
-  __device__ float row_max(const float* row) const;
-};
-
-__device__ inline float pair_max(float v) { return fmaxf(v, __shfl_xor_sync(kFullWarp, v, 1)); }
-__device__ inline float pair_sum(float v) { return v + __shfl_xor_sync(kFullWarp, v, 1); }
-
-template <int BN>
-__device__ float HalfRow<BN>::row_max(const float* row) const {
-  float m = -INFINITY;
-#pragma unroll
-  for (int c = 0; c < kHalf; ++c) m = fmaxf(m, row[column(c)]);
-  return pair_max(m);
-}
-
-// Softmax: online max and sum; the tile's scores become exp2(x - max).
-template <int BN, int kLdS>
-__device__ void softmax_rows(float* Ss, RowState rs) {
-  const HalfRow<BN> hr;
-  float* row = Ss + hr.r * kLdS;
-  const float tile_max = hr.row_max(row);
-  const float old_max = rs.max[hr.r];
-  const float new_max = fmaxf(old_max, tile_max);
-  float part = 0.0f, rescale = 1.0f;
-  if (new_max != -INFINITY) {
-    rescale = exp2f(old_max - new_max);  // 0 when old_max = -inf
-#pragma unroll
-    for (int c = 0; c < HalfRow<BN>::kHalf; ++c) {
-      const int j = hr.column(c);
-      const float e = exp2f(row[j] - new_max);
-      row[j] = e;
-      part += e;
-    }
-  } else {
-#pragma unroll
-    for (int c = 0; c < HalfRow<BN>::kHalf; ++c) row[hr.column(c)] = 0.0f;
-  }
-  part = pair_sum(part);
-  if (hr.h == 0) {
-    rs.max[hr.r] = new_max;
-    rs.sum[hr.r] = rs.sum[hr.r] * rescale + part;
-    rs.rescale[hr.r] = rescale;
-  }
-}
-
-// Keeps the entries of list[0, count) that are >= thr, in order; returns how
-// many. Each chunk is read before any write reaches it (writes go to indices
-// at or below the reads already done).
-__device__ inline int compact_candidates(float* list, int count, float thr) {
-  const int lane = threadIdx.x % kWarpSize;
-  int kept = 0;
-  for (int base = 0; base < count; base += kWarpSize) {
-    const int t = base + lane;
-    const float x = t < count ? list[t] : -INFINITY;
-    const bool keep = t < count && x >= thr;
-    const unsigned bal = __ballot_sync(kFullWarp, keep);
-    __syncwarp();
-    if (keep) list[kept + __popc(bal & lanes_below())] = x;
-    kept += __popc(bal);
-    __syncwarp();
-  }
-  return kept;
-}
-
-// The candidates' threshold as an absolute score, rounded down with a margin
-// far above the solve's rounding (tau to ~1e-7, x - max to an ulp of max): a
-// floor that is never above the exact threshold of the candidates, so never
-// above the row's final one.
-__device__ inline float threshold_floor(float max, detail::Tau tau) {
-  const double t = static_cast<double>(max) + static_cast<double>(tau.hi) + static_cast<double>(tau.lo);
-  return __double2float_rd(t - (1e-4 + 1e-6 * fabs(static_cast<double>(max))));
-}
-
-// How many of this lane's kPer scores the warp holds at or above thr, with
-// the ballots for placing them.
-template <int kPer>
-__device__ inline int count_at_least(const float (&x)[kPer], float thr, unsigned (&bal)[kPer]) {
-  int n = 0;
-#pragma unroll
-  for (int c = 0; c < kPer; ++c) {
-    bal[c] = __ballot_sync(kFullWarp, x[c] >= thr);
-    n += __popc(bal[c]);
-  }
-  return n;
-}
-
-// Entmax sweep 1 for row r, the whole warp: running max, candidates x >=
-// max(running max - 1, floor), the floor solved again first when the list
-// would exceed tighten_at, compaction when it would exceed the capacity.
-template <int BN, int kLdS>
-__device__ void collect_row_warp(const float* Ss, RowState rs, const FusedParams& p, int q0, int r) {
-  constexpr int kPer = BN / 32;
-  const int lane = threadIdx.x % kWarpSize;
-  const float* row = Ss + r * kLdS;
-  float x[kPer];
-  float tile_max = -INFINITY;
-#pragma unroll
-  for (int c = 0; c < kPer; ++c) {
-    x[c] = row[lane + 32 * c];
-    tile_max = fmaxf(tile_max, x[c]);
-  }
-  tile_max = detail::warp_max(tile_max);
-  const float old_max = rs.max[r];
-  const float new_max = fmaxf(old_max, tile_max);
-  int status = rs.status[r];
-  int count = rs.count[r];
-  float floor = rs.floor[r];
-  int tighten_at = rs.tighten_at[r];
-  if (new_max != -INFINITY && status == kCollecting) {
-    float thr = fmaxf(new_max - 1.0f, floor);
-    unsigned bal[kPer];
-    int fresh = count_at_least(x, thr, bal);
-    float* list = p.cand + static_cast<std::size_t>(q0 + r) * static_cast<std::size_t>(p.cap);
-    if (count + fresh > tighten_at && count > 0) {
-      // The list holds old_max and every seen score above max(floor, old_max - 1), so its mass there is
-      // >= 1 and the solve may start there.
-      const double lo = fmax(-1.0, static_cast<double>(floor) - static_cast<double>(old_max));
-      floor = fmaxf(floor, threshold_floor(old_max, detail::warp_entmax_tau(list, static_cast<std::size_t>(count),
-                                                                            old_max, p.w, lo, 0.0, kTightenSteps)));
-      thr = fmaxf(new_max - 1.0f, floor);
-      count = compact_candidates(list, count, thr);
-      fresh = count_at_least(x, thr, bal);
-      tighten_at = max(kFirstTighten, 2 * (count + fresh));
-    }
-    if (count + fresh > p.cap) count = compact_candidates(list, count, thr);
-    if (count + fresh > p.cap) {
-      status = kOverflowed;
-    } else {
-#pragma unroll
-      for (int c = 0; c < kPer; ++c) {
-        if (x[c] >= thr) list[count + __popc(bal[c] & lanes_below())] = x[c];
-        count += __popc(bal[c]);
-      }
-    }
-  }
-  __syncwarp();
-  if (lane == 0) {
-    rs.max[r] = new_max;
-    rs.count[r] = count;
-    rs.floor[r] = floor;
-    rs.tighten_at[r] = tighten_at;
-    rs.status[r] = status;
-  }
-}
-
-// Entmax sweep 1: running max, and candidates x >= max(running max - 1,
-// floor). Each thread appends its half row's candidates; a row whose list
-// needs its floor solved again or compacting goes to collect_row_warp.
-template <int BN, int kLdS>
-__device__ void collect_running(const float* Ss, RowState rs, const FusedParams& p, int q0) {
-  const HalfRow<BN> hr;
-  const float* row = Ss + hr.r * kLdS;
-  const float tile_max = hr.row_max(row);
-  const float old_max = rs.max[hr.r];
-  const float new_max = fmaxf(old_max, tile_max);
-  const bool collecting = new_max != -INFINITY && rs.status[hr.r] == kCollecting;
-  const int count = rs.count[hr.r];
-  const float thr = fmaxf(new_max - 1.0f, rs.floor[hr.r]);
-  int mine = 0;
-  if (collecting) {
-#pragma unroll
-    for (int c = 0; c < HalfRow<BN>::kHalf; ++c) mine += row[hr.column(c)] >= thr ? 1 : 0;
-  }
-  const int other = __shfl_xor_sync(kFullWarp, mine, 1);
-  const int fresh = mine + other;
-  const bool slow = collecting && ((count + fresh > rs.tighten_at[hr.r] && count > 0) || count + fresh > p.cap);
-  if (collecting && !slow) {
-    float* out = p.cand + static_cast<std::size_t>(q0 + hr.r) * static_cast<std::size_t>(p.cap) + count +
-                 (hr.h == 1 ? other : 0);
-    int pos = 0;
-#pragma unroll
-    for (int c = 0; c < HalfRow<BN>::kHalf; ++c) {
-      const float x = row[hr.column(c)];
-      if (x >= thr) out[pos++] = x;
-    }
-  }
-  if (!slow && hr.h == 0) {
-    rs.max[hr.r] = new_max;
-    if (collecting) rs.count[hr.r] = count + fresh;
-  }
-  unsigned pending = __ballot_sync(kFullWarp, slow && hr.h == 0);
-  while (pending != 0) {
-    const int lane = __ffs(pending) - 1;
-    pending &= pending - 1;
-    collect_row_warp<BN, kLdS>(Ss, rs, p, q0, warp_row(lane / 2));
-  }
-}
-
-// The g-th of the kTrials points of [lo, hi) (g = 0 is lo itself), in double
-// so that narrowing can go below float resolution (which alpha > 2 needs, see
-// detail::Tau). Rounded intrinsics, so that the narrowing sweep and the
-// decision after it compute the same value whatever the compiler contracts.
-__device__ inline double trial_point(double lo, double hi, int g) {
-  if (g == 0) return lo;
-  return __fma_rn(__dsub_rn(hi, lo), static_cast<double>(g) * (1.0 / kTrials), lo);
-}
-
-// x - max - t > 0, in double (exact differences of floats): the one test by
-// which narrowing counts the scores above a trial point and the collecting
-// sweep gathers them, so the two always agree.
-__device__ inline double above_trial(float x, float max, double t) {
-  return __dsub_rn(__dsub_rn(static_cast<double>(x), static_cast<double>(max)), t);
-}
-
-// After sweep 1: tau for the queries whose candidates fit; the others start
-// narrowing on [-1, 0).
-__device__ inline void solve_after_collect(RowState rs, double* mass, int* count_above, const FusedParams& p, int q0) {
-  const int lane = threadIdx.x % kWarpSize;
-  for (int rr = 0; rr < kRowsPerWarp; ++rr) {
-    const int r = warp_row(rr);
-    const float mx = rs.max[r];
-    int status = rs.status[r];
-    detail::Tau tau;
-    if (q0 + r >= p.n || mx == -INFINITY) {
-      status = kEmpty;
-    } else if (status == kCollecting) {
-      const float* list = p.cand + static_cast<std::size_t>(q0 + r) * static_cast<std::size_t>(p.cap);
-      // The floor is at or below the threshold, so the mass there is >= 1: a valid, closer start.
-      const double lo = fmax(-1.0, static_cast<double>(rs.floor[r]) - static_cast<double>(mx));
-      tau = detail::warp_entmax_tau(list, static_cast<std::size_t>(rs.count[r]), mx, p.w, lo, 0.0);
-      status = kSolved;
-    } else {
-      status = kNarrowing;
-      if (lane < kTrials) {
-        mass[r * kTrials + lane] = 0.0;
-        count_above[r * kTrials + lane] = 0;
-      }
-    }
-    __syncwarp();
-    if (lane == 0) {
-      rs.status[r] = status;
-      rs.tau_hi[r] = tau.hi;
-      rs.tau_lo[r] = tau.lo;
-      rs.lo[r] = -1.0;
-      rs.hi[r] = 0.0;
-    }
-  }
-}
-
-// A narrowing or collecting sweep's row phase.
-template <int BN, int kLdS>
-__device__ void narrow_rows(const float* Ss, RowState rs, double* mass, int* count_above, const FusedParams& p,
-                            int q0) {
-  constexpr int kPer = BN / 32;
-  const int lane = threadIdx.x % kWarpSize;
-  for (int rr = 0; rr < kRowsPerWarp; ++rr) {
-    const int r = warp_row(rr);
-    const int status = rs.status[r];
-    const float* row = Ss + r * kLdS;
-    if (status == kNarrowing) {
-      // Lane g (and g + 16, on the other half of the columns) evaluates trial point g.
-      const float mx = rs.max[r];
-      const int g = lane % kTrials, half = lane / kTrials;
-      const double t = trial_point(rs.lo[r], rs.hi[r], g);
-      double f = 0.0;
-      int above = 0;
-      for (int c = half; c < BN; c += 2) {
-        const double w = above_trial(row[c], mx, t);
-        if (w > 0.0) {
-          f += detail::entmax_pow(w, p.w);
-          ++above;
-        }
-      }
-      f += __shfl_xor_sync(kFullWarp, f, kTrials);
-      above += __shfl_xor_sync(kFullWarp, above, kTrials);
-      if (lane < kTrials) {
-        mass[r * kTrials + g] += f;
-        count_above[r * kTrials + g] += above;
-      }
-    } else if (status == kCollectAbove) {
-      const float mx = rs.max[r];
-      const double lo = rs.lo[r];
-      float* list = p.cand + static_cast<std::size_t>(q0 + r) * static_cast<std::size_t>(p.cap);
-      int count = rs.count[r];
-#pragma unroll
-      for (int c = 0; c < kPer; ++c) {
-        const float x = row[lane + 32 * c];
-        const bool keep = above_trial(x, mx, lo) > 0.0;  // the narrowing sweep's test at t = lo
-        const unsigned bal = __ballot_sync(kFullWarp, keep);
-        const int pos = count + __popc(bal & lanes_below());
-        if (keep && pos < p.cap) list[pos] = x;
-        count += __popc(bal);
-      }
-      __syncwarp();
-      if (lane == 0) rs.count[r] = count;
-    }
-  }
-}
-
-// After a narrowing or collecting sweep: solve the collected rows, shrink the
-// brackets of the others.
-__device__ inline void after_narrowing(RowState rs, double* mass, int* count_above, const FusedParams& p, int q0,
-                                int sweep) {
-  const int lane = threadIdx.x % kWarpSize;
-  for (int rr = 0; rr < kRowsPerWarp; ++rr) {
-    const int r = warp_row(rr);
-    const int status = rs.status[r];
-    if (status == kCollectAbove) {
-      const int count = rs.count[r];
-      // count > cap cannot happen (the narrowing sweep counted them); lo would still be a valid tau.
-      detail::Tau tau = detail::split_tau(rs.lo[r]);
-      if (count <= p.cap) {
-        const float* list = p.cand + static_cast<std::size_t>(q0 + r) * static_cast<std::size_t>(p.cap);
-        tau = detail::warp_entmax_tau(list, static_cast<std::size_t>(count), rs.max[r], p.w, rs.lo[r], rs.hi[r]);
-      }
-      __syncwarp();
-      if (lane == 0) {
-        rs.tau_hi[r] = tau.hi;
-        rs.tau_lo[r] = tau.lo;
-        rs.status[r] = kSolved;
-      }
-    } else if (status == kNarrowing) {
-      const double lo = rs.lo[r], hi = rs.hi[r];
-      int best = 0;  // the largest trial point whose mass is still >= 1 (lo's is)
-      for (int g = 1; g < kTrials; ++g)
-        if (mass[r * kTrials + g] >= 1.0) best = g;
-      const double new_lo = trial_point(lo, hi, best);
-      const double new_hi = best + 1 < kTrials ? trial_point(lo, hi, best + 1) : hi;
-      const int above = count_above[r * kTrials + best];
-      int next;
-      if (above <= p.cap)
-        next = kCollectAbove;
-      else if (sweep + 1 >= (p.w.newton ? kMaxNarrowing : kMaxNarrowingSteep) || !(new_hi - new_lo > kNarrowedWidth))
-        next = kSolved;  // tau = new_lo, within the bracket's width of the root
-      else
-        next = kNarrowing;
-      __syncwarp();
-      if (next == kNarrowing && lane < kTrials) {
-        mass[r * kTrials + lane] = 0.0;
-        count_above[r * kTrials + lane] = 0;
-      }
-      if (lane == 0) {
-        const detail::Tau tau = detail::split_tau(new_lo);
-        rs.lo[r] = new_lo;
-        rs.hi[r] = new_hi;
-        rs.tau_hi[r] = tau.hi;
-        rs.tau_lo[r] = tau.lo;
-        rs.count[r] = 0;
-        rs.status[r] = next;
-      }
-    }
-  }
-}
-
-// Entmax output sweep: the tile's scores become weights; row sums accumulate.
-template <int BN, int kLdS>
-__device__ void entmax_weight_rows(float* Ss, RowState rs, const FusedParams& p) {
-  const HalfRow<BN> hr;
-  float* row = Ss + hr.r * kLdS;
-  const bool solved = rs.status[hr.r] == kSolved;
-  const float mx = rs.max[hr.r];
-  const detail::Tau tau{rs.tau_hi[hr.r], rs.tau_lo[hr.r]};
-  float part = 0.0f;
-  // Not fully unrolled: attention_weight inlines powf, and 32 copies of it
-  // spilled registers and missed the instruction cache.
-#pragma unroll 4
-  for (int c = 0; c < HalfRow<BN>::kHalf; ++c) {
-    const int j = hr.column(c);
-    const float w = solved ? detail::attention_weight(row[j], mx, tau, p.w) : 0.0f;
-    row[j] = w;
-    part += w;
-  }
-  part = pair_sum(part);
-  if (hr.h == 0) rs.sum[hr.r] += part;
-}
-
 // Tile t of a sweep over the block's keys: its K rows (and V rows, kWithV)
 // and key flags into shared memory, then its scaled, masked scores S, which
 // every thread may read when this returns.
@@ -624,19 +234,10 @@ __global__ void __launch_bounds__(kThreads) fused_attention_kernel(const FusedPa
   const int tiles = (key_end + BN - 1) / BN;
 
   load_rows<D, kBlockM>(Qs, L::kLdQK, p.q, q0, p.n);
-  if (threadIdx.x < kBlockM) {
-    rs.max[threadIdx.x] = -INFINITY;
-    rs.sum[threadIdx.x] = 0.0f;
-    rs.rescale[threadIdx.x] = 1.0f;
-    rs.tau_hi[threadIdx.x] = 0.0f;
-    rs.tau_lo[threadIdx.x] = 0.0f;
-    rs.lo[threadIdx.x] = -1.0;
-    rs.hi[threadIdx.x] = 0.0;
-    rs.floor[threadIdx.x] = -INFINITY;
-    rs.count[threadIdx.x] = 0;
-    rs.tighten_at[threadIdx.x] = kFirstTighten;
-    rs.status[threadIdx.x] = kCollecting;
-  }
+  init_rows(rs);
+  // The block's candidate lists start at row q0's (softmax has none).
+  const RowBlock rb{p.cand ? p.cand + static_cast<std::size_t>(q0) * static_cast<std::size_t>(p.cap) : nullptr, p.cap,
+                    p.n - q0, p.w};
   float acc[4][DV / 8];
 #pragma unroll
   for (int i = 0; i < 4; ++i)
@@ -654,11 +255,11 @@ __global__ void __launch_bounds__(kThreads) fused_attention_kernel(const FusedPa
     // 1. Max and candidates.
     for (int t = 0; t < tiles; ++t) {
       score_tile<D, DV, kSoftmax, false>(t, Qs, Ks, Vs, key_ok, Ss, q0, p);
-      collect_running<BN, L::kLdS>(Ss, rs, p, q0);
+      collect_running<BN, L::kLdS>(Ss, rs, rb);
     }
     __syncthreads();
     // 2. tau from the candidates.
-    solve_after_collect(rs, mass, count_above, p, q0);
+    solve_after_collect(rs, mass, count_above, rb);
     // 3. Overflowed queries: narrowing sweeps, then one collecting sweep each.
     for (int sweep = 0;; ++sweep) {
       __syncthreads();
@@ -666,15 +267,15 @@ __global__ void __launch_bounds__(kThreads) fused_attention_kernel(const FusedPa
       if (!__syncthreads_or(st == kNarrowing || st == kCollectAbove)) break;
       for (int t = 0; t < tiles; ++t) {
         score_tile<D, DV, kSoftmax, false>(t, Qs, Ks, Vs, key_ok, Ss, q0, p);
-        narrow_rows<BN, L::kLdS>(Ss, rs, mass, count_above, p, q0);
+        narrow_rows<BN, L::kLdS>(Ss, rs, mass, count_above, rb);
       }
       __syncthreads();
-      after_narrowing(rs, mass, count_above, p, q0, sweep);
+      after_narrowing(rs, mass, count_above, rb, sweep);
     }
     // 4. Weights and P V.
     for (int t = 0; t < tiles; ++t) {
       score_tile<D, DV, kSoftmax, true>(t, Qs, Ks, Vs, key_ok, Ss, q0, p);
-      entmax_weight_rows<BN, L::kLdS>(Ss, rs, p);
+      entmax_weight_rows<BN, L::kLdS>(Ss, rs, rb);
       __syncthreads();
       tile_pv<DV, BN, L::kLdS, L::kLdV, false>(Ss, Vs, nullptr, acc);
     }
