@@ -1,10 +1,12 @@
 #!/bin/bash
 # The GPU check of the CUDA backend in one command (docs/CUDA.md): the CUDA
 # tests, every CUDA benchmark, the CPU transforms beside them, and
-# compute-sanitizer's memcheck over the fused attention tests. Built binaries
+# compute-sanitizer's memcheck over the fused attention tests (memcheck,
+# racecheck and synccheck over the batched tensor-core ones). Built binaries
 # are taken from BUILD (default build/release); results go to OUT (default
 # gpu-check/): machine.txt, cuda_tests.log, cuda_bench.{txt,json},
-# cpu_bench.{txt,json}, memcheck.log, and peers/ with peers.log (entgraph
+# cuda_batched_bench.{txt,json}, cpu_bench.{txt,json}, memcheck.log,
+# {memcheck,racecheck,synccheck}_batched.log, and peers/ with peers.log (entgraph
 # beside SDPA and AdaSplash, where torch is installed). Exits non-zero if a
 # test fails.
 #   tools/gpu_check.sh [BUILD] [OUT]
@@ -37,9 +39,15 @@ if [ -x "$c_api" ]; then
   tail -1 "$out/c_api_cuda.log"
 fi
 
-timeout 400 "$bench" --benchmark_min_time=0.1 --benchmark_out="$out/cuda_bench.json" --benchmark_out_format=json \
-  > "$out/cuda_bench.txt" 2>&1
+timeout 400 "$bench" --benchmark_min_time=0.1 --benchmark_filter=-cuda_batched_attention/ \
+  --benchmark_out="$out/cuda_bench.json" --benchmark_out_format=json > "$out/cuda_bench.txt" 2>&1
 echo "cuda benchmarks: exit $?"
+# Batched attention on tensor cores (bench_batched_attention.cpp: bf16, issue
+# 30's shapes, TFLOP/s in the flops counter); its largest shapes take seconds
+# per call, so it runs on its own, with its own time limit.
+timeout 900 "$bench" --benchmark_min_time=0.05 --benchmark_filter=^cuda_batched_attention/ \
+  --benchmark_out="$out/cuda_batched_bench.json" --benchmark_out_format=json > "$out/cuda_batched_bench.txt" 2>&1
+echo "cuda batched attention benchmarks: exit $?"
 # The CPU path at the GPU transforms' shapes, one thread and every thread.
 threads=$(nproc)
 timeout 200 "$cpu_bench" --benchmark_min_time=0.05 \
@@ -53,6 +61,20 @@ if [ -x "$sanitizer" ]; then
     > "$out/memcheck.log" 2>&1
   echo "memcheck: exit $?"
   tail -1 "$out/memcheck.log"
+  # The tensor-core kernel: memcheck on varlen and the narrowing sweeps,
+  # racecheck (shared-memory hazards between its warps and the cp.async
+  # double buffer) and synccheck on varlen.
+  batched='*batched attention: variable lengths*'
+  ENTGRAPH_TEST_TARGETS=cuda timeout 600 "$sanitizer" --tool memcheck --leak-check no "$tests" --no-version=true \
+    -tc="$batched,*batched attention: tiny candidate*" > "$out/memcheck_batched.log" 2>&1
+  echo "memcheck (batched attention): exit $?"
+  tail -1 "$out/memcheck_batched.log"
+  for tool in racecheck synccheck; do
+    ENTGRAPH_TEST_TARGETS=cuda timeout 600 "$sanitizer" --tool $tool "$tests" --no-version=true -tc="$batched" \
+      > "$out/${tool}_batched.log" 2>&1
+    echo "$tool (batched attention): exit $?"
+    tail -1 "$out/${tool}_batched.log"
+  done
 fi
 
 # entgraph beside torch SDPA and AdaSplash on the same inputs (tools/gpu_peers.py;

@@ -14,6 +14,8 @@ void host_transform_backward(const Transform& t, ConstMatrix<float> probs, Const
                              MatrixView<float> grad_scores);
 void host_attention_forward(ConstMatrix<float> q, ConstMatrix<float> k, ConstMatrix<float> v, MatrixView<float> out,
                             const AttentionOptions<float>& options);
+void host_batched_attention_forward(ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor v,
+                                   BatchedTensor out, const BatchedAttentionOptions& options);
 void host_graph_attention_forward(ConstMatrix<float> q, ConstMatrix<float> k, ConstMatrix<float> v,
                                   const Graph& graph, MatrixView<float> out, const AttentionOptions<float>& options);
 GraphMetrics host_compare_graphs(const Graph& predicted, const Graph& gold, bool causal);

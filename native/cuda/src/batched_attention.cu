@@ -1,0 +1,426 @@
+// Batched attention, the host side (see entgraph/cuda/batched_attention.hpp
+// for the contract, batched_attention_kernel.cuh for the kernel): checks
+// before anything is launched, the workspace (entmax candidate slots), the
+// launch of the instance for the dtype and head dimension, the float32 path
+// through the fused kernel head by head, and the backend's host-memory
+// kernel.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "attention_common.cuh"
+#include "backend_kernels.hpp"
+#include "batched_attention_traits.cuh"
+#include "checks.cuh"
+#include "entgraph/batched_attention.hpp"
+#include "entgraph/cuda/attention.hpp"
+#include "entgraph/cuda/batched_attention.hpp"
+#include "entgraph/cuda/device.hpp"
+#include "mma_ptx.cuh"
+
+namespace entgraph::cuda {
+namespace {
+
+using detail::Weighting;
+using detail::batched::BatchedParams;
+using detail::batched::kBlockM;
+
+constexpr const char* kOp = "cuda::batched_attention_forward";
+constexpr const char* kWorkspaceOp = "cuda::batched_attention_workspace_bytes";
+constexpr std::size_t kMaxGrid = 65535;  // blocks along the grid's y (heads) and z (sequences)
+constexpr std::size_t kFlagAlign = 256;  // the candidate lists start this far into the workspace
+
+bool sixteen_bit(DType t) { return t == DType::bfloat16 || t == DType::float16; }
+
+std::string num(std::size_t x) { return std::to_string(x); }
+
+// Calls f(E{}, integral_constant<int, D>{}) for a supported 16-bit dtype and
+// head dimension (checked by the caller).
+template <class F>
+void with_kernel(DType dtype, std::size_t d, F&& f) {
+  const auto dims = [&](auto e) {
+    if (d == 64)
+      f(e, std::integral_constant<int, 64>{});
+    else
+      f(e, std::integral_constant<int, 128>{});
+  };
+  if (dtype == DType::bfloat16)
+    dims(detail::mma::Bfloat16{});
+  else
+    dims(detail::mma::Float16{});
+}
+
+// What the device cannot run, from the shapes alone.
+void check_supported(DType dtype, std::size_t batch, std::size_t heads, std::size_t n, std::size_t m, std::size_t d,
+                     std::size_t dv, const char* op) {
+  if (sixteen_bit(dtype)) {
+    if (d != 64 && d != 128)
+      detail::argument_error(op, "q.cols (d) is not supported for " + std::string(dtype_name(dtype)) + " (got " +
+                                     num(d) + ", expected 64 or 128)");
+    if (dv != d)
+      detail::argument_error(op, "v.cols (dv) must equal d for " + std::string(dtype_name(dtype)) + " (got " + num(dv) +
+                                     ", expected " + num(d) + ")");
+  } else {
+    for (const auto& [name, x] : {std::pair<const char*, std::size_t>{"q.cols (d)", d}, {"v.cols (dv)", dv}})
+      if (x != 32 && x != 64 && x != 128)
+        detail::argument_error(
+            op, std::string(name) + " is not supported for float32 (got " + num(x) + ", expected 32, 64 or 128)");
+  }
+  constexpr std::size_t kMaxRows = static_cast<std::size_t>(INT_MAX) - kBlockM;
+  if (n > kMaxRows || m > kMaxRows)
+    detail::argument_error(
+        op, "n or m is too large (got " + num(n) + " x " + num(m) + ", expected at most " + num(kMaxRows) + ")");
+  if (batch > kMaxGrid || heads > kMaxGrid)
+    detail::argument_error(op, "batch or q.heads is too large (got " + num(batch) + " x " + num(heads) +
+                                   ", expected at most " + num(kMaxGrid) + " each: one grid dimension each)");
+}
+
+std::size_t capacity(std::size_t m, const BatchedAttentionTuning& t) {
+  return std::min(t.candidate_capacity == 0 ? detail::batched::kDefaultCapacity : t.candidate_capacity, m);
+}
+
+// The 16-bit entmax workspace: `slots` flags, then slots x kBlockM x cap floats.
+struct SlotScratch {
+  std::size_t slots = 0, cap = 0, flag_bytes = 0, bytes = 0;
+};
+
+SlotScratch slot_scratch(DType dtype, std::size_t d, std::size_t batch, std::size_t heads, std::size_t n,
+                         std::size_t cap, const char* op) {
+  int resident = 1;
+  with_kernel(dtype, d, [&](auto e, auto dc) {
+    resident = detail::batched::resident_blocks<decltype(e), decltype(dc)::value, false>();
+  });
+  SlotScratch s;
+  const std::size_t blocks = batch * heads * ((n + kBlockM - 1) / kBlockM);
+  s.slots = std::min(blocks, static_cast<std::size_t>(resident));
+  s.cap = cap;
+  s.flag_bytes = (s.slots * sizeof(int) + kFlagAlign - 1) / kFlagAlign * kFlagAlign;
+  const std::size_t per_slot = static_cast<std::size_t>(kBlockM) * sizeof(float);
+  if (cap > (SIZE_MAX - s.flag_bytes) / per_slot / s.slots)
+    detail::argument_error(op, "the candidate capacity is too large (got " + num(cap) + ")");
+  s.bytes = s.flag_bytes + s.slots * per_slot * cap;
+  return s;
+}
+
+// Bytes of scratch for these shapes (see the header).
+std::size_t workspace_for(DType dtype, std::size_t batch, std::size_t heads, std::size_t n, std::size_t m,
+                          std::size_t d, const Weighting& w, const BatchedAttentionTuning& tuning, const char* op) {
+  if (w.softmax) return 0;
+  const std::size_t cap = capacity(m, tuning);
+  if (!sixteen_bit(dtype)) {
+    if (cap > SIZE_MAX / sizeof(float) / n)
+      detail::argument_error(op, "the candidate capacity is too large (got " + num(cap) + ")");
+    return n * cap * sizeof(float);  // one head at a time
+  }
+  return slot_scratch(dtype, d, batch, heads, n, cap, op).bytes;
+}
+
+// Elements from a view's first element to one past its last.
+std::size_t span_of(const ConstBatchedTensor& t) {
+  return t.cols + (t.batch - 1) * t.batch_stride + (t.heads - 1) * t.head_stride + (t.rows - 1) * t.row_stride;
+}
+
+// The contract's checks (shapes, strides, overlaps, transform), values
+// aside; a float32 out with 16-bit inputs is checked as the inputs' dtype,
+// then for its own byte range.
+void check_contract(ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor v, BatchedTensor out,
+                    const BatchedAttentionOptions& options, bool out_float32) {
+  BatchedTensor as_inputs = out;
+  if (out_float32) as_inputs.dtype = q.dtype;
+  check_batched_attention(q, k, v, as_inputs, options, kOp, false);
+  if (!out_float32) return;
+  const auto begin = reinterpret_cast<std::uintptr_t>(out.data);
+  const std::size_t bytes = span_of(as_const(out));
+  if (bytes > (UINTPTR_MAX - begin) / sizeof(float))
+    detail::argument_error(kOp, "out: its last element lies past the end of the address space");
+  const std::uintptr_t end = begin + bytes * sizeof(float);
+  const ConstBatchedTensor* inputs[] = {&q, &k, &v};
+  const char* names[] = {"q", "k", "v"};
+  for (int x = 0; x < 3; ++x) {
+    const auto from = reinterpret_cast<std::uintptr_t>(inputs[x]->data);
+    const std::uintptr_t to = from + span_of(*inputs[x]) * dtype_size(inputs[x]->dtype);
+    if (from < end && begin < to)
+      detail::argument_error(kOp, std::string("out overlaps ") + names[x] +
+                                      " (their memory ranges, first element to last, share bytes; expected out in "
+                                      "memory of its own)");
+  }
+}
+
+// Strides of the dimensions that have more than one entry must be multiples
+// of `multiple` elements.
+void check_strides(const ConstBatchedTensor& t, const char* name, std::size_t multiple, const char* why) {
+  const struct {
+    std::size_t size, stride;
+    const char* field;
+  } dims[] = {{t.batch, t.batch_stride, "batch_stride"},
+              {t.heads, t.head_stride, "head_stride"},
+              {t.rows, t.row_stride, "row_stride"}};
+  for (const auto& dim : dims)
+    if (dim.size > 1 && dim.stride % multiple != 0)
+      detail::argument_error(kOp, std::string(name) + "." + dim.field + " is not a multiple of " + num(multiple) +
+                                      " elements (got " + num(dim.stride) + ", expected a multiple of " +
+                                      num(multiple) + ": " + why + ")");
+}
+
+void check_pointers(const ConstBatchedTensor& q, const ConstBatchedTensor& k, const ConstBatchedTensor& v,
+                    const BatchedTensor& out, const BatchedAttentionOptions& options) {
+  detail::check_device_pointer(q.data, kOp, "q.data");
+  detail::check_device_pointer(k.data, kOp, "k.data");
+  detail::check_device_pointer(v.data, kOp, "v.data");
+  detail::check_device_pointer(out.data, kOp, "out.data");
+  if (options.query_lengths) detail::check_device_pointer(options.query_lengths, kOp, "options.query_lengths", false);
+  if (options.key_lengths) detail::check_device_pointer(options.key_lengths, kOp, "options.key_lengths", false);
+}
+
+// The caller's workspace (checked to be large enough) or stream-ordered
+// memory of `bytes`.
+detail::AttentionScratch scratch(void* workspace, std::size_t workspace_bytes, std::size_t bytes, cudaStream_t stream) {
+  if (workspace != nullptr && workspace_bytes < bytes)
+    detail::argument_error(
+        kOp, "workspace_bytes is too small (got " + num(workspace_bytes) + ", expected at least " + num(bytes) + ")");
+  return detail::AttentionScratch(workspace, workspace_bytes, bytes, stream, kOp,
+                                  "cuda::batched_attention_forward (workspace)");
+}
+
+template <class T>
+const T* at(const void* data, std::size_t offset) {
+  return static_cast<const T*>(data) + offset;
+}
+
+// float32: the fused kernel of attention.hpp on each (sequence, head), with
+// the lengths already on the host (null: full), and zeros for the rows
+// past each sequence's queries (all rows when it has no key).
+void run_float32(ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor v, BatchedTensor out,
+                 const BatchedAttentionOptions& options, const std::int32_t* query_lengths,
+                 const std::int32_t* key_lengths, const BatchedAttentionTuning& tuning, const Weighting& w,
+                 void* workspace, std::size_t workspace_bytes, cudaStream_t stream) {
+  const std::size_t n = q.rows, m = k.rows, d = q.cols, dv = v.cols;
+  const std::size_t bytes = workspace_for(DType::float32, q.batch, q.heads, n, m, d, w, tuning, kOp);
+  const detail::AttentionScratch s = scratch(w.softmax ? nullptr : workspace, workspace_bytes, bytes, stream);
+  FusedAttentionOptions fo;
+  fo.transform = options.transform;
+  fo.scale = options.scale;
+  fo.causal = options.causal;
+  fo.candidate_capacity = tuning.candidate_capacity;
+  fo.workspace = s.data();
+  fo.workspace_bytes = bytes;
+  const std::size_t group = q.heads / k.heads;
+  for (std::size_t b = 0; b < q.batch; ++b) {
+    const auto clamp = [](const std::int32_t* lengths, std::size_t b, std::size_t full) {
+      return lengths ? std::min(static_cast<std::size_t>(std::max(lengths[b], 0)), full) : full;
+    };
+    const std::size_t n_b = clamp(query_lengths, b, n), m_b = clamp(key_lengths, b, m);
+    for (std::size_t h = 0; h < q.heads; ++h) {
+      const std::size_t g = h / group;
+      float* o = static_cast<float*>(out.data) + b * out.batch_stride + h * out.head_stride;
+      std::size_t zero_from = 0;
+      if (n_b > 0 && m_b > 0) {
+        attention_forward(at<float>(q.data, b * q.batch_stride + h * q.head_stride),
+                          at<float>(k.data, b * k.batch_stride + g * k.head_stride),
+                          at<float>(v.data, b * v.batch_stride + g * v.head_stride), o, n_b, m_b, d, dv, fo, stream);
+        zero_from = n_b;
+      }
+      if (zero_from < n)
+        check(cudaMemsetAsync(o + zero_from * dv, 0, (n - zero_from) * dv * sizeof(float), stream),
+              "cuda::batched_attention_forward (zero rows)");
+    }
+  }
+}
+
+void run_float32_device_lengths(ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor v, BatchedTensor out,
+                                const BatchedAttentionOptions& options, const BatchedAttentionTuning& tuning,
+                                const Weighting& w, void* workspace, std::size_t workspace_bytes, cudaStream_t stream) {
+  std::vector<std::int32_t> ql, kl;
+  const auto fetch = [&](const std::int32_t* lengths, std::vector<std::int32_t>& to) {
+    if (!lengths) return;
+    to.resize(q.batch);
+    check(cudaMemcpyAsync(to.data(), lengths, q.batch * sizeof(std::int32_t), cudaMemcpyDeviceToHost, stream),
+          "cuda::batched_attention_forward (reading the lengths)");
+  };
+  fetch(options.query_lengths, ql);
+  fetch(options.key_lengths, kl);
+  if (options.query_lengths || options.key_lengths) synchronize(stream);
+  run_float32(q, k, v, out, options, options.query_lengths ? ql.data() : nullptr,
+              options.key_lengths ? kl.data() : nullptr, tuning, w, workspace, workspace_bytes, stream);
+}
+
+void run_sixteen_bit(ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor v, BatchedTensor out,
+                     const BatchedAttentionOptions& options, const BatchedAttentionTuning& tuning, const Weighting& w,
+                     void* workspace, std::size_t workspace_bytes, cudaStream_t stream) {
+  const std::size_t n = q.rows, m = k.rows, d = q.cols;
+  SlotScratch slots;
+  if (!w.softmax) slots = slot_scratch(q.dtype, d, q.batch, q.heads, n, capacity(m, tuning), kOp);
+  const detail::AttentionScratch s = scratch(w.softmax ? nullptr : workspace, workspace_bytes, slots.bytes, stream);
+
+  BatchedParams p{};
+  p.q = static_cast<const std::uint16_t*>(q.data);
+  p.k = static_cast<const std::uint16_t*>(k.data);
+  p.v = static_cast<const std::uint16_t*>(v.data);
+  p.out = out.data;
+  const auto strides = [](const auto& t, std::int64_t& batch, std::int64_t& head, std::int64_t& row) {
+    batch = static_cast<std::int64_t>(t.batch_stride);
+    head = static_cast<std::int64_t>(t.head_stride);
+    row = static_cast<std::int64_t>(t.row_stride);
+  };
+  strides(q, p.q_batch, p.q_head, p.q_row);
+  strides(k, p.k_batch, p.k_head, p.k_row);
+  strides(v, p.v_batch, p.v_head, p.v_row);
+  strides(out, p.o_batch, p.o_head, p.o_row);
+  p.group = static_cast<int>(q.heads / k.heads);
+  p.n = static_cast<int>(n);
+  p.m = static_cast<int>(m);
+  p.query_lengths = options.query_lengths;
+  p.key_lengths = options.key_lengths;
+  p.causal = options.causal;
+  p.out_float32 = out.dtype == DType::float32;
+  p.w = w;
+  if (!w.softmax) {
+    char* base = static_cast<char*>(static_cast<void*>(s.data()));
+    p.slot_flags = reinterpret_cast<int*>(base);
+    p.slots = static_cast<int>(slots.slots);
+    p.cand = reinterpret_cast<float*>(base + slots.flag_bytes);
+    p.cap = static_cast<int>(slots.cap);
+    check(cudaMemsetAsync(p.slot_flags, 0, slots.flag_bytes, stream), "cuda::batched_attention_forward (slots)");
+  }
+  const auto tiles = static_cast<unsigned>((n + kBlockM - 1) / kBlockM);
+  with_kernel(q.dtype, d, [&](auto e, auto dc) {
+    using E = decltype(e);
+    constexpr int D = decltype(dc)::value;
+    const auto heads = static_cast<unsigned>(q.heads), batch = static_cast<unsigned>(q.batch);
+    if (w.softmax)
+      detail::batched::launch_batched<E, D, true>(p, tiles, heads, batch, stream);
+    else
+      detail::batched::launch_batched<E, D, false>(p, tiles, heads, batch, stream);
+  });
+}
+
+// Every check of the device entry, in order; returns the resolved transform.
+Weighting check_call(ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor v, BatchedTensor out,
+                     const BatchedAttentionOptions& options) {
+  const bool out_float32 = sixteen_bit(q.dtype) && out.dtype == DType::float32;
+  check_contract(q, k, v, out, options, out_float32);
+  const Weighting w = detail::make_weighting(options.transform, options.scale, q.cols, kOp, "options.transform");
+  check_supported(q.dtype, q.batch, q.heads, q.rows, k.rows, q.cols, v.cols, kOp);
+  check_pointers(q, k, v, out, options);
+  if (sixteen_bit(q.dtype)) {
+    const char* why = "rows are copied 16 bytes at a time";
+    check_strides(q, "q", 8, why);
+    check_strides(k, "k", 8, why);
+    check_strides(v, "v", 8, why);
+    check_strides(as_const(out), "out", 2, "outputs are written two at a time");
+  } else {
+    for (const auto& [name, t] :
+         {std::pair<const char*, ConstBatchedTensor>{"q", q}, {"k", k}, {"v", v}, {"out", as_const(out)}}) {
+      if (t.rows > 1 && t.row_stride != t.cols)
+        detail::argument_error(kOp, std::string(name) + ".row_stride is not its cols (got " + num(t.row_stride) +
+                                        ", expected " + num(t.cols) +
+                                        ": float32 runs the fused kernel, which reads contiguous rows)");
+      const ConstBatchedTensor heads_only{t.data, t.dtype,        t.batch,       t.heads,     1,
+                                          t.cols, t.batch_stride, t.head_stride, t.row_stride};
+      check_strides(heads_only, name, 4, "each head starts 16-byte aligned");
+    }
+  }
+  return w;
+}
+
+}  // namespace
+
+std::size_t batched_attention_workspace_bytes(ConstBatchedTensor q, ConstBatchedTensor k,
+                                              const BatchedAttentionOptions& options,
+                                              const BatchedAttentionTuning& tuning) {
+  const Weighting w =
+      detail::make_weighting(options.transform, options.scale, q.cols, kWorkspaceOp, "options.transform");
+  check_supported(q.dtype, q.batch, q.heads, q.rows, k.rows, q.cols, q.cols, kWorkspaceOp);
+  if (q.batch == 0 || q.heads == 0 || q.rows == 0 || k.rows == 0)
+    detail::argument_error(kWorkspaceOp, "a size is 0 (got batch " + num(q.batch) + ", heads " + num(q.heads) + ", n " +
+                                             num(q.rows) + ", m " + num(k.rows) + ", expected each >= 1)");
+  return workspace_for(q.dtype, q.batch, q.heads, q.rows, k.rows, q.cols, w, tuning, kWorkspaceOp);
+}
+
+std::size_t batched_attention_workspace_bytes(ConstBatchedTensor q, ConstBatchedTensor k,
+                                              const BatchedAttentionOptions& options) {
+  return batched_attention_workspace_bytes(q, k, options, BatchedAttentionTuning{});
+}
+
+void batched_attention_forward(ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor v, BatchedTensor out,
+                               const BatchedAttentionOptions& options, const BatchedAttentionTuning& tuning,
+                               void* workspace, std::size_t workspace_bytes, cudaStream_t stream) {
+  const Weighting w = check_call(q, k, v, out, options);
+  if (sixteen_bit(q.dtype))
+    run_sixteen_bit(q, k, v, out, options, tuning, w, workspace, workspace_bytes, stream);
+  else
+    run_float32_device_lengths(q, k, v, out, options, tuning, w, workspace, workspace_bytes, stream);
+}
+
+void batched_attention_forward(ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor v, BatchedTensor out,
+                               const BatchedAttentionOptions& options, void* workspace, std::size_t workspace_bytes,
+                               cudaStream_t stream) {
+  batched_attention_forward(q, k, v, out, options, BatchedAttentionTuning{}, workspace, workspace_bytes, stream);
+}
+
+namespace {
+
+// A contiguous [B, H, rows, cols] device copy of a host view.
+DeviceArray<unsigned char> upload_tensor(const ConstBatchedTensor& t, const char* what) {
+  const std::size_t size = dtype_size(t.dtype), width = t.cols * size;
+  DeviceArray<unsigned char> d(t.batch * t.heads * t.rows * width, what);
+  for (std::size_t b = 0; b < t.batch; ++b)
+    for (std::size_t h = 0; h < t.heads; ++h)
+      check(cudaMemcpy2D(d.data() + (b * t.heads + h) * t.rows * width, width,
+                         static_cast<const unsigned char*>(t.data) + (b * t.batch_stride + h * t.head_stride) * size,
+                         t.rows > 1 ? t.row_stride * size : width, width, t.rows, cudaMemcpyHostToDevice),
+            what);
+  return d;
+}
+
+ConstBatchedTensor contiguous(const ConstBatchedTensor& t, const void* data) {
+  return ConstBatchedTensor::bhnd(data, t.dtype, t.batch, t.heads, t.rows, t.cols);
+}
+
+}  // namespace
+
+// The backend's kernel: the core has validated the arguments (values
+// included); what the GPU cannot run is refused before anything is copied.
+void detail::host_batched_attention_forward(ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor v,
+                                            BatchedTensor out, const BatchedAttentionOptions& options) {
+  detail::make_weighting(options.transform, options.scale, q.cols, kOp, "options.transform");
+  check_supported(q.dtype, q.batch, q.heads, q.rows, k.rows, q.cols, v.cols, kOp);
+  const DeviceArray<unsigned char> dq = upload_tensor(q, "batched_attention_forward: uploading q");
+  const DeviceArray<unsigned char> dk = upload_tensor(k, "batched_attention_forward: uploading k");
+  const DeviceArray<unsigned char> dv = upload_tensor(v, "batched_attention_forward: uploading v");
+  const ConstBatchedTensor co = as_const(out);
+  DeviceArray<unsigned char> dout(out.batch * out.heads * out.rows * out.cols * dtype_size(out.dtype),
+                                  "batched_attention_forward: out");
+  BatchedAttentionOptions o = options;
+  DeviceArray<std::int32_t> ql, kl;
+  if (options.query_lengths) {
+    ql = DeviceArray<std::int32_t>(options.query_lengths, q.batch, "batched_attention_forward: query_lengths");
+    o.query_lengths = ql.data();
+  }
+  if (options.key_lengths) {
+    kl = DeviceArray<std::int32_t>(options.key_lengths, q.batch, "batched_attention_forward: key_lengths");
+    o.key_lengths = kl.data();
+  }
+  const ConstBatchedTensor out_dev = contiguous(co, dout.data());
+  batched_attention_forward(contiguous(q, dq.data()), contiguous(k, dk.data()), contiguous(v, dv.data()),
+                            BatchedTensor{dout.data(), out_dev.dtype, out_dev.batch, out_dev.heads, out_dev.rows,
+                                          out_dev.cols, out_dev.batch_stride, out_dev.head_stride, out_dev.row_stride},
+                            o, nullptr, 0, nullptr);
+  synchronize(nullptr);
+  const std::size_t size = dtype_size(out.dtype), width = out.cols * size;
+  for (std::size_t b = 0; b < out.batch; ++b)
+    for (std::size_t h = 0; h < out.heads; ++h)
+      check(cudaMemcpy2D(static_cast<unsigned char*>(out.data) + (b * out.batch_stride + h * out.head_stride) * size,
+                         out.rows > 1 ? out.row_stride * size : width,
+                         dout.data() + (b * out.heads + h) * out.rows * width, width, width, out.rows,
+                         cudaMemcpyDeviceToHost),
+            "batched_attention_forward: downloading out");
+}
+
+}  // namespace entgraph::cuda

@@ -1,0 +1,15 @@
+// The batched tensor-core attention kernel's instances for head dimension 64
+// (one file per d, so that they compile in parallel).
+#include "batched_attention_kernel.cuh"
+
+namespace entgraph::cuda::detail::batched {
+
+template void launch_batched<mma::Bfloat16, 64, true>(const BatchedParams&, unsigned, unsigned, unsigned, cudaStream_t);
+template void launch_batched<mma::Bfloat16, 64, false>(const BatchedParams&, unsigned, unsigned, unsigned,
+                                                       cudaStream_t);
+template void launch_batched<mma::Float16, 64, true>(const BatchedParams&, unsigned, unsigned, unsigned, cudaStream_t);
+template void launch_batched<mma::Float16, 64, false>(const BatchedParams&, unsigned, unsigned, unsigned, cudaStream_t);
+template int resident_blocks<mma::Bfloat16, 64, false>();
+template int resident_blocks<mma::Float16, 64, false>();
+
+}  // namespace entgraph::cuda::detail::batched

@@ -1,0 +1,51 @@
+#!/bin/bash
+# The batched attention kernels must run on tensor cores: compile their
+# sources to PTX for sm_80 and sm_90, with the library's flags, and require
+# the instructions the design rests on (docs/CUDA.md, "The batched
+# tensor-core path"): mma.sync m16n8k16 with bfloat16 and with float16
+# operands (float32 accumulators), ldmatrix.trans for V, and cp.async for the
+# K/V tiles. Machines without a GPU have nvcc but no cuobjdump, so the PTX
+# is what can be checked; a rewrite that loses an instruction fails here.
+#   tests/cuda/ptx_check.sh NVCC SOURCE_DIR WORK_DIR
+set -u
+nvcc=$1
+src=$2
+work=$3
+mkdir -p "$work"
+required=(
+  'mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32'
+  'mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32'
+  'ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16'
+  'cp.async.cg.shared.global'
+  'cp.async.commit_group'
+  'cp.async.wait_group'
+)
+status=0
+for d in 64 128; do
+  for arch in 80 90; do
+    ptx=$work/batched_attention_hdim${d}_sm${arch}.ptx
+    if ! "$nvcc" -ptx -arch=compute_$arch -std=c++17 -O3 -DNDEBUG --expt-relaxed-constexpr \
+        -I"$src/native/cuda/include" -I"$src/native/cuda/src" -I"$src/core/include" \
+        "$src/native/cuda/src/batched_attention_hdim$d.cu" -o "$ptx"; then
+      echo "FAILED: nvcc -ptx of batched_attention_hdim$d.cu for sm_$arch"
+      status=1
+      continue
+    fi
+    # Four kernels per file (bfloat16 and float16, softmax and entmax).
+    kernels=$(grep -c '^\.visible \.entry' "$ptx")
+    if [ "$kernels" -ne 4 ]; then
+      echo "FAILED: $ptx has $kernels kernels, expected 4"
+      status=1
+    fi
+    for instruction in "${required[@]}"; do
+      count=$(grep -cF "$instruction" "$ptx")
+      if [ "$count" -eq 0 ]; then
+        echo "FAILED: no $instruction in batched_attention_hdim$d.cu for sm_$arch"
+        status=1
+      else
+        echo "ok: hdim$d sm_$arch: $count x $instruction"
+      fi
+    done
+  done
+done
+exit $status
