@@ -57,5 +57,6 @@ void register_attention_benchmarks();
 void register_batched_attention_benchmarks();
 void register_teacher_benchmarks();
 void register_graph_benchmarks();
+void register_predict_benchmarks();
 
 }  // namespace entgraph::bench

@@ -74,6 +74,7 @@ int main(int argc, char** argv) {
   eb::register_batched_attention_benchmarks();
   eb::register_teacher_benchmarks();
   eb::register_graph_benchmarks();
+  eb::register_predict_benchmarks();
 
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();

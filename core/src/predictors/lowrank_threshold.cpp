@@ -42,7 +42,7 @@
 #include "entgraph/training/projection.hpp"
 #include "entgraph/transforms.hpp"
 #include "io/capture_context.hpp"
-#include "kernels/matmul_kernels.hpp"
+#include "predictors/estimated_rows.hpp"
 #include "predictors/parameter_json.hpp"
 #include "predictors/registry.hpp"
 #include "runtime/parallel.hpp"
@@ -217,56 +217,26 @@ class LowRankThresholdPredictor final : public Predictor {
     const Projection& pr = projections_[layer * heads_ + head];
     const double alpha = alphas_[layer * heads_ + head];
     const std::size_t n = q.rows, m = k.rows, r = pr.rank;
-    Graph g = Graph::empty(n, m);
-    if (alpha == 1.0) {  // softmax: every allowed key has weight
-      for (std::size_t i = 0; i < n; ++i) {
-        const std::size_t limit = causal ? causal_key_limit(i, n, m) : m;
-        for (std::size_t j = 0; j < limit; ++j) g.indices.push_back(static_cast<std::uint32_t>(j));
-        g.offsets[i + 1] = g.indices.size();
-      }
-      return g;
-    }
+    if (alpha == 1.0) return Graph::full(n, m, causal);  // softmax: every allowed key has weight
     std::vector<float> qp = pr.project_queries(q), kp = pr.project_keys(k);
-    const std::vector<double> q_steps = quantize_rows(qp, r), k_steps = quantize_rows(kp, r);
-    std::vector<float> kt(r * m);  // K'ᵀ: each block of rows is one GEMM
-    for (std::size_t j = 0; j < m; ++j)
-      for (std::size_t c = 0; c < r; ++c) kt[c * m + j] = kp[j * r + c];
-    const Transform transform = alpha == 1.5 ? Transform::entmax15() : Transform::entmax(alpha);
-    const double am1 = alpha - 1.0, reach = margin_ / am1;
-    const auto& mm = matmul_kernels(cpu_isa());
-    constexpr std::size_t kBlock = 64;
-    std::vector<float> est, probs;
-    for (std::size_t r0 = 0; r0 < n; r0 += kBlock) {
-      const std::size_t rows = std::min(kBlock, n - r0);
-      est.resize(rows * m);
-      probs.resize(rows * m);
-      mm.gemm_nn(rows, m, r, 1.0f, qp.data() + r0 * r, r, kt.data(), m, est.data(), m, false, false);
-      if (bits_ > 0)  // integer codes: the GEMM is exact in any order; now the steps
-        for (std::size_t i = 0; i < rows; ++i)
-          for (std::size_t j = 0; j < m; ++j)
-            est[i * m + j] = static_cast<float>(static_cast<double>(est[i * m + j]) * q_steps[r0 + i] * k_steps[j]);
-      if (causal)
-        for (std::size_t i = 0; i < rows; ++i)
-          std::fill(est.begin() + static_cast<std::ptrdiff_t>(i * m + causal_key_limit(r0 + i, n, m)),
-                    est.begin() + static_cast<std::ptrdiff_t>((i + 1) * m), -std::numeric_limits<float>::infinity());
-      transform_forward<float>(transform, {est.data(), rows, m}, {probs.data(), rows, m});
-      for (std::size_t i = 0; i < rows; ++i) {
-        const float* e = est.data() + i * m;
-        const float* p = probs.data() + i * m;
-        // θ̂ from the row's largest weight: p = ((α − 1)(ŝ − θ̂))^(1/(α−1)).
-        std::size_t best = 0;
-        for (std::size_t j = 1; j < m; ++j)
-          if (p[j] > p[best]) best = j;
-        if (p[best] > 0.0f) {
-          const double theta = static_cast<double>(e[best]) - std::pow(static_cast<double>(p[best]), am1) / am1;
-          const double cut = theta - reach;
-          for (std::size_t j = 0; j < m; ++j)
-            if (static_cast<double>(e[j]) > cut) g.indices.push_back(static_cast<std::uint32_t>(j));
-        }
-        g.offsets[r0 + i + 1] = g.indices.size();
-      }
-    }
-    return g;
+    if (bits_ == 0) return cut_estimated_rows(FloatEstimate(std::move(qp), std::move(kp), r), n, m, causal, alpha, margin_);
+    std::vector<double> q_steps = quantize_rows(qp, r), k_steps = quantize_rows(kp, r);
+    return cut_estimated_rows(QuantizedEstimate(to_codes(qp), to_codes(kp), std::move(q_steps), std::move(k_steps), r),
+                              n, m, causal, alpha, margin_);
+  }
+
+  // The integer codes of quantize_rows' output (|code| <= 127).
+  static std::vector<std::int16_t> to_codes(const std::vector<float>& v) {
+    std::vector<std::int16_t> codes(v.size());
+    for (std::size_t c = 0; c < v.size(); ++c) codes[c] = static_cast<std::int16_t>(v[c]);
+    return codes;
+  }
+
+  // std::round, inlined (it is a libm call per code otherwise): x - trunc(x)
+  // is exact, so the comparison with 0.5 decides as std::round does.
+  static double round_half_away(double x) {
+    const double t = std::trunc(x);
+    return std::fabs(x - t) >= 0.5 ? t + std::copysign(1.0, x) : t;
   }
 
   // With bits > 0, replaces each row x of v (rows x r) by its integer codes
@@ -285,7 +255,7 @@ class LowRankThresholdPredictor final : public Predictor {
       for (std::size_t c = 0; c < r; ++c) top = std::max(top, std::fabs(static_cast<double>(x[c])));
       steps[i] = top / levels;
       for (std::size_t c = 0; c < r; ++c)
-        x[c] = top > 0.0 ? static_cast<float>(std::round(static_cast<double>(x[c]) / steps[i])) : 0.0f;
+        x[c] = top > 0.0 ? static_cast<float>(round_half_away(static_cast<double>(x[c]) / steps[i])) : 0.0f;
     }
     return steps;
   }

@@ -22,14 +22,17 @@ std::vector<float> project(MatrixView<const float> x, const std::vector<float>& 
     throw Error(std::string("Projection::") + what + ": rows have " + std::to_string(x.cols) +
                 " columns, expected " + std::to_string(dim));
   std::vector<float> out(x.rows * rank);
-  std::vector<double> acc(rank);
+  std::vector<double> acc_storage(rank);
+  // Vectorised over the rank; each value still sums over t in order, so the
+  // result does not depend on the instruction set.
+  double* __restrict acc = acc_storage.data();
   for (std::size_t i = 0; i < x.rows; ++i) {
-    std::fill(acc.begin(), acc.end(), 0.0);
+    std::fill(acc, acc + rank, 0.0);
     const float* row = x.row(i);
     for (std::size_t t = 0; t < dim; ++t) {
       const double v = row[t];
-      const float* wr = w.data() + t * rank;
-      for (std::size_t c = 0; c < rank; ++c) acc[c] += v * wr[c];
+      const float* __restrict wr = w.data() + t * rank;
+      for (std::size_t c = 0; c < rank; ++c) acc[c] += v * static_cast<double>(wr[c]);
     }
     for (std::size_t c = 0; c < rank; ++c) out[i * rank + c] = static_cast<float>(acc[c]);
   }

@@ -1,0 +1,57 @@
+// Integer score estimates for the lowrank-threshold predictor: the dot
+// products of quantized query and key codes (16-bit integers), computed as
+// integers (exact in any order, so every instruction set and WebAssembly
+// find the same values) and scaled to float:
+//   out(i, j) = (float(D_ij) * k_scale[j]) * q_scale[i],  D_ij = Σ_c q_ic k_jc.
+// x86 and WebAssembly multiply pairs of 16-bit codes into 32-bit sums in one
+// instruction (pmaddwd / i32x4.dot_i16x8_s): twice the multiply-adds of a
+// float FMA per instruction, with nothing to round.
+//
+// |D| must stay below 2^24 so that float(D) is exact: codes of at most 8
+// bits (|code| <= 127) over r <= 256 dimensions give at most 127² · 256 <
+// 2^23.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "entgraph/runtime.hpp"
+
+namespace entgraph::detail {
+
+// Keys per block of the packed layout.
+inline constexpr std::size_t kCodeBlockKeys = 16;
+
+// Key codes (m x r, row-major) packed for code_scores: per block of 16 keys
+// and per pair of dimensions (2p, 2p + 1), 32 codes k_j[2p], k_j[2p + 1] for
+// the block's keys j in order; missing keys and an odd r's last dimension
+// are zeros. pairs = (r + 1) / 2.
+std::vector<std::int16_t> pack_code_keys(const std::int16_t* k, std::size_t m, std::size_t r);
+// Query codes (rows x r) as 32-bit words of two codes each (dimension 2p in
+// the low half), rows x pairs.
+std::vector<std::int32_t> pack_code_queries(const std::int16_t* q, std::size_t rows, std::size_t r);
+
+// out(i, j) as above for i < rows and j < keys (out's row stride ldo >=
+// keys); k_scale holds at least `keys` values.
+using CodeScores = void (*)(const std::int32_t* q, std::size_t rows, const std::int16_t* k, std::size_t pairs,
+                            std::size_t keys, const float* q_scale, const float* k_scale, float* out, std::size_t ldo);
+
+// The kernel of an instruction set (reference: the scalar loop); throws
+// entgraph::Error if that set is not compiled in.
+CodeScores code_scores_kernel(CpuIsa isa);
+
+// The exact integer dot product of one query's and one key's codes (r each).
+inline std::int32_t code_dot(const std::int16_t* q, const std::int16_t* k, std::size_t r) {
+  std::int32_t s = 0;
+  for (std::size_t c = 0; c < r; ++c) s += static_cast<std::int32_t>(q[c]) * static_cast<std::int32_t>(k[c]);
+  return s;
+}
+
+// Per-ISA kernels, defined in kernels/simd/code_scores_<isa>.cpp.
+extern const CodeScores kSse2CodeScores;
+extern const CodeScores kAvx2CodeScores;
+extern const CodeScores kAvx512CodeScores;
+extern const CodeScores kSimd128CodeScores;
+
+}  // namespace entgraph::detail

@@ -1,0 +1,75 @@
+// The packing of code_scores' operands, its scalar kernel, and the choice of
+// kernel per instruction set.
+#include <string>
+
+#include "entgraph/error.hpp"
+#include "kernels/code_scores.hpp"
+
+namespace entgraph::detail {
+
+std::vector<std::int16_t> pack_code_keys(const std::int16_t* k, std::size_t m, std::size_t r) {
+  constexpr std::size_t B = kCodeBlockKeys;
+  const std::size_t pairs = (r + 1) / 2, blocks = (m + B - 1) / B;
+  std::vector<std::int16_t> packed(blocks * pairs * 2 * B, 0);
+  for (std::size_t j = 0; j < m; ++j) {
+    std::int16_t* block = packed.data() + (j / B) * pairs * 2 * B + (j % B) * 2;
+    for (std::size_t c = 0; c < r; ++c) block[(c / 2) * 2 * B + (c % 2)] = k[j * r + c];
+  }
+  return packed;
+}
+
+std::vector<std::int32_t> pack_code_queries(const std::int16_t* q, std::size_t rows, std::size_t r) {
+  const std::size_t pairs = (r + 1) / 2;
+  std::vector<std::int32_t> packed(rows * pairs, 0);
+  for (std::size_t i = 0; i < rows; ++i)
+    for (std::size_t p = 0; p < pairs; ++p) {
+      const std::uint16_t lo = static_cast<std::uint16_t>(q[i * r + 2 * p]);
+      const std::uint16_t hi = 2 * p + 1 < r ? static_cast<std::uint16_t>(q[i * r + 2 * p + 1]) : 0;
+      packed[i * pairs + p] = static_cast<std::int32_t>(static_cast<std::uint32_t>(lo) | (static_cast<std::uint32_t>(hi) << 16));
+    }
+  return packed;
+}
+
+namespace {
+
+void code_scores_reference(const std::int32_t* q, std::size_t rows, const std::int16_t* k, std::size_t pairs,
+                           std::size_t keys, const float* q_scale, const float* k_scale, float* out,
+                           std::size_t ldo) {
+  constexpr std::size_t B = kCodeBlockKeys;
+  for (std::size_t i = 0; i < rows; ++i)
+    for (std::size_t j = 0; j < keys; ++j) {
+      const std::int16_t* block = k + (j / B) * pairs * 2 * B + (j % B) * 2;
+      std::int32_t d = 0;
+      for (std::size_t p = 0; p < pairs; ++p) {
+        const std::uint32_t w = static_cast<std::uint32_t>(q[i * pairs + p]);
+        d += static_cast<std::int16_t>(w & 0xFFFFu) * block[p * 2 * B] +
+             static_cast<std::int16_t>(w >> 16) * block[p * 2 * B + 1];
+      }
+      out[i * ldo + j] = static_cast<float>(d) * k_scale[j] * q_scale[i];
+    }
+}
+
+}  // namespace
+
+CodeScores code_scores_kernel(CpuIsa isa) {
+  switch (isa) {
+#if defined(ENTGRAPH_HAVE_X86)
+    case CpuIsa::sse2:
+      return kSse2CodeScores;
+    case CpuIsa::avx2:
+      return kAvx2CodeScores;
+    case CpuIsa::avx512:
+      return kAvx512CodeScores;
+#endif
+#if defined(ENTGRAPH_HAVE_SIMD128)
+    case CpuIsa::simd128:
+      return kSimd128CodeScores;
+#endif
+    case CpuIsa::reference:
+      return &code_scores_reference;
+    default:
+      throw Error(std::string("code_scores_kernel: isa '") + cpu_isa_name(isa) + "' is not compiled in");
+  }
+}
+
+}  // namespace entgraph::detail

@@ -1,0 +1,110 @@
+// The body of code_scores (kernels/code_scores.hpp), compiled once per
+// instruction set with that set's flags; the vector width follows the
+// compiler's target macros (AVX-512BW, AVX2, else SSE2, which Emscripten
+// maps to WebAssembly SIMD128: _mm_madd_epi16 is i32x4.dot_i16x8_s).
+//
+// A tile of 4 query rows x 16 keys stays in registers while the pairs of
+// dimensions stream through: per pair, the key block's 32 codes are loaded
+// once and multiplied with each row's broadcast pair of codes. Keys go in
+// chunks of kChunkKeys so that a chunk's packed codes stay in cache while
+// every row of the call passes over them.
+#pragma once
+
+#if defined(__AVX2__) || defined(__AVX512BW__)
+#include <immintrin.h>
+#else
+#include <emmintrin.h>
+#endif
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/code_scores.hpp"
+
+// Internal linkage: each instruction set's translation unit has its own copy.
+namespace entgraph::detail::code_simd {
+namespace {
+
+#if defined(__AVX512BW__)
+using V = __m512i;
+using F = __m512;
+inline constexpr std::size_t kLanes = 16;
+inline V zero() { return _mm512_setzero_si512(); }
+inline V load(const std::int16_t* p) { return _mm512_loadu_si512(p); }
+inline V broadcast(std::int32_t x) { return _mm512_set1_epi32(x); }
+inline V madd_add(V acc, V q, V k) { return _mm512_add_epi32(acc, _mm512_madd_epi16(q, k)); }
+inline void scale_store(V d, const float* ks, float qs, float* out) {
+  _mm512_storeu_ps(out, _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(d), _mm512_loadu_ps(ks)), _mm512_set1_ps(qs)));
+}
+#elif defined(__AVX2__)
+using V = __m256i;
+inline constexpr std::size_t kLanes = 8;
+inline V zero() { return _mm256_setzero_si256(); }
+inline V load(const std::int16_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+inline V broadcast(std::int32_t x) { return _mm256_set1_epi32(x); }
+inline V madd_add(V acc, V q, V k) { return _mm256_add_epi32(acc, _mm256_madd_epi16(q, k)); }
+inline void scale_store(V d, const float* ks, float qs, float* out) {
+  _mm256_storeu_ps(out, _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(d), _mm256_loadu_ps(ks)), _mm256_set1_ps(qs)));
+}
+#else
+using V = __m128i;
+inline constexpr std::size_t kLanes = 4;
+inline V zero() { return _mm_setzero_si128(); }
+inline V load(const std::int16_t* p) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)); }
+inline V broadcast(std::int32_t x) { return _mm_set1_epi32(x); }
+inline V madd_add(V acc, V q, V k) { return _mm_add_epi32(acc, _mm_madd_epi16(q, k)); }
+inline void scale_store(V d, const float* ks, float qs, float* out) {
+  _mm_storeu_ps(out, _mm_mul_ps(_mm_mul_ps(_mm_cvtepi32_ps(d), _mm_loadu_ps(ks)), _mm_set1_ps(qs)));
+}
+#endif
+
+inline constexpr std::size_t kBlock = kCodeBlockKeys;
+inline constexpr std::size_t kVectors = kBlock / kLanes;  // vectors per key block
+inline constexpr std::size_t kRows = 4;
+inline constexpr std::size_t kChunkKeys = 256;
+
+inline void code_scores(const std::int32_t* q, std::size_t rows, const std::int16_t* k, std::size_t pairs,
+                        std::size_t keys, const float* q_scale, const float* k_scale, float* out, std::size_t ldo) {
+  alignas(64) float tail[kBlock];
+  alignas(64) float tail_scale[kBlock];
+  for (std::size_t j0 = 0; j0 < keys; j0 += kChunkKeys) {
+    const std::size_t j1 = std::min(keys, j0 + kChunkKeys);
+    for (std::size_t i0 = 0; i0 < rows; i0 += kRows) {
+      const std::size_t nr = std::min(kRows, rows - i0);
+      // Rows past the end repeat the last one (computed, never stored), so
+      // the tile's loops have fixed bounds.
+      const std::int32_t* qr[kRows];
+      for (std::size_t r = 0; r < kRows; ++r) qr[r] = q + (i0 + std::min(r, nr - 1)) * pairs;
+      for (std::size_t b = j0 / kBlock; b * kBlock < j1; ++b) {
+        V acc[kRows][kVectors];
+        for (auto& row : acc)
+          for (V& a : row) a = zero();
+        const std::int16_t* kb = k + b * pairs * 2 * kBlock;
+        for (std::size_t p = 0; p < pairs; ++p) {
+          V kv[kVectors];
+          for (std::size_t v = 0; v < kVectors; ++v) kv[v] = load(kb + p * 2 * kBlock + v * 2 * kLanes);
+          for (std::size_t r = 0; r < kRows; ++r) {
+            const V qv = broadcast(qr[r][p]);
+            for (std::size_t v = 0; v < kVectors; ++v) acc[r][v] = madd_add(acc[r][v], qv, kv[v]);
+          }
+        }
+        const std::size_t jb = b * kBlock, valid = std::min(kBlock, keys - jb);
+        const float* ks = k_scale + jb;
+        if (valid < kBlock) {  // the last block: k_scale and out end inside it
+          std::fill(tail_scale, tail_scale + kBlock, 0.0f);
+          std::copy(ks, ks + valid, tail_scale);
+          ks = tail_scale;
+        }
+        for (std::size_t r = 0; r < nr; ++r) {
+          float* o = valid == kBlock ? out + (i0 + r) * ldo + jb : tail;
+          for (std::size_t v = 0; v < kVectors; ++v) scale_store(acc[r][v], ks + v * kLanes, q_scale[i0 + r], o + v * kLanes);
+          if (valid < kBlock) std::copy(tail, tail + valid, out + (i0 + r) * ldo + jb);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace entgraph::detail::code_simd

@@ -1,0 +1,206 @@
+// The cut of lowrank-threshold on estimated rows (estimated_rows.hpp).
+#include "predictors/estimated_rows.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <utility>
+
+#include "entgraph/heads.hpp"
+#include "entgraph/transforms.hpp"
+#include "kernels/code_scores.hpp"
+#include "kernels/matmul_kernels.hpp"
+#include "runtime/parallel.hpp"
+
+namespace entgraph::detail {
+
+QuantizedEstimate::QuantizedEstimate(std::vector<std::int16_t> q, std::vector<std::int16_t> k,
+                                     std::vector<double> q_steps, std::vector<double> k_steps, std::size_t r)
+    : q_(std::move(q)), k_(std::move(k)), q_steps_(std::move(q_steps)), k_steps_(std::move(k_steps)), r_(r) {
+  const std::size_t n = q_steps_.size(), m = k_steps_.size();
+  k_packed_ = pack_code_keys(k_.data(), m, r_);
+  q_packed_ = pack_code_queries(q_.data(), n, r_);
+  q_scale_.assign(q_steps_.begin(), q_steps_.end());
+  k_scale_.assign(k_steps_.begin(), k_steps_.end());
+}
+
+void QuantizedEstimate::approximate(std::size_t row0, std::size_t rows, std::size_t keys, float* out,
+                                    std::size_t ldo) const {
+  const std::size_t pairs = (r_ + 1) / 2;
+  code_scores_kernel(cpu_isa())(q_packed_.data() + row0 * pairs, rows, k_packed_.data(), pairs, keys,
+                                q_scale_.data() + row0, k_scale_.data(), out, ldo);
+}
+
+float QuantizedEstimate::exact(std::size_t i, std::size_t j, const float*) const {
+  const std::int32_t d = code_dot(q_.data() + i * r_, k_.data() + j * r_, r_);
+  return static_cast<float>(static_cast<double>(d) * q_steps_[i] * k_steps_[j]);
+}
+
+// float(D) is exact (|D| < 2^24); the approximation then rounds the two
+// steps to float and multiplies twice in float (4 roundings of 2^-24), the
+// exact value rounds once: within 5 · 2^-24 of each other, relative. 2^-20
+// leaves room.
+double QuantizedEstimate::relative_error() const { return std::ldexp(1.0, -20); }
+
+FloatEstimate::FloatEstimate(std::vector<float> q, std::vector<float> k, std::size_t r)
+    : q_(std::move(q)), r_(r), m_(r == 0 ? 0 : k.size() / r) {
+  kt_.resize(r_ * m_);  // Kᵀ: each block of rows is one GEMM
+  for (std::size_t j = 0; j < m_; ++j)
+    for (std::size_t c = 0; c < r_; ++c) kt_[c * m_ + j] = k[j * r_ + c];
+}
+
+void FloatEstimate::approximate(std::size_t row0, std::size_t rows, std::size_t keys, float* out,
+                                std::size_t ldo) const {
+  matmul_kernels(cpu_isa()).gemm_nn(rows, keys, r_, 1.0f, q_.data() + row0 * r_, r_, kt_.data(), m_, out, ldo, false,
+                                    false);
+}
+
+namespace {
+
+// The largest float not above x.
+float float_at_most(double x) {
+  float f = static_cast<float>(x);
+  if (static_cast<double>(f) > x) f = std::nextafter(f, -std::numeric_limits<float>::infinity());
+  return f;
+}
+
+// θ of α-entmax over the estimates e (score units: p_j = [(α − 1)(e_j − θ)]₊^(1/(α−1))),
+// e holding at least every key within 1 / (α − 1) of the largest; e is
+// reordered and shrunk. floor: a known lower bound of θ (-inf: none), where
+// the steps start. With `bound_only`, a lower bound of θ after at most
+// a few steps (every step below is one), for α ≤ 2; the largest minus
+// 1 / (α − 1) for α > 2.
+//
+double entmax_theta(std::vector<double>& e, double alpha, const Transform& transform, std::vector<double>& x,
+                    std::vector<double>& probs, double floor, bool bound_only = false) {
+  const double top = *std::max_element(e.begin(), e.end()), am1 = alpha - 1.0;
+  x.resize(e.size());
+  for (std::size_t j = 0; j < e.size(); ++j) x[j] = am1 * (e[j] - top);
+  double tau = std::max(-1.0, am1 * (floor - top));
+  if (bound_only && alpha > 2.0) return top - 1.0 / am1;
+  for (int step = 0; step < 200 && alpha <= 2.0; ++step) {
+    x.erase(std::remove_if(x.begin(), x.end(), [&](double v) { return !(v > tau); }), x.end());
+    const double k = static_cast<double>(x.size());
+    double s1 = 0.0, s2 = 0.0, low = 0.0;
+    for (double v : x) {
+      s1 += v;
+      s2 += v * v;
+      low = std::min(low, v);
+    }
+    // The closed form on the keys above τ is the threshold when every one of
+    // them stays above it (then the mass there is the whole row's mass).
+    double closed = tau;
+    bool has_closed = false;
+    if (alpha == 2.0) {
+      closed = (s1 - 1.0) / k;
+      has_closed = true;
+    } else if (alpha == 1.5) {
+      const double mean = s1 / k, disc = (1.0 - std::max(0.0, s2 - s1 * mean)) / k;
+      has_closed = disc >= 0.0;
+      if (has_closed) closed = mean - std::sqrt(disc);
+    }
+    if (has_closed && closed >= tau && low > closed) return top + closed / am1;
+    // Sparsemax: the mean rule on a superset of the support is a lower bound
+    // (Michelot). Otherwise a Newton step on the convex mass from below.
+    double next = closed;
+    if (alpha != 2.0) {
+      const double beta = 1.0 / am1;
+      double f = -1.0, slope = 0.0;
+      for (double v : x) {
+        f += alpha == 1.5 ? (v - tau) * (v - tau) : std::pow(v - tau, beta);
+        slope += alpha == 1.5 ? 2.0 * (v - tau) : beta * std::pow(v - tau, beta - 1.0);
+      }
+      next = slope > 0.0 ? tau + f / slope : tau;
+    }
+    if (!(next > tau)) break;
+    tau = next;
+    if (bound_only && step >= 2) return top + tau / am1;
+  }
+  if (bound_only) return top + tau / am1;
+  // Other α: the keys above the last bound through the float64 transform,
+  // θ from the largest weight (p = ((α − 1)(e − θ))^(1/(α−1))).
+  e.erase(std::remove_if(e.begin(), e.end(), [&](double v) { return !(am1 * (v - top) > tau); }), e.end());
+  probs.resize(e.size());
+  transform_forward<double>(transform, {e.data(), 1, e.size()}, {probs.data(), 1, e.size()});
+  const std::size_t best = static_cast<std::size_t>(std::max_element(probs.begin(), probs.end()) - probs.begin());
+  return e[best] - std::pow(probs[best], am1) / am1;
+}
+
+}  // namespace
+
+Graph cut_estimated_rows(const EstimatedScores& estimate, std::size_t n, std::size_t m, bool causal, double alpha,
+                         double margin) {
+  const double reach_of_support = 1.0 / (alpha - 1.0), reach = margin * reach_of_support;
+  // How far an approximate estimate may be from the exact one (with an
+  // absolute floor below which relative bounds fail: subnormals).
+  const double rel = estimate.relative_error(), floor = rel > 0.0 ? 1e-30 : 0.0;
+  auto slack = [&](double x) { return 4.0 * rel * std::fabs(x) + floor; };
+  const Transform transform = alpha == 1.5 ? Transform::entmax15() : Transform::entmax(alpha);
+  const MatmulKernels<float>& mk = matmul_kernels(cpu_isa());
+  constexpr std::size_t kBlock = 64, G = kSelectGroup;
+  const std::size_t blocks = (n + kBlock - 1) / kBlock;
+  std::vector<std::vector<std::uint32_t>> block_edges(blocks);
+  std::vector<std::size_t> degree(n, 0);
+  parallel_for(blocks, 1, [&](std::size_t b0, std::size_t b1) {
+    std::vector<float> approx, group_max;
+    std::vector<std::uint32_t> idx;
+    std::vector<double> values, scaled, probs, bound_values;
+    for (std::size_t b = b0; b < b1; ++b) {
+      const std::size_t r0 = b * kBlock, rows = std::min(kBlock, n - r0);
+      const std::size_t keys = causal ? causal_key_limit(r0 + rows - 1, n, m) : m;
+      if (keys == 0) continue;
+      approx.resize(rows * keys);
+      estimate.approximate(r0, rows, keys, approx.data(), keys);
+      std::vector<std::uint32_t>& edges = block_edges[b];
+      for (std::size_t i = 0; i < rows; ++i) {
+        const std::size_t row = r0 + i, visible = causal ? causal_key_limit(row, n, m) : m;
+        if (visible == 0) continue;
+        const float* a = approx.data() + i * keys;
+        group_max.resize((visible + G - 1) / G);
+        for (std::size_t g = 0; g < group_max.size(); ++g)
+          group_max[g] = mk.max_value(a + g * G, std::min(G, visible - g * G));
+        // Candidates: keys whose exact estimate can clear a lower bound of θ,
+        // the threshold of the groups' maxima lowered by the approximation's
+        // error (a subset's threshold, with lower values, is below the row's).
+        bound_values.resize(group_max.size());
+        for (std::size_t g = 0; g < group_max.size(); ++g)
+          bound_values[g] = static_cast<double>(group_max[g]) - slack(group_max[g]);
+        const double floor_theta = entmax_theta(bound_values, alpha, transform, scaled, probs,
+                                                -std::numeric_limits<double>::infinity(), true);
+        const float floor_candidates = float_at_most(floor_theta - slack(floor_theta));
+        idx.resize(visible);
+        const std::size_t count = mk.select_above(a, group_max.data(), 0, visible, floor_candidates,
+                                                  std::numeric_limits<float>::infinity(), idx.data());
+        values.resize(count);
+        for (std::size_t c = 0; c < count; ++c) values[c] = estimate.exact(row, idx[c], a);
+        const double theta = entmax_theta(values, alpha, transform, scaled, probs, floor_theta);
+        const double cut = theta - reach, sure = cut + slack(cut);
+        // The keys near or above the cut: among the candidates when the cut is
+        // above their floor (margin >= 0), else a new scan.
+        const float floor_cut = float_at_most(cut - slack(cut));
+        std::size_t near = 0;
+        if (floor_cut >= floor_candidates) {
+          for (std::size_t c = 0; c < count; ++c)
+            if (a[idx[c]] > floor_cut) idx[near++] = idx[c];
+        } else {
+          near = mk.select_above(a, group_max.data(), 0, visible, floor_cut, std::numeric_limits<float>::infinity(),
+                                 idx.data());
+        }
+        for (std::size_t c = 0; c < near; ++c) {
+          const std::uint32_t j = idx[c];
+          if (static_cast<double>(a[j]) > sure || static_cast<double>(estimate.exact(row, j, a)) > cut) {
+            edges.push_back(j);
+            ++degree[row];
+          }
+        }
+      }
+    }
+  });
+  Graph g = Graph::empty(n, m);
+  for (std::size_t i = 0; i < n; ++i) g.offsets[i + 1] = g.offsets[i] + degree[i];
+  g.indices.reserve(g.offsets[n]);
+  for (const auto& edges : block_edges) g.indices.insert(g.indices.end(), edges.begin(), edges.end());
+  return g;
+}
+
+}  // namespace entgraph::detail

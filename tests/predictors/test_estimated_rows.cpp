@@ -1,0 +1,200 @@
+// Tests of lowrank-threshold's fast cut (predictors/estimated_rows.hpp) and
+// of the integer code products under it (kernels/code_scores.hpp): against a
+// float64 reference that forms every exact estimate and runs the whole
+// float64 transform on each row, and across instruction sets and thread
+// counts, where the graphs must be identical.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "entgraph/heads.hpp"
+#include "entgraph/runtime.hpp"
+#include "entgraph/transforms.hpp"
+#include "kernels/code_scores.hpp"
+#include "predictors/estimated_rows.hpp"
+#include "support.hpp"
+
+namespace entgraph::test {
+namespace {
+
+using detail::code_scores_kernel;
+using detail::FloatEstimate;
+using detail::QuantizedEstimate;
+
+std::vector<std::int16_t> random_codes(std::size_t count, int limit, std::mt19937_64& rng) {
+  std::uniform_int_distribution<int> u(-limit, limit);
+  std::vector<std::int16_t> v(count);
+  for (auto& x : v) x = static_cast<std::int16_t>(u(rng));
+  return v;
+}
+
+std::vector<double> random_steps(std::size_t count, std::mt19937_64& rng) {
+  std::uniform_real_distribution<double> u(0.05, 0.4);
+  std::vector<double> v(count);
+  for (auto& x : v) x = u(rng);
+  return v;
+}
+
+// The definition, in float64 on every exact estimate of the row. Edges whose
+// estimate is within 1e-12 (relative) of the cut are reported as ambiguous:
+// there the reference's θ (from the largest weight) and the solver's
+// (closed form) may differ in their last bits.
+struct ReferenceCut {
+  Graph graph;
+  std::vector<std::pair<std::size_t, std::size_t>> ambiguous;
+};
+
+ReferenceCut reference_cut(const detail::EstimatedScores& estimate, std::size_t n, std::size_t m, bool causal,
+                           double alpha, double margin) {
+  ReferenceCut out;
+  out.graph = Graph::empty(n, m);
+  const Transform t = alpha == 1.5 ? Transform::entmax15() : Transform::entmax(alpha);
+  // The approximations in the cut's blocks of 64 rows (a float GEMM's last
+  // bits may depend on its shape).
+  std::vector<float> approx(n * m);
+  for (std::size_t r0 = 0; r0 < n; r0 += 64) {
+    const std::size_t rows = std::min<std::size_t>(64, n - r0);
+    const std::size_t keys = causal ? causal_key_limit(r0 + rows - 1, n, m) : m;
+    if (keys > 0) estimate.approximate(r0, rows, keys, approx.data() + r0 * m, m);
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::size_t visible = causal ? causal_key_limit(i, n, m) : m;
+    if (visible > 0) {
+      const float* row = approx.data() + i * m;
+      std::vector<double> e(visible), p(visible);
+      for (std::size_t j = 0; j < visible; ++j) e[j] = estimate.exact(i, j, row);
+      transform_forward<double>(t, {e.data(), 1, visible}, {p.data(), 1, visible});
+      const std::size_t best = static_cast<std::size_t>(std::max_element(p.begin(), p.end()) - p.begin());
+      const double theta = e[best] - std::pow(p[best], alpha - 1.0) / (alpha - 1.0);
+      const double cut = theta - margin / (alpha - 1.0);
+      for (std::size_t j = 0; j < visible; ++j) {
+        if (std::fabs(e[j] - cut) <= 1e-12 * (1.0 + std::fabs(cut))) out.ambiguous.emplace_back(i, j);
+        if (e[j] > cut) out.graph.indices.push_back(static_cast<std::uint32_t>(j));
+      }
+    }
+    out.graph.offsets[i + 1] = out.graph.indices.size();
+  }
+  return out;
+}
+
+// Every edge of `got` and `want` agrees, except at the reference's ambiguous pairs.
+void check_same_graph(const Graph& got, const ReferenceCut& want) {
+  REQUIRE(got.offsets.size() == want.graph.offsets.size());
+  got.validate("cut_estimated_rows");
+  std::size_t differences = 0;
+  for (std::size_t i = 0; i + 1 < got.offsets.size(); ++i) {
+    std::vector<std::uint32_t> a(got.row_begin(i), got.row_end(i)), b(want.graph.row_begin(i), want.graph.row_end(i));
+    if (a == b) continue;
+    std::vector<std::uint32_t> diff;
+    std::set_symmetric_difference(a.begin(), a.end(), b.begin(), b.end(), std::back_inserter(diff));
+    for (std::uint32_t j : diff)
+      if (std::find(want.ambiguous.begin(), want.ambiguous.end(), std::make_pair(i, std::size_t{j})) ==
+          want.ambiguous.end())
+        ++differences;
+  }
+  CHECK(differences == 0);
+}
+
+bool same_graph(const Graph& a, const Graph& b) { return a.offsets == b.offsets && a.indices == b.indices; }
+
+TEST_SUITE("predictors") {
+  TEST_CASE("code_scores: every instruction set gives the scalar kernel's values bit for bit") {
+    std::mt19937_64 rng(11);
+    for (std::size_t r : {1, 2, 7, 32, 33}) {
+      for (std::size_t rows : {1, 3, 4, 5, 64}) {
+        for (std::size_t keys : {1, 15, 16, 17, 100, 300}) {
+          CAPTURE(r);
+          CAPTURE(rows);
+          CAPTURE(keys);
+          const auto q = random_codes(rows * r, 127, rng), k = random_codes(keys * r, 127, rng);
+          std::vector<float> qs(rows), ks(keys);
+          for (auto& x : qs) x = static_cast<float>(random_steps(1, rng)[0]);
+          for (auto& x : ks) x = static_cast<float>(random_steps(1, rng)[0]);
+          const auto qp = detail::pack_code_queries(q.data(), rows, r);
+          const auto kp = detail::pack_code_keys(k.data(), keys, r);
+          const std::size_t pairs = (r + 1) / 2, ldo = keys + 3;
+          // The definition: exact integer dot products, scaled as documented.
+          std::vector<float> want(rows * ldo, -7.0f);
+          for (std::size_t i = 0; i < rows; ++i)
+            for (std::size_t j = 0; j < keys; ++j)
+              want[i * ldo + j] = static_cast<float>(detail::code_dot(&q[i * r], &k[j * r], r)) * ks[j] * qs[i];
+          for (CpuIsa isa : available_cpu_isas()) {
+            CAPTURE(cpu_isa_name(isa));
+            std::vector<float> got(rows * ldo, -7.0f);  // the padding past `keys` stays untouched
+            code_scores_kernel(isa)(qp.data(), rows, kp.data(), pairs, keys, qs.data(), ks.data(), got.data(), ldo);
+            CHECK(got == want);
+          }
+        }
+      }
+    }
+  }
+
+  TEST_CASE("cut_estimated_rows: equals the float64 definition, on every instruction set and thread count") {
+    std::mt19937_64 rng(12);
+    struct Shape {
+      std::size_t n, m, r;
+      int limit;  // largest |code|: 7 for 4 bits, 127 for 8 bits, 1 for many ties
+      bool causal;
+    };
+    const Shape shapes[] = {{70, 70, 32, 7, true},    {70, 130, 16, 127, true}, {50, 200, 8, 7, false},
+                            {40, 40, 4, 1, false},    {40, 40, 4, 1, true},     {1, 1, 3, 7, false},
+                            {130, 150, 33, 7, false}, {65, 300, 32, 7, true}};
+    for (const Shape& s : shapes) {
+      const auto q = random_codes(s.n * s.r, s.limit, rng), k = random_codes(s.m * s.r, s.limit, rng);
+      const QuantizedEstimate estimate(q, k, random_steps(s.n, rng), random_steps(s.m, rng), s.r);
+      for (double alpha : {1.5, 2.0, 1.25, 3.0}) {
+        for (double margin : {0.0, 0.5, -0.3}) {
+          CAPTURE(s.n);
+          CAPTURE(s.m);
+          CAPTURE(s.r);
+          CAPTURE(s.causal);
+          CAPTURE(alpha);
+          CAPTURE(margin);
+          const ReferenceCut want = reference_cut(estimate, s.n, s.m, s.causal, alpha, margin);
+          CHECK(want.ambiguous.size() <= 2 * s.n);  // exact ties at the cut are rare even with 3 code values
+          Graph first;
+          bool have_first = false;
+          for (CpuIsa isa : available_cpu_isas()) {
+            IsaScope scope(isa);
+            for (std::size_t threads : {1, 2}) {
+              ThreadsScope t(threads);
+              CAPTURE(scope.name());
+              const Graph got = detail::cut_estimated_rows(estimate, s.n, s.m, s.causal, alpha, margin);
+              check_same_graph(got, want);
+              if (!have_first) {
+                first = got;
+                have_first = true;
+              }
+              CHECK(same_graph(got, first));  // bit-identical everywhere
+            }
+          }
+        }
+      }
+    }
+  }
+
+  TEST_CASE("cut_estimated_rows: float estimates follow the definition too") {
+    std::mt19937_64 rng(13);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    const std::size_t n = 90, m = 120, r = 8;
+    std::vector<float> q(n * r), k(m * r);
+    for (auto& x : q) x = normal(rng);
+    for (auto& x : k) x = normal(rng);
+    const FloatEstimate estimate(q, k, r);
+    for (bool causal : {false, true})
+      for (double alpha : {1.5, 2.0, 1.75}) {
+        CAPTURE(causal);
+        CAPTURE(alpha);
+        check_same_graph(detail::cut_estimated_rows(estimate, n, m, causal, alpha, 0.25),
+                         reference_cut(estimate, n, m, causal, alpha, 0.25));
+      }
+  }
+}
+
+}  // namespace
+}  // namespace entgraph::test
