@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -202,6 +203,14 @@ TEST_SUITE("predictors") {
     check_error([&] { p->predict(c.queries_of(0, 0, 0), c.keys_of(0, 0, 0), 0, 0, true); }, "before fit");
     p->fit(c, {});
     check_error([&] { p->predict(c.queries_of(0, 0, 0), c.keys_of(0, 0, 0), 0, 1, true); }, "out of range");
+    for (const char* which : {"q", "k"}) {  // a NaN or infinity has no integer code
+      Capture bad = c;
+      (which[0] == 'q' ? bad.queries : bad.keys)[3 * 8 + 5] = std::numeric_limits<float>::quiet_NaN();
+      check_error([&] { p->predict(bad.queries_of(0, 0, 0), bad.keys_of(0, 0, 0), 0, 0, true); },
+                  std::string(which) + " has a NaN or infinite value (row 3, column 5)");
+      (which[0] == 'q' ? bad.queries : bad.keys)[3 * 8 + 5] = std::numeric_limits<float>::infinity();
+      check_error([&] { p->predict(bad.queries_of(0, 0, 0), bad.keys_of(0, 0, 0), 0, 0, true); }, "infinite");
+    }
     nlohmann::json file = nlohmann::json::parse(p->to_json());
     REQUIRE(file["parameters"]["alpha"][0][0] == 1.5);
     file["parameters"]["alpha"][0][0] = 0.5;

@@ -35,6 +35,7 @@
 #include <memory>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "entgraph/error.hpp"
@@ -214,6 +215,14 @@ class LowRankThresholdPredictor final : public Predictor {
     if (q.cols != dim_ || k.cols != dim_)
       throw Error(std::string(kMethod) + ": predict: rows have " + std::to_string(q.cols) +
                   " columns, fitted on head_dim " + std::to_string(dim_));
+    // The codes are integers: a NaN or infinity has none (and would be
+    // undefined behaviour to convert).
+    for (const auto& [x, name] : {std::pair{q, "q"}, std::pair{k, "k"}})
+      for (std::size_t i = 0; i < x.rows; ++i)
+        for (std::size_t c = 0; c < x.cols; ++c)
+          if (!std::isfinite(x(i, c)))
+            throw Error(std::string(kMethod) + ": predict: " + name + " has a NaN or infinite value (row " +
+                        std::to_string(i) + ", column " + std::to_string(c) + ")");
     const Projection& pr = projections_[layer * heads_ + head];
     const double alpha = alphas_[layer * heads_ + head];
     const std::size_t n = q.rows, m = k.rows, r = pr.rank;
@@ -232,11 +241,12 @@ class LowRankThresholdPredictor final : public Predictor {
     return codes;
   }
 
-  // std::round, inlined (it is a libm call per code otherwise): x - trunc(x)
+  // std::round for |x| < 2^31, inlined (std::round and std::trunc are libm
+  // calls on the baseline x86-64 target): the cast truncates exactly, x - t
   // is exact, so the comparison with 0.5 decides as std::round does.
   static double round_half_away(double x) {
-    const double t = std::trunc(x);
-    return std::fabs(x - t) >= 0.5 ? t + std::copysign(1.0, x) : t;
+    const double t = static_cast<double>(static_cast<std::int32_t>(x));
+    return std::fabs(x - t) >= 0.5 ? t + (x < 0.0 ? -1.0 : 1.0) : t;
   }
 
   // With bits > 0, replaces each row x of v (rows x r) by its integer codes
