@@ -106,7 +106,7 @@ struct Tensor4 {
   // Bitwise (NaN == NaN here).
   bool same_bits(const Tensor4& o) const {
     return f32.size() == o.f32.size() && h16 == o.h16 &&
-           std::memcmp(f32.data(), o.f32.data(), f32.size() * sizeof(float)) == 0;
+           (f32.empty() || std::memcmp(f32.data(), o.f32.data(), f32.size() * sizeof(float)) == 0);
   }
 };
 
