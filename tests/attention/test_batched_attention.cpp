@@ -114,6 +114,7 @@ struct Tensor4 {
 struct Setup {
   std::size_t batch = 4, hq = 8, hkv = 2, n = 70, m = 90, d = 16, dv = 12;
   DType dtype = DType::float32;
+  bool out_float32 = false;  // out in float32 whatever the inputs' dtype
   Layout layout = Layout::bhnd;
   std::vector<std::int32_t> qlen, klen;  // empty: full lengths
   BatchedAttentionOptions options;
@@ -136,7 +137,7 @@ struct BatchedProblem {
         q(s.dtype, s.batch, s.hq, s.n, s.d, s.layout),
         k(s.dtype, s.batch, s.hkv, s.m, s.d, s.layout),
         v(s.dtype, s.batch, s.hkv, s.m, s.dv, s.layout),
-        out(s.dtype, s.batch, s.hq, s.n, s.dv, s.layout) {}
+        out(s.out_float32 ? DType::float32 : s.dtype, s.batch, s.hq, s.n, s.dv, s.layout) {}
 
   // Gaussian entries (times `spread`) in the valid rows only: padded rows
   // stay NaN, which the call must neither scan nor read.
@@ -325,17 +326,20 @@ TEST_SUITE("attention") {
           }
   }
 
-  TEST_CASE("batched attention: float32 heads are attention_forward's bits; 16-bit ones its result rounded once") {
+  TEST_CASE("batched attention: float32 outputs are attention_forward's bits; 16-bit ones its result rounded once") {
     Setup s;
     s.batch = 2;
     s.qlen = {70, 31};
     s.klen = {90, 64};
     s.options.transform = Transform::entmax15();
     s.options.causal = true;
-    for (DType dtype : kDtypes) {
-      const std::string dtype_text = dtype_name(dtype);
+    for (const auto& [dtype, out_float32] : {std::pair{DType::float32, false}, {DType::bfloat16, false},
+                                             {DType::float16, false}, {DType::bfloat16, true},
+                                             {DType::float16, true}}) {
+      const std::string dtype_text = std::string(dtype_name(dtype)) + (out_float32 ? " -> float32" : "");
       CAPTURE(dtype_text);
       s.dtype = dtype;
+      s.out_float32 = out_float32;
       s.layout = Layout::bnhd;
       BatchedProblem p(s);
       p.fill_random(5);
@@ -359,7 +363,7 @@ TEST_SUITE("attention") {
             for (std::size_t c = 0; c < s.dv; ++c) {
               const std::size_t at = p.out.offset(b, h, i, c);
               const float x = oh(i, c);
-              const bool same = dtype == DType::float32    ? bits_equal(p.out.f32[at], x)
+              const bool same = dtype == DType::float32 || out_float32 ? bits_equal(p.out.f32[at], x)
                                 : dtype == DType::bfloat16 ? p.out.h16[at] == float_to_bfloat16(x)
                                                            : p.out.h16[at] == float_to_float16(x);
               mismatches += !same;
@@ -651,7 +655,7 @@ TEST_SUITE("attention") {
     k.dtype = DType::bfloat16;
     expect("k.dtype does not match q.dtype (got bfloat16, expected float32)");
     out.dtype = DType::float16;
-    expect("out.dtype does not match q.dtype (got float16, expected float32)");
+    expect("out.dtype is neither q.dtype nor float32 (got float16, q.dtype float32)");
 
     q.row_stride = 2;
     expect("q.row_stride is smaller than its cols (got 2, expected >= 3)");

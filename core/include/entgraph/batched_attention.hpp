@@ -14,7 +14,9 @@
 // bhnd(...), [B, n, H, d] (SDPA's input before its transpose, FlashAttention's
 // layout) is bnhd(...).
 //
-// dtype: every tensor of one call has the same dtype. bfloat16 and float16
+// dtype: q, k and v share one dtype; out has that dtype or float32 (16-bit
+// inputs with a float32 output skip the output's rounding: the output the
+// GPU path's exactness is stated for, docs/CUDA.md). bfloat16 and float16
 // are read exactly (widened to float32); products are accumulated in float32
 // (the CPU runs the float32 attention path of attention.hpp on each head);
 // the output is rounded once, to nearest even, into out's dtype (a value that
@@ -41,7 +43,8 @@
 // dimensions ordered by stride must nest: each stride at least the extent
 // of the smaller ones, as in every contiguous or row-padded bhnd or bnhd
 // view), strides reaching past the end of the address space, out's memory
-// range (first element to last) overlapping an input's, mixed dtypes, a
+// range (first element to last) overlapping an input's, mixed dtypes (k or v
+// unlike q, out neither q's dtype nor float32), a
 // length outside its range, NaN or inf in Q, K or V (within the valid
 // lengths), scores or outputs that may overflow float32 (as in
 // attention.hpp), a non-finite scale, transform parameters out of range,

@@ -227,9 +227,9 @@ eg_batched_attention_options eg_batched_attention_options_default(void);
 
 /* out = attention(q, k, v) per sequence b and query head h, with key/value
  * head g = h / (Hq / Hkv): q (B, Hq, n, d), k (B, Hkv, m, d), v (B, Hkv, m,
- * dv), out (B, Hq, n, dv), one dtype for all four. 16-bit inputs are read
- * exactly, products summed in float32, the output rounded once to nearest
- * even. options NULL means the defaults. EG_ERROR_ARGUMENT (naming the
+ * dv), out (B, Hq, n, dv); q, k and v share one dtype, out has it or
+ * float32. 16-bit inputs are read exactly, products summed in float32, a
+ * 16-bit output rounded once to nearest even. options NULL means the defaults. EG_ERROR_ARGUMENT (naming the
  * argument) for NULL tensors or data, shapes that disagree, Hq not a
  * multiple of Hkv, overlapping or misaligned views, out sharing memory with
  * an input, mixed dtypes, lengths out of range, NaN or inf in the valid rows,

@@ -396,10 +396,13 @@ void check_batched_attention(ConstBatchedTensor q, ConstBatchedTensor k, ConstBa
   if (q.heads % k.heads != 0)
     fail(op, "q.heads is not a multiple of k.heads (got " + num(q.heads) + " query heads and " + num(k.heads) +
                  " key/value heads, expected Hq a multiple of Hkv)");
-  for (const auto& [name, dtype] : {std::pair<const char*, DType>{"k", k.dtype}, {"v", v.dtype}, {"out", out.dtype}})
+  for (const auto& [name, dtype] : {std::pair<const char*, DType>{"k", k.dtype}, {"v", v.dtype}})
     if (dtype != q.dtype)
       fail(op, std::string(name) + ".dtype does not match q.dtype (got " + dtype_name(dtype) + ", expected " +
                    dtype_name(q.dtype) + ")");
+  if (out.dtype != q.dtype && out.dtype != DType::float32)
+    fail(op, std::string("out.dtype is neither q.dtype nor float32 (got ") + dtype_name(out.dtype) + ", q.dtype " +
+                 dtype_name(q.dtype) + ")");
 
   const std::size_t extents[] = {check_layout(op, "q", q), check_layout(op, "k", k), check_layout(op, "v", v)};
   const std::size_t out_extent = check_layout(op, "out", co);
@@ -407,7 +410,8 @@ void check_batched_attention(ConstBatchedTensor q, ConstBatchedTensor k, ConstBa
   // (heads run in parallel, so a head's output could overwrite another's
   // input before it is read).
   const std::size_t size = dtype_size(q.dtype);
-  const auto out_begin = reinterpret_cast<std::uintptr_t>(out.data), out_end = out_begin + out_extent * size;
+  const auto out_begin = reinterpret_cast<std::uintptr_t>(out.data),
+             out_end = out_begin + out_extent * dtype_size(out.dtype);
   const ConstBatchedTensor* inputs[] = {&q, &k, &v};
   const char* names[] = {"q", "k", "v"};
   for (std::size_t x = 0; x < 3; ++x) {

@@ -121,37 +121,6 @@ std::size_t workspace_for(DType dtype, std::size_t batch, std::size_t heads, std
   return slot_scratch(dtype, d, batch, heads, n, cap, op).bytes;
 }
 
-// Elements from a view's first element to one past its last.
-std::size_t span_of(const ConstBatchedTensor& t) {
-  return t.cols + (t.batch - 1) * t.batch_stride + (t.heads - 1) * t.head_stride + (t.rows - 1) * t.row_stride;
-}
-
-// The contract's checks (shapes, strides, overlaps, transform), values
-// aside; a float32 out with 16-bit inputs is checked as the inputs' dtype,
-// then for its own byte range.
-void check_contract(ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor v, BatchedTensor out,
-                    const BatchedAttentionOptions& options, bool out_float32) {
-  BatchedTensor as_inputs = out;
-  if (out_float32) as_inputs.dtype = q.dtype;
-  check_batched_attention(q, k, v, as_inputs, options, kOp, false);
-  if (!out_float32) return;
-  const auto begin = reinterpret_cast<std::uintptr_t>(out.data);
-  const std::size_t bytes = span_of(as_const(out));
-  if (bytes > (UINTPTR_MAX - begin) / sizeof(float))
-    detail::argument_error(kOp, "out: its last element lies past the end of the address space");
-  const std::uintptr_t end = begin + bytes * sizeof(float);
-  const ConstBatchedTensor* inputs[] = {&q, &k, &v};
-  const char* names[] = {"q", "k", "v"};
-  for (int x = 0; x < 3; ++x) {
-    const auto from = reinterpret_cast<std::uintptr_t>(inputs[x]->data);
-    const std::uintptr_t to = from + span_of(*inputs[x]) * dtype_size(inputs[x]->dtype);
-    if (from < end && begin < to)
-      detail::argument_error(kOp, std::string("out overlaps ") + names[x] +
-                                      " (their memory ranges, first element to last, share bytes; expected out in "
-                                      "memory of its own)");
-  }
-}
-
 // Strides of the dimensions that have more than one entry must be multiples
 // of `multiple` elements.
 void check_strides(const ConstBatchedTensor& t, const char* name, std::size_t multiple, const char* why) {
@@ -303,8 +272,8 @@ void run_sixteen_bit(ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTen
 // Every check of the device entry, in order; returns the resolved transform.
 Weighting check_call(ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor v, BatchedTensor out,
                      const BatchedAttentionOptions& options) {
-  const bool out_float32 = sixteen_bit(q.dtype) && out.dtype == DType::float32;
-  check_contract(q, k, v, out, options, out_float32);
+  // The contract's checks (shapes, strides, overlaps, dtypes, transform), values aside.
+  check_batched_attention(q, k, v, out, options, kOp, false);
   const Weighting w = detail::make_weighting(options.transform, options.scale, q.cols, kOp, "options.transform");
   check_supported(q.dtype, q.batch, q.heads, q.rows, k.rows, q.cols, v.cols, kOp);
   check_pointers(q, k, v, out, options);
