@@ -33,8 +33,13 @@ constexpr const char* kUsage =
     "and graph seconds, their ratio, rows, rows settled by the graph alone,\n"
     "repaired rows, dense rows, and max |graph - dense|.\n"
     "\n"
-    "Without --exact the graph's rows are used as they are (fast mode); rows\n"
-    "the bounds prove exact are counted in a second, untimed pass. With --exact\n"
+    "Without --exact the graph's rows are used as they are (fast mode); a second,\n"
+    "untimed pass (certify) counts the rows the bounds prove exact and bounds the\n"
+    "others' missed mass: the weight dense attention gives to the keys a graph\n"
+    "row leaves out (docs/EXACT.md, \"Fast mode's error\"). It prints the largest\n"
+    "and mean bound, the rows with one (softmax: only rows holding every key;\n"
+    "top-k: only proven rows), and the bound on max |graph - dense| it implies\n"
+    "(the largest bound times the widest range of a column of V). With --exact\n"
     "every row is proven equal to dense attention or repaired (bound and\n"
     "repair, docs/EXACT.md); the transform needs a threshold (not softmax).\n"
     "\n"
@@ -51,7 +56,9 @@ constexpr const char* kUsage =
     "                     16 when the keys are nearly that low-rank, else d)\n"
     "  --repeat N         time each run N times, keep the fastest (default 1)\n"
     "  --json             one JSON object: totals (dense_s, graph_s, ratio, rows,\n"
-    "                     rows_exact, rows_certified, max_abs_err, ...) and heads\n";
+    "                     rows_exact, rows_certified, max_abs_err, rows_bounded,\n"
+    "                     max_missed_mass, mean_missed_mass, output_error_bound\n"
+    "                     (null when unknown), ...) and heads\n";
 
 // A number in the --json output: JSON has no infinity or NaN, so a value
 // that is not finite is written as null (docs/FORMATS.md, "JSON output").
@@ -81,6 +88,10 @@ struct Tally {
   double dense_s = 0, graph_s = 0, max_abs_err = 0, max_abs_dense = 0;
   std::size_t rows = 0, rows_exact = 0, rows_certified = 0, repaired_rows = 0, dense_rows = 0;
   std::size_t graph_pairs = 0, repair_pairs = 0, bound_pairs = 0, allowed_pairs = 0, predicted_pairs = 0;
+  // Missed-mass bounds (GraphAttentionReport): rows with one, their sum and
+  // largest, and the output error bound (NaN once a row has none).
+  std::size_t rows_bounded = 0;
+  double missed_sum = 0, max_missed = 0, output_error_bound = 0;
 
   void add(const Tally& o) {
     dense_s += o.dense_s;
@@ -97,8 +108,15 @@ struct Tally {
     bound_pairs += o.bound_pairs;
     allowed_pairs += o.allowed_pairs;
     predicted_pairs += o.predicted_pairs;
+    rows_bounded += o.rows_bounded;
+    missed_sum += o.missed_sum;
+    max_missed = std::max(max_missed, o.max_missed);
+    output_error_bound =
+        std::isnan(o.output_error_bound) ? o.output_error_bound : std::max(output_error_bound, o.output_error_bound);
   }
   double ratio() const { return dense_s > 0 ? graph_s / dense_s : 0.0; }
+  double max_missed_mass() const { return rows_bounded ? max_missed : std::nan(""); }
+  double mean_missed_mass() const { return rows_bounded ? missed_sum / double(rows_bounded) : std::nan(""); }
   std::string json() const {
     const double sparsity = allowed_pairs ? 1.0 - double(predicted_pairs) / double(allowed_pairs) : 0.0;
     std::ostringstream s;
@@ -108,7 +126,10 @@ struct Tally {
       << ", \"dense_rows\": " << dense_rows << ", \"max_abs_err\": " << json_number(max_abs_err)
       << ", \"max_abs_dense\": " << json_number(max_abs_dense) << ", \"graph_pairs\": " << graph_pairs
       << ", \"repair_pairs\": " << repair_pairs << ", \"bound_pairs\": " << bound_pairs
-      << ", \"allowed_pairs\": " << allowed_pairs << ", \"predicted_sparsity\": " << json_number(sparsity);
+      << ", \"allowed_pairs\": " << allowed_pairs << ", \"predicted_sparsity\": " << json_number(sparsity)
+      << ", \"rows_bounded\": " << rows_bounded << ", \"max_missed_mass\": " << json_number(max_missed_mass())
+      << ", \"mean_missed_mass\": " << json_number(mean_missed_mass())
+      << ", \"output_error_bound\": " << json_number(output_error_bound);
     return s.str();
   }
 };
@@ -154,12 +175,13 @@ Tally attend_sequence(const Capture& capture, const Predictor& predictor, std::s
   t.dense_rows = report.dense_rows;
   t.allowed_pairs = allowed_pair_count(n, k.rows, hs.causal);
   t.predicted_pairs = allowed_edge_count(g, hs.causal);
+  // Which rows of the fast output are provably exact, and the others' missed
+  // mass: an untimed certify pass.
+  GraphAttentionReport certified = report;
   if (exact) {
     t.rows_exact = report.exact_rows();
     t.rows_certified = report.graph_rows;
   } else {
-    // Which rows of the fast output are provably exact: an untimed certify pass.
-    GraphAttentionReport certified = report;
     if (has_threshold(transform)) {
       go.mode = GraphAttentionMode::certify;
       std::vector<float> scratch(n * dv);
@@ -167,6 +189,10 @@ Tally attend_sequence(const Capture& capture, const Predictor& predictor, std::s
     }
     t.rows_exact = t.rows_certified = certified.graph_rows;
   }
+  t.rows_bounded = certified.bounded_rows;
+  t.missed_sum = certified.bounded_rows ? certified.mean_missed_mass * double(certified.bounded_rows) : 0.0;
+  t.max_missed = certified.bounded_rows ? certified.max_missed_mass : 0.0;
+  t.output_error_bound = certified.output_error_bound;
   // The difference in double: two finite outputs of opposite sign near the
   // float32 limit differ by more than float32 can hold.
   for (std::size_t x = 0; x < n * dv; ++x) {
@@ -295,6 +321,11 @@ int run_attend(const std::vector<std::string>& raw) {
         exact ? "exact" : "fast", predictor->method().c_str(), total.rows_exact, total.rows, total.rows_certified,
         total.allowed_pairs ? 1.0 - double(total.predicted_pairs) / total.allowed_pairs : 0.0, total.repair_pairs,
         total.graph_pairs);
+    if (!exact)
+      std::printf("missed mass bounded on %zu of %zu rows: largest %.3g, mean %.3g; max |graph - dense| <= %.3g%s\n",
+                  total.rows_bounded, total.rows, total.max_missed_mass(), total.mean_missed_mass(),
+                  total.output_error_bound,
+                  std::isnan(total.output_error_bound) ? " (unknown: rows without a bound)" : "");
   }
   return 0;
 }

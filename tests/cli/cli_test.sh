@@ -379,6 +379,29 @@ case "$CASE" in
     [ "$(num rows_exact)" = "$(num rows_certified)" ] || fail "fast mode: rows_exact != rows_certified: $json"
     [ "$(num rows_certified)" -lt 3072 ] || fail "fast mode settled every row with a window of 4: $json"
     awk -v e="$(num max_abs_err)" 'BEGIN{exit !(e > 1e-4)}' || fail "fast mode unexpectedly exact: $json"
+    # Its error report: every entmax row has a missed-mass bound, some miss
+    # weight, none more than all of it, and the output error bound holds (up
+    # to float rounding).
+    [ "$(num rows_bounded)" = 3072 ] || fail "fast mode: rows_bounded $(num rows_bounded), expected 3072: $json"
+    awk -v mx="$(num max_missed_mass)" -v mean="$(num mean_missed_mass)" \
+      'BEGIN{exit !(mx > 0 && mx <= 1 && mean > 0 && mean <= mx)}' ||
+      fail "fast mode: max_missed_mass $(num max_missed_mass), mean $(num mean_missed_mass): $json"
+    awk -v e="$(num max_abs_err)" -v b="$(num output_error_bound)" -v s="$(num max_abs_dense)" \
+      'BEGIN{exit !(b != "" && e <= b + 1e-5 * (s > 1 ? s : 1))}' ||
+      fail "fast mode: max_abs_err $(num max_abs_err) above output_error_bound $(num output_error_bound)"
+    expect_ok attend --capture cap --method window --set window=4
+    contains "$OUT" "missed mass bounded on 3072 of 3072 rows: largest "
+    # Softmax has no bounds: only the rows holding every key have one, and
+    # the output error is unknown (null).
+    expect_ok attend --capture cap --method window --set window=4 --fn softmax --json
+    json=$OUT
+    [ "$(num rows_bounded)" -gt 0 ] && [ "$(num rows_bounded)" -lt 3072 ] ||
+      fail "softmax: rows_bounded $(num rows_bounded): $json"
+    contains "${json%%\"heads\"*}" '"output_error_bound": null'
+    expect_ok attend --capture cap --method window --set window=4 --exact --json
+    json=$OUT
+    [ "$(num rows_bounded)" = 3072 ] && [ "$(num max_missed_mass)" = 0 ] && [ "$(num output_error_bound)" = 0 ] ||
+      fail "exact mode: every row should miss nothing: $json"
     # A fitted predictor's parameter file, one head, text output.
     expect_ok fit --quiet --capture cap --method sparsefinder-kmeans --set clusters=4 --out kmeans.json
     expect_ok attend --capture cap --params kmeans.json --layer 1 --head 2 --exact

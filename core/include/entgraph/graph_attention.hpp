@@ -13,7 +13,9 @@
 //   it holds every allowed key (settled_by = graph); other rows are reported
 //   unsettled and may differ from dense attention.
 // - certify: the same output, plus a proof per row that nothing left out of
-//   it has weight (settled_by = graph) or not (unsettled). Costs the bounds.
+//   it has weight (settled_by = graph) or not (unsettled), and for the rows
+//   it cannot prove, a bound on the weight they miss (missed_mass below).
+//   Costs the bounds, and a transform per unproven row.
 // - exact: bound and repair. Every row equals dense attention, to the
 //   rounding of the arithmetic.
 //
@@ -75,6 +77,23 @@ struct GraphAttentionReport {
   std::size_t graph_pairs = 0;   // allowed (query, key) pairs of the graph that were scored
   std::size_t repair_pairs = 0;  // pairs added by repair and dense rows (scored beyond the graph)
   std::size_t bound_pairs = 0;   // allowed pairs of the rows whose bounds were checked (certify, exact)
+
+  // Per query: an upper bound on the row's missed mass, the weight that dense
+  // attention gives to the allowed keys the row left out; 0 for rows proven
+  // equal to dense attention, NaN where no bound is known. Fast mode knows it
+  // only for rows holding every allowed key; certify bounds every row of
+  // alpha-entmax and sparsemax (top-k: only the rows it proves; softmax is
+  // refused); exact mode's rows are all 0. The bound is on exact attention:
+  // the scores' rounding is allowed for (docs/EXACT.md, "Fast mode's error").
+  std::vector<double> missed_mass;
+  std::size_t bounded_rows = 0;  // rows whose missed_mass is known
+  double max_missed_mass = 0.0;  // largest and mean over those rows (NaN when none)
+  double mean_missed_mass = 0.0;
+  // An upper bound on |out - dense attention's out| over every entry, in exact
+  // arithmetic (the outputs' own rounding comes on top): the largest
+  // missed_mass times the widest range of a column of v (max |v| if a row
+  // with no graph key misses weight); NaN unless every row has a bound.
+  double output_error_bound = 0.0;
 
   // Rows provably equal to dense attention.
   std::size_t exact_rows() const { return graph_rows + repaired_rows + dense_rows; }

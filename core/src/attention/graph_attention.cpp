@@ -7,7 +7,8 @@
 // transforms each row. Certify and exact mode bound the scores of every
 // allowed key of a slab of rows (one GEMM, ScoreBounds, with each 64-key
 // group's largest bound); certify checks the graph row's threshold against
-// them, exact mode settles each row from a guessed threshold that it proves
+// them and bounds the weight an unproven row misses (missed_mass_bound),
+// exact mode settles each row from a guessed threshold that it proves
 // (settle_from_guess) and transforms the row once its keys are known. Tiles
 // run on the thread pool; each writes only its own rows, and no state crosses
 // rows, so the result does not depend on the thread count.
@@ -144,6 +145,8 @@ struct Shared {
   GraphAttentionMode mode = GraphAttentionMode::fast;
   std::vector<std::size_t> prefix_count;  // number of non-padding keys in [0, j)
   std::unique_ptr<ScoreBounds<T>> bounds;  // certify / exact
+  bool bound_missed = false;               // certify with an alpha-entmax: bound each unproven row's missed mass
+  double key_norm = 0.0;                   // and then max_j ||k_j||, for the scores' rounding
 
   bool kept(std::size_t j) const { return o->key_padding == nullptr || o->key_padding[j] != 0; }
   std::size_t limit(std::size_t i) const { return o->causal ? causal_key_limit(i, n, m) : m; }
@@ -179,6 +182,7 @@ struct Row {
   bool scan = false;       // whether the bounds are still to be checked
   bool guess = false;      // exact mode starts from a guessed threshold (settle_from_guess)
   RowSettlement settled = RowSettlement::unsettled;
+  double missed = 0.0;  // certify: the bound on the row's missed mass (NaN: none known)
 };
 
 // The transform's row kernel and its parameters. Every path of graph
@@ -551,7 +555,8 @@ struct RowBounds {
 // bound does not clear the threshold. When the list outgrows the budget,
 // exact mode either raises the threshold from the pending keys' lower
 // bounds, so that the rest of the scan keeps fewer, or keeps them all;
-// certify mode stops at the first key.
+// certify mode stops at the first key unless it bounds the missed mass,
+// which takes them all.
 template <class T>
 void collect_pending(const Shared<T>& c, TileScratch<T>& t, Row<T>& row, const RowBounds<T>& rb, Overflow overflow,
                      T ceiling = std::numeric_limits<T>::infinity()) {
@@ -592,7 +597,7 @@ void collect_pending(const Shared<T>& c, TileScratch<T>& t, Row<T>& row, const R
     }
     row.pending.resize(at);
     if (c.mode == GraphAttentionMode::certify) {
-      if (!row.pending.empty()) return;  // one pending key leaves the row unsettled
+      if (!row.pending.empty() && !c.bound_missed) return;  // one pending key leaves the row unsettled
     } else if (row.pending.size() > row.budget && overflow == Overflow::tighten) {
       tighten<T>(c, row, t.probe);
       row.budget = std::max(row.budget, 2 * row.pending.size());
@@ -720,6 +725,45 @@ void settle_from_guess(const Shared<T>& c, TileScratch<T>& t, std::uint32_t i, R
   }
 }
 
+// An upper bound on the weight that the dense alpha-entmax row gives to the
+// keys the row leaves out (certify; docs/EXACT.md, "Fast mode's error"). Let
+// every pending key score its bound u_j: that row's threshold theta* is at
+// least the dense row's (a threshold only grows with the scores), so there
+// the graph keys weigh at most what they weigh in the dense row, and the
+// pending keys at least the dense row's missed mass. Their weight at theta*
+// grows when theta* is replaced by a proven lower bound of it; the keys that
+// are not pending have u_j at or under the graph row's threshold and add 0.
+// The graph keys' computed scores are within delta of the exact ones, which
+// moves theta* by at most delta: theta* - delta keeps the bound valid for
+// the exact scores.
+template <class T>
+double missed_mass_bound(const Shared<T>& c, std::size_t i, const Row<T>& r, Row<T>& probe) {
+  constexpr double kEps = std::numeric_limits<double>::epsilon(), kInf = std::numeric_limits<double>::infinity();
+  const double alpha = threshold_alpha(c.o->transform), a = alpha - 1.0, inv = 1.0 / a;
+  const std::size_t g = r.scores.size();
+  probe.scores.assign(r.scores.begin(), r.scores.end());
+  for (const Pending<T>& e : r.pending) {  // u_j rounded up into T
+    const double u = std::nextafter(static_cast<double>(e.bound) + r.offset, kInf);
+    const T ut = static_cast<T>(u);
+    probe.scores.push_back(static_cast<double>(ut) < u ? std::nextafter(ut, std::numeric_limits<T>::infinity()) : ut);
+  }
+  transform_row<T>(c, probe);
+  // |computed - exact| <= gamma_(d+1) |scale| ||q|| ||k|| in any summation order (doubled for the norms' rounding).
+  double qq = 0.0;
+  for (std::size_t x = 0; x < c.d; ++x) qq += static_cast<double>(c.q(i, x)) * static_cast<double>(c.q(i, x));
+  const double delta = 2.0 * static_cast<double>(c.d + 2) * std::numeric_limits<T>::epsilon() * std::abs(c.scale) *
+                       std::sqrt(qq) * c.key_norm;
+  const double theta =
+      std::max(entmax_score_threshold(probe, alpha), std::nextafter(r.threshold + r.offset, -kInf)) - delta;
+  double sum = 0.0;
+  for (std::size_t x = g; x < probe.scores.size(); ++x) {
+    // The bracket rounded up (two roundings), then its power: an upper bound.
+    const double base = a * (static_cast<double>(probe.scores[x]) - theta) * (1.0 + 4.0 * kEps);
+    if (base > 0.0) sum += alpha == 2.0 ? base : alpha == 1.5 ? base * base : std::pow(base, inv);
+  }
+  return std::min(1.0, sum * (1.0 + 4.0 * static_cast<double>(r.pending.size() + 8) * kEps));
+}
+
 // Settles the tile's rows that the graph does not: bounds every allowed key
 // (one GEMM per slab of rows over all their keys), collects each row's
 // pending keys, and in exact mode repairs the row.
@@ -772,7 +816,8 @@ void settle_by_bounds(const Shared<T>& c, TileScratch<T>& t, const std::uint32_t
         if (exact) {
           settle_from_guess<T>(c, t, i, row, rb, row.threshold);
         } else {
-          collect_pending<T>(c, t, row, rb, Overflow::tighten);
+          collect_pending<T>(c, t, row, rb, Overflow::keep);
+          if (c.bound_missed && !row.pending.empty()) row.missed = missed_mass_bound<T>(c, i, row, t.probe);
         }
       }
       if (row.pending.empty() && graph_holds_weight(row)) {
@@ -812,6 +857,7 @@ bool settle_tile(const Shared<T>& c, TileScratch<T>& t, const std::uint32_t* ids
     }
     const bool complete = row.keys.size() == c.allowed(ids[r]);
     row.settled = complete ? RowSettlement::graph : RowSettlement::unsettled;
+    row.missed = std::numeric_limits<double>::quiet_NaN();
     row.scan = !complete && c.mode != GraphAttentionMode::fast;
     row.guess = row.scan && guessing;
     if (!row.guess) transform_row<T>(c, row);  // a guessed row is transformed once its keys are known
@@ -880,25 +926,13 @@ Shared<T> make_shared_state(ConstMatrix<T> q, ConstMatrix<T> k, ConstMatrix<T> v
   for (std::size_t j = 0; j < c.m; ++j) c.prefix_count[j + 1] = c.prefix_count[j] + (c.kept(j) ? 1 : 0);
   if (c.mode != GraphAttentionMode::fast)
     c.bounds = std::make_unique<ScoreBounds<T>>(k, c.scale, options.bound_rank, options.attention.key_padding);
-  return c;
-}
-
-// Fills the report from the per-row settlements and the rows' key counts.
-void fill_report(GraphAttentionReport* report, std::vector<RowSettlement>&& settled,
-                 const std::vector<std::size_t>& graph_keys, const std::vector<std::size_t>& final_keys,
-                 std::size_t bound_pairs) {
-  if (report == nullptr) return;
-  GraphAttentionReport r;
-  for (std::size_t i = 0; i < settled.size(); ++i) {
-    r.graph_rows += settled[i] == RowSettlement::graph ? 1 : 0;
-    r.repaired_rows += settled[i] == RowSettlement::repaired ? 1 : 0;
-    r.dense_rows += settled[i] == RowSettlement::dense ? 1 : 0;
-    r.graph_pairs += graph_keys[i];
-    r.repair_pairs += final_keys[i] - graph_keys[i];
+  c.bound_missed = c.mode == GraphAttentionMode::certify && threshold_alpha(options.attention.transform) > 0.0;
+  for (std::size_t j = 0; j < c.m && c.bound_missed; ++j) {
+    double kk = 0.0;
+    for (std::size_t x = 0; x < c.d; ++x) kk += static_cast<double>(k(j, x)) * static_cast<double>(k(j, x));
+    c.key_norm = std::max(c.key_norm, std::sqrt(kk));
   }
-  r.bound_pairs = bound_pairs;
-  r.settled = std::move(settled);
-  *report = std::move(r);
+  return c;
 }
 
 // Pairs bounded: every allowed key of each row that was scanned.
@@ -909,6 +943,79 @@ std::size_t count_bound_pairs(const Shared<T>& c, const std::vector<std::size_t>
   for (std::size_t i = 0; i < c.n; ++i)
     if (graph_keys[i] < c.allowed(i)) total += c.limit(i);
   return total;
+}
+
+// The widest range max_j v_jx - min_j v_jx of a column of v over the kept
+// keys, rounded up, and the largest |v_jx|.
+template <class T>
+std::pair<double, double> value_spread(const Shared<T>& c) {
+  std::vector<double> lo(c.dv, std::numeric_limits<double>::infinity()), hi(c.dv, -lo[0]);
+  for (std::size_t j = 0; j < c.m; ++j)
+    if (c.kept(j))
+      for (std::size_t x = 0; x < c.dv; ++x) {
+        lo[x] = std::min(lo[x], static_cast<double>(c.v(j, x)));
+        hi[x] = std::max(hi[x], static_cast<double>(c.v(j, x)));
+      }
+  double range = 0.0, largest = 0.0;
+  for (std::size_t x = 0; x < c.dv; ++x) {
+    if (lo[x] > hi[x]) continue;  // every key padded
+    range = std::max(range, std::nextafter(hi[x] - lo[x], std::numeric_limits<double>::infinity()));
+    largest = std::max({largest, std::abs(lo[x]), std::abs(hi[x])});
+  }
+  return {range, largest};
+}
+
+// Fills the report from the per-row settlements, the rows' key counts and
+// their missed-mass bounds (NaN where none is known; rows proven exact get 0).
+//
+// The output error: the dense row p and the graph row p^G (a distribution on
+// the graph keys) differ by missed mass mu on the left-out keys, and p^G >= p
+// on the graph keys (alpha-entmax: the graph row's threshold is the lower),
+// so sum |p^G - p| = 2 mu with equal positive and negative parts, and each
+// output entry moves by at most mu (max_j v_jx - min_j v_jx). A row with no
+// graph key outputs 0: its error is at most max |v|.
+template <class T>
+void fill_report(const Shared<T>& c, GraphAttentionReport* report, std::vector<RowSettlement>&& settled,
+                 const std::vector<std::size_t>& graph_keys, const std::vector<std::size_t>& final_keys,
+                 std::vector<double>&& missed) {
+  if (report == nullptr) return;
+  GraphAttentionReport r;
+  double sum = 0.0, worst = 0.0;  // worst: the largest missed mass of a row with graph keys
+  bool empty_row_misses = false;
+  for (std::size_t i = 0; i < settled.size(); ++i) {
+    r.graph_rows += settled[i] == RowSettlement::graph ? 1 : 0;
+    r.repaired_rows += settled[i] == RowSettlement::repaired ? 1 : 0;
+    r.dense_rows += settled[i] == RowSettlement::dense ? 1 : 0;
+    r.graph_pairs += graph_keys[i];
+    r.repair_pairs += final_keys[i] - graph_keys[i];
+    if (settled[i] != RowSettlement::unsettled) missed[i] = 0.0;
+    if (std::isnan(missed[i])) continue;
+    ++r.bounded_rows;
+    sum += missed[i];
+    r.max_missed_mass = std::max(r.max_missed_mass, missed[i]);
+    if (graph_keys[i] > 0) {
+      worst = std::max(worst, missed[i]);
+    } else if (missed[i] > 0.0) {
+      empty_row_misses = true;
+    }
+  }
+  constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+  if (r.bounded_rows == 0) {
+    r.max_missed_mass = r.mean_missed_mass = kNaN;
+  } else {
+    r.mean_missed_mass = sum / static_cast<double>(r.bounded_rows);
+  }
+  if (r.bounded_rows < settled.size()) {
+    r.output_error_bound = kNaN;
+  } else if (worst > 0.0 || empty_row_misses) {
+    const auto [range, largest] = value_spread(c);
+    r.output_error_bound = std::max(std::nextafter(worst * range, std::numeric_limits<double>::infinity()),
+                                    empty_row_misses ? largest : 0.0);
+  }
+  r.bound_pairs = count_bound_pairs(c, graph_keys);
+  r.settled = std::move(settled);
+  r.missed_mass = std::move(missed);
+  *report = std::move(r);
 }
 
 }  // namespace
@@ -926,9 +1033,11 @@ void graph_attention_forward(ConstMatrix<T> q, ConstMatrix<T> k, ConstMatrix<T> 
   const Shared<T> c = make_shared_state<T>(q, k, v, graph, options);
   std::vector<RowSettlement> settled(c.n, RowSettlement::unsettled);
   std::vector<std::size_t> graph_keys(c.n, 0), final_keys(c.n, 0);
+  std::vector<double> missed(c.n, std::numeric_limits<double>::quiet_NaN());
   run_tiles<T>(c, true, out, settled, [&](std::size_t i, const Row<T>& row) {
     graph_keys[i] = row.graph_keys;
     final_keys[i] = row.graph_keys + row.repaired;
+    missed[i] = row.missed;
     detail::matmul_kernels_for<T>().gather_axpy(row.probs.data(), c.v.data, c.v.stride, row.keys.data(),
                                                 row.keys.size(), c.dv, out.row(i));
   });
@@ -942,7 +1051,7 @@ void graph_attention_forward(ConstMatrix<T> q, ConstMatrix<T> k, ConstMatrix<T> 
       for (const std::uint32_t* p = graph.row_begin(i); p != graph.row_end(i) && *p < lim; ++p) cnt += c.kept(*p);
       graph_keys[i] = final_keys[i] = cnt;
     }
-  fill_report(report, std::move(settled), graph_keys, final_keys, count_bound_pairs(c, graph_keys));
+  fill_report(c, report, std::move(settled), graph_keys, final_keys, std::move(missed));
 }
 
 template <class T>
@@ -966,9 +1075,11 @@ void graph_attention_backward(ConstMatrix<T> q, ConstMatrix<T> k, ConstMatrix<T>
   std::vector<Support> rows(c.n);
   std::vector<RowSettlement> settled(c.n, RowSettlement::unsettled);
   std::vector<std::size_t> graph_keys(c.n, 0), final_keys(c.n, 0);
+  std::vector<double> missed(c.n, std::numeric_limits<double>::quiet_NaN());
   run_tiles<T>(c, false, MatrixView<T>{}, settled, [&](std::size_t i, const Row<T>& row) {
     graph_keys[i] = row.graph_keys;
     final_keys[i] = row.graph_keys + row.repaired;
+    missed[i] = row.missed;
     Support& s = rows[i];
     for (std::size_t x = 0; x < row.keys.size(); ++x)
       if (row.probs[x] > T(0)) {
@@ -1033,7 +1144,7 @@ void graph_attention_backward(ConstMatrix<T> q, ConstMatrix<T> k, ConstMatrix<T>
                            for (std::size_t x = 0; x < c.dv; ++x) grad_v(j, x) = static_cast<T>(gv[x]);
                          }
                        });
-  fill_report(report, std::move(settled), graph_keys, final_keys, count_bound_pairs(c, graph_keys));
+  fill_report(c, report, std::move(settled), graph_keys, final_keys, std::move(missed));
 }
 
 void graph_attention_forward(Device device, ConstMatrix<float> q, ConstMatrix<float> k, ConstMatrix<float> v,
