@@ -554,6 +554,33 @@ static void test_graph_attention(void) {
   for (i = 0; i < 6; ++i) CHECK(fast[i] == 0.0f);
   for (i = 0; i < 3; ++i) CHECK(settled[i] == EG_ROW_UNSETTLED);
 
+  /* Fast mode's error: unknown in fast mode on rows that miss keys; certify
+   * bounds it, and the empty graph misses all of every row, so its output
+   * (0) is off by at most max |v| = 8. Exact mode misses nothing. */
+  {
+    double missed[3] = {-1.0, -1.0, -1.0};
+    report.missed_mass = missed;
+    CHECK_OK(eg_graph_attention_forward(EG_DEVICE_CPU, cmat(q, 3, 2), cmat(k, 4, 2), cmat(v, 4, 2), empty,
+                                        mat(fast, 3, 2), &options, &report));
+    for (i = 0; i < 3; ++i) CHECK(isnan(missed[i]));
+    CHECK(report.bounded_rows == 0 && isnan(report.max_missed_mass) && isnan(report.mean_missed_mass));
+    CHECK(isnan(report.output_error_bound));
+    options.mode = EG_GRAPH_ATTENTION_CERTIFY;
+    CHECK_OK(eg_graph_attention_forward(EG_DEVICE_CPU, cmat(q, 3, 2), cmat(k, 4, 2), cmat(v, 4, 2), empty,
+                                        mat(fast, 3, 2), &options, &report));
+    for (i = 0; i < 3; ++i) CHECK(missed[i] == 1.0);
+    CHECK(report.bounded_rows == 3 && report.max_missed_mass == 1.0 && report.mean_missed_mass == 1.0);
+    CHECK(report.output_error_bound == 8.0);
+    for (i = 0; i < 6; ++i) CHECK(fabs(dense[i]) <= report.output_error_bound);
+    options.mode = EG_GRAPH_ATTENTION_EXACT;
+    CHECK_OK(eg_graph_attention_forward(EG_DEVICE_CPU, cmat(q, 3, 2), cmat(k, 4, 2), cmat(v, 4, 2), empty,
+                                        mat(exact, 3, 2), &options, &report));
+    for (i = 0; i < 3; ++i) CHECK(missed[i] == 0.0);
+    CHECK(report.bounded_rows == 3 && report.max_missed_mass == 0.0 && report.output_error_bound == 0.0);
+    report.missed_mass = NULL;
+    options.mode = EG_GRAPH_ATTENTION_FAST;
+  }
+
   /* softmax has no threshold: exact mode refuses it. */
   options.mode = EG_GRAPH_ATTENTION_EXACT;
   options.attention.transform = transform_named("softmax");

@@ -342,13 +342,23 @@ typedef struct eg_graph_attention_report {
   /* In: NULL, or a buffer of n bytes that receives an eg_row_settlement per
    * query. */
   uint8_t* settled;
+  /* Fast mode's error (docs/EXACT.md, "Fast mode's error"). In: NULL, or a
+   * buffer of n doubles that receives each row's missed-mass bound: an upper
+   * bound on the weight dense attention gives to the allowed keys the row
+   * left out; 0 on rows proven exact, NaN where none is known (fast mode's
+   * rows that miss a key; certify bounds every alpha-entmax row). */
+  double* missed_mass;
+  size_t bounded_rows;       /* rows with a bound */
+  double max_missed_mass;    /* over those rows (NaN when none) */
+  double mean_missed_mass;   /* over those rows (NaN when none) */
+  double output_error_bound; /* max |out - dense attention| in exact arithmetic; NaN unless every row has a bound */
 } eg_graph_attention_report;
 
 /* out (n x dv) = attention restricted to the graph (n queries, m keys) as
  * the mode says. options NULL means the defaults. report (optional)
- * receives the counts and, if report->settled is set, each row's
- * settlement; reports are computed on the CPU only (another device with a
- * report gives EG_ERROR_DEVICE). */
+ * receives the counts and, if report->settled or report->missed_mass is
+ * set, each row's settlement or missed-mass bound; reports are computed on
+ * the CPU only (another device with a report gives EG_ERROR_DEVICE). */
 eg_status eg_graph_attention_forward(eg_device device, eg_const_matrix q, eg_const_matrix k, eg_const_matrix v,
                                      const eg_graph* graph, eg_matrix out,
                                      const eg_graph_attention_options* options, eg_graph_attention_report* report);

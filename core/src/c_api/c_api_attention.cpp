@@ -104,6 +104,11 @@ eg_status eg_graph_attention_forward(eg_device device, eg_const_matrix q, eg_con
     if (report->settled != nullptr)
       std::transform(r.settled.begin(), r.settled.end(), report->settled,
                      [](RowSettlement s) { return static_cast<std::uint8_t>(s); });
+    if (report->missed_mass != nullptr) std::copy(r.missed_mass.begin(), r.missed_mass.end(), report->missed_mass);
+    report->bounded_rows = r.bounded_rows;
+    report->max_missed_mass = r.max_missed_mass;
+    report->mean_missed_mass = r.mean_missed_mass;
+    report->output_error_bound = r.output_error_bound;
   });
 }
 
