@@ -57,6 +57,19 @@ export interface GraphAttentionResult {
   repairPairs: number;
   /** Pairs whose score was bounded (certify, exact). */
   boundPairs: number;
+  /** Fast mode's error (docs/EXACT.md, "Fast mode's error"): per query, an upper bound on the weight dense
+   *  attention gives to the allowed keys the row left out; 0 on rows proven exact, NaN where none is known
+   *  (mode "fast" on rows that miss a key; "certify" bounds every entmax/sparsemax row, top-k only its proven
+   *  rows). */
+  missedMass: Float64Array;
+  /** Rows whose missedMass is known. */
+  boundedRows: number;
+  /** Largest and mean missedMass over those rows (NaN when none). */
+  maxMissedMass: number;
+  meanMissedMass: number;
+  /** An upper bound on max |out - dense attention| in exact arithmetic: maxMissedMass times the widest range of
+   *  a column of v (max |v| if a row with no graph key misses weight); NaN unless every row has a bound. */
+  outputErrorBound: number;
 }
 
 export interface AttentionInputs {

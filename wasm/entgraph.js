@@ -449,8 +449,10 @@ class Entgraph {
   }
 
   // mode: "fast" (the graph's edges only), "certify" (the same output, and a proof per row that nothing
-  // left out has weight) or "exact" (bound and repair: every row equals dense attention).
-  // settled per row: 0 unsettled, 1 by the graph alone, 2 repaired, 3 dense (graph_attention.hpp).
+  // left out has weight, or a bound on the weight it misses) or "exact" (bound and repair: every row equals
+  // dense attention).
+  // settled per row: 0 unsettled, 1 by the graph alone, 2 repaired, 3 dense (graph_attention.hpp);
+  // missedMass per row: a bound on the weight the row misses, NaN where unknown.
   graphAttention(options) {
     const { graph, transform = "entmax15", alpha = 1.5, topk = 0, causal = false, scale = 0, mode = "fast" } = options;
     for (const old of ["certify", "recomputeUncertified"])

@@ -226,6 +226,13 @@ describe("attention", () => {
         assert.equal(fast.graphRows, count(fast.settled, 1));
         assert.deepEqual([fast.repairedRows, fast.denseRows, fast.repairPairs, fast.boundPairs], [0, 0, 0, 0]);
         assert.equal(fast.graphPairs, windowPairs);
+        // Fast mode's error is known only on the rows it settles (0); certify bounds the others (below).
+        assert.ok(fast.missedMass instanceof Float64Array);
+        assert.equal(fast.missedMass.length, queries);
+        for (let i = 0; i < queries; ++i)
+          assert.ok(fast.settled[i] ? fast.missedMass[i] === 0 : Number.isNaN(fast.missedMass[i]), `fast, missedMass[${i}]`);
+        assert.equal(fast.boundedRows, fast.graphRows);
+        assert.equal(Number.isNaN(fast.outputErrorBound), fast.graphRows < queries);
         if (!threshold) {
           for (const mode of ["certify", "exact"])
             assertThrowsMatching(() => eg.graphAttention({ ...base, ...t, scale, graph, mode }), /no threshold/, `softmax, ${mode}`);
@@ -241,6 +248,25 @@ describe("attention", () => {
         assert.equal(cert.graphPairs, windowPairs);
         for (let i = 0; i < queries; ++i)
           if (cert.settled[i]) assertClose(row(cert.out, i, valueDim), row(dense.out, i, valueDim), TOL, `certified row ${i}`);
+        // Its missed-mass bounds: 0 exactly on certified rows, a bound on every other entmax row (top-k: none),
+        // never under the float64 reference's weight outside the window, and the output error bound holds.
+        for (let i = 0; i < queries; ++i) {
+          const mu = cert.missedMass[i];
+          if (cert.settled[i]) assert.equal(mu, 0, `certify, missedMass[${i}] of a certified row`);
+          else if (t.transform === "topk") assert.ok(Number.isNaN(mu), `certify, top-k, missedMass[${i}]`);
+          else assert.ok(mu > 0 && mu <= 1, `certify, missedMass[${i}] = ${mu}`);
+        }
+        if (REFERENCES[t.transform]) {
+          const ref = referenceAttention({ ...prob, transform: t.transform });
+          let maxDiff = 0;
+          for (let i = 0; i < queries; ++i) {
+            let missed = 0;
+            for (let j = 0; j < limitOf(i); ++j) if (j < i - 6 || j > i + 6) missed += ref.probs[i * keys + j];
+            assert.ok(cert.missedMass[i] >= missed - 1e-12, `row ${i}: bound ${cert.missedMass[i]} under the true ${missed}`);
+            for (let c = 0; c < valueDim; ++c) maxDiff = Math.max(maxDiff, Math.abs(cert.out[i * valueDim + c] - ref.out[i * valueDim + c]));
+          }
+          assert.ok(maxDiff <= cert.outputErrorBound + REF_TOL, `max |out - ref| ${maxDiff} > outputErrorBound ${cert.outputErrorBound}`);
+        }
         // exact: every row is dense attention, settled by the graph (as certify), repaired, or dense.
         const exact = eg.graphAttention({ ...base, ...t, scale, graph, mode: "exact" });
         assertClose(exact.out, dense.out, TOL, "out, mode exact");

@@ -127,6 +127,12 @@ val graph_attention(const val& q, const val& k, const val& v, double n, double m
   result.set("graphPairs", static_cast<double>(report.graph_pairs));
   result.set("repairPairs", static_cast<double>(report.repair_pairs));
   result.set("boundPairs", static_cast<double>(report.bound_pairs));
+  // Fast mode's error: per row a bound on the weight it misses (NaN: unknown).
+  result.set("missedMass", double_array(report.missed_mass.data(), report.missed_mass.size()));
+  result.set("boundedRows", static_cast<double>(report.bounded_rows));
+  result.set("maxMissedMass", report.max_missed_mass);
+  result.set("meanMissedMass", report.mean_missed_mass);
+  result.set("outputErrorBound", report.output_error_bound);
   return result;
 }
 

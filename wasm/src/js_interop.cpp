@@ -55,6 +55,8 @@ val copied_array(const T* data, std::size_t size) {
 
 val float_array(const float* data, std::size_t size) { return copied_array(data, size); }
 
+val double_array(const double* data, std::size_t size) { return copied_array(data, size); }
+
 val matrix_array(MatrixView<const float> matrix) {
   if (matrix.stride == matrix.cols) return float_array(matrix.data, matrix.rows * matrix.cols);
   std::vector<float> rows(matrix.rows * matrix.cols);

@@ -64,8 +64,9 @@ inline constexpr auto guarded = &Guard<F>::call;
 // message names the argument otherwise.
 std::vector<float> to_floats(const val& array, std::size_t expected, const char* name);
 std::vector<std::uint8_t> to_bytes(const val& array, const char* name);
-// Copies into a new Float32Array / Uint8Array.
+// Copies into a new Float32Array / Float64Array / Uint8Array.
 val float_array(const float* data, std::size_t size);
+val double_array(const double* data, std::size_t size);
 // A matrix's rows, contiguous, as a Float32Array of rows * cols values.
 val matrix_array(MatrixView<const float> matrix);
 val byte_array(const std::uint8_t* data, std::size_t size);
