@@ -30,13 +30,20 @@ export class Announcer {
   }
 }
 
-// The message after an update: the chosen head's numbers, then the means.
-// m: the chosen head's metrics ({ recall, sparsity }); means: { recall, sparsity }.
-export function resultsMessage({ layer, head, m, means, tokens }) {
+// The message after an update: the chosen head's numbers, then the means, then
+// (once computed) fast mode's error on the chosen head.
+// m: the chosen head's metrics ({ recall, sparsity }); means: { recall, sparsity };
+// fast: null, or { exactRows, rows, maxMissed } (graph attention in mode "certify").
+export function resultsMessage({ layer, head, m, means, tokens, fast = null }) {
   if (!tokens || !m || !Number.isFinite(m.recall)) return "No text: type some text to see its attention.";
   const f = (x) => (Number.isFinite(x) ? x.toFixed(2) : "unknown");
+  const missed = (x) => (!Number.isFinite(x) ? "an unknown share" : x === 0 ? "none" : x < 0.01 ? "under 0.01" : x.toFixed(2));
   return (
     `Layer ${layer}, head ${head}: recall ${f(m.recall)}, sparsity ${f(m.sparsity)}. ` +
-    `All heads, mean: recall ${f(means.recall)}, sparsity ${f(means.sparsity)}.`
+    `All heads, mean: recall ${f(means.recall)}, sparsity ${f(means.sparsity)}.` +
+    (fast
+      ? ` On the predicted graph alone, ${fast.exactRows} of ${fast.rows} rows are proven exact; ` +
+        `a row misses at most ${missed(fast.maxMissed)} of its weight.`
+      : "")
   );
 }

@@ -310,6 +310,12 @@ function setNumber(id, value, text) {
   el.dataset.value = Number.isFinite(value) ? String(value) : "";
 }
 
+// A missed-mass bound (a share of a row's weight, 0..1): three digits, "0" when none is missed.
+function formatMissed(x) {
+  if (!Number.isFinite(x)) return "–";
+  return x === 0 ? "0" : x >= 0.001 ? x.toPrecision(3) : formatDiff(x);
+}
+
 function formatDiff(x) {
   if (x === 0) return "0";
   return x >= 0.01 ? x.toPrecision(3) : x.toExponential(1).replace("e-", "·10⁻").replace(/⁻(\d+)/, (_, d) => "⁻" + [...d].map((c) => "⁰¹²³⁴⁵⁶⁷⁸⁹"[c]).join(""));
@@ -440,6 +446,13 @@ function drawExactness() {
     $("max-diff-scale").textContent = errorScaleText(exactInfo.maxAbsDiff, exactInfo.maxAbsOut);
     setNumber("covered-rows", exactInfo.coveredRows, `${exactInfo.coveredRows}/${exactInfo.rows}`);
     const x = exactInfo;
+    // Fast mode's error, beside recall: what the bounds prove about the graph alone.
+    setNumber("fast-exact-rows", x.fastExactRows, Number.isFinite(x.fastExactRows) ? `${x.fastExactRows}/${x.rows}` : "–");
+    setNumber("max-missed", x.maxMissedMass, formatMissed(x.maxMissedMass));
+    $("max-missed").closest(".fast-error").title =
+      `Attention on the predicted graph alone (mode fast): ${x.fastExactRows} of ${x.rows} rows proven equal to full ` +
+      `attention; the others miss at most ${formatMissed(x.maxMissedMass)} of a row's weight (mean bound ` +
+      `${formatMissed(x.meanMissedMass)}), so no output number is off by more than ${formatMissed(x.outputErrorBound)}`;
     const fixed = x.repairedRows + x.denseRows;
     setNumber("graph-rows", x.graphRows, `${x.graphRows}/${x.rows}`);
     setNumber("repaired-rows", fixed, `${fixed}/${x.rows}`);
@@ -469,7 +482,8 @@ function drawExactness() {
     ex.className = "exactness";
     ex.textContent = run.n === 0 ? "Type some text to see its attention." : "–";
     ex.dataset.value = "false";
-    for (const id of ["max-diff", "covered-rows", "graph-rows", "repaired-rows", "repair-cost", "exact-diff"]) setNumber(id, NaN);
+    for (const id of ["max-diff", "covered-rows", "graph-rows", "repaired-rows", "repair-cost", "exact-diff", "fast-exact-rows", "max-missed"])
+      setNumber(id, NaN);
     $("max-diff-scale").textContent = "";
     $("repair-summary").textContent = "";
   }
@@ -529,6 +543,13 @@ function publish(drawMs, since) {
     maxAbsDiff: exactInfo?.maxAbsDiff ?? NaN,
     maxAbsOut: exactInfo?.maxAbsOut ?? NaN,
     coveredRows: exactInfo?.coveredRows ?? 0,
+    // fast mode's error on the chosen head (graph attention in mode "certify")
+    fastExactRows: exactInfo?.fastExactRows ?? NaN,
+    boundedRows: exactInfo?.boundedRows ?? 0,
+    maxMissedMass: exactInfo?.maxMissedMass ?? NaN,
+    meanMissedMass: exactInfo?.meanMissedMass ?? NaN,
+    outputErrorBound: exactInfo?.outputErrorBound ?? NaN,
+    certifyMs: exactInfo?.certifyMs ?? NaN,
     // graph attention in mode "exact" on the chosen head (bound and repair)
     graphRows: exactInfo?.graphRows ?? 0,
     repairedRows: exactInfo?.repairedRows ?? 0,
@@ -550,6 +571,8 @@ function publish(drawMs, since) {
   announcer.say(resultsMessage({
     layer: demo.layer, head: demo.head, m, tokens: run.n,
     means: { recall: demo.meanRecall, sparsity: demo.meanSparsity },
+    fast: exactInfo && Number.isFinite(exactInfo.fastExactRows)
+      ? { exactRows: exactInfo.fastExactRows, rows: exactInfo.rows, maxMissed: exactInfo.maxMissedMass } : null,
   }));
   const el = $("update-ms");
   el.textContent = demo.updates === 1 ? `${ms.toFixed(1)} ms (the first, warming up)` : `${ms.toFixed(1)} ms`;

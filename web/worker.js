@@ -285,10 +285,12 @@ function scheduleGoldCheck(snapshot) {
   }, 50);
 }
 
-// Attention over the predicted graph vs dense attention, for the chosen head, twice:
-// mode "fast" (the predicted edges only: what a sparse kernel would output, shown as
-// the largest output error) and mode "exact" (bound and repair: rows proven exact by
-// the graph alone, rows repaired, and the extra pairs repair scored).
+// Attention over the predicted graph vs dense attention, for the chosen head, three
+// times: mode "fast" (the predicted edges only: what a sparse kernel would output, shown
+// as the largest output error), mode "certify" (the same output and fast mode's error
+// report: rows proven exact, and a bound on the weight each other row misses) and mode
+// "exact" (bound and repair: rows proven exact by the graph alone, rows repaired, and
+// the extra pairs repair scored).
 function graphAttentionCheck(head) {
   const h = head.chosen;
   const n = run.n;
@@ -303,6 +305,9 @@ function graphAttentionCheck(head) {
   const t1 = performance.now();
   const exact = eg.graphAttention({ ...inputs, mode: "exact" });
   const t2 = performance.now();
+  // Certify needs a threshold: a softmax teacher (alpha 1) has none, and no bound.
+  const cert = alpha > 1 ? eg.graphAttention({ ...inputs, mode: "certify" }) : null;
+  const t3 = performance.now();
   const dense = h.dense;
   let maxAbsDiff = 0;
   let exactMaxAbsDiff = 0;
@@ -320,6 +325,13 @@ function graphAttentionCheck(head) {
     maxAbsDiff,
     maxAbsOut, // the scale of the errors: the largest |output| of full attention
     coveredRows: head.covered,
+    // fast mode's error (from mode certify): rows proven exact, the missed-mass bounds over the others
+    fastExactRows: cert?.graphRows ?? NaN,
+    boundedRows: cert?.boundedRows ?? 0,
+    maxMissedMass: cert?.maxMissedMass ?? NaN,
+    meanMissedMass: cert?.meanMissedMass ?? NaN,
+    outputErrorBound: cert?.outputErrorBound ?? NaN,
+    certifyMs: t3 - t2,
     // exact mode
     graphRows: exact.graphRows,
     repairedRows: exact.repairedRows,

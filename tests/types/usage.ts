@@ -29,6 +29,8 @@ export async function notebook(configJson: string, weights: Uint8Array): Promise
     eg.paretoSvg(points, sweep.goldSparsity, "title"),
   ];
   const settled: number = attention.graphRows + attention.repairedRows + attention.denseRows + grad.length;
+  const missed: Float64Array = attention.missedMass;
+  const error: number = attention.outputErrorBound + attention.maxMissedMass + attention.meanMissedMass + missed.length;
   for (const o of [out, capture, teacher, p]) o.dispose();
-  return settled >= 0 ? svgs : [];
+  return settled >= 0 && attention.boundedRows <= error ? svgs : [];
 }
