@@ -58,5 +58,6 @@ void register_batched_attention_benchmarks();
 void register_teacher_benchmarks();
 void register_graph_benchmarks();
 void register_predict_benchmarks();
+void register_score_bound_benchmarks();
 
 }  // namespace entgraph::bench

@@ -78,14 +78,16 @@ void run_graph(benchmark::State& state, std::size_t n, const Predictor& predicto
   options.attention = entmax_options();
   options.mode = mode;
   double sparsity = 0.0;
+  GraphAttentionReport report;
   for (auto _ : state) {
     const Graph g = predictor.predict({h.q.data(), n, kD}, {h.k.data(), n, kD}, 0, 0, false);
     graph_attention_forward<float>({h.q.data(), n, kD}, {h.k.data(), n, kD}, {h.v.data(), n, kD}, g,
-                                   {out.data(), n, kD}, options);
+                                   {out.data(), n, kD}, options, &report);
     benchmark::DoNotOptimize(out.data());
     sparsity = 1.0 - double(g.edges()) / double(n * n);
   }
   state.counters["sparsity"] = sparsity;
+  if (mode != GraphAttentionMode::fast) state.SetLabel(std::string("bounds:") + bound_kernel_name(report.bound_kernel));
 }
 
 // Sparsefinder k-means fitted (untimed) on the head itself, as a capture of

@@ -6,8 +6,10 @@
 #include <random>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "bench_common.hpp"
+#include "entgraph/score_bounds.hpp"
 
 namespace entgraph::bench {
 
@@ -68,6 +70,15 @@ int main(int argc, char** argv) {
                                                      std::to_string(eb::kSeedScores) +
                                                      ", std::normal_distribution<float>");
   benchmark::AddCustomContext("entgraph_elements_per_iteration", std::to_string(eb::kElementsPerIteration));
+  // The kernel exact graph attention's float bounds run here: identity
+  // bounds (rank d, as on rotary heads), then low-rank ones.
+  {
+    const std::vector<float> keys(64 * 16, 1.0f);
+    const entgraph::ScoreBounds<float> identity({keys.data(), 64, 16}, 1.0, 16), low({keys.data(), 64, 16}, 1.0, 4);
+    benchmark::AddCustomContext("entgraph_bound_kernel", std::string(entgraph::bound_kernel_name(identity.kernel())) +
+                                                             " (low rank: " +
+                                                             entgraph::bound_kernel_name(low.kernel()) + ")");
+  }
 
   eb::register_transform_benchmarks();
   eb::register_attention_benchmarks();
@@ -75,6 +86,7 @@ int main(int argc, char** argv) {
   eb::register_teacher_benchmarks();
   eb::register_graph_benchmarks();
   eb::register_predict_benchmarks();
+  eb::register_score_bound_benchmarks();
 
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();

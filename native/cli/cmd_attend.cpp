@@ -51,7 +51,9 @@ constexpr const char* kUsage =
     "  --head H           only this head (default: all)\n"
     "  --fn NAME          transform instead of the capture's entmax alpha: softmax,\n"
     "                     sparsemax, entmax15, entmax (--alpha A), topk (--k K)\n"
-    "  --exact            bound and repair: every row equals dense attention\n"
+    "  --exact            bound and repair: every row equals dense attention; says\n"
+    "                     which bound kernel ran ($ENTGRAPH_BOUND_KERNEL: auto,\n"
+    "                     float32, bf16, int16)\n"
     "  --rank R           rank of the score bounds, or auto (default: per head, 8 or\n"
     "                     16 when the keys are nearly that low-rank, else d)\n"
     "  --repeat N         time each run N times, keep the fastest (default 1)\n"
@@ -92,6 +94,7 @@ struct Tally {
   // largest, and the output error bound (NaN once a row has none).
   std::size_t rows_bounded = 0;
   double missed_sum = 0, max_missed = 0, output_error_bound = 0;
+  std::string bound_kernel;  // exact mode: the bound kernels that ran, joined by '+' ("none" otherwise)
 
   void add(const Tally& o) {
     dense_s += o.dense_s;
@@ -113,6 +116,8 @@ struct Tally {
     max_missed = std::max(max_missed, o.max_missed);
     output_error_bound =
         std::isnan(o.output_error_bound) ? o.output_error_bound : std::max(output_error_bound, o.output_error_bound);
+    if (!o.bound_kernel.empty() && ("+" + bound_kernel + "+").find("+" + o.bound_kernel + "+") == std::string::npos)
+      bound_kernel += (bound_kernel.empty() ? "" : "+") + o.bound_kernel;
   }
   double ratio() const { return dense_s > 0 ? graph_s / dense_s : 0.0; }
   double max_missed_mass() const { return rows_bounded ? max_missed : std::nan(""); }
@@ -129,7 +134,8 @@ struct Tally {
       << ", \"allowed_pairs\": " << allowed_pairs << ", \"predicted_sparsity\": " << json_number(sparsity)
       << ", \"rows_bounded\": " << rows_bounded << ", \"max_missed_mass\": " << json_number(max_missed_mass())
       << ", \"mean_missed_mass\": " << json_number(mean_missed_mass())
-      << ", \"output_error_bound\": " << json_number(output_error_bound);
+      << ", \"output_error_bound\": " << json_number(output_error_bound) << ", \"bound_kernel\": \""
+      << (bound_kernel.empty() ? "none" : bound_kernel) << "\"";
     return s.str();
   }
 };
@@ -181,6 +187,7 @@ Tally attend_sequence(const Capture& capture, const Predictor& predictor, std::s
   if (exact) {
     t.rows_exact = report.exact_rows();
     t.rows_certified = report.graph_rows;
+    if (report.bound_kernel != BoundKernel::automatic) t.bound_kernel = bound_kernel_name(report.bound_kernel);
   } else {
     if (has_threshold(transform)) {
       go.mode = GraphAttentionMode::certify;
@@ -321,6 +328,7 @@ int run_attend(const std::vector<std::string>& raw) {
         exact ? "exact" : "fast", predictor->method().c_str(), total.rows_exact, total.rows, total.rows_certified,
         total.allowed_pairs ? 1.0 - double(total.predicted_pairs) / total.allowed_pairs : 0.0, total.repair_pairs,
         total.graph_pairs);
+    if (exact) std::printf("bound kernel: %s\n", total.bound_kernel.empty() ? "none" : total.bound_kernel.c_str());
     if (!exact)
       std::printf("missed mass bounded on %zu of %zu rows: largest %.3g, mean %.3g; max |graph - dense| <= %.3g%s\n",
                   total.rows_bounded, total.rows, total.max_missed_mass(), total.mean_missed_mass(),

@@ -14,11 +14,37 @@
 
 #include "entgraph/attention.hpp"
 #include "entgraph/error.hpp"
+#include "entgraph/score_bounds.hpp"
 #include "entgraph/transforms.hpp"
 #include "support.hpp"
 #include "support/cases.hpp"
 
 namespace entgraph::test {
+
+// Forces the kernel of float score bounds for one scope (set_bound_kernel),
+// as IsaScope does the instruction set.
+class BoundKernelScope {
+ public:
+  explicit BoundKernelScope(BoundKernel kernel) : saved_(bound_kernel()) { set_bound_kernel(kernel); }
+  ~BoundKernelScope() { set_bound_kernel(saved_); }
+  BoundKernelScope(const BoundKernelScope&) = delete;
+  BoundKernelScope& operator=(const BoundKernelScope&) = delete;
+
+ private:
+  BoundKernel saved_;
+};
+
+// The float bound kernels this machine can force: float32, int16, and bf16
+// where the CPU and the ISA in use have it.
+inline std::vector<BoundKernel> forcible_bound_kernels() {
+  std::vector<BoundKernel> kernels{BoundKernel::float32, BoundKernel::int16};
+  try {
+    BoundKernelScope probe(BoundKernel::bf16);
+    kernels.push_back(BoundKernel::bf16);
+  } catch (const Error&) {
+  }
+  return kernels;
+}
 
 // Every transform kind, with parameters that make the sparse ones sparse:
 // the kPaths cases of support/cases.hpp.

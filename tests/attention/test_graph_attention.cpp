@@ -727,6 +727,41 @@ TEST_SUITE("attention") {
     }
   }
 
+  TEST_CASE("graph attention: exact mode equals dense attention with every bound kernel on every instruction set") {
+    // float32, int16 and (where the CPU has it) bf16 bounds, ranks 1, 8 and d;
+    // the report names the kernel that ran (float64 for double bounds).
+    for (BoundKernel kernel : forcible_bound_kernels())
+      for (CpuIsa isa : available_cpu_isas()) {
+        IsaScope scope(isa);
+        if (kernel == BoundKernel::bf16 && isa != CpuIsa::avx512) continue;
+        const BoundKernelScope bounds(kernel);
+        const std::string isa_name = scope.name(), kernel_name = bound_kernel_name(kernel);
+        CAPTURE(isa_name);
+        CAPTURE(kernel_name);
+        Tally tally;
+        for (std::size_t rank : {1u, 8u, 12u}) {
+          const Case c = clustered_case("clustered", 40, 12, 3, true, 920 + rank);
+          check_exact(c, Transform::entmax15(), tally, rank);
+          const Case h = heavy_light_case("heavy and light keys", 24, 40, false, 0.3, 930 + rank);
+          check_exact(h, Transform::sparsemax(), tally, rank);
+          // bf16 off the identity gives way to the automatic choice: float32 below rank 16.
+          const BoundKernel expect = kernel == BoundKernel::bf16 && rank < c.q.cols ? BoundKernel::float32 : kernel;
+          GraphAttentionReport fr, dr;
+          graph_forward<float>(c, c.graph, graph_options<float>(c, Transform::entmax15(), GraphAttentionMode::exact, rank),
+                               &fr);
+          graph_forward<double>(c, c.graph,
+                                graph_options<double>(c, Transform::entmax15(), GraphAttentionMode::exact, rank), &dr);
+          CHECK(fr.bound_kernel == expect);
+          CHECK(dr.bound_kernel == BoundKernel::float64);
+        }
+        CHECK(tally.repaired > 0);
+      }
+    GraphAttentionReport fast;
+    const Case c = clustered_case("clustered", 20, 8, 3, false, 940);
+    graph_forward<float>(c, c.graph, graph_options<float>(c, Transform::entmax15(), GraphAttentionMode::fast), &fast);
+    CHECK(fast.bound_kernel == BoundKernel::automatic);
+  }
+
   TEST_CASE("graph attention: a row missing a gold edge is never settled by the graph; supersets of gold are exact") {
     struct Shape {
       std::size_t n, m;

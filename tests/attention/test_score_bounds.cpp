@@ -1,9 +1,12 @@
 // ScoreBounds: low-rank upper bounds of scale q . k. Every bound, from
-// bound_all and from bound_block over tiles of queries, is checked against
-// the exact score (long double from the float inputs) and against the scores
-// that naive float loops and every compiled kernel of the library compute,
-// on random, clustered, low-rank and adversarial keys; plus tightness at
-// full rank and the constructor's errors.
+// bound_all and from bound_block over tiles of queries, on every bound
+// kernel (float32, int16 on every instruction set, bf16 where the CPU has
+// it), is checked against the exact score (long double from the float
+// inputs) and against the scores that naive float loops and every compiled
+// kernel of the library compute, on random, clustered, low-rank and
+// adversarial keys (and bound - 2 slack against the lowest of them); plus
+// tightness, the integer kernels against float64, codes on the rounding
+// boundary, and the constructor's errors.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -21,6 +24,7 @@
 #include "entgraph/runtime.hpp"
 #include "entgraph/score_bounds.hpp"
 #include "kernels/bf16_scores.hpp"
+#include "kernels/code_scores.hpp"
 #include "kernels/matmul_kernels.hpp"
 #include "support.hpp"
 
@@ -167,14 +171,18 @@ Matrix<float> queries_for(const Matrix<float>& k, std::uint64_t seed) {
 // Every score of query i on key j that a computation could report: the exact
 // one (long double) and float ones in several orders and on every kernel.
 struct Scores {
-  Matrix<double> exact, computed_max;  // nq x m
+  Matrix<double> exact, computed_max, computed_min;  // nq x m
 };
 
 Scores all_scores(const Matrix<float>& q, const Matrix<float>& k, double scale) {
   const std::size_t nq = q.rows, m = k.rows, d = k.cols;
-  Scores s{Matrix<double>(nq, m), Matrix<double>(nq, m, -std::numeric_limits<double>::infinity())};
+  Scores s{Matrix<double>(nq, m), Matrix<double>(nq, m, -std::numeric_limits<double>::infinity()),
+           Matrix<double>(nq, m, std::numeric_limits<double>::infinity())};
   const float fscale = static_cast<float>(scale);
-  auto take = [&](std::size_t i, std::size_t j, double v) { s.computed_max(i, j) = std::max(s.computed_max(i, j), v); };
+  auto take = [&](std::size_t i, std::size_t j, double v) {
+    s.computed_max(i, j) = std::max(s.computed_max(i, j), v);
+    s.computed_min(i, j) = std::min(s.computed_min(i, j), v);
+  };
   for (std::size_t i = 0; i < nq; ++i)
     for (std::size_t j = 0; j < m; ++j) {
       long double e = 0;
@@ -232,9 +240,20 @@ struct Violation {
   }
 };
 
+// The kernel float bounds of rank r (of d) use when `forced` is preferred
+// (score_bounds.hpp): a forced kernel that cannot run gives way to the
+// automatic choice, which never picks bf16 where it could not be forced.
+BoundKernel expected_kernel(BoundKernel forced, std::size_t rank, std::size_t d) {
+  if (forced == BoundKernel::float32) return BoundKernel::float32;
+  if (forced == BoundKernel::int16 && rank >= 1) return BoundKernel::int16;
+  if (forced == BoundKernel::bf16 && rank == d) return BoundKernel::bf16;
+  return rank >= kMinAutoInt16BoundRank ? BoundKernel::int16 : BoundKernel::float32;
+}
+
 // Checks bound_all and bound_block (tiles of 5 queries, blocks of 7 keys,
-// query sides with a row stride wider than width()) against every score.
-void check_sound(const KeySet& ks, double scale, std::size_t rank) {
+// query sides with a row stride wider than width()) against every score,
+// and bound - 2 slack + lower_offset (a lower bound) against the lowest.
+void check_sound(const KeySet& ks, double scale, std::size_t rank, BoundKernel forced) {
   const Matrix<float>& k = ks.k;
   const std::size_t m = k.rows, d = k.cols;
   CAPTURE(ks.name);
@@ -244,9 +263,10 @@ void check_sound(const KeySet& ks, double scale, std::size_t rank) {
   CHECK(b.rank() == std::min(rank, d));
   CHECK(b.keys() == m);
   CHECK(b.width() == b.rank() + 2);
+  CHECK(b.kernel() == expected_kernel(forced, b.rank(), d));
   const Matrix<float> q = queries_for(k, 100 + rank);
   const Scores s = all_scores(q, k, scale);
-  Violation vs_exact, vs_computed, block_exact, block_computed;
+  Violation vs_exact, vs_computed, block_exact, block_computed, lower_exact, lower_computed;
   std::size_t not_finite = 0;
   for (std::size_t i = 0; i < q.rows; ++i) {
     const std::vector<double> all = b.bound_all(q.data.data() + i * d);
@@ -275,6 +295,11 @@ void check_sound(const KeySet& ks, double scale, std::size_t rank) {
             const double bound = offset[r] + static_cast<double>(out[r * ldb + (j - j0)]);
             block_exact.check(i0 + r, j, bound, s.exact(i0 + r, j));
             block_computed.check(i0 + r, j, bound, s.computed_max(i0 + r, j));
+            // Violation checks "first >= second": the score must be at least the lower bound.
+            const double lower = static_cast<double>(out[r * ldb + (j - j0)]) -
+                                 2.0 * b.slack(qt.data() + r * ldq, j) + b.lower_offset(offset[r]);
+            lower_exact.check(i0 + r, j, s.exact(i0 + r, j), lower);
+            lower_computed.check(i0 + r, j, s.computed_min(i0 + r, j), lower);
           }
           for (std::size_t a = 0; a < j1 - j0; a += ScoreBounds<float>::kGroupKeys) {
             const float* o = out.data() + r * ldb + a;
@@ -291,7 +316,9 @@ void check_sound(const KeySet& ks, double scale, std::size_t rank) {
   for (const auto& check : {std::pair<const char*, const Violation*>{"bound_all vs exact", &vs_exact},
                             {"bound_all vs computed", &vs_computed},
                             {"bound_block vs exact", &block_exact},
-                            {"bound_block vs computed", &block_computed}}) {
+                            {"bound_block vs computed", &block_computed},
+                            {"lower bound vs exact (bound: the score)", &lower_exact},
+                            {"lower bound vs computed (bound: the lowest score)", &lower_computed}}) {
     // Not a structured binding: CAPTURE's lambda cannot name one before C++20 (clang, em++).
     const char* what = check.first;
     const Violation* v = check.second;
@@ -302,11 +329,24 @@ void check_sound(const KeySet& ks, double scale, std::size_t rank) {
 }
 
 TEST_SUITE("attention") {
-  TEST_CASE("score bounds: every bound is at least the exact and every computed score (float)") {
-    for (const KeySet& ks : key_sets())
-      for (std::size_t rank :
-           {std::size_t{0}, std::size_t{1}, std::size_t{3}, std::size_t{8}, ks.k.cols, ks.k.cols + 5})
-        for (double scale : {0.25, 1.0, -0.7}) check_sound(ks, scale, rank);
+  TEST_CASE("score bounds: every bound is at least the exact and every computed score (float, every kernel)") {
+    for (BoundKernel kernel : forcible_bound_kernels()) {
+      const BoundKernelScope scope(kernel);
+      const std::string kernel_name = bound_kernel_name(kernel);
+      CAPTURE(kernel_name);
+      // The integer kernel on every instruction set (bf16 only runs on avx512).
+      std::vector<CpuIsa> isas{cpu_isa()};
+      if (kernel == BoundKernel::int16) isas = available_cpu_isas();
+      for (CpuIsa isa : isas) {
+        IsaScope isa_scope(isa);
+        const std::string isa_name = isa_scope.name();
+        CAPTURE(isa_name);
+        for (const KeySet& ks : key_sets())
+          for (std::size_t rank :
+               {std::size_t{0}, std::size_t{1}, std::size_t{3}, std::size_t{8}, ks.k.cols, ks.k.cols + 5})
+            for (double scale : {0.25, 1.0, -0.7}) check_sound(ks, scale, rank, kernel);
+      }
+    }
   }
 
   TEST_CASE("score bounds: every bound is at least the exact score in float64") {
@@ -352,7 +392,11 @@ TEST_SUITE("attention") {
                                        {"random, rank > d", random_matrix<float>(50, 6, 1.0, 22), 9},
                                        {"low rank 3, rank 3", low_rank_keys(48, 16, 3, 0.0, 23), 3},
                                        {"clustered, rank = d", clustered_keys(40, 8, 24), 8}};
+    for (BoundKernel kernel : forcible_bound_kernels())
     for (const Setup& s : setups) {
+      const BoundKernelScope scope(kernel);
+      const std::string kernel_name = bound_kernel_name(kernel);
+      CAPTURE(kernel_name);
       CAPTURE(s.name);
       const std::size_t m = s.k.rows, d = s.k.cols;
       const double scale = 0.5;
@@ -388,10 +432,16 @@ TEST_SUITE("attention") {
                                          (b.uses_bf16() ? widest : std::sqrt(kn) + std::sqrt(cn))));
         }
       }
-      MESSAGE(s.name << ": worst relative gap " << worst << std::string(b.uses_bf16() ? " (bfloat16)" : ""));
+      MESSAGE(s.name << ": worst relative gap " << worst << " (" << bound_kernel_name(b.kernel()) << ")");
       // The rounding term is 4 (d + 3r + 16) eps, ~2e-5 here; bfloat16 adds
-      // twice its margin of 2^-7 ||q|| max ||k - mu|| at most.
-      CHECK(worst <= (b.uses_bf16() ? 2.0 * std::ldexp(1.0, -7) + 1e-4 : 1e-4));
+      // twice its margin of 2^-7 ||q|| max ||k - mu|| at most; int16 twice
+      // s_q s_k (A + B) (docs/EXACT.md), at most 4 sqrt(r) / C + 4 (1.5 r +
+      // 2 guard + 4) / C^2 relative, with C = min(32767, sqrt(2^30 / r)).
+      const double r = static_cast<double>(b.rank()), c = std::min(32767.0, std::floor(std::sqrt(0x1p30 / r)));
+      const double allowed = b.kernel() == BoundKernel::bf16    ? 2.0 * std::ldexp(1.0, -7) + 1e-4
+                             : b.kernel() == BoundKernel::int16 ? 4.0 * std::sqrt(r) / c + 4.0 * (1.5 * r + 1028) / (c * c) + 1e-4
+                                                                : 1e-4;
+      CHECK(worst <= allowed);
     }
     // Rank 0 is looser than rank 3 on rank-3 keys (on average).
     const Matrix<float> k = low_rank_keys(48, 16, 3, 1e-3, 26), q = random_matrix<float>(8, 16, 1.0, 27);
@@ -497,6 +547,157 @@ TEST_SUITE("attention") {
     CHECK(detail::to_bf16(1.0f + std::ldexp(1.0f, -8)) == 0x3f80);   // tie: even
     CHECK(detail::to_bf16(1.0f + 3 * std::ldexp(1.0f, -8)) == 0x3f82);  // tie: even (up)
     CHECK(detail::to_bf16(-2.5f) == 0xc020);
+  }
+
+  TEST_CASE("integer bound kernel: code_bounds equals a float64 evaluation on every instruction set, for every shape") {
+    // The kernel lemma of docs/EXACT.md ("Integer bounds"): out is
+    // float(D + A_i + B_j) s_q s_k plus the two columns, at most 64 code
+    // units (the conversion) plus 2.0001 u |t| and 3.0001 u of each column
+    // below it, and group_max is each 64-key group's largest out.
+    for (CpuIsa isa : available_cpu_isas()) {
+      const detail::CodeBounds kernel = detail::code_bounds_kernel(isa);
+      const std::string isa_name = cpu_isa_name(isa);
+      CAPTURE(isa_name);
+      std::mt19937_64 rng(77);
+      for (std::size_t r : {1u, 2u, 7u, 32u})
+        for (std::size_t rows : {1u, 3u, 4u, 5u, 9u})
+          for (std::size_t m : {1u, 15u, 16u, 17u, 64u, 65u, 130u, 300u})
+            for (bool resid : {false, true}) {
+              CAPTURE(r);
+              CAPTURE(rows);
+              CAPTURE(m);
+              CAPTURE(resid);
+              const std::int32_t limit =
+                  static_cast<std::int32_t>(std::min(32767.0, std::floor(std::sqrt(0x1p30 / static_cast<double>(r)))));
+              std::uniform_int_distribution<std::int32_t> code(-limit, limit);
+              std::uniform_int_distribution<int> exponent(-30, 4);
+              std::uniform_real_distribution<float> column(0.0f, 2.0f);
+              const std::size_t padded = (m + 15) / 16 * 16;
+              std::vector<std::int16_t> qc(rows * r), kc(m * r);
+              for (auto& c : qc) c = static_cast<std::int16_t>(code(rng));
+              for (auto& c : kc) c = static_cast<std::int16_t>(code(rng));
+              // Some rows and keys at the largest codes, all of one sign: the integer sum's extremes.
+              for (std::size_t x = 0; x < r; ++x) {
+                qc[x] = static_cast<std::int16_t>(-limit);
+                kc[x] = static_cast<std::int16_t>(-limit);
+              }
+              std::vector<std::int32_t> qadd(rows), kadd(padded, 0);
+              std::vector<float> qscale(rows), qresid(rows), qround(rows);
+              std::vector<float> kscale(padded, 0.0f), kresid(padded, 0.0f), kround(padded, 0.0f);
+              const std::int32_t add_limit = static_cast<std::int32_t>(r) * limit / 2 + 600;
+              std::uniform_int_distribution<std::int32_t> add(0, add_limit);
+              for (std::size_t i = 0; i < rows; ++i) {
+                qadd[i] = add(rng);
+                qscale[i] = std::ldexp(1.0f, exponent(rng));
+                qresid[i] = column(rng);
+                qround[i] = column(rng) * 1e-3f;
+              }
+              for (std::size_t j = 0; j < m; ++j) {
+                kadd[j] = add(rng);
+                kscale[j] = std::ldexp(1.0f, exponent(rng));
+                kresid[j] = column(rng);
+                kround[j] = column(rng) * 1e-3f;
+              }
+              const std::vector<std::int16_t> packed = detail::pack_code_keys(kc.data(), m, r);
+              const std::vector<std::int32_t> qp = detail::pack_code_queries(qc.data(), rows, r);
+              const detail::CodeBoundSide row{qadd.data(), qscale.data(), qresid.data(), qround.data()};
+              const detail::CodeBoundSide key{kadd.data(), kscale.data(), resid ? kresid.data() : nullptr,
+                                              kround.data()};
+              const std::size_t ldo = m + 3, groups = (m + 63) / 64, ldg = groups + 1;
+              std::vector<float> out(rows * ldo, -7.0f), group_max(rows * ldg, -7.0f);
+              kernel(qp.data(), rows, packed.data(), (r + 1) / 2, m, row, key, out.data(), ldo, group_max.data(), ldg);
+              std::size_t wrong = 0, below = 0;
+              for (std::size_t i = 0; i < rows; ++i) {
+                for (std::size_t j = 0; j < m; ++j) {
+                  std::int64_t dsum = qadd[i] + kadd[j];
+                  for (std::size_t x = 0; x < r; ++x) dsum += std::int64_t{qc[i * r + x]} * kc[j * r + x];
+                  REQUIRE(std::llabs(dsum) < (std::int64_t{1} << 31));
+                  const double step = static_cast<double>(qscale[i]) * kscale[j];
+                  const double t = static_cast<double>(dsum) * step;
+                  const double a = resid ? static_cast<double>(qresid[i]) * kresid[j] : 0.0;
+                  const double b = static_cast<double>(qround[i]) * kround[j];
+                  const double want = t + a + b, u = 0x1p-24;
+                  const double got = out[i * ldo + j];
+                  wrong += std::abs(got - want) <= 64.0 * step + 4.0 * u * (std::abs(t) + a + b) ? 0 : 1;
+                  below += got >= t - (64.0 + 2.0001 * u * 0x1p31) * step + a * (1 - 3.0001 * u) + b * (1 - 2.0001 * u)
+                               ? 0
+                               : 1;
+                }
+                for (std::size_t j = m; j < ldo; ++j) wrong += out[i * ldo + j] == -7.0f ? 0 : 1;  // untouched
+                for (std::size_t g = 0; g < groups; ++g) {
+                  const float* o = out.data() + i * ldo + 64 * g;
+                  wrong += group_max[i * ldg + g] == *std::max_element(o, o + std::min<std::size_t>(64, m - 64 * g)) ? 0 : 1;
+                }
+                wrong += group_max[i * ldg + groups] == -7.0f ? 0 : 1;
+              }
+              CHECK(wrong == 0);
+              CHECK(below == 0);
+            }
+    }
+  }
+
+  TEST_CASE("integer bounds hold with every code on the rounding boundary, where quantization errs the most") {
+    // Keys in pairs k, -k (mean exactly 0) and positive queries, scale 1 and
+    // rank d (the identity), every coordinate at s (n + 1/2) with n even, for
+    // the step s the documented rule picks: the nearest code (ties to even)
+    // is n, every quantization error is +1/2, so for the
+    // positive keys q . k = s_q s_k (D + |c_q|_1 / 2 + |c_k|_1 / 2 + r / 4),
+    // exactly the margin. The bound must still hold, above the score by the
+    // guard (512 code units, less at most 321 of rounding, plus under 2 of
+    // the margin's ceilings and the output's own rounding) and the rounding
+    // column: the margin is used up and no more.
+    const std::size_t d = 16, pairs = 24, m = 2 * pairs;
+    const double limit = std::floor(std::sqrt(0x1p30 / d));  // 8192
+    std::mt19937_64 rng(91);
+    std::uniform_int_distribution<int> half_n(0, static_cast<int>(0.375 * limit) - 1), exponent(-12, 6);
+    // A row at step 2^e: its first value is s (0.75 C + 1/2), so max / C lies in (s / 2, s].
+    auto boundary_row = [&](float* row, int e) {
+      const double s = std::ldexp(1.0, e);
+      row[0] = static_cast<float>(s * (0.75 * limit + 0.5));
+      for (std::size_t x = 1; x < d; ++x) row[x] = static_cast<float>(s * (2 * half_n(rng) + 0.5));
+      return s;
+    };
+    Matrix<float> k(m, d), q(8, d);
+    std::vector<double> kstep(m), qstep(q.rows);
+    for (std::size_t p = 0; p < pairs; ++p) {
+      kstep[2 * p] = kstep[2 * p + 1] = boundary_row(&k(2 * p, 0), exponent(rng));
+      for (std::size_t x = 0; x < d; ++x) k(2 * p + 1, x) = -k(2 * p, x);
+    }
+    for (std::size_t i = 0; i < q.rows; ++i) qstep[i] = boundary_row(&q(i, 0), exponent(rng));
+    const Scores scores = all_scores(q, k, 1.0);
+    for (CpuIsa isa : available_cpu_isas()) {
+      IsaScope isa_scope(isa);
+      const BoundKernelScope scope(BoundKernel::int16);
+      const std::string isa_name = isa_scope.name();
+      CAPTURE(isa_name);
+      const ScoreBounds<float> b(k.view(), 1.0, d);
+      REQUIRE(b.kernel() == BoundKernel::int16);
+      std::vector<float> qt(b.width());
+      double low = std::numeric_limits<double>::infinity(), high = -low;
+      std::size_t below = 0, loose = 0;
+      for (std::size_t i = 0; i < q.rows; ++i) {
+        const double offset = b.prepare_query(&q(i, 0), qt.data());
+        CHECK(offset == 0.0);
+        std::vector<float> out(m), group_max(1);
+        b.bound_block(qt.data(), 1, b.width(), 0, m, out.data(), m, group_max.data(), 1);
+        for (std::size_t j = 0; j < m; ++j) {
+          below += out[j] >= scores.computed_max(i, j) && out[j] >= scores.exact(i, j) ? 0 : 1;
+          if (j % 2 == 1) continue;  // the negative keys' errors partly cancel
+          double kn = 0;
+          for (std::size_t x = 0; x < d; ++x) kn += static_cast<double>(k(j, x)) * k(j, x);
+          const double rounding_column = static_cast<double>(qt[d + 1]) * 2.0 * std::sqrt(kn);
+          const double code_unit = qstep[i] * kstep[j];
+          const double units = (out[j] - scores.exact(i, j) - rounding_column) / code_unit;
+          low = std::min(low, units);
+          high = std::max(high, units);
+          loose += units <= 512.0 + 2.0 + 0x1p-23 * std::abs(out[j]) / code_unit ? 0 : 1;
+        }
+      }
+      MESSAGE(isa_name << ": bound - score - rounding column, in code units: " << low << " .. " << high);
+      CHECK(below == 0);
+      CHECK(low >= 512.0 - 322.0);
+      CHECK(loose == 0);
+    }
   }
 
   TEST_CASE("score bounds reject an empty or non-finite k and a zero or non-finite scale") {

@@ -372,6 +372,21 @@ case "$CASE" in
     for key in dense_s graph_s ratio rows_certified repaired_rows dense_rows repair_pairs graph_pairs; do
       [ -n "$(num $key)" ] || fail "no \"$key\" in $json"
     done
+    # The bound kernels that ran (per head, by rank: the machine's choice) or
+    # a forced one; each exact.
+    kernels=$(sed -n 's/.*"bound_kernel": "\([^"]*\)".*/\1/p' <<<"${json%%\"heads\"*}")
+    [[ "$kernels" =~ ^(float32|bf16|int16)(\+(float32|bf16|int16))*$ ]] || fail "exact mode: bound_kernel '$kernels': $json"
+    for kernel in float32 int16; do
+      ENTGRAPH_BOUND_KERNEL=$kernel expect_ok attend --capture cap --method window --set window=4 --exact --json
+      json=$OUT
+      contains "${json%%\"heads\"*}" "\"bound_kernel\": \"$kernel\""
+      [ "$(num rows_exact)" = 3072 ] || fail "$kernel bounds left rows unproven: $json"
+      awk -v e="$(num max_abs_err)" -v s="$(num max_abs_dense)" 'BEGIN{exit !(e <= 1e-5 * (s > 1 ? s : 1))}' ||
+        fail "$kernel bounds: exact mode differs from dense attention: $json"
+    done
+    ENTGRAPH_BOUND_KERNEL=int16 expect_ok attend --capture cap --method window --set window=4 --exact --layer 0 --head 0
+    contains "$OUT" "bound kernel: int16"
+    ENTGRAPH_BOUND_KERNEL=int8 expect_fail 1 "unknown bound kernel (got 'int8'" attend --capture cap --method window --exact
     # Fast mode: the rows the graph alone settles are exact; a window of 4
     # misses true edges, so the output differs from dense attention.
     expect_ok attend --capture cap --method window --set window=4 --json

@@ -77,6 +77,9 @@ struct GraphAttentionReport {
   std::size_t graph_pairs = 0;   // allowed (query, key) pairs of the graph that were scored
   std::size_t repair_pairs = 0;  // pairs added by repair and dense rows (scored beyond the graph)
   std::size_t bound_pairs = 0;   // allowed pairs of the rows whose bounds were checked (certify, exact)
+  // The kernel that computed the bounds (ScoreBounds::kernel()); automatic
+  // when none ran (fast mode).
+  BoundKernel bound_kernel = BoundKernel::automatic;
 
   // Per query: an upper bound on the row's missed mass, the weight that dense
   // attention gives to the allowed keys the row left out; 0 for rows proven

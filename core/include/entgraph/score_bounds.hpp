@@ -17,6 +17,9 @@
 // (at most d eps ||q|| ||k_j||) plus that of the bound itself, so a bound is
 // never below the score that any of the library's kernels computes.
 //
+// bound_block runs on one of several kernels (BoundKernel below); each adds
+// a margin that covers its own rounding, so every kernel's bound is valid.
+//
 // Used by graph attention's exact mode (graph_attention.hpp) to prove that
 // keys left out of a predicted graph have zero weight.
 #pragma once
@@ -24,6 +27,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "entgraph/matrix_view.hpp"
@@ -36,6 +40,38 @@ namespace entgraph {
 // dimension; keys of learned-position models keep most of it in a few.
 inline constexpr std::size_t kAutoBoundRank = static_cast<std::size_t>(-1);
 inline constexpr double kAutoRankVariance = 0.9;
+
+// The kernel of bound_block (docs/EXACT.md, "The bounds"):
+// - float32: the library's float GEMM over the width() columns; any rank.
+// - float64: the same in double (ScoreBounds<double> always).
+// - bf16: identity bounds in bfloat16 (vdpbf16ps), on a CPU with AVX-512 BF16
+//   while the library runs its avx512 kernels; a margin per query.
+// - int16: the r projections quantized to 16-bit integer codes with
+//   power-of-two steps per query and per key, multiplied exactly as integers
+//   (pmaddwd, i32x4.dot_i16x8_s), with a margin per pair that covers the
+//   quantization; 1 <= r <= kMaxInt16BoundRank.
+// `automatic` is the default choice for float bounds: bf16 where it can run,
+// else int16 from rank kMinAutoInt16BoundRank on (below, the float GEMM of
+// r + 2 columns is as fast, measured, and has no quantization margin), else
+// float32.
+enum class BoundKernel { automatic, float32, float64, bf16, int16 };
+inline constexpr std::size_t kMaxInt16BoundRank = 4096;
+inline constexpr std::size_t kMinAutoInt16BoundRank = 16;
+
+// "auto", "float32", "float64", "bf16", "int16".
+const char* bound_kernel_name(BoundKernel kernel);
+// Inverse of bound_kernel_name; throws entgraph::Error for unknown names.
+BoundKernel parse_bound_kernel(const std::string& name);
+// The kernel float bounds constructed from now on prefer: `automatic` unless
+// set_bound_kernel or $ENTGRAPH_BOUND_KERNEL (a name above) chose another.
+// A preferred kernel that cannot run for some bounds (bf16 off the identity,
+// int16 at rank 0) gives way to the automatic choice there.
+BoundKernel bound_kernel();
+// Forces the preference (tests, benchmarks: float32 is the reference);
+// automatic restores the default. Throws entgraph::Error for float64 and for
+// bf16 where this CPU or the ISA in use has none. Not thread-safe with
+// respect to constructing bounds.
+void set_bound_kernel(BoundKernel kernel);
 
 template <class T>
 class ScoreBounds {
@@ -77,11 +113,14 @@ class ScoreBounds {
   // The offset of prepare_query lowered so that it never exceeds q . mu.
   double lower_offset(double offset) const { return offset - 2.0 * margin_ * std::abs(offset); }
 
+  // The kernel bound_block runs (never automatic), chosen at construction
+  // from bound_kernel() and what this machine has.
+  BoundKernel kernel() const { return kernel_; }
   // Whether bound_block runs in bfloat16 (identity bounds in float on a CPU
   // with AVX-512 BF16, blocks starting at a multiple of 16 keys): twice the
   // multiply-adds per instruction, and a margin per query instead of per key,
   // 2^-7 ||q|| max_j ||k_j - mu|| and a little more (score_bounds.cpp).
-  bool uses_bf16() const { return !kbf_.empty(); }
+  bool uses_bf16() const { return kernel_ == BoundKernel::bf16; }
 
  private:
   std::size_t m_ = 0, d_ = 0, rank_ = 0;
@@ -91,10 +130,19 @@ class ScoreBounds {
   std::vector<double> basis_;       // d x r, column x is the x-th principal direction
   bool identity_ = false;           // r = d with U = I: q^ = scale q, no residual
   std::vector<T> kt_;               // width() x m: k^ rows, then ||k⊥||, then ||k|| + ||k - mu||
+  BoundKernel kernel_ = BoundKernel::float32;
   std::vector<std::uint16_t> kbf_;  // bfloat16 path: the centred keys (pack_bf16_keys), else empty
   double kmax_ = 0.0;               // its margin's terms: max_j ||k_j - mu|| of the stored keys,
   double round_max_ = 0.0;          // and the largest rounding column entry
   double bf16_margin(const T* qt) const;
+  // int16 path: the keys' codes (pack_code_keys) and, per key (padded to
+  // whole blocks), the integer margin, the step and the two float columns.
+  std::int32_t code_limit_ = 0;     // the largest |code|, C(r) = min(32767, floor(sqrt(2^30 / r)))
+  std::vector<std::int16_t> kcode_;
+  std::vector<std::int32_t> kadd_;
+  std::vector<float> kscale_, kresid_, kround_;
+  void bound_block_int16(const T* qt, std::size_t rows, std::size_t ldq, std::size_t j0, std::size_t j1, T* bounds,
+                         std::size_t ldb, T* group_max, std::size_t ldg) const;
 };
 
 }  // namespace entgraph

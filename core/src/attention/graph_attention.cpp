@@ -1013,6 +1013,7 @@ void fill_report(const Shared<T>& c, GraphAttentionReport* report, std::vector<R
                                     empty_row_misses ? largest : 0.0);
   }
   r.bound_pairs = count_bound_pairs(c, graph_keys);
+  if (c.bounds) r.bound_kernel = c.bounds->kernel();
   r.settled = std::move(settled);
   r.missed_mass = std::move(missed);
   *report = std::move(r);

@@ -2,7 +2,9 @@
 #include "entgraph/score_bounds.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <numeric>
 #include <string>
@@ -12,6 +14,7 @@
 #include "entgraph/error.hpp"
 #include "entgraph/runtime.hpp"
 #include "kernels/bf16_scores.hpp"
+#include "kernels/code_scores.hpp"
 #include "kernels/matmul_kernels.hpp"
 #include "transforms/row_driver.hpp"
 
@@ -84,7 +87,118 @@ T round_up(double x) {
   return static_cast<T>(x * (1.0 + 4.0 * std::numeric_limits<T>::epsilon()));
 }
 
+// The int16 kernel's constants (docs/EXACT.md, "Integer bounds"). Codes
+// reach at most C(r) = min(32767, floor(sqrt(2^30 / r))), so that the
+// integer sum D + A_i + B_j stays under 2^31; kCodeGuard code units cover
+// its conversion to float (under 2^31: at most 64) and the float epilogue's
+// rounding of the scaled sum (at most 2.0001 u 2^31 = 256.1), with room for
+// underflow (steps are at least 2^-60, so a code unit is at least 2^-120).
+// kColumnInflation lifts the query's residual and rounding terms above the
+// epilogue's rounding of their products (at most 3.0001 u relative).
+constexpr std::int32_t kCodeGuard = 512;
+constexpr double kColumnInflation = 1.0 + 0x1p-20;
+constexpr double kMinCodeStep = 0x1p-60;
+
+std::int32_t code_limit(std::size_t r) {
+  return static_cast<std::int32_t>(
+      std::min(32767.0, std::floor(std::sqrt(static_cast<double>(std::size_t{1} << 30) / static_cast<double>(r)))));
+}
+
+// Codes of r floats x: a power-of-two step s in (max|x| / limit, 2 max|x| /
+// limit] (at least kMinCodeStep) and c_x with x = s (c_x + e_x), |e_x| <= 1/2
+// exactly (x / s and x / s - c_x are exact in double). Returns s; l1 = sum |c_x|. codes
+// may be null (only s and l1 wanted).
+float quantize(const float* x, std::size_t r, std::int32_t limit, std::int16_t* codes, std::int64_t& l1) {
+  double top = 0.0;
+  for (std::size_t c = 0; c < r; ++c) top = std::max(top, std::abs(static_cast<double>(x[c])));
+  int e = 0;
+  std::frexp(top / limit, &e);  // top / limit < 2^e (rounding is monotone: also for the exact quotient)
+  const double step = std::max(std::ldexp(1.0, e), kMinCodeStep), inverse = 1.0 / step;
+  // v + 1.5 * 2^52 - 1.5 * 2^52 is an integer next to v (|v| <= 32767); the
+  // two corrections make it the nearest whatever the rounding mode.
+  constexpr double kRound = 0x1.8p52;
+  std::int64_t sum = 0;
+  for (std::size_t c = 0; c < r; ++c) {
+    const double v = static_cast<double>(x[c]) * inverse;
+    double code = (v + kRound) - kRound;
+    code += v - code > 0.5 ? 1.0 : code - v > 0.5 ? -1.0 : 0.0;
+    const auto integer = static_cast<std::int32_t>(code);
+    if (codes != nullptr) codes[c] = static_cast<std::int16_t>(integer);
+    sum += integer < 0 ? -integer : integer;
+  }
+  l1 = sum;
+  return static_cast<float>(step);
+}
+
+// The query's integer margin A = ceil(|c_q|_1 / 2 + r / 4) + guard.
+std::int32_t query_code_add(std::int64_t l1, std::size_t r) {
+  return static_cast<std::int32_t>((2 * l1 + static_cast<std::int64_t>(r) + 3) / 4) + kCodeGuard;
+}
+
+float inflate(float x) { return static_cast<float>(static_cast<double>(x) * kColumnInflation); }
+
+BoundKernel initial_bound_kernel();
+
+std::atomic<BoundKernel>& bound_kernel_preference() {
+  static std::atomic<BoundKernel> preference{initial_bound_kernel()};
+  return preference;
+}
+
+void check_preference(BoundKernel kernel, const std::string& where) {
+  if (kernel == BoundKernel::float64)
+    throw Error(where + ": float64 is the kernel of double bounds, not a choice for float ones (expected auto, "
+                        "float32, bf16 or int16)");
+  if (kernel == BoundKernel::bf16 && detail::bf16_scores_kernel() == nullptr)
+    throw Error(where + ": bf16 needs AVX-512 BF16 and the avx512 kernels (this CPU or the ISA in use, " +
+                cpu_isa_name(cpu_isa()) + ", has none)");
+}
+
+BoundKernel initial_bound_kernel() {
+  const char* env = std::getenv("ENTGRAPH_BOUND_KERNEL");
+  if (env == nullptr || *env == '\0') return BoundKernel::automatic;
+  BoundKernel kernel = BoundKernel::automatic;
+  try {
+    kernel = parse_bound_kernel(env);
+  } catch (const Error&) {
+    throw Error(std::string("ENTGRAPH_BOUND_KERNEL: unknown bound kernel (got '") + env +
+                "', expected auto, float32, bf16 or int16)");
+  }
+  check_preference(kernel, "ENTGRAPH_BOUND_KERNEL");
+  return kernel;
+}
+
 }  // namespace
+
+const char* bound_kernel_name(BoundKernel kernel) {
+  switch (kernel) {
+    case BoundKernel::automatic:
+      return "auto";
+    case BoundKernel::float32:
+      return "float32";
+    case BoundKernel::float64:
+      return "float64";
+    case BoundKernel::bf16:
+      return "bf16";
+    case BoundKernel::int16:
+      return "int16";
+  }
+  return "unknown";
+}
+
+BoundKernel parse_bound_kernel(const std::string& name) {
+  for (BoundKernel k : {BoundKernel::automatic, BoundKernel::float32, BoundKernel::float64, BoundKernel::bf16,
+                        BoundKernel::int16})
+    if (name == bound_kernel_name(k)) return k;
+  throw Error("parse_bound_kernel: unknown bound kernel (got '" + name +
+              "', expected auto, float32, float64, bf16 or int16)");
+}
+
+BoundKernel bound_kernel() { return bound_kernel_preference().load(); }
+
+void set_bound_kernel(BoundKernel kernel) {
+  check_preference(kernel, "set_bound_kernel");
+  bound_kernel_preference().store(kernel);
+}
 
 template <class T>
 ScoreBounds<T>::ScoreBounds(ConstMatrix<T> k, double scale, std::size_t rank, const std::uint8_t* key_padding)
@@ -194,7 +308,40 @@ ScoreBounds<T>::ScoreBounds(ConstMatrix<T> k, double scale, std::size_t rank, co
     kt_[(r + 1) * m_ + j] = round_up<T>(std::sqrt(norm2) + std::sqrt(centred2));
   }
   if constexpr (std::is_same_v<T, float>) {
-    if (identity_ && detail::bf16_scores_kernel() != nullptr) {
+    const BoundKernel want = bound_kernel();
+    const bool can_bf16 = identity_ && detail::bf16_scores_kernel() != nullptr;
+    const bool can_int16 = r >= 1 && r <= kMaxInt16BoundRank;
+    if (want == BoundKernel::float32) {
+      kernel_ = BoundKernel::float32;
+    } else if (want == BoundKernel::int16 && can_int16) {
+      kernel_ = BoundKernel::int16;
+    } else {
+      kernel_ = can_bf16                                     ? BoundKernel::bf16
+                : can_int16 && r >= kMinAutoInt16BoundRank ? BoundKernel::int16
+                                                             : BoundKernel::float32;
+    }
+    if (kernel_ == BoundKernel::int16) {
+      // The keys' codes from the stored projections (the float bound's own
+      // terms), B_j = ceil(|c_k|_1 / 2), and the float columns, per block.
+      const std::size_t padded = (m_ + detail::kCodeBlockKeys - 1) / detail::kCodeBlockKeys * detail::kCodeBlockKeys;
+      code_limit_ = code_limit(r);
+      std::vector<std::int16_t> codes(m_ * r);
+      std::vector<float> column(r);
+      kadd_.assign(padded, 0);
+      kscale_.assign(padded, 0.0f);
+      kresid_.assign(padded, 0.0f);
+      kround_.assign(padded, 0.0f);
+      for (std::size_t j = 0; j < m_; ++j) {
+        for (std::size_t y = 0; y < r; ++y) column[y] = kt_[y * m_ + j];
+        std::int64_t l1 = 0;
+        kscale_[j] = quantize(column.data(), r, code_limit_, codes.data() + j * r, l1);
+        kadd_[j] = static_cast<std::int32_t>((l1 + 1) / 2);
+        kresid_[j] = kt_[r * m_ + j];
+        kround_[j] = kt_[(r + 1) * m_ + j];
+      }
+      kcode_ = detail::pack_code_keys(codes.data(), m_, r);
+    }
+    if (kernel_ == BoundKernel::bf16) {
       std::vector<float> centred(m_ * d);
       for (std::size_t j = 0; j < m_; ++j) {
         double norm2 = 0.0;
@@ -207,6 +354,8 @@ ScoreBounds<T>::ScoreBounds(ConstMatrix<T> k, double scale, std::size_t rank, co
       }
       kbf_ = detail::pack_bf16_keys(centred.data(), m_, d, d);
     }
+  } else {
+    kernel_ = BoundKernel::float64;
   }
 }
 
@@ -248,6 +397,10 @@ template <class T>
 void ScoreBounds<T>::bound_block(const T* qt, std::size_t rows, std::size_t ldq, std::size_t j0, std::size_t j1,
                                  T* bounds, std::size_t ldb, T* group_max, std::size_t ldg) const {
   const std::size_t groups = (j1 - j0 + kGroupKeys - 1) / kGroupKeys;
+  if (kernel_ == BoundKernel::int16) {
+    bound_block_int16(qt, rows, ldq, j0, j1, bounds, ldb, group_max, ldg);
+    return;
+  }
   if constexpr (std::is_same_v<T, float>) {
     static_assert(kGroupKeys == detail::kBf16GroupKeys);
     if (uses_bf16() && j0 % detail::kBf16BlockKeys == 0) {
@@ -286,6 +439,62 @@ void ScoreBounds<T>::bound_block(const T* qt, std::size_t rows, std::size_t ldq,
     }
 }
 
+// The int16 bound (docs/EXACT.md, "Integer bounds"): each row's r
+// projections are quantized like the keys' (A_i = ceil(|c_q|_1 / 2 + r / 4)
+// plus the guard), its residual and rounding terms inflated, and the kernel
+// forms float(D_ij + A_i + B_j) s_q s_k plus the two columns. Blocks that do
+// not start at a multiple of 16 keys (only tests ask for them) go through a
+// buffer from the block before.
+template <class T>
+void ScoreBounds<T>::bound_block_int16(const T* qt, std::size_t rows, std::size_t ldq, std::size_t j0, std::size_t j1,
+                                       T* bounds, std::size_t ldb, T* group_max, std::size_t ldg) const {
+  if constexpr (std::is_same_v<T, float>) {
+    static_assert(kGroupKeys == detail::kCodeGroupKeys);
+    const std::size_t r = rank_, pairs = (r + 1) / 2;
+    std::vector<std::int16_t> codes(rows * r);
+    std::vector<std::int32_t> add(rows);
+    std::vector<float> scale(rows), resid(rows), round(rows);
+    for (std::size_t i = 0; i < rows; ++i) {
+      const float* row = qt + i * ldq;
+      std::int64_t l1 = 0;
+      scale[i] = quantize(row, r, code_limit_, codes.data() + i * r, l1);
+      add[i] = query_code_add(l1, r);
+      resid[i] = inflate(row[r]);
+      round[i] = inflate(row[r + 1]);
+    }
+    const std::vector<std::int32_t> packed = detail::pack_code_queries(codes.data(), rows, r);
+    const std::size_t a = j0 - j0 % detail::kCodeBlockKeys, keys = j1 - a;
+    const detail::CodeBoundSide row_side{add.data(), scale.data(), resid.data(), round.data()};
+    const detail::CodeBoundSide key_side{kadd_.data() + a, kscale_.data() + a, identity_ ? nullptr : kresid_.data() + a,
+                                         kround_.data() + a};
+    const std::int16_t* k = kcode_.data() + a / detail::kCodeBlockKeys * pairs * 2 * detail::kCodeBlockKeys;
+    const detail::CodeBounds kernel = detail::code_bounds_kernel(cpu_isa());
+    const std::size_t groups = (keys + kGroupKeys - 1) / kGroupKeys;
+    std::vector<float> scratch_max;
+    if (a == j0) {
+      if (group_max == nullptr) {
+        scratch_max.resize(rows * groups);
+        group_max = scratch_max.data();
+        ldg = groups;
+      }
+      kernel(packed.data(), rows, k, pairs, keys, row_side, key_side, bounds, ldb, group_max, ldg);
+      return;
+    }
+    std::vector<float> buffer(rows * keys);
+    scratch_max.resize(rows * groups);
+    kernel(packed.data(), rows, k, pairs, keys, row_side, key_side, buffer.data(), keys, scratch_max.data(), groups);
+    const detail::MatmulKernels<T>& mk = detail::matmul_kernels_for<T>();
+    for (std::size_t i = 0; i < rows; ++i) {
+      std::copy_n(buffer.data() + i * keys + (j0 - a), j1 - j0, bounds + i * ldb);
+      if (group_max == nullptr) continue;
+      for (std::size_t g = 0; g * kGroupKeys < j1 - j0; ++g)
+        group_max[i * ldg + g] = mk.max_value(bounds + i * ldb + g * kGroupKeys, std::min(kGroupKeys, j1 - j0 - g * kGroupKeys));
+    }
+  } else {
+    (void)qt, (void)rows, (void)ldq, (void)j0, (void)j1, (void)bounds, (void)ldb, (void)group_max, (void)ldg;
+  }
+}
+
 // The margin of a bfloat16 bound for the query side qt. With u = 2^-8 (bf16
 // rounding) each product q^_x k^_x is within (2u + u^2) |q_x k_x| of q_x k_x, and
 // the float accumulation of d + 1 terms adds gamma_(d+1) of their absolute sum;
@@ -305,6 +514,20 @@ double ScoreBounds<T>::bf16_margin(const T* qt) const {
 template <class T>
 double ScoreBounds<T>::slack(const T* qt, std::size_t j) const {
   if (uses_bf16()) return bf16_margin(qt);
+  if constexpr (std::is_same_v<T, float>) {
+    if (kernel_ == BoundKernel::int16) {
+      // The columns as the kernel multiplies them, plus the quantization
+      // margin s_q s_k (A_i + B_j): twice this covers the bound's distance
+      // to the score (docs/EXACT.md).
+      const std::size_t r = rank_;
+      std::int64_t l1 = 0;
+      const double step = static_cast<double>(quantize(qt, r, code_limit_, nullptr, l1)) * kscale_[j];
+      const double columns = (identity_ ? 0.0 : static_cast<double>(inflate(qt[r])) * kresid_[j]) +
+                             static_cast<double>(inflate(qt[r + 1])) * kround_[j];
+      const double s = columns * kColumnInflation + step * (static_cast<double>(query_code_add(l1, r)) + kadd_[j]);
+      return s * (1.0 + 8.0 * std::numeric_limits<double>::epsilon());
+    }
+  }
   const double s = static_cast<double>(qt[rank_]) * static_cast<double>(kt_[rank_ * m_ + j]) +
                    static_cast<double>(qt[rank_ + 1]) * static_cast<double>(kt_[(rank_ + 1) * m_ + j]);
   return s * (1.0 + 4.0 * std::numeric_limits<double>::epsilon());

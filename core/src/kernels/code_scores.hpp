@@ -10,6 +10,11 @@
 // |D| must stay below 2^24 so that float(D) is exact: codes of at most 8
 // bits (|code| <= 127) over r <= 256 dimensions give at most 127² · 256 <
 // 2^23.
+//
+// code_bounds is the same product for ScoreBounds' integer bounds: wider
+// codes, a per-row and a per-key integer added to D (the quantization
+// margin), power-of-two steps, two float columns of margins, and each
+// 64-key group's largest bound (score_bounds.cpp holds the proof).
 #pragma once
 
 #include <cstddef>
@@ -41,6 +46,29 @@ using CodeScores = void (*)(const std::int32_t* q, std::size_t rows, const std::
 // entgraph::Error if that set is not compiled in.
 CodeScores code_scores_kernel(CpuIsa isa);
 
+// ScoreBounds' integer bounds, for rows i < rows and keys j < keys:
+//   out(i, j) = float(D_ij + row.add[i] + key.add[j]) * (row.scale[i] * key.scale[j])
+//               + row.resid[i] * key.resid[j] + row.round[i] * key.round[j]
+// (the last three products fused or not: either rounding is covered), with
+// D_ij as above; group_max(i, g) is the largest out(i, j) over the keys
+// [64 g, 64 g + 64) ∩ [0, keys) (row stride ldg). The integer sum must stay
+// below 2^31 in magnitude in any order. Per-key arrays hold a multiple of
+// kCodeBlockKeys values (whole blocks are read); key.resid may be null (a
+// column of zeros: identity bounds have no residual).
+struct CodeBoundSide {
+  const std::int32_t* add;
+  const float* scale;
+  const float* resid;
+  const float* round;
+};
+inline constexpr std::size_t kCodeGroupKeys = 64;
+using CodeBounds = void (*)(const std::int32_t* q, std::size_t rows, const std::int16_t* k, std::size_t pairs,
+                            std::size_t keys, const CodeBoundSide& row, const CodeBoundSide& key, float* out,
+                            std::size_t ldo, float* group_max, std::size_t ldg);
+
+// The kernel of an instruction set, as code_scores_kernel.
+CodeBounds code_bounds_kernel(CpuIsa isa);
+
 // The exact integer dot product of one query's and one key's codes (r each).
 inline std::int32_t code_dot(const std::int16_t* q, const std::int16_t* k, std::size_t r) {
   std::int32_t s = 0;
@@ -53,5 +81,9 @@ extern const CodeScores kSse2CodeScores;
 extern const CodeScores kAvx2CodeScores;
 extern const CodeScores kAvx512CodeScores;
 extern const CodeScores kSimd128CodeScores;
+extern const CodeBounds kSse2CodeBounds;
+extern const CodeBounds kAvx2CodeBounds;
+extern const CodeBounds kAvx512CodeBounds;
+extern const CodeBounds kSimd128CodeBounds;
 
 }  // namespace entgraph::detail

@@ -1,5 +1,6 @@
-// The packing of code_scores' operands, its scalar kernel, and the choice of
-// kernel per instruction set.
+// The packing of code_scores' operands, its scalar kernels (code_scores and
+// code_bounds), and the choice of kernel per instruction set.
+#include <algorithm>
 #include <string>
 
 #include "entgraph/error.hpp"
@@ -49,7 +50,52 @@ void code_scores_reference(const std::int32_t* q, std::size_t rows, const std::i
     }
 }
 
+void code_bounds_reference(const std::int32_t* q, std::size_t rows, const std::int16_t* k, std::size_t pairs,
+                           std::size_t keys, const CodeBoundSide& row, const CodeBoundSide& key, float* out,
+                           std::size_t ldo, float* group_max, std::size_t ldg) {
+  constexpr std::size_t B = kCodeBlockKeys;
+  for (std::size_t i = 0; i < rows; ++i) {
+    for (std::size_t j = 0; j < keys; ++j) {
+      const std::int16_t* block = k + (j / B) * pairs * 2 * B + (j % B) * 2;
+      std::int32_t d = row.add[i] + key.add[j];
+      for (std::size_t p = 0; p < pairs; ++p) {
+        const std::uint32_t w = static_cast<std::uint32_t>(q[i * pairs + p]);
+        d += static_cast<std::int16_t>(w & 0xFFFFu) * block[p * 2 * B] +
+             static_cast<std::int16_t>(w >> 16) * block[p * 2 * B + 1];
+      }
+      float b = static_cast<float>(d) * (row.scale[i] * key.scale[j]);
+      if (key.resid != nullptr) b += row.resid[i] * key.resid[j];
+      out[i * ldo + j] = b + row.round[i] * key.round[j];
+    }
+    for (std::size_t g = 0; g * kCodeGroupKeys < keys; ++g) {
+      const float* o = out + i * ldo + g * kCodeGroupKeys;
+      group_max[i * ldg + g] = *std::max_element(o, o + std::min(kCodeGroupKeys, keys - g * kCodeGroupKeys));
+    }
+  }
+}
+
 }  // namespace
+
+CodeBounds code_bounds_kernel(CpuIsa isa) {
+  switch (isa) {
+#if defined(ENTGRAPH_HAVE_X86)
+    case CpuIsa::sse2:
+      return kSse2CodeBounds;
+    case CpuIsa::avx2:
+      return kAvx2CodeBounds;
+    case CpuIsa::avx512:
+      return kAvx512CodeBounds;
+#endif
+#if defined(ENTGRAPH_HAVE_SIMD128)
+    case CpuIsa::simd128:
+      return kSimd128CodeBounds;
+#endif
+    case CpuIsa::reference:
+      return &code_bounds_reference;
+    default:
+      throw Error(std::string("code_bounds_kernel: isa '") + cpu_isa_name(isa) + "' is not compiled in");
+  }
+}
 
 CodeScores code_scores_kernel(CpuIsa isa) {
   switch (isa) {

@@ -1,6 +1,7 @@
-// The avx2 instance of code_scores (built with its own flags).
+// The avx2 instances of code_scores and code_bounds (built with its own flags).
 #include "kernels/simd/code_scores_simd.hpp"
 
 namespace entgraph::detail {
 const CodeScores kAvx2CodeScores = &code_simd::code_scores;
+const CodeBounds kAvx2CodeBounds = &code_simd::code_bounds;
 }  // namespace entgraph::detail

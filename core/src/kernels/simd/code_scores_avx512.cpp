@@ -1,6 +1,7 @@
-// The avx512 instance of code_scores (built with its own flags).
+// The avx512 instances of code_scores and code_bounds (built with its own flags).
 #include "kernels/simd/code_scores_simd.hpp"
 
 namespace entgraph::detail {
 const CodeScores kAvx512CodeScores = &code_simd::code_scores;
+const CodeBounds kAvx512CodeBounds = &code_simd::code_bounds;
 }  // namespace entgraph::detail

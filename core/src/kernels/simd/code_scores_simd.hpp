@@ -1,7 +1,8 @@
-// The body of code_scores (kernels/code_scores.hpp), compiled once per
-// instruction set with that set's flags; the vector width follows the
-// compiler's target macros (AVX-512BW, AVX2, else SSE2, which Emscripten
-// maps to WebAssembly SIMD128: _mm_madd_epi16 is i32x4.dot_i16x8_s).
+// The bodies of code_scores and code_bounds (kernels/code_scores.hpp),
+// compiled once per instruction set with that set's flags; the vector width
+// follows the compiler's target macros (AVX-512BW, AVX2, else SSE2, which
+// Emscripten maps to WebAssembly SIMD128: _mm_madd_epi16 is
+// i32x4.dot_i16x8_s).
 //
 // A tile of 4 query rows x 16 keys stays in registers while the pairs of
 // dimensions stream through: per pair, the key block's 32 codes are loaded
@@ -19,6 +20,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 
 #include "kernels/code_scores.hpp"
 
@@ -37,8 +39,19 @@ inline V madd_add(V acc, V q, V k) { return _mm512_add_epi32(acc, _mm512_madd_ep
 inline void scale_store(V d, const float* ks, float qs, float* out) {
   _mm512_storeu_ps(out, _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(d), _mm512_loadu_ps(ks)), _mm512_set1_ps(qs)));
 }
+inline V load_i32(const std::int32_t* p) { return _mm512_loadu_si512(p); }
+inline V add_i32(V a, V b) { return _mm512_add_epi32(a, b); }
+inline F to_float(V d) { return _mm512_cvtepi32_ps(d); }
+inline F load_f(const float* p) { return _mm512_loadu_ps(p); }
+inline F set_f(float x) { return _mm512_set1_ps(x); }
+inline F mul_f(F a, F b) { return _mm512_mul_ps(a, b); }
+inline F fma_f(F a, F b, F c) { return _mm512_fmadd_ps(a, b, c); }
+inline F max_f(F a, F b) { return _mm512_max_ps(a, b); }
+inline void store_f(float* p, F x) { _mm512_storeu_ps(p, x); }
+inline float reduce_max(F x) { return _mm512_reduce_max_ps(x); }
 #elif defined(__AVX2__)
 using V = __m256i;
+using F = __m256;
 inline constexpr std::size_t kLanes = 8;
 inline V zero() { return _mm256_setzero_si256(); }
 inline V load(const std::int16_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
@@ -47,8 +60,23 @@ inline V madd_add(V acc, V q, V k) { return _mm256_add_epi32(acc, _mm256_madd_ep
 inline void scale_store(V d, const float* ks, float qs, float* out) {
   _mm256_storeu_ps(out, _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(d), _mm256_loadu_ps(ks)), _mm256_set1_ps(qs)));
 }
+inline V load_i32(const std::int32_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+inline V add_i32(V a, V b) { return _mm256_add_epi32(a, b); }
+inline F to_float(V d) { return _mm256_cvtepi32_ps(d); }
+inline F load_f(const float* p) { return _mm256_loadu_ps(p); }
+inline F set_f(float x) { return _mm256_set1_ps(x); }
+inline F mul_f(F a, F b) { return _mm256_mul_ps(a, b); }
+inline F fma_f(F a, F b, F c) { return _mm256_fmadd_ps(a, b, c); }
+inline F max_f(F a, F b) { return _mm256_max_ps(a, b); }
+inline void store_f(float* p, F x) { _mm256_storeu_ps(p, x); }
+inline float reduce_max(F x) {
+  __m128 m = _mm_max_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  return _mm_cvtss_f32(_mm_max_ss(m, _mm_shuffle_ps(m, m, 1)));
+}
 #else
 using V = __m128i;
+using F = __m128;
 inline constexpr std::size_t kLanes = 4;
 inline V zero() { return _mm_setzero_si128(); }
 inline V load(const std::int16_t* p) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)); }
@@ -56,6 +84,19 @@ inline V broadcast(std::int32_t x) { return _mm_set1_epi32(x); }
 inline V madd_add(V acc, V q, V k) { return _mm_add_epi32(acc, _mm_madd_epi16(q, k)); }
 inline void scale_store(V d, const float* ks, float qs, float* out) {
   _mm_storeu_ps(out, _mm_mul_ps(_mm_mul_ps(_mm_cvtepi32_ps(d), _mm_loadu_ps(ks)), _mm_set1_ps(qs)));
+}
+inline V load_i32(const std::int32_t* p) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)); }
+inline V add_i32(V a, V b) { return _mm_add_epi32(a, b); }
+inline F to_float(V d) { return _mm_cvtepi32_ps(d); }
+inline F load_f(const float* p) { return _mm_loadu_ps(p); }
+inline F set_f(float x) { return _mm_set1_ps(x); }
+inline F mul_f(F a, F b) { return _mm_mul_ps(a, b); }
+inline F fma_f(F a, F b, F c) { return _mm_add_ps(_mm_mul_ps(a, b), c); }  // no FMA: two roundings, covered
+inline F max_f(F a, F b) { return _mm_max_ps(a, b); }
+inline void store_f(float* p, F x) { _mm_storeu_ps(p, x); }
+inline float reduce_max(F x) {
+  x = _mm_max_ps(x, _mm_movehl_ps(x, x));
+  return _mm_cvtss_f32(_mm_max_ss(x, _mm_shuffle_ps(x, x, 1)));
 }
 #endif
 
@@ -103,6 +144,85 @@ inline void code_scores(const std::int32_t* q, std::size_t rows, const std::int1
         }
       }
     }
+  }
+}
+
+// code_bounds: the same tiles, each accumulator started at its row's and
+// key's integer margins; the epilogue scales by the two power-of-two steps,
+// adds the residual (kResid) and rounding columns, and keeps each row's
+// largest bound of the current 64-key group (chunks start at multiples of
+// 64 keys, so groups never straddle them).
+template <bool kResid>
+inline void code_bounds_impl(const std::int32_t* q, std::size_t rows, const std::int16_t* k, std::size_t pairs,
+                             std::size_t keys, const CodeBoundSide& row, const CodeBoundSide& key, float* out,
+                             std::size_t ldo, float* group_max, std::size_t ldg) {
+  static_assert(kChunkKeys % kCodeGroupKeys == 0 && kCodeGroupKeys % kBlock == 0);
+  constexpr float kLowest = -std::numeric_limits<float>::infinity();
+  alignas(64) float tail[kBlock];
+  for (std::size_t j0 = 0; j0 < keys; j0 += kChunkKeys) {
+    const std::size_t j1 = std::min(keys, j0 + kChunkKeys);
+    for (std::size_t i0 = 0; i0 < rows; i0 += kRows) {
+      const std::size_t nr = std::min(kRows, rows - i0);
+      const std::int32_t* qr[kRows];
+      std::size_t ir[kRows];
+      for (std::size_t r = 0; r < kRows; ++r) {
+        ir[r] = i0 + std::min(r, nr - 1);
+        qr[r] = q + ir[r] * pairs;
+      }
+      F top[kRows];
+      float top_tail[kRows];
+      for (std::size_t b = j0 / kBlock; b * kBlock < j1; ++b) {
+        const std::size_t jb = b * kBlock, valid = std::min(kBlock, keys - jb);
+        if (jb % kCodeGroupKeys == 0)
+          for (std::size_t r = 0; r < kRows; ++r) {
+            top[r] = set_f(kLowest);
+            top_tail[r] = kLowest;
+          }
+        V acc[kRows][kVectors];
+        for (std::size_t v = 0; v < kVectors; ++v) {
+          const V key_add = load_i32(key.add + jb + v * kLanes);
+          for (std::size_t r = 0; r < kRows; ++r) acc[r][v] = add_i32(broadcast(row.add[ir[r]]), key_add);
+        }
+        const std::int16_t* kb = k + b * pairs * 2 * kBlock;
+        for (std::size_t p = 0; p < pairs; ++p) {
+          V kv[kVectors];
+          for (std::size_t v = 0; v < kVectors; ++v) kv[v] = load(kb + p * 2 * kBlock + v * 2 * kLanes);
+          for (std::size_t r = 0; r < kRows; ++r) {
+            const V qv = broadcast(qr[r][p]);
+            for (std::size_t v = 0; v < kVectors; ++v) acc[r][v] = madd_add(acc[r][v], qv, kv[v]);
+          }
+        }
+        for (std::size_t r = 0; r < nr; ++r) {
+          const std::size_t i = i0 + r;
+          float* o = valid == kBlock ? out + i * ldo + jb : tail;
+          for (std::size_t v = 0; v < kVectors; ++v) {
+            const std::size_t j = jb + v * kLanes;
+            F extra = mul_f(set_f(row.round[i]), load_f(key.round + j));
+            if (kResid) extra = fma_f(set_f(row.resid[i]), load_f(key.resid + j), extra);
+            const F step = mul_f(set_f(row.scale[i]), load_f(key.scale + j));
+            const F bound = fma_f(to_float(acc[r][v]), step, extra);
+            store_f(o + v * kLanes, bound);
+            if (valid == kBlock) top[r] = max_f(top[r], bound);
+          }
+          if (valid < kBlock) {  // the last block: out ends inside it
+            std::copy(tail, tail + valid, out + i * ldo + jb);
+            top_tail[r] = *std::max_element(tail, tail + valid);
+          }
+          if ((jb + kBlock) % kCodeGroupKeys == 0 || jb + kBlock >= keys)
+            group_max[i * ldg + jb / kCodeGroupKeys] = std::max(reduce_max(top[r]), top_tail[r]);
+        }
+      }
+    }
+  }
+}
+
+inline void code_bounds(const std::int32_t* q, std::size_t rows, const std::int16_t* k, std::size_t pairs,
+                        std::size_t keys, const CodeBoundSide& row, const CodeBoundSide& key, float* out,
+                        std::size_t ldo, float* group_max, std::size_t ldg) {
+  if (key.resid != nullptr) {
+    code_bounds_impl<true>(q, rows, k, pairs, keys, row, key, out, ldo, group_max, ldg);
+  } else {
+    code_bounds_impl<false>(q, rows, k, pairs, keys, row, key, out, ldo, group_max, ldg);
   }
 }
 

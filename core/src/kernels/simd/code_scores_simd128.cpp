@@ -1,6 +1,7 @@
-// The simd128 instance of code_scores (built with its own flags).
+// The simd128 instances of code_scores and code_bounds (built with its own flags).
 #include "kernels/simd/code_scores_simd.hpp"
 
 namespace entgraph::detail {
 const CodeScores kSimd128CodeScores = &code_simd::code_scores;
+const CodeBounds kSimd128CodeBounds = &code_simd::code_bounds;
 }  // namespace entgraph::detail

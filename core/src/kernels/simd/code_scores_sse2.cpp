@@ -1,6 +1,7 @@
-// The sse2 instance of code_scores (built with its own flags).
+// The sse2 instances of code_scores and code_bounds (built with its own flags).
 #include "kernels/simd/code_scores_simd.hpp"
 
 namespace entgraph::detail {
 const CodeScores kSse2CodeScores = &code_simd::code_scores;
+const CodeBounds kSse2CodeBounds = &code_simd::code_bounds;
 }  // namespace entgraph::detail
