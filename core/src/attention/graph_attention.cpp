@@ -556,7 +556,7 @@ struct RowBounds {
 // exact mode either raises the threshold from the pending keys' lower
 // bounds, so that the rest of the scan keeps fewer, or keeps them all;
 // certify mode stops at the first key unless it bounds the missed mass,
-// which takes them all.
+// which takes them all, raising the threshold as exact mode does.
 template <class T>
 void collect_pending(const Shared<T>& c, TileScratch<T>& t, Row<T>& row, const RowBounds<T>& rb, Overflow overflow,
                      T ceiling = std::numeric_limits<T>::infinity()) {
@@ -596,8 +596,8 @@ void collect_pending(const Shared<T>& c, TileScratch<T>& t, Row<T>& row, const R
       row.pending[at++].key = j;
     }
     row.pending.resize(at);
-    if (c.mode == GraphAttentionMode::certify) {
-      if (!row.pending.empty() && !c.bound_missed) return;  // one pending key leaves the row unsettled
+    if (c.mode == GraphAttentionMode::certify && !c.bound_missed) {
+      if (!row.pending.empty()) return;  // one pending key leaves the row unsettled
     } else if (row.pending.size() > row.budget && overflow == Overflow::tighten) {
       tighten<T>(c, row, t.probe);
       row.budget = std::max(row.budget, 2 * row.pending.size());
@@ -725,6 +725,10 @@ void settle_from_guess(const Shared<T>& c, TileScratch<T>& t, std::uint32_t i, R
   }
 }
 
+// Pending keys of largest bound that missed_mass_bound's threshold sees (at
+// least; twice the graph keys when more).
+constexpr std::size_t kMissedProbeKeys = 64;
+
 // An upper bound on the weight that the dense alpha-entmax row gives to the
 // keys the row leaves out (certify; docs/EXACT.md, "Fast mode's error"). Let
 // every pending key score its bound u_j: that row's threshold theta* is at
@@ -733,17 +737,25 @@ void settle_from_guess(const Shared<T>& c, TileScratch<T>& t, std::uint32_t i, R
 // pending keys at least the dense row's missed mass. Their weight at theta*
 // grows when theta* is replaced by a proven lower bound of it; the keys that
 // are not pending have u_j at or under the graph row's threshold and add 0.
+// The lower bound comes from the graph keys and the largest bounds only (the
+// threshold of a subset never exceeds the row's): a transform over thousands
+// of pending keys, as a short window leaves, would cost more than the bounds.
 // The graph keys' computed scores are within delta of the exact ones, which
 // moves theta* by at most delta: theta* - delta keeps the bound valid for
-// the exact scores.
+// the exact scores. Reorders the row's pending keys.
 template <class T>
-double missed_mass_bound(const Shared<T>& c, std::size_t i, const Row<T>& r, Row<T>& probe) {
+double missed_mass_bound(const Shared<T>& c, std::size_t i, Row<T>& r, Row<T>& probe) {
   constexpr double kEps = std::numeric_limits<double>::epsilon(), kInf = std::numeric_limits<double>::infinity();
   const double alpha = threshold_alpha(c.o->transform), a = alpha - 1.0, inv = 1.0 / a;
   const std::size_t g = r.scores.size();
+  std::vector<Pending<T>>& p = r.pending;
+  const std::size_t keep = std::min(p.size(), std::max<std::size_t>(kMissedProbeKeys, 2 * g));
+  if (keep < p.size())
+    std::nth_element(p.begin(), p.begin() + static_cast<std::ptrdiff_t>(keep), p.end(),
+                     [](const Pending<T>& x, const Pending<T>& y) { return x.bound > y.bound; });
   probe.scores.assign(r.scores.begin(), r.scores.end());
-  for (const Pending<T>& e : r.pending) {  // u_j rounded up into T
-    const double u = std::nextafter(static_cast<double>(e.bound) + r.offset, kInf);
+  for (std::size_t x = 0; x < keep; ++x) {  // u_j rounded up into T
+    const double u = std::nextafter(static_cast<double>(p[x].bound) + r.offset, kInf);
     const T ut = static_cast<T>(u);
     probe.scores.push_back(static_cast<double>(ut) < u ? std::nextafter(ut, std::numeric_limits<T>::infinity()) : ut);
   }
@@ -755,13 +767,15 @@ double missed_mass_bound(const Shared<T>& c, std::size_t i, const Row<T>& r, Row
                        std::sqrt(qq) * c.key_norm;
   const double theta =
       std::max(entmax_score_threshold(probe, alpha), std::nextafter(r.threshold + r.offset, -kInf)) - delta;
+  // u_j - theta = bound_j - (theta - offset), the latter rounded down; each
+  // bracket is then rounded up (two roundings) before its power.
+  const double below = std::nextafter(theta - r.offset, -kInf);
   double sum = 0.0;
-  for (std::size_t x = g; x < probe.scores.size(); ++x) {
-    // The bracket rounded up (two roundings), then its power: an upper bound.
-    const double base = a * (static_cast<double>(probe.scores[x]) - theta) * (1.0 + 4.0 * kEps);
+  for (const Pending<T>& e : p) {
+    const double base = a * (static_cast<double>(e.bound) - below) * (1.0 + 4.0 * kEps);
     if (base > 0.0) sum += alpha == 2.0 ? base : alpha == 1.5 ? base * base : std::pow(base, inv);
   }
-  return std::min(1.0, sum * (1.0 + 4.0 * static_cast<double>(r.pending.size() + 8) * kEps));
+  return std::min(1.0, sum * (1.0 + 4.0 * static_cast<double>(p.size() + 8) * kEps));
 }
 
 // Settles the tile's rows that the graph does not: bounds every allowed key
@@ -816,7 +830,7 @@ void settle_by_bounds(const Shared<T>& c, TileScratch<T>& t, const std::uint32_t
         if (exact) {
           settle_from_guess<T>(c, t, i, row, rb, row.threshold);
         } else {
-          collect_pending<T>(c, t, row, rb, Overflow::keep);
+          collect_pending<T>(c, t, row, rb, Overflow::tighten);
           if (c.bound_missed && !row.pending.empty()) row.missed = missed_mass_bound<T>(c, i, row, t.probe);
         }
       }
