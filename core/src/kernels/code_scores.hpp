@@ -14,7 +14,8 @@
 // code_bounds is the same product for ScoreBounds' integer bounds: wider
 // codes, a per-row and a per-key integer added to D (the quantization
 // margin), power-of-two steps, two float columns of margins, and each
-// 64-key group's largest bound (score_bounds.cpp holds the proof).
+// 64-key group's largest bound (docs/EXACT.md, "Integer bounds", holds the
+// proof).
 #pragma once
 
 #include <cstddef>
