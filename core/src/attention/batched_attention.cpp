@@ -277,24 +277,10 @@ void check_values(const char* op, const ConstBatchedTensor& q, const ConstBatche
 }
 
 void check_transform(const char* op, const Transform& t) {
-  switch (t.kind) {
-    case TransformKind::softmax:
-    case TransformKind::sparsemax:
-    case TransformKind::entmax15:
-      return;
-    case TransformKind::entmax:
-    case TransformKind::topk_softmax:
-      detail::check_transform_scalars(t, op, "options.transform");
-      return;
-    case TransformKind::adaptive_span:
-    case TransformKind::constrained_softmax:
-    case TransformKind::constrained_sparsemax:
-      fail(op, "options.transform is " + t.name() +
-                   ", which needs per-head inputs that batched attention does not take (expected softmax, "
-                   "sparsemax, entmax15, entmax or topk_softmax)");
-  }
-  fail(op, "options.transform.kind is not a transform (got " + num(static_cast<std::size_t>(t.kind)) +
-               ", expected a TransformKind)");
+  if (!detail::check_plain_transform(t, op, "options.transform"))
+    fail(op, "options.transform is " + t.name() +
+                 ", which needs per-head inputs that batched attention does not take (expected softmax, "
+                 "sparsemax, entmax15, entmax or topk_softmax)");
 }
 
 void check_lengths(const char* op, const char* field, const std::int32_t* lengths, std::size_t batch, std::size_t limit,

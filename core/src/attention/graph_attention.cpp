@@ -49,28 +49,10 @@ constexpr const char* kOp = "graph_attention_forward";
 using detail::num;
 
 void check_transform(const char* op, const Transform& t) {
-  switch (t.kind) {
-    case TransformKind::softmax:
-    case TransformKind::sparsemax:
-    case TransformKind::entmax15:
-      return;
-    case TransformKind::entmax:
-    case TransformKind::topk_softmax:
-      detail::check_transform_scalars(t, op, "options.attention.transform");
-      return;
-    case TransformKind::adaptive_span:
-    case TransformKind::constrained_softmax:
-    case TransformKind::constrained_sparsemax:
-      fail(std::string("options.attention.transform is not supported on a graph (got ") +
-               (t.kind == TransformKind::adaptive_span         ? "adaptive_span"
-                : t.kind == TransformKind::constrained_softmax ? "constrained_softmax"
-                                                               : "constrained_sparsemax") +
-               ", expected softmax, sparsemax, entmax15, entmax or topk_softmax)",
-           op);
-  }
-  fail("options.attention.transform.kind is not a transform (got " + num(static_cast<std::size_t>(t.kind)) +
-           ", expected a TransformKind)",
-       op);
+  if (!detail::check_plain_transform(t, op, "options.attention.transform"))
+    fail("options.attention.transform is not supported on a graph (got " + t.name() +
+             ", expected softmax, sparsemax, entmax15, entmax or topk_softmax)",
+         op);
 }
 
 template <class T>

@@ -12,6 +12,24 @@ void check_transform_scalars(const Transform& t, const char* op, const std::stri
     throw Error(std::string(op) + ": " + name + ".k is 0 for topk_softmax (got 0, expected k >= 1)");
 }
 
+bool check_plain_transform(const Transform& t, const char* op, const std::string& name) {
+  switch (t.kind) {
+    case TransformKind::softmax:
+    case TransformKind::sparsemax:
+    case TransformKind::entmax15:
+    case TransformKind::entmax:
+    case TransformKind::topk_softmax:
+      check_transform_scalars(t, op, name);
+      return true;
+    case TransformKind::adaptive_span:
+    case TransformKind::constrained_softmax:
+    case TransformKind::constrained_sparsemax:
+      return false;
+  }
+  throw Error(std::string(op) + ": " + name + ".kind is not a transform (got " +
+              num(static_cast<std::size_t>(t.kind)) + ", expected a TransformKind)");
+}
+
 void check_alpha(const char* op, double alpha) {
   if (!(alpha >= 1.0 && alpha <= kMaxEntmaxAlpha))
     throw Error(std::string(op) + ": alpha out of range (got " + number_text(alpha) + ", expected 1 <= alpha <= " +

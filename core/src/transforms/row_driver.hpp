@@ -37,6 +37,12 @@ T narrow(double v) {
 // name is how the caller's argument is called ("options.transform"). Other
 // kinds pass.
 void check_transform_scalars(const Transform& t, const char* op, const std::string& name);
+// For ops that take only the transforms without extra inputs (softmax,
+// sparsemax, entmax15, entmax, topk_softmax): checks their scalars as above
+// and returns true; returns false for the kinds that need extra inputs
+// (adaptive_span, constrained_*: the caller says why it refuses them);
+// throws "<name>.kind is not a transform" for a value outside TransformKind.
+bool check_plain_transform(const Transform& t, const char* op, const std::string& name);
 // Throws unless 1 <= alpha <= kMaxEntmaxAlpha (the entmax ops' own argument).
 void check_alpha(const char* op, double alpha);
 // Throws unless k >= 1 (the top-k op's own argument).
