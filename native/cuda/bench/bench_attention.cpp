@@ -35,6 +35,7 @@
 #include "entgraph/cuda/device_graph.hpp"
 #include "entgraph/cuda/graph_attention.hpp"
 #include "entgraph/graph.hpp"
+#include "cuda_timing.hpp"
 
 namespace entgraph::cuda {
 namespace {
@@ -73,26 +74,6 @@ Head& head(std::size_t n, std::size_t d) {
   return *h;
 }
 
-// Times fn() per iteration with CUDA events on the default stream.
-template <class Fn>
-void run_timed(benchmark::State& state, Fn fn) {
-  fn();  // warm-up: first-launch costs, shared-memory carve-out, the allocator's pool
-  check(cudaDeviceSynchronize(), "bench: warm-up");
-  cudaEvent_t start = nullptr, stop = nullptr;
-  check(cudaEventCreate(&start), "bench: cudaEventCreate");
-  check(cudaEventCreate(&stop), "bench: cudaEventCreate");
-  for (auto _ : state) {
-    check(cudaEventRecord(start), "bench: cudaEventRecord");
-    fn();
-    check(cudaEventRecord(stop), "bench: cudaEventRecord");
-    check(cudaEventSynchronize(stop), "bench: cudaEventSynchronize");
-    float ms = 0.0f;
-    check(cudaEventElapsedTime(&ms, start, stop), "bench: cudaEventElapsedTime");
-    state.SetIterationTime(static_cast<double>(ms) / 1e3);
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-}
 
 void set_flops(benchmark::State& state, double flops) {
   state.counters["flops"] = benchmark::Counter(flops, benchmark::Counter::kIsIterationInvariantRate);

@@ -25,6 +25,7 @@
 #include "entgraph/batched_attention.hpp"
 #include "entgraph/cuda/batched_attention.hpp"
 #include "entgraph/cuda/device.hpp"
+#include "cuda_timing.hpp"
 
 namespace entgraph::cuda {
 namespace {
@@ -92,23 +93,7 @@ void BM_batched(benchmark::State& state, Transform t, std::size_t b, std::size_t
     o.causal = causal;
     const std::size_t bytes = batched_attention_workspace_bytes(q, k, o);
     DeviceArray<unsigned char> workspace(bytes, "bench_batched_attention (workspace)");
-    const auto call = [&] { batched_attention_forward(q, k, v, out, o, workspace.data(), bytes); };
-    call();  // warm-up: first-launch costs, the shared-memory carve-out
-    check(cudaDeviceSynchronize(), "bench: warm-up");
-    cudaEvent_t start = nullptr, stop = nullptr;
-    check(cudaEventCreate(&start), "bench: cudaEventCreate");
-    check(cudaEventCreate(&stop), "bench: cudaEventCreate");
-    for (auto _ : state) {
-      check(cudaEventRecord(start), "bench: cudaEventRecord");
-      call();
-      check(cudaEventRecord(stop), "bench: cudaEventRecord");
-      check(cudaEventSynchronize(stop), "bench: cudaEventSynchronize");
-      float ms = 0.0f;
-      check(cudaEventElapsedTime(&ms, start, stop), "bench: cudaEventElapsedTime");
-      state.SetIterationTime(static_cast<double>(ms) / 1e3);
-    }
-    cudaEventDestroy(start);
-    cudaEventDestroy(stop);
+    run_timed(state, [&] { batched_attention_forward(q, k, v, out, o, workspace.data(), bytes); });
     const double flops = 4.0 * static_cast<double>(b * h) * static_cast<double>(n) * static_cast<double>(n) *
                          static_cast<double>(d) * (causal ? 0.5 : 1.0);
     state.counters["flops"] = benchmark::Counter(flops, benchmark::Counter::kIsIterationInvariantRate);

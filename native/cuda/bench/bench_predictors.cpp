@@ -17,6 +17,7 @@
 #include "entgraph/cuda/device.hpp"
 #include "entgraph/cuda/device_graph.hpp"
 #include "entgraph/cuda/predictors.hpp"
+#include "cuda_timing.hpp"
 
 namespace entgraph::cuda {
 namespace {
@@ -56,26 +57,6 @@ struct Inputs {
   }
 };
 
-// Times fn() per iteration with CUDA events; what fn returns (a DeviceGraph)
-// is freed after the stop event, outside the timed span.
-template <class Fn>
-void run_timed(benchmark::State& state, Fn fn) {
-  cudaEvent_t start = nullptr, stop = nullptr;
-  check(cudaEventCreate(&start), "bench: cudaEventCreate");
-  check(cudaEventCreate(&stop), "bench: cudaEventCreate");
-  for (auto _ : state) {
-    check(cudaEventRecord(start), "bench: cudaEventRecord");
-    auto result = fn();
-    check(cudaEventRecord(stop), "bench: cudaEventRecord");
-    check(cudaEventSynchronize(stop), "bench: cudaEventSynchronize");
-    float ms = 0.0f;
-    check(cudaEventElapsedTime(&ms, start, stop), "bench: cudaEventElapsedTime");
-    state.SetIterationTime(static_cast<double>(ms) / 1e3);
-    benchmark::DoNotOptimize(result);
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-}
 
 void BM_project(benchmark::State& state) {
   if (skip_without_gpu(state)) return;
