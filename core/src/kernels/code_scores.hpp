@@ -78,13 +78,13 @@ inline std::int32_t code_dot(const std::int16_t* q, const std::int16_t* k, std::
 }
 
 // Per-ISA kernels, defined in kernels/simd/code_scores_<isa>.cpp.
-extern const CodeScores kSse2CodeScores;
-extern const CodeScores kAvx2CodeScores;
-extern const CodeScores kAvx512CodeScores;
-extern const CodeScores kSimd128CodeScores;
-extern const CodeBounds kSse2CodeBounds;
-extern const CodeBounds kAvx2CodeBounds;
-extern const CodeBounds kAvx512CodeBounds;
-extern const CodeBounds kSimd128CodeBounds;
+struct CodeKernels {
+  CodeScores scores;
+  CodeBounds bounds;
+};
+extern const CodeKernels kSse2CodeKernels;
+extern const CodeKernels kAvx2CodeKernels;
+extern const CodeKernels kAvx512CodeKernels;
+extern const CodeKernels kSimd128CodeKernels;
 
 }  // namespace entgraph::detail

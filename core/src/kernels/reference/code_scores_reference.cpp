@@ -76,46 +76,33 @@ void code_bounds_reference(const std::int32_t* q, std::size_t rows, const std::i
 
 }  // namespace
 
-CodeBounds code_bounds_kernel(CpuIsa isa) {
+namespace {
+
+const CodeKernels& code_kernels(CpuIsa isa, const char* op) {
+  static const CodeKernels reference = {&code_scores_reference, &code_bounds_reference};
   switch (isa) {
 #if defined(ENTGRAPH_HAVE_X86)
     case CpuIsa::sse2:
-      return kSse2CodeBounds;
+      return kSse2CodeKernels;
     case CpuIsa::avx2:
-      return kAvx2CodeBounds;
+      return kAvx2CodeKernels;
     case CpuIsa::avx512:
-      return kAvx512CodeBounds;
+      return kAvx512CodeKernels;
 #endif
 #if defined(ENTGRAPH_HAVE_SIMD128)
     case CpuIsa::simd128:
-      return kSimd128CodeBounds;
+      return kSimd128CodeKernels;
 #endif
     case CpuIsa::reference:
-      return &code_bounds_reference;
+      return reference;
     default:
-      throw Error(std::string("code_bounds_kernel: isa '") + cpu_isa_name(isa) + "' is not compiled in");
+      throw Error(std::string(op) + ": isa '" + cpu_isa_name(isa) + "' is not compiled in");
   }
 }
 
-CodeScores code_scores_kernel(CpuIsa isa) {
-  switch (isa) {
-#if defined(ENTGRAPH_HAVE_X86)
-    case CpuIsa::sse2:
-      return kSse2CodeScores;
-    case CpuIsa::avx2:
-      return kAvx2CodeScores;
-    case CpuIsa::avx512:
-      return kAvx512CodeScores;
-#endif
-#if defined(ENTGRAPH_HAVE_SIMD128)
-    case CpuIsa::simd128:
-      return kSimd128CodeScores;
-#endif
-    case CpuIsa::reference:
-      return &code_scores_reference;
-    default:
-      throw Error(std::string("code_scores_kernel: isa '") + cpu_isa_name(isa) + "' is not compiled in");
-  }
-}
+}  // namespace
+
+CodeScores code_scores_kernel(CpuIsa isa) { return code_kernels(isa, "code_scores_kernel").scores; }
+CodeBounds code_bounds_kernel(CpuIsa isa) { return code_kernels(isa, "code_bounds_kernel").bounds; }
 
 }  // namespace entgraph::detail

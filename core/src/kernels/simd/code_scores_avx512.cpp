@@ -2,6 +2,5 @@
 #include "kernels/simd/code_scores_simd.hpp"
 
 namespace entgraph::detail {
-const CodeScores kAvx512CodeScores = &code_simd::code_scores;
-const CodeBounds kAvx512CodeBounds = &code_simd::code_bounds;
+const CodeKernels kAvx512CodeKernels = {&code_simd::code_scores, &code_simd::code_bounds};
 }  // namespace entgraph::detail

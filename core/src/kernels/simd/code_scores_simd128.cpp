@@ -2,6 +2,5 @@
 #include "kernels/simd/code_scores_simd.hpp"
 
 namespace entgraph::detail {
-const CodeScores kSimd128CodeScores = &code_simd::code_scores;
-const CodeBounds kSimd128CodeBounds = &code_simd::code_bounds;
+const CodeKernels kSimd128CodeKernels = {&code_simd::code_scores, &code_simd::code_bounds};
 }  // namespace entgraph::detail

@@ -2,6 +2,5 @@
 #include "kernels/simd/code_scores_simd.hpp"
 
 namespace entgraph::detail {
-const CodeScores kSse2CodeScores = &code_simd::code_scores;
-const CodeBounds kSse2CodeBounds = &code_simd::code_bounds;
+const CodeKernels kSse2CodeKernels = {&code_simd::code_scores, &code_simd::code_bounds};
 }  // namespace entgraph::detail
