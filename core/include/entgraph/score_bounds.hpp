@@ -109,7 +109,16 @@ class ScoreBounds {
   // rounding terms, ||q⊥|| ||k⊥_j|| + c ||q|| (||k_j|| + ||k_j - mu||), rounded
   // up (in bfloat16, the query's margin). bound - 2 slack is a lower bound of
   // the score (minus the offset).
-  double slack(const T* qt, std::size_t j) const;
+  double slack(const T* qt, std::size_t j) const { return slack(query_slack(qt), j); }
+  // The query's share of slack(), computed once for a query whose keys'
+  // slacks are all wanted (the int16 kernel quantizes the query for it).
+  struct QuerySlack {
+    const T* qt = nullptr;
+    double margin = 0.0;                            // bf16: the whole slack
+    double step = 0.0, add = 0.0, resid = 0.0, round = 0.0;  // int16
+  };
+  QuerySlack query_slack(const T* qt) const;
+  double slack(const QuerySlack& q, std::size_t j) const;
   // The offset of prepare_query lowered so that it never exceeds q . mu.
   double lower_offset(double offset) const { return offset - 2.0 * margin_ * std::abs(offset); }
 

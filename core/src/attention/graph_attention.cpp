@@ -154,6 +154,7 @@ struct Row {
   std::size_t graph_keys = 0;            // and their number
   std::size_t repaired = 0;              // keys scored beyond the graph's
   const T* qt = nullptr;       // the query's side of the bounds (ScoreBounds::prepare_query)
+  typename ScoreBounds<T>::QuerySlack slack;  // and its share of every key's slack
   double offset = 0.0;         // and its offset,
   double lower_offset = 0.0;   // lowered (ScoreBounds::lower_offset)
   double threshold = 0.0;      // bound minus offset above which a left-out key must be scored
@@ -333,7 +334,7 @@ void repair_step(const Shared<T>& c, std::size_t i, Row<T>& r, std::size_t batch
 // A lower bound of the score of pending key e, rounded down into T.
 template <class T>
 T pending_lower(const Shared<T>& c, const Row<T>& r, const Pending<T>& e) {
-  const double lower = static_cast<double>(e.bound) - 2.0 * c.bounds->slack(r.qt, e.key) + r.lower_offset;
+  const double lower = static_cast<double>(e.bound) - 2.0 * c.bounds->slack(r.slack, e.key) + r.lower_offset;
   const T lower_t = static_cast<T>(lower);
   return static_cast<double>(lower_t) > lower ? std::nextafter(lower_t, -std::numeric_limits<T>::infinity())
                                               : lower_t;
@@ -787,6 +788,7 @@ void settle_by_bounds(const Shared<T>& c, TileScratch<T>& t, const std::uint32_t
     Row<T>& row = t.rows[scan_rows[a]];
     row.qt = t.qb.data() + a * w;
     row.offset = b.prepare_query(c.q.row(ids[scan_rows[a]]), t.qb.data() + a * w);
+    row.slack = b.query_slack(row.qt);
     row.lower_offset = b.lower_offset(row.offset);
     row.budget = std::max<std::size_t>(64, 2 * row.candidates);
   }

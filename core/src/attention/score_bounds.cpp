@@ -512,22 +512,41 @@ double ScoreBounds<T>::bf16_margin(const T* qt) const {
 }
 
 template <class T>
-double ScoreBounds<T>::slack(const T* qt, std::size_t j) const {
-  if (uses_bf16()) return bf16_margin(qt);
+typename ScoreBounds<T>::QuerySlack ScoreBounds<T>::query_slack(const T* qt) const {
+  QuerySlack q;
+  q.qt = qt;
+  if (uses_bf16()) {
+    q.margin = bf16_margin(qt);
+    return q;
+  }
+  if constexpr (std::is_same_v<T, float>) {
+    if (kernel_ == BoundKernel::int16) {
+      const std::size_t r = rank_;
+      std::int64_t l1 = 0;
+      q.step = static_cast<double>(quantize(qt, r, code_limit_, nullptr, l1));
+      q.add = static_cast<double>(query_code_add(l1, r));
+      q.resid = identity_ ? 0.0 : static_cast<double>(inflate(qt[r]));
+      q.round = static_cast<double>(inflate(qt[r + 1]));
+    }
+  }
+  return q;
+}
+
+template <class T>
+double ScoreBounds<T>::slack(const QuerySlack& q, std::size_t j) const {
+  if (uses_bf16()) return q.margin;
   if constexpr (std::is_same_v<T, float>) {
     if (kernel_ == BoundKernel::int16) {
       // The columns as the kernel multiplies them, plus the quantization
       // margin s_q s_k (A_i + B_j): twice this covers the bound's distance
       // to the score (docs/EXACT.md).
-      const std::size_t r = rank_;
-      std::int64_t l1 = 0;
-      const double step = static_cast<double>(quantize(qt, r, code_limit_, nullptr, l1)) * kscale_[j];
-      const double columns = (identity_ ? 0.0 : static_cast<double>(inflate(qt[r])) * kresid_[j]) +
-                             static_cast<double>(inflate(qt[r + 1])) * kround_[j];
-      const double s = columns * kColumnInflation + step * (static_cast<double>(query_code_add(l1, r)) + kadd_[j]);
+      const double step = q.step * kscale_[j];
+      const double columns = (identity_ ? 0.0 : q.resid * kresid_[j]) + q.round * kround_[j];
+      const double s = columns * kColumnInflation + step * (q.add + kadd_[j]);
       return s * (1.0 + 8.0 * std::numeric_limits<double>::epsilon());
     }
   }
+  const T* qt = q.qt;
   const double s = static_cast<double>(qt[rank_]) * static_cast<double>(kt_[rank_ * m_ + j]) +
                    static_cast<double>(qt[rank_ + 1]) * static_cast<double>(kt_[(rank_ + 1) * m_ + j]);
   return s * (1.0 + 4.0 * std::numeric_limits<double>::epsilon());
