@@ -35,16 +35,10 @@
 #include "entgraph/cuda/device_graph.hpp"
 #include "entgraph/cuda/graph_attention.hpp"
 #include "entgraph/graph.hpp"
-#include "cuda_timing.hpp"
+#include "cuda_bench.hpp"
 
 namespace entgraph::cuda {
 namespace {
-
-bool skip_without_gpu(benchmark::State& state) {
-  if (available()) return false;
-  state.SkipWithError(("no usable CUDA device: " + unavailable_reason()).c_str());
-  return true;
-}
 
 DeviceArray<float> device_gaussian(std::size_t count, std::uint64_t seed) {
   std::mt19937_64 rng(seed);

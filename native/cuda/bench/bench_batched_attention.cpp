@@ -25,16 +25,10 @@
 #include "entgraph/batched_attention.hpp"
 #include "entgraph/cuda/batched_attention.hpp"
 #include "entgraph/cuda/device.hpp"
-#include "cuda_timing.hpp"
+#include "cuda_bench.hpp"
 
 namespace entgraph::cuda {
 namespace {
-
-bool skip_without_gpu(benchmark::State& state) {
-  if (available()) return false;
-  state.SkipWithError(("no usable CUDA device: " + unavailable_reason()).c_str());
-  return true;
-}
 
 // `count` bfloat16 values ~ N(0, 1): a block of 2^24 random values from the
 // seed, repeated (copied on the device) to fill large tensors quickly.

@@ -17,19 +17,13 @@
 #include "entgraph/cuda/device.hpp"
 #include "entgraph/cuda/device_graph.hpp"
 #include "entgraph/cuda/predictors.hpp"
-#include "cuda_timing.hpp"
+#include "cuda_bench.hpp"
 
 namespace entgraph::cuda {
 namespace {
 
 constexpr std::size_t kDim = 64, kRank = 4;
 constexpr double kThreshold = 1.0;
-
-bool skip_without_gpu(benchmark::State& state) {
-  if (available()) return false;
-  state.SkipWithError(("no usable CUDA device: " + unavailable_reason()).c_str());
-  return true;
-}
 
 DeviceArray<float> device_gaussian(std::size_t count, std::uint64_t seed, float sigma) {
   std::mt19937_64 rng(seed);

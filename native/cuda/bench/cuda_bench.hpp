@@ -1,15 +1,24 @@
-// Timing a GPU call per benchmark iteration with CUDA events (the GPU's own
-// clock, so host-side launch overhead between iterations is not counted).
+// What the GPU benchmarks share: skipping without a GPU, and timing a call
+// per iteration with CUDA events (the GPU's own clock, so host-side launch
+// overhead between iterations is not counted).
 #pragma once
 
 #include <benchmark/benchmark.h>
 #include <cuda_runtime.h>
 
+#include <string>
 #include <type_traits>
 
 #include "entgraph/cuda/device.hpp"
 
 namespace entgraph::cuda {
+
+// Marks the benchmark skipped, saying why, when no CUDA device can be used.
+inline bool skip_without_gpu(benchmark::State& state) {
+  if (available()) return false;
+  state.SkipWithError(("no usable CUDA device: " + unavailable_reason()).c_str());
+  return true;
+}
 
 // Times fn() per iteration on the default stream, after one untimed call
 // (first-launch costs, the shared-memory carve-out, the allocator's pool).
