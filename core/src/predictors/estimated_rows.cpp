@@ -70,14 +70,15 @@ float float_at_most(double x) {
 // the steps start. With `bound_only`, a lower bound of θ after at most
 // a few steps (every step below is one), for α ≤ 2; the largest minus
 // 1 / (α − 1) for α > 2.
-//
 double entmax_theta(std::vector<double>& e, double alpha, const Transform& transform, std::vector<double>& x,
                     std::vector<double>& probs, double floor, bool bound_only = false) {
   const double top = *std::max_element(e.begin(), e.end()), am1 = alpha - 1.0;
-  x.resize(e.size());
-  for (std::size_t j = 0; j < e.size(); ++j) x[j] = am1 * (e[j] - top);
-  double tau = std::max(-1.0, am1 * (floor - top));
   if (bound_only && alpha > 2.0) return top - 1.0 / am1;
+  double tau = std::max(-1.0, am1 * (floor - top));
+  if (alpha <= 2.0) {  // the steps below work on x = (α − 1)(e − max e)
+    x.resize(e.size());
+    for (std::size_t j = 0; j < e.size(); ++j) x[j] = am1 * (e[j] - top);
+  }
   for (int step = 0; step < 200 && alpha <= 2.0; ++step) {
     x.erase(std::remove_if(x.begin(), x.end(), [&](double v) { return !(v > tau); }), x.end());
     const double k = static_cast<double>(x.size());
