@@ -33,6 +33,8 @@ std::vector<std::int16_t> random_codes(std::size_t count, int limit, std::mt1993
   return v;
 }
 
+std::size_t group_count(std::size_t keys) { return (keys + detail::kCodeGroupKeys - 1) / detail::kCodeGroupKeys; }
+
 std::vector<double> random_steps(std::size_t count, std::mt19937_64& rng) {
   std::uniform_real_distribution<double> u(0.05, 0.4);
   std::vector<double> v(count);
@@ -54,13 +56,15 @@ ReferenceCut reference_cut(const detail::EstimatedScores& estimate, std::size_t 
   ReferenceCut out;
   out.graph = Graph::empty(n, m);
   const Transform t = alpha == 1.5 ? Transform::entmax15() : Transform::entmax(alpha);
-  // The approximations in the cut's blocks of 64 rows (a float GEMM's last
+  // The approximations in the cut's blocks of rows (a float GEMM's last
   // bits may depend on its shape).
-  std::vector<float> approx(n * m);
-  for (std::size_t r0 = 0; r0 < n; r0 += 64) {
-    const std::size_t rows = std::min<std::size_t>(64, n - r0);
+  constexpr std::size_t B = detail::kCutBlockRows;
+  std::vector<float> approx(n * m), block_max(B * group_count(m));
+  for (std::size_t r0 = 0; r0 < n; r0 += B) {
+    const std::size_t rows = std::min(B, n - r0);
     const std::size_t keys = causal ? causal_key_limit(r0 + rows - 1, n, m) : m;
-    if (keys > 0) estimate.approximate(r0, rows, keys, approx.data() + r0 * m, m);
+    if (keys > 0)
+      estimate.approximate(r0, rows, keys, approx.data() + r0 * m, m, block_max.data(), group_count(keys));
   }
   for (std::size_t i = 0; i < n; ++i) {
     const std::size_t visible = causal ? causal_key_limit(i, n, m) : m;
@@ -100,6 +104,18 @@ void check_same_graph(const Graph& got, const ReferenceCut& want) {
   CHECK(differences == 0);
 }
 
+// Each row's largest value of every 64 keys (the kernels' group_max).
+std::vector<float> group_maxima(const std::vector<float>& out, std::size_t rows, std::size_t keys, std::size_t ldo) {
+  const std::size_t groups = group_count(keys);
+  std::vector<float> maxima(rows * groups);
+  for (std::size_t i = 0; i < rows; ++i)
+    for (std::size_t g = 0; g < groups; ++g) {
+      const float* o = out.data() + i * ldo + g * detail::kCodeGroupKeys;
+      maxima[i * groups + g] = *std::max_element(o, o + std::min(detail::kCodeGroupKeys, keys - g * detail::kCodeGroupKeys));
+    }
+  return maxima;
+}
+
 bool same_graph(const Graph& a, const Graph& b) { return a.offsets == b.offsets && a.indices == b.indices; }
 
 TEST_SUITE("predictors") {
@@ -123,11 +139,71 @@ TEST_SUITE("predictors") {
           for (std::size_t i = 0; i < rows; ++i)
             for (std::size_t j = 0; j < keys; ++j)
               want[i * ldo + j] = static_cast<float>(detail::code_dot(&q[i * r], &k[j * r], r)) * ks[j] * qs[i];
+          const std::vector<float> want_max = group_maxima(want, rows, keys, ldo);
           for (CpuIsa isa : available_cpu_isas()) {
             CAPTURE(cpu_isa_name(isa));
             std::vector<float> got(rows * ldo, -7.0f);  // the padding past `keys` stays untouched
-            code_scores_kernel(isa)(qp.data(), rows, kp.data(), pairs, keys, qs.data(), ks.data(), got.data(), ldo);
+            std::vector<float> got_max(want_max.size(), -7.0f);
+            code_scores_kernel(isa)(qp.data(), rows, kp.data(), pairs, keys, qs.data(), ks.data(), got.data(), ldo,
+                                    got_max.data(), group_count(keys));
             CHECK(got == want);
+            CHECK(got_max == want_max);
+          }
+        }
+      }
+    }
+  }
+
+  TEST_CASE("byte_code_scores: the same integers from byte codes, on every instruction set that has them") {
+    std::mt19937_64 rng(14);
+    CHECK(detail::byte_codes_fit(0));
+    CHECK(detail::byte_codes_fit(90));
+    CHECK_FALSE(detail::byte_codes_fit(91));  // 4 · 91² > 2^15 - 1: a 16-bit pair sum could saturate
+    CHECK(detail::byte_segment_quads(90) == 1);
+    CHECK(detail::byte_segment_quads(7) == 167);
+    // Codes at their largest in magnitude (the worst case of each 16-bit sum),
+    // and random ones; segments of 1 quad (largest 90) to all of them.
+    for (int largest : {1, 7, 63, 90}) {
+      for (bool extreme : {false, true}) {
+        for (std::size_t r : {1, 3, 4, 5, 32, 61, 256}) {
+          for (std::size_t rows : {1, 5, 17}) {
+            for (std::size_t keys : {1, 16, 63, 64, 65, 200}) {
+              CAPTURE(largest);
+              CAPTURE(extreme);
+              CAPTURE(r);
+              CAPTURE(rows);
+              CAPTURE(keys);
+              auto q = random_codes(rows * r, largest, rng), k = random_codes(keys * r, largest, rng);
+              if (extreme) {  // q at +largest (the largest unsigned byte), k at ±largest
+                for (auto& c : q) c = static_cast<std::int16_t>(largest);
+                for (auto& c : k) c = static_cast<std::int16_t>(rng() % 2 == 0 ? largest : -largest);
+              }
+              std::vector<float> qs(rows), ks(keys);
+              for (auto& x : qs) x = static_cast<float>(random_steps(1, rng)[0]);
+              for (auto& x : ks) x = static_cast<float>(random_steps(1, rng)[0]);
+              const auto qp = detail::pack_byte_queries(q.data(), rows, r, largest);
+              const auto kp = detail::pack_byte_keys(k.data(), keys, r);
+              const auto correction = detail::byte_key_corrections(k.data(), keys, r, largest);
+              const std::size_t quads = (r + 3) / 4, ldo = keys + 3;
+              std::vector<float> want(rows * ldo, -7.0f);
+              for (std::size_t i = 0; i < rows; ++i)
+                for (std::size_t j = 0; j < keys; ++j)
+                  want[i * ldo + j] = static_cast<float>(detail::code_dot(&q[i * r], &k[j * r], r)) * ks[j] * qs[i];
+              const std::vector<float> want_max = group_maxima(want, rows, keys, ldo);
+              int kernels = 0;
+              for (CpuIsa isa : available_cpu_isas()) {
+                const detail::ByteCodeScores kernel = detail::byte_code_scores_kernel(isa);
+                if (kernel == nullptr) continue;
+                ++kernels;
+                CAPTURE(cpu_isa_name(isa));
+                std::vector<float> got(rows * ldo, -7.0f), got_max(want_max.size(), -7.0f);
+                kernel(qp.data(), rows, kp.data(), correction.data(), quads, detail::byte_segment_quads(largest), keys,
+                       qs.data(), ks.data(), got.data(), ldo, got_max.data(), group_count(keys));
+                CHECK(got == want);
+                CHECK(got_max == want_max);
+              }
+              CHECK(kernels >= 1);  // the scalar reference at least
+            }
           }
         }
       }
@@ -143,7 +219,7 @@ TEST_SUITE("predictors") {
     };
     const Shape shapes[] = {{70, 70, 32, 7, true},    {70, 130, 16, 127, true}, {50, 200, 8, 7, false},
                             {40, 40, 4, 1, false},    {40, 40, 4, 1, true},     {1, 1, 3, 7, false},
-                            {130, 150, 33, 7, false}, {65, 300, 32, 7, true}};
+                            {130, 150, 33, 7, false}, {65, 300, 32, 7, true},  {40, 90, 22, 90, true}};
     for (const Shape& s : shapes) {
       const auto q = random_codes(s.n * s.r, s.limit, rng), k = random_codes(s.m * s.r, s.limit, rng);
       const QuantizedEstimate estimate(q, k, random_steps(s.n, rng), random_steps(s.m, rng), s.r);

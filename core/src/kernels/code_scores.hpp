@@ -11,6 +11,13 @@
 // bits (|code| <= 127) over r <= 256 dimensions give at most 127² · 256 <
 // 2^23.
 //
+// Small codes (the default 4 bits) also come as bytes, four dimensions a
+// 32-bit word, where AVX2 and AVX-512 multiply them in one instruction
+// (vpmaddubsw: unsigned x signed bytes into 16-bit pair sums): twice the
+// multiply-adds of the 16-bit codes per instruction. The query's codes are
+// shifted by `offset` to be unsigned and each key's offset · Σ_c k_jc is
+// taken off again, so D is the same integer.
+//
 // code_bounds is the same product for ScoreBounds' integer bounds: wider
 // codes, a per-row and a per-key integer added to D (the quantization
 // margin), power-of-two steps, two float columns of margins, and each
@@ -39,13 +46,48 @@ std::vector<std::int16_t> pack_code_keys(const std::int16_t* k, std::size_t m, s
 std::vector<std::int32_t> pack_code_queries(const std::int16_t* q, std::size_t rows, std::size_t r);
 
 // out(i, j) as above for i < rows and j < keys (out's row stride ldo >=
-// keys); k_scale holds at least `keys` values.
+// keys); k_scale holds at least `keys` values. group_max(i, g) is the
+// largest out(i, j) over the keys [64 g, 64 g + 64) ∩ [0, keys) (row stride
+// ldg >= the number of groups).
 using CodeScores = void (*)(const std::int32_t* q, std::size_t rows, const std::int16_t* k, std::size_t pairs,
-                            std::size_t keys, const float* q_scale, const float* k_scale, float* out, std::size_t ldo);
+                            std::size_t keys, const float* q_scale, const float* k_scale, float* out, std::size_t ldo,
+                            float* group_max, std::size_t ldg);
+
+// Byte codes: whether codes of magnitude at most `largest` over r dimensions
+// can take the byte path (the query's shifted codes and the keys' fit in a
+// byte, and a 16-bit pair sum cannot saturate).
+bool byte_codes_fit(std::int32_t largest);
+// The byte form of codes (m x r, |code| <= largest): per block of 16 keys
+// and per quad of dimensions (4p ... 4p + 3), 64 bytes k_j[4p ... 4p + 3]
+// for the block's keys j in order; missing keys and dimensions are zeros.
+// quads = (r + 3) / 4.
+std::vector<std::int8_t> pack_byte_keys(const std::int16_t* k, std::size_t m, std::size_t r);
+// Each key's offset · Σ_c k_jc, padded with zeros to whole blocks.
+std::vector<std::int32_t> byte_key_corrections(const std::int16_t* k, std::size_t m, std::size_t r,
+                                               std::int32_t offset);
+// Query codes shifted by offset, as 32-bit words of four bytes each
+// (dimension 4p in the lowest byte; missing dimensions are `offset`, which
+// meets key codes of 0), rows x quads.
+std::vector<std::uint32_t> pack_byte_queries(const std::int16_t* q, std::size_t rows, std::size_t r,
+                                             std::int32_t offset);
+// The number of quads whose 16-bit pair sums may be added before one
+// overflows, for codes of magnitude at most `largest` (byte_codes_fit).
+std::size_t byte_segment_quads(std::int32_t largest);
+
+// out and group_max as CodeScores, from byte codes; `segment` quads are
+// summed in 16 bits before widening (byte_segment_quads); k_correction as
+// byte_key_corrections.
+using ByteCodeScores = void (*)(const std::uint32_t* q, std::size_t rows, const std::int8_t* k,
+                                const std::int32_t* k_correction, std::size_t quads, std::size_t segment,
+                                std::size_t keys, const float* q_scale, const float* k_scale, float* out,
+                                std::size_t ldo, float* group_max, std::size_t ldg);
 
 // The kernel of an instruction set (reference: the scalar loop); throws
 // entgraph::Error if that set is not compiled in.
 CodeScores code_scores_kernel(CpuIsa isa);
+// The byte kernel of an instruction set, or null where it has no byte
+// multiply (SSE2, WebAssembly SIMD128): use the 16-bit codes there.
+ByteCodeScores byte_code_scores_kernel(CpuIsa isa);
 
 // ScoreBounds' integer bounds, for rows i < rows and keys j < keys:
 //   out(i, j) = float(D_ij + row.add[i] + key.add[j]) * (row.scale[i] * key.scale[j])
@@ -80,6 +122,7 @@ inline std::int32_t code_dot(const std::int16_t* q, const std::int16_t* k, std::
 // Per-ISA kernels, defined in kernels/simd/code_scores_<isa>.cpp.
 struct CodeKernels {
   CodeScores scores;
+  ByteCodeScores byte_scores;  // null: no byte multiply
   CodeBounds bounds;
 };
 extern const CodeKernels kSse2CodeKernels;

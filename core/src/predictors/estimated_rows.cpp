@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <utility>
 
@@ -18,6 +19,16 @@ QuantizedEstimate::QuantizedEstimate(std::vector<std::int16_t> q, std::vector<st
                                      std::vector<double> q_steps, std::vector<double> k_steps, std::size_t r)
     : q_(std::move(q)), k_(std::move(k)), q_steps_(std::move(q_steps)), k_steps_(std::move(k_steps)), r_(r) {
   const std::size_t n = q_steps_.size(), m = k_steps_.size();
+  std::int32_t largest = 0;
+  for (const auto* codes : {&q_, &k_})
+    for (std::int16_t c : *codes) largest = std::max(largest, std::abs(static_cast<std::int32_t>(c)));
+  // Both forms: the instruction set is chosen per call.
+  if (byte_codes_fit(largest)) {
+    k_bytes_ = pack_byte_keys(k_.data(), m, r_);
+    k_correction_ = byte_key_corrections(k_.data(), m, r_, largest);
+    q_bytes_ = pack_byte_queries(q_.data(), n, r_, largest);
+    segment_ = byte_segment_quads(largest);
+  }
   k_packed_ = pack_code_keys(k_.data(), m, r_);
   q_packed_ = pack_code_queries(q_.data(), n, r_);
   q_scale_.assign(q_steps_.begin(), q_steps_.end());
@@ -25,10 +36,17 @@ QuantizedEstimate::QuantizedEstimate(std::vector<std::int16_t> q, std::vector<st
 }
 
 void QuantizedEstimate::approximate(std::size_t row0, std::size_t rows, std::size_t keys, float* out,
-                                    std::size_t ldo) const {
+                                    std::size_t ldo, float* group_max, std::size_t ldg) const {
+  const ByteCodeScores bytes = k_bytes_.empty() ? nullptr : byte_code_scores_kernel(cpu_isa());
+  if (bytes != nullptr) {
+    const std::size_t quads = (r_ + 3) / 4;
+    bytes(q_bytes_.data() + row0 * quads, rows, k_bytes_.data(), k_correction_.data(), quads, segment_, keys,
+          q_scale_.data() + row0, k_scale_.data(), out, ldo, group_max, ldg);
+    return;
+  }
   const std::size_t pairs = (r_ + 1) / 2;
   code_scores_kernel(cpu_isa())(q_packed_.data() + row0 * pairs, rows, k_packed_.data(), pairs, keys,
-                                q_scale_.data() + row0, k_scale_.data(), out, ldo);
+                                q_scale_.data() + row0, k_scale_.data(), out, ldo, group_max, ldg);
 }
 
 float QuantizedEstimate::exact(std::size_t i, std::size_t j, const float*) const {
@@ -50,9 +68,13 @@ FloatEstimate::FloatEstimate(std::vector<float> q, std::vector<float> k, std::si
 }
 
 void FloatEstimate::approximate(std::size_t row0, std::size_t rows, std::size_t keys, float* out,
-                                std::size_t ldo) const {
-  matmul_kernels(cpu_isa()).gemm_nn(rows, keys, r_, 1.0f, q_.data() + row0 * r_, r_, kt_.data(), m_, out, ldo, false,
-                                    false);
+                                std::size_t ldo, float* group_max, std::size_t ldg) const {
+  const MatmulKernels<float>& mk = matmul_kernels(cpu_isa());
+  mk.gemm_nn(rows, keys, r_, 1.0f, q_.data() + row0 * r_, r_, kt_.data(), m_, out, ldo, false, false);
+  constexpr std::size_t G = kCodeGroupKeys;
+  for (std::size_t i = 0; i < rows; ++i)
+    for (std::size_t g = 0; g * G < keys; ++g)
+      group_max[i * ldg + g] = mk.max_value(out + i * ldo + g * G, std::min(G, keys - g * G));
 }
 
 namespace {
@@ -67,13 +89,10 @@ float float_at_most(double x) {
 // θ of α-entmax over the estimates e (score units: p_j = [(α − 1)(e_j − θ)]₊^(1/(α−1))),
 // e holding at least every key within 1 / (α − 1) of the largest; e is
 // reordered and shrunk. floor: a known lower bound of θ (-inf: none), where
-// the steps start. With `bound_only`, a lower bound of θ after at most
-// a few steps (every step below is one), for α ≤ 2; the largest minus
-// 1 / (α − 1) for α > 2.
+// the steps start.
 double entmax_theta(std::vector<double>& e, double alpha, const Transform& transform, std::vector<double>& x,
-                    std::vector<double>& probs, double floor, bool bound_only = false) {
+                    std::vector<double>& probs, double floor) {
   const double top = *std::max_element(e.begin(), e.end()), am1 = alpha - 1.0;
-  if (bound_only && alpha > 2.0) return top - 1.0 / am1;
   double tau = std::max(-1.0, am1 * (floor - top));
   if (alpha <= 2.0) {  // the steps below work on x = (α − 1)(e − max e)
     x.resize(e.size());
@@ -115,9 +134,7 @@ double entmax_theta(std::vector<double>& e, double alpha, const Transform& trans
     }
     if (!(next > tau)) break;
     tau = next;
-    if (bound_only && step >= 2) return top + tau / am1;
   }
-  if (bound_only) return top + tau / am1;
   // Other α: the keys above the last bound through the float64 transform,
   // θ from the largest weight (p = ((α − 1)(e − θ))^(1/(α−1))).
   e.erase(std::remove_if(e.begin(), e.end(), [&](double v) { return !(am1 * (v - top) > tau); }), e.end());
@@ -138,37 +155,48 @@ Graph cut_estimated_rows(const EstimatedScores& estimate, std::size_t n, std::si
   auto slack = [&](double x) { return 4.0 * rel * std::fabs(x) + floor; };
   const Transform transform = alpha == 1.5 ? Transform::entmax15() : Transform::entmax(alpha);
   const MatmulKernels<float>& mk = matmul_kernels(cpu_isa());
-  constexpr std::size_t kBlock = 64, G = kSelectGroup;
+  constexpr std::size_t kBlock = kCutBlockRows, G = kSelectGroup;
+  static_assert(G == kCodeGroupKeys);
   const std::size_t blocks = (n + kBlock - 1) / kBlock;
   std::vector<std::vector<std::uint32_t>> block_edges(blocks);
   std::vector<std::size_t> degree(n, 0);
   parallel_for(blocks, 1, [&](std::size_t b0, std::size_t b1) {
-    std::vector<float> approx, group_max;
+    std::vector<float> approx, block_max, group_max;
     std::vector<std::uint32_t> idx;
     std::vector<double> values, scaled, probs, bound_values;
     for (std::size_t b = b0; b < b1; ++b) {
       const std::size_t r0 = b * kBlock, rows = std::min(kBlock, n - r0);
       const std::size_t keys = causal ? causal_key_limit(r0 + rows - 1, n, m) : m;
       if (keys == 0) continue;
+      const std::size_t groups = (keys + G - 1) / G;
       approx.resize(rows * keys);
-      estimate.approximate(r0, rows, keys, approx.data(), keys);
+      block_max.resize(rows * groups);
+      estimate.approximate(r0, rows, keys, approx.data(), keys, block_max.data(), groups);
       std::vector<std::uint32_t>& edges = block_edges[b];
       for (std::size_t i = 0; i < rows; ++i) {
         const std::size_t row = r0 + i, visible = causal ? causal_key_limit(row, n, m) : m;
         if (visible == 0) continue;
         const float* a = approx.data() + i * keys;
-        group_max.resize((visible + G - 1) / G);
-        for (std::size_t g = 0; g < group_max.size(); ++g)
-          group_max[g] = mk.max_value(a + g * G, std::min(G, visible - g * G));
+        // The groups of the row's visible keys; a causal row may end inside
+        // its last group.
+        group_max.assign(block_max.begin() + i * groups, block_max.begin() + i * groups + (visible + G - 1) / G);
+        if (visible % G != 0 && visible < keys)
+          group_max.back() = mk.max_value(a + visible / G * G, visible % G);
         // Candidates: keys whose exact estimate can clear a lower bound of θ,
         // the threshold of the groups' maxima lowered by the approximation's
-        // error (a subset's threshold, with lower values, is below the row's).
+        // error (a subset's threshold, with lower values, is below the
+        // row's), lowered again by the approximation's error and the solve's
+        // rounding (relative to the largest estimate: θ may be near 0).
         bound_values.resize(group_max.size());
-        for (std::size_t g = 0; g < group_max.size(); ++g)
+        double top = 0.0;
+        for (std::size_t g = 0; g < group_max.size(); ++g) {
           bound_values[g] = static_cast<double>(group_max[g]) - slack(group_max[g]);
-        const double floor_theta = entmax_theta(bound_values, alpha, transform, scaled, probs,
-                                                -std::numeric_limits<double>::infinity(), true);
-        const float floor_candidates = float_at_most(floor_theta - slack(floor_theta));
+          top = std::max(top, std::fabs(static_cast<double>(group_max[g])));
+        }
+        const double subset_theta = entmax_theta(bound_values, alpha, transform, scaled, probs,
+                                                 -std::numeric_limits<double>::infinity());
+        const double floor_theta = subset_theta - slack(std::max(std::fabs(subset_theta), top)) - 1e-12 * top;
+        const float floor_candidates = float_at_most(floor_theta);
         idx.resize(visible);
         const std::size_t count = mk.select_above(a, group_max.data(), 0, visible, floor_candidates,
                                                   std::numeric_limits<float>::infinity(), idx.data());

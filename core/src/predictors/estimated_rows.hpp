@@ -30,9 +30,10 @@ class EstimatedScores {
  public:
   virtual ~EstimatedScores() = default;
   // Approximate estimates of rows [row0, row0 + rows) for keys [0, keys)
-  // into out (row stride ldo).
-  virtual void approximate(std::size_t row0, std::size_t rows, std::size_t keys, float* out,
-                           std::size_t ldo) const = 0;
+  // into out (row stride ldo), and each row's largest of every 64 keys
+  // [64 g, 64 g + 64) ∩ [0, keys) into group_max (row stride ldg).
+  virtual void approximate(std::size_t row0, std::size_t rows, std::size_t keys, float* out, std::size_t ldo,
+                           float* group_max, std::size_t ldg) const = 0;
   // The exact estimate of (i, j); `approx_row` is row i of approximate().
   virtual float exact(std::size_t i, std::size_t j, const float* approx_row) const = 0;
   // A bound on |approximate - exact| relative to |exact| (0: they are equal).
@@ -40,18 +41,26 @@ class EstimatedScores {
 };
 
 // Quantized codes: ŝ_ij = float((double(D_ij) q_step_i) k_step_j), D_ij the
-// integer dot product of the codes (q n x r, k m x r).
+// integer dot product of the codes (q n x r, k m x r). The approximation
+// multiplies byte codes where the instruction set can and the codes fit
+// (kernels/code_scores.hpp), else 16-bit codes: the same integers.
 class QuantizedEstimate final : public EstimatedScores {
  public:
   QuantizedEstimate(std::vector<std::int16_t> q, std::vector<std::int16_t> k, std::vector<double> q_steps,
                     std::vector<double> k_steps, std::size_t r);
-  void approximate(std::size_t row0, std::size_t rows, std::size_t keys, float* out, std::size_t ldo) const override;
+  void approximate(std::size_t row0, std::size_t rows, std::size_t keys, float* out, std::size_t ldo,
+                   float* group_max, std::size_t ldg) const override;
   float exact(std::size_t i, std::size_t j, const float* approx_row) const override;
   double relative_error() const override;
 
  private:
   std::vector<std::int16_t> q_, k_, k_packed_;
   std::vector<std::int32_t> q_packed_;
+  // The byte form (empty where unused).
+  std::vector<std::int8_t> k_bytes_;
+  std::vector<std::uint32_t> q_bytes_;
+  std::vector<std::int32_t> k_correction_;
+  std::size_t segment_ = 0;
   std::vector<double> q_steps_, k_steps_;
   std::vector<float> q_scale_, k_scale_;
   std::size_t r_;
@@ -63,7 +72,8 @@ class QuantizedEstimate final : public EstimatedScores {
 class FloatEstimate final : public EstimatedScores {
  public:
   FloatEstimate(std::vector<float> q, std::vector<float> k, std::size_t r);
-  void approximate(std::size_t row0, std::size_t rows, std::size_t keys, float* out, std::size_t ldo) const override;
+  void approximate(std::size_t row0, std::size_t rows, std::size_t keys, float* out, std::size_t ldo,
+                   float* group_max, std::size_t ldg) const override;
   float exact(std::size_t, std::size_t j, const float* approx_row) const override { return approx_row[j]; }
   double relative_error() const override { return 0.0; }
 
@@ -71,6 +81,11 @@ class FloatEstimate final : public EstimatedScores {
   std::vector<float> q_, kt_;  // kt_: r x m
   std::size_t r_, m_;
 };
+
+// Rows per block of the cut: one approximate() call each (a float
+// estimate's last bits may depend on the block's shape). 16 rows of 8192
+// keys keep the block's estimates in a 512 KiB cache.
+inline constexpr std::size_t kCutBlockRows = 16;
 
 // The graph above for α > 1 (α = 1 has no threshold: the caller keeps every
 // allowed key). margin in units of 1 / (α − 1). Rows run on the thread pool

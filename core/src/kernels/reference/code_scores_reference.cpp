@@ -31,11 +31,82 @@ std::vector<std::int32_t> pack_code_queries(const std::int16_t* q, std::size_t r
   return packed;
 }
 
+bool byte_codes_fit(std::int32_t largest) { return largest >= 0 && largest <= 90; }  // 4 · 90² < 2^15
+
+std::size_t byte_segment_quads(std::int32_t largest) {
+  // A quad adds one pair sum of magnitude <= 2 · (2 largest) · largest to
+  // each 16-bit lane.
+  const std::int32_t pair = 4 * largest * largest;
+  return pair == 0 ? std::size_t{1} << 20 : static_cast<std::size_t>(32767 / pair);
+}
+
+std::vector<std::int8_t> pack_byte_keys(const std::int16_t* k, std::size_t m, std::size_t r) {
+  constexpr std::size_t B = kCodeBlockKeys;
+  const std::size_t quads = (r + 3) / 4, blocks = (m + B - 1) / B;
+  std::vector<std::int8_t> packed(blocks * quads * 4 * B, 0);
+  for (std::size_t j = 0; j < m; ++j) {
+    std::int8_t* block = packed.data() + (j / B) * quads * 4 * B + (j % B) * 4;
+    for (std::size_t c = 0; c < r; ++c) block[(c / 4) * 4 * B + (c % 4)] = static_cast<std::int8_t>(k[j * r + c]);
+  }
+  return packed;
+}
+
+std::vector<std::int32_t> byte_key_corrections(const std::int16_t* k, std::size_t m, std::size_t r,
+                                               std::int32_t offset) {
+  constexpr std::size_t B = kCodeBlockKeys;
+  std::vector<std::int32_t> correction((m + B - 1) / B * B, 0);
+  for (std::size_t j = 0; j < m; ++j) {
+    std::int32_t sum = 0;
+    for (std::size_t c = 0; c < r; ++c) sum += k[j * r + c];
+    correction[j] = offset * sum;
+  }
+  return correction;
+}
+
+std::vector<std::uint32_t> pack_byte_queries(const std::int16_t* q, std::size_t rows, std::size_t r,
+                                             std::int32_t offset) {
+  const std::size_t quads = (r + 3) / 4;
+  std::vector<std::uint32_t> packed(rows * quads, 0);
+  for (std::size_t i = 0; i < rows; ++i)
+    for (std::size_t c = 0; c < quads * 4; ++c) {
+      const std::int32_t u = (c < r ? q[i * r + c] : 0) + offset;
+      packed[i * quads + c / 4] |= static_cast<std::uint32_t>(u & 0xFF) << (8 * (c % 4));
+    }
+  return packed;
+}
+
 namespace {
+
+// Each 64-key group's largest value of the rows of out.
+void group_maxima(const float* out, std::size_t rows, std::size_t keys, std::size_t ldo, float* group_max,
+                  std::size_t ldg) {
+  for (std::size_t i = 0; i < rows; ++i)
+    for (std::size_t g = 0; g * kCodeGroupKeys < keys; ++g) {
+      const float* o = out + i * ldo + g * kCodeGroupKeys;
+      group_max[i * ldg + g] = *std::max_element(o, o + std::min(kCodeGroupKeys, keys - g * kCodeGroupKeys));
+    }
+}
+
+void byte_code_scores_reference(const std::uint32_t* q, std::size_t rows, const std::int8_t* k,
+                                const std::int32_t* k_correction, std::size_t quads, std::size_t,
+                                std::size_t keys, const float* q_scale, const float* k_scale, float* out,
+                                std::size_t ldo, float* group_max, std::size_t ldg) {
+  constexpr std::size_t B = kCodeBlockKeys;
+  for (std::size_t i = 0; i < rows; ++i)
+    for (std::size_t j = 0; j < keys; ++j) {
+      const std::int8_t* block = k + (j / B) * quads * 4 * B + (j % B) * 4;
+      std::int32_t d = -k_correction[j];
+      for (std::size_t p = 0; p < quads; ++p)
+        for (std::size_t c = 0; c < 4; ++c)
+          d += static_cast<std::int32_t>((q[i * quads + p] >> (8 * c)) & 0xFFu) * block[p * 4 * B + c];
+      out[i * ldo + j] = static_cast<float>(d) * k_scale[j] * q_scale[i];
+    }
+  group_maxima(out, rows, keys, ldo, group_max, ldg);
+}
 
 void code_scores_reference(const std::int32_t* q, std::size_t rows, const std::int16_t* k, std::size_t pairs,
                            std::size_t keys, const float* q_scale, const float* k_scale, float* out,
-                           std::size_t ldo) {
+                           std::size_t ldo, float* group_max, std::size_t ldg) {
   constexpr std::size_t B = kCodeBlockKeys;
   for (std::size_t i = 0; i < rows; ++i)
     for (std::size_t j = 0; j < keys; ++j) {
@@ -48,6 +119,7 @@ void code_scores_reference(const std::int32_t* q, std::size_t rows, const std::i
       }
       out[i * ldo + j] = static_cast<float>(d) * k_scale[j] * q_scale[i];
     }
+  group_maxima(out, rows, keys, ldo, group_max, ldg);
 }
 
 void code_bounds_reference(const std::int32_t* q, std::size_t rows, const std::int16_t* k, std::size_t pairs,
@@ -67,11 +139,8 @@ void code_bounds_reference(const std::int32_t* q, std::size_t rows, const std::i
       if (key.resid != nullptr) b += row.resid[i] * key.resid[j];
       out[i * ldo + j] = b + row.round[i] * key.round[j];
     }
-    for (std::size_t g = 0; g * kCodeGroupKeys < keys; ++g) {
-      const float* o = out + i * ldo + g * kCodeGroupKeys;
-      group_max[i * ldg + g] = *std::max_element(o, o + std::min(kCodeGroupKeys, keys - g * kCodeGroupKeys));
-    }
   }
+  group_maxima(out, rows, keys, ldo, group_max, ldg);
 }
 
 }  // namespace
@@ -79,7 +148,7 @@ void code_bounds_reference(const std::int32_t* q, std::size_t rows, const std::i
 namespace {
 
 const CodeKernels& code_kernels(CpuIsa isa, const char* op) {
-  static const CodeKernels reference = {&code_scores_reference, &code_bounds_reference};
+  static const CodeKernels reference = {&code_scores_reference, &byte_code_scores_reference, &code_bounds_reference};
   switch (isa) {
 #if defined(ENTGRAPH_HAVE_X86)
     case CpuIsa::sse2:
@@ -103,6 +172,9 @@ const CodeKernels& code_kernels(CpuIsa isa, const char* op) {
 }  // namespace
 
 CodeScores code_scores_kernel(CpuIsa isa) { return code_kernels(isa, "code_scores_kernel").scores; }
+ByteCodeScores byte_code_scores_kernel(CpuIsa isa) {
+  return code_kernels(isa, "byte_code_scores_kernel").byte_scores;
+}
 CodeBounds code_bounds_kernel(CpuIsa isa) { return code_kernels(isa, "code_bounds_kernel").bounds; }
 
 }  // namespace entgraph::detail

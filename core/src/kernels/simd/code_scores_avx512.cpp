@@ -2,5 +2,5 @@
 #include "kernels/simd/code_scores_simd.hpp"
 
 namespace entgraph::detail {
-const CodeKernels kAvx512CodeKernels = {&code_simd::code_scores, &code_simd::code_bounds};
+const CodeKernels kAvx512CodeKernels = {&code_simd::code_scores, code_simd::kByteCodeScores, &code_simd::code_bounds};
 }  // namespace entgraph::detail
