@@ -104,6 +104,21 @@ inline constexpr std::size_t kVectors = kBlock / kLanes;  // vectors per key blo
 inline constexpr std::size_t kRows = 4;
 inline constexpr std::size_t kChunkKeys = 256;
 
+// Adds the 16-bit code products of one key block (kb: its packed codes) to
+// the tile's rows qr: per pair of dimensions, the block's 32 codes are
+// loaded once and multiplied with each row's broadcast pair of codes.
+inline void add_pair_products(V (&acc)[kRows][kVectors], const std::int32_t* const* qr,
+                              const std::int16_t* kb, std::size_t pairs) {
+  for (std::size_t p = 0; p < pairs; ++p) {
+    V kv[kVectors];
+    for (std::size_t v = 0; v < kVectors; ++v) kv[v] = load(kb + p * 2 * kBlock + v * 2 * kLanes);
+    for (std::size_t r = 0; r < kRows; ++r) {
+      const V qv = broadcast(qr[r][p]);
+      for (std::size_t v = 0; v < kVectors; ++v) acc[r][v] = madd_add(acc[r][v], qv, kv[v]);
+    }
+  }
+}
+
 // The tiles of code_scores and byte_code_scores: products(b, i0, nr, acc)
 // sums key block b's integer products for rows [i0, i0 + nr) into acc (rows
 // past nr repeat the last one: computed, never stored, so that the tile's
@@ -158,8 +173,7 @@ inline void score_tiles(std::size_t rows, std::size_t keys, const float* q_scale
   }
 }
 
-// 16-bit codes: per pair of dimensions, the key block's 32 codes are loaded
-// once and multiplied with each row's broadcast pair of codes.
+// 16-bit codes (add_pair_products).
 inline void code_scores(const std::int32_t* q, std::size_t rows, const std::int16_t* k, std::size_t pairs,
                         std::size_t keys, const float* q_scale, const float* k_scale, float* out, std::size_t ldo,
                         float* group_max, std::size_t ldg) {
@@ -169,15 +183,7 @@ inline void code_scores(const std::int32_t* q, std::size_t rows, const std::int1
                 for (std::size_t r = 0; r < kRows; ++r) qr[r] = q + (i0 + std::min(r, nr - 1)) * pairs;
                 for (auto& row : acc)
                   for (V& a : row) a = zero();
-                const std::int16_t* kb = k + b * pairs * 2 * kBlock;
-                for (std::size_t p = 0; p < pairs; ++p) {
-                  V kv[kVectors];
-                  for (std::size_t v = 0; v < kVectors; ++v) kv[v] = load(kb + p * 2 * kBlock + v * 2 * kLanes);
-                  for (std::size_t r = 0; r < kRows; ++r) {
-                    const V qv = broadcast(qr[r][p]);
-                    for (std::size_t v = 0; v < kVectors; ++v) acc[r][v] = madd_add(acc[r][v], qv, kv[v]);
-                  }
-                }
+                add_pair_products(acc, qr, k + b * pairs * 2 * kBlock, pairs);
               });
 }
 
@@ -256,15 +262,7 @@ inline void code_bounds_impl(const std::int32_t* q, std::size_t rows, const std:
           const V key_add = load_i32(key.add + jb + v * kLanes);
           for (std::size_t r = 0; r < kRows; ++r) acc[r][v] = add_i32(broadcast(row.add[ir[r]]), key_add);
         }
-        const std::int16_t* kb = k + b * pairs * 2 * kBlock;
-        for (std::size_t p = 0; p < pairs; ++p) {
-          V kv[kVectors];
-          for (std::size_t v = 0; v < kVectors; ++v) kv[v] = load(kb + p * 2 * kBlock + v * 2 * kLanes);
-          for (std::size_t r = 0; r < kRows; ++r) {
-            const V qv = broadcast(qr[r][p]);
-            for (std::size_t v = 0; v < kVectors; ++v) acc[r][v] = madd_add(acc[r][v], qv, kv[v]);
-          }
-        }
+        add_pair_products(acc, qr, k + b * pairs * 2 * kBlock, pairs);
         for (std::size_t r = 0; r < nr; ++r) {
           const std::size_t i = i0 + r;
           float* o = valid == kBlock ? out + i * ldo + jb : tail;
