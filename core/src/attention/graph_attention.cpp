@@ -864,17 +864,29 @@ bool settle_tile(const Shared<T>& c, TileScratch<T>& t, const std::uint32_t* ids
   return true;
 }
 
+// Rows of a causal head whose limits lie in one span of this many keys may
+// share a tile in certify and exact mode (tile_order).
+constexpr std::size_t kLimitSpan = 64;
+
 template <class T>
 std::vector<std::uint32_t> tile_order(const Shared<T>& c) {
   // Tiles take queries in the order of their first key, then their degree
   // (stable): queries of one bucket, whose rows are equal, end up in the same
-  // tiles; for windows this is the identity.
+  // tiles; for windows this is the identity. Certify and exact mode bound
+  // every key of a slab up to its longest row's limit, so on a causal head
+  // they first keep rows of near limits together: ordered by first key
+  // alone, a learned graph whose rows all start at key 0 mixed rows from the
+  // whole sequence into each tile and bounded twice the causal triangle.
   std::vector<std::uint32_t> order(c.n);
   for (std::size_t i = 0; i < c.n; ++i) order[i] = static_cast<std::uint32_t>(i);
+  const bool by_limit = c.o->causal && c.mode != GraphAttentionMode::fast;
+  auto span = [&](std::uint32_t i) { return by_limit ? c.limit(i) / kLimitSpan : std::size_t{0}; };
   auto first_key = [&](std::uint32_t i) {
     return c.graph->degree(i) == 0 ? std::numeric_limits<std::uint32_t>::max() : *c.graph->row_begin(i);
   };
   std::stable_sort(order.begin(), order.end(), [&](std::uint32_t a, std::uint32_t b) {
+    const std::size_t sa = span(a), sb = span(b);
+    if (sa != sb) return sa < sb;
     const std::uint32_t fa = first_key(a), fb = first_key(b);
     return fa != fb ? fa < fb : c.graph->degree(a) < c.graph->degree(b);
   });
