@@ -26,6 +26,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "kernels/simd/lane_tables.hpp"
 #include "kernels/transform_kernels.hpp"
 
 // Functions that clang must inline into their loops in the SIMD128 build:
@@ -196,17 +197,7 @@ struct RowSimd {
   // straight to memory is microcoded, hundreds of cycles); AVX2 permutes by a
   // table of the 256 masks, SIMD128 swizzles bytes by a table of the 16;
   // SSE2 stores lane by lane.
-  struct Compress8 {  // per 8-bit mask, the kept lanes' indices, 4 bits each
-    std::uint32_t packed[256];
-    constexpr Compress8() : packed() {
-      for (unsigned m = 0; m < 256; ++m) {
-        unsigned c = 0;
-        for (unsigned l = 0; l < 8; ++l)
-          if ((m >> l) & 1u) packed[m] |= l << (4 * c++);
-      }
-    }
-  };
-  static constexpr Compress8 kCompress8{};
+  // (kCompress8: kernels/simd/lane_tables.hpp.)
 #if defined(__wasm_simd128__)
   // SIMD128 compresses with i8x16.swizzle (which SSE2 lacks): per 4-bit mask,
   // the bytes of the kept lanes first, in order.
