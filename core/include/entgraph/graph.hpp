@@ -25,8 +25,6 @@
 
 namespace entgraph {
 
-struct Capture;  // entgraph/io/capture.hpp
-
 struct Graph {
   std::size_t queries = 0;            // n
   std::size_t keys = 0;               // m
@@ -78,8 +76,7 @@ std::size_t allowed_pair_count(std::size_t n, std::size_t m, bool causal);
 // entmax_alpha(scale q k^T) under the causal mask if set (alpha = 1 gives
 // every allowed pair whose softmax weight is representable, i.e. > 0 in float).
 Graph gold_graph(MatrixView<const float> q, MatrixView<const float> k, const HeadSettings& settings);
-// The same for head (layer, head) and sequence s of a capture.
-Graph gold_graph(const Capture& capture, std::size_t layer, std::size_t head, std::size_t sequence);
+// (The same for a head and sequence of a capture: entgraph/io/capture.hpp.)
 
 // How a predicted graph compares with the gold one, summed over sequences
 // (add them with +=) before the ratios are taken.

@@ -8,10 +8,8 @@
 
 #include "entgraph/error.hpp"
 #include "entgraph/heads.hpp"
-#include "entgraph/io/capture.hpp"
 #include "entgraph/runtime.hpp"
 #include "entgraph/transforms.hpp"
-#include "io/capture_context.hpp"
 #include "kernels/matmul_kernels.hpp"
 #include "runtime/backends.hpp"
 
@@ -261,13 +259,6 @@ Graph gold_graph(MatrixView<const float> q, MatrixView<const float> k, const Hea
     }
   }
   return g;
-}
-
-Graph gold_graph(const Capture& capture, std::size_t layer, std::size_t head, std::size_t sequence) {
-  return detail::in_head(capture, layer, head, [&] {
-    return gold_graph(capture.queries_of(layer, head, sequence), capture.keys_of(layer, head, sequence),
-                      capture.head(layer, head));
-  });
 }
 
 double GraphMetrics::sparsity() const {

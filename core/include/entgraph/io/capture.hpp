@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "entgraph/error.hpp"
+#include "entgraph/graph.hpp"
 #include "entgraph/heads.hpp"
 #include "entgraph/io/npy.hpp"
 #include "entgraph/matrix_view.hpp"
@@ -262,5 +263,9 @@ decltype(auto) in_head(const Capture& capture, std::size_t layer, std::size_t he
     throw Error(context + ": " + what);
   }
 }
+
+// The gold graph (graph.hpp) of head (layer, head) and sequence s of a
+// capture, errors named by the head as in_head does.
+Graph gold_graph(const Capture& capture, std::size_t layer, std::size_t head, std::size_t sequence);
 
 }  // namespace entgraph
