@@ -1,0 +1,491 @@
+// entgraph internal: certify and exact mode of graph attention, by bound and
+// repair (docs/EXACT.md): a row's score threshold proven from its keys'
+// scores, the left-out keys whose score bound clears it (pending), the
+// repair that scores them until none is left, the threshold guessed from the
+// bounds' group maxima and proven (settle_from_guess), and certify's bound on
+// the weight a row misses. Included only by graph_attention.cpp, after
+// graph_attention_rows.hpp.
+#pragma once
+
+#include "attention/graph_attention_rows.hpp"
+
+namespace entgraph {
+namespace {
+
+// A guaranteed lower bound on the score threshold theta = tau / (alpha - 1)
+// of the row's alpha-entmax (p_j = [a (s_j - theta)]_+^(1/a), a = alpha - 1,
+// sum p = 1): a key scoring at or below it has weight 0. F(theta) = sum_j
+// [a (s_j - theta)]_+^(1/a) decreases in theta and is 1 at the threshold, so
+// any theta with F(theta) >= 1 will do. F is evaluated relative to z_k, the
+// smallest score of the support (p > 0), at theta = z_k - d: the brackets are
+// a (s_j - z_k) + a d, sums of terms >= 0 on the support, and each is lowered
+// by its rounding bound before the power, so the computed F is a lower bound
+// of the true one at any alpha. (The form a s_j - tau cancels near the
+// threshold, and at large alpha the power 1/a turns that rounding into
+// weight: (1e-13)^(1/999) = 0.97.) The estimate d0 = z_k - (s_best -
+// p_best^a / a), from the largest weight, is widened by a few of T's ulps, then
+// fourfold, until F >= 1 holds; the
+// fallback max s - 1/a (slightly lower) always satisfies it.
+template <class T>
+double entmax_score_threshold(const Row<T>& r, double alpha) {
+  constexpr double kEps = std::numeric_limits<double>::epsilon(), kNegInf = -std::numeric_limits<double>::infinity();
+  const double a = alpha - 1.0, inv = 1.0 / a;
+  const std::size_t cnt = r.scores.size();
+  std::size_t best = 0, low = cnt;  // low: the support's smallest score
+  double smax = kNegInf;
+  for (std::size_t x = 0; x < cnt; ++x) {
+    const double s = static_cast<double>(r.scores[x]);
+    smax = std::max(smax, s);
+    if (r.probs[x] > r.probs[best]) best = x;
+    if (r.probs[x] > 0 && (low == cnt || s < static_cast<double>(r.scores[low]))) low = x;
+  }
+  const double fallback = std::nextafter(smax - (1.0 + 1e-9) / a, kNegInf);
+  if (low == cnt) return fallback;
+  const double zk = static_cast<double>(r.scores[low]);
+  auto reaches_one = [&](double d) {  // F(z_k - d) >= 1, from below
+    double f = 0.0;
+    for (std::size_t x = 0; x < cnt; ++x) {
+      const double c = a * (static_cast<double>(r.scores[x]) - zk), g = c + a * d;
+      const double lower = g - 8.0 * kEps * (std::abs(c) + a * d);
+      if (lower <= 0.0) continue;
+      f += alpha == 2.0 ? lower : alpha == 1.5 ? lower * lower : std::pow(lower, inv);
+    }
+    return f * (1.0 - static_cast<double>(cnt + 8) * kEps) >= 1.0;
+  };
+  const double p_best = static_cast<double>(r.probs[best]);
+  const double estimate = static_cast<double>(r.scores[best]) - std::pow(p_best, a) / a;
+  double d = std::max(zk - estimate, 0.0);
+  const double widen = 16.0 * std::numeric_limits<T>::epsilon() * (std::abs(zk) + 1.0 / a);
+  for (int tries = 0; tries < 6; ++tries) {
+    const double theta = std::nextafter(zk - (d + widen), kNegInf);  // at or below it
+    if (!(theta > fallback)) break;
+    const double gap = zk - theta;  // overstated by at most an ulp: within the brackets' slack
+    if (reaches_one(gap)) return theta;
+    d = 4.0 * gap;
+  }
+  return fallback;
+}
+
+// The score threshold of the row's current keys: a left-out key whose score
+// is at or below it has weight exactly 0 in the dense row; -inf when the row
+// cannot provide one (no keys, or fewer than k for top-k).
+template <class T>
+double score_threshold(const Shared<T>& c, const Row<T>& r) {
+  const Transform& t = c.o->transform;
+  if (t.kind == TransformKind::topk_softmax) {
+    if (r.scores.size() < t.k) return -std::numeric_limits<double>::infinity();
+    std::vector<T> sorted(r.scores);
+    std::nth_element(sorted.begin(), sorted.begin() + static_cast<std::ptrdiff_t>(t.k - 1), sorted.end(),
+                     std::greater<T>());
+    // Left-out keys must rank strictly below the k-th kept score.
+    return std::nextafter(static_cast<double>(sorted[t.k - 1]), -std::numeric_limits<double>::infinity());
+  }
+  if (r.scores.empty()) return -std::numeric_limits<double>::infinity();
+  return entmax_score_threshold(r, threshold_alpha(t));
+}
+
+// Drops the pending keys whose bound no longer clears the row's threshold.
+template <class T>
+void drop_excluded(Row<T>& r) {
+  const T thr = static_cast<T>(r.threshold);
+  r.pending.erase(
+      std::remove_if(r.pending.begin(), r.pending.end(), [&](const Pending<T>& e) { return !(e.bound > thr); }),
+      r.pending.end());
+}
+
+// Sets r.threshold to the row's score threshold minus its bound offset,
+// rounded down into T: a key with bound b (minus offset) <= threshold has
+// offset + b <= theta, so it can be skipped.
+template <class T>
+void round_threshold(Row<T>& r) {
+  T thr_t = static_cast<T>(r.threshold);
+  if (static_cast<double>(thr_t) > r.threshold) thr_t = std::nextafter(thr_t, -std::numeric_limits<T>::infinity());
+  r.threshold = static_cast<double>(thr_t);
+}
+
+template <class T>
+void update_threshold(const Shared<T>& c, Row<T>& r) {
+  r.threshold = score_threshold(c, r) - r.offset;
+  round_threshold(r);
+}
+
+// One repair step: scores the `batch` pending keys of largest bound, runs the
+// transform on the enlarged row, and drops the pending keys whose bound no
+// longer clears its threshold (which never decreases). Every dropped key has
+// weight 0 in the dense row.
+template <class T>
+void repair_step(const Shared<T>& c, std::size_t i, Row<T>& r, std::size_t batch) {
+  auto higher = [](const Pending<T>& a, const Pending<T>& b) {
+    return a.bound != b.bound ? a.bound > b.bound : a.key < b.key;
+  };
+  auto& p = r.pending;
+  const std::size_t take = std::min(batch, p.size()), from = r.keys.size();
+  if (take < p.size()) std::nth_element(p.begin(), p.begin() + static_cast<std::ptrdiff_t>(take), p.end(), higher);
+  for (std::size_t x = 0; x < take; ++x) r.keys.push_back(p[x].key);
+  r.repaired += take;
+  p.erase(p.begin(), p.begin() + static_cast<std::ptrdiff_t>(take));
+  score_keys<T>(c, i, r, from);
+  transform_row<T>(c, r);
+  if (p.empty()) return;
+  update_threshold<T>(c, r);
+  drop_excluded(r);
+}
+
+// A lower bound of the score of pending key e, rounded down into T.
+template <class T>
+T pending_lower(const Shared<T>& c, const Row<T>& r, const Pending<T>& e) {
+  const double lower = static_cast<double>(e.bound) - 2.0 * c.bounds->slack(r.slack, e.key) + r.lower_offset;
+  const T lower_t = static_cast<T>(lower);
+  return static_cast<double>(lower_t) > lower ? std::nextafter(lower_t, -std::numeric_limits<T>::infinity())
+                                              : lower_t;
+}
+
+// Raises the row's threshold without scoring anything: the threshold of its
+// scored keys together with lower bounds of its pending keys' scores is
+// valid (a threshold only grows with the scores and with the keys), and when
+// the bounds are tight it is close to the dense row's. Only the pending keys
+// of largest bound take part: a subset of keys still gives a valid
+// threshold, and the transform then runs on a short row. probe is scratch.
+template <class T>
+void tighten(const Shared<T>& c, Row<T>& r, Row<T>& probe) {
+  probe.scores.assign(r.scores.begin(), r.scores.end());
+  const std::size_t keep = std::min(r.pending.size(), std::max<std::size_t>(32, r.scores.size()));
+  if (keep < r.pending.size())
+    std::nth_element(r.pending.begin(), r.pending.begin() + static_cast<std::ptrdiff_t>(keep), r.pending.end(),
+                     [](const Pending<T>& a, const Pending<T>& b) { return a.bound > b.bound; });
+  for (std::size_t x = 0; x < keep; ++x) probe.scores.push_back(pending_lower(c, r, r.pending[x]));
+  transform_row<T>(c, probe);
+  probe.offset = r.offset;
+  update_threshold<T>(c, probe);
+  if (!(probe.threshold > r.threshold)) return;
+  r.threshold = probe.threshold;
+  drop_excluded(r);
+}
+
+// Repair: scores the pending keys in decreasing bound order, in batches that
+// double, until none is left.
+template <class T>
+void repair_row(const Shared<T>& c, std::size_t i, Row<T>& r, Row<T>& probe) {
+  tighten<T>(c, r, probe);
+  std::size_t batch = std::max<std::size_t>(16, r.candidates);
+  while (!r.pending.empty()) {
+    repair_step<T>(c, i, r, batch);
+    batch *= 2;
+  }
+}
+
+// The rows of a tile whose bounds are computed at once are capped so that
+// their buffer holds at most kBoundValues values (128 KB of floats, in L2),
+// whatever the number of keys.
+constexpr std::size_t kBoundValues = std::size_t{1} << 15;
+
+// What collect_pending does when the pending list outgrows the row's budget.
+enum class Overflow { tighten, keep };
+
+// The bounds of one row's allowed keys [0, lim), key j at bounds[j], and
+// the largest bound of each group of ScoreBounds::kGroupKeys keys (the last
+// may reach past lim).
+template <class T>
+struct RowBounds {
+  const T* bounds;
+  const T* group_max;
+  std::size_t lim;
+};
+
+// Sets the row's pending list to its left-out keys whose bound clears its
+// threshold, in increasing key order, skipping the graph's keys of the row,
+// the keys whose bound is above the ceiling, and every group whose largest
+// bound does not clear the threshold. When the list outgrows the budget,
+// exact mode either raises the threshold from the pending keys' lower
+// bounds, so that the rest of the scan keeps fewer, or keeps them all;
+// certify mode stops at the first key unless it bounds the missed mass,
+// which takes them all, raising the threshold as exact mode does.
+template <class T>
+void collect_pending(const Shared<T>& c, TileScratch<T>& t, Row<T>& row, const RowBounds<T>& rb, Overflow overflow,
+                     T ceiling = std::numeric_limits<T>::infinity()) {
+  const detail::MatmulKernels<T>& mk = detail::matmul_kernels_for<T>();
+  const std::uint8_t* padding = c.o->key_padding;
+  const std::uint32_t* held = row.graph;
+  const std::size_t nheld = row.graph_keys;
+  // A graph row that is one run of keys (a window) is left out of the scan
+  // as a range; other graph rows are skipped key by key.
+  const bool run = nheld > 0 && held[nheld - 1] - held[0] + 1 == nheld;
+  const std::size_t run_lo = run ? held[0] : rb.lim, run_hi = run ? held[nheld - 1] + 1 : rb.lim;
+  std::size_t cursor = 0;
+  row.pending.clear();
+  // Chunks of 16 groups: one kernel call each, and the budget (or certify's
+  // first key) checked between them.
+  constexpr std::size_t kChunk = 16 * ScoreBounds<T>::kGroupKeys;
+  static_assert(ScoreBounds<T>::kGroupKeys == detail::kSelectGroup);
+  t.hits.resize(kChunk);
+  for (std::size_t c0 = 0; c0 < rb.lim; c0 += kChunk) {
+    const T threshold = static_cast<T>(row.threshold);
+    const std::size_t c1 = std::min(rb.lim, c0 + kChunk);
+    // The chunk less the run: [c0, a) and [b, c1).
+    const std::size_t a = std::max(c0, std::min(c1, run_lo)), b = std::min(c1, std::max(c0, run_hi));
+    std::size_t hits = mk.select_above(rb.bounds, rb.group_max, c0, a, threshold, ceiling, t.hits.data());
+    if (b < c1) hits += mk.select_above(rb.bounds, rb.group_max, b, c1, threshold, ceiling, t.hits.data() + hits);
+    // Written in place (a push_back of a temporary stalls on store forwarding).
+    std::size_t at = row.pending.size();
+    row.pending.resize(at + hits);
+    for (std::size_t h = 0; h < hits; ++h) {
+      const std::uint32_t j = t.hits[h];
+      if (padding != nullptr && padding[j] == 0) continue;
+      if (!run) {
+        while (cursor < nheld && held[cursor] < j) ++cursor;
+        if (cursor < nheld && held[cursor] == j) continue;
+      }
+      row.pending[at].bound = rb.bounds[j];
+      row.pending[at++].key = j;
+    }
+    row.pending.resize(at);
+    if (c.mode == GraphAttentionMode::certify && !c.bound_missed) {
+      if (!row.pending.empty()) return;  // one pending key leaves the row unsettled
+    } else if (row.pending.size() > row.budget && overflow == Overflow::tighten) {
+      tighten<T>(c, row, t.probe);
+      row.budget = std::max(row.budget, 2 * row.pending.size());
+    }
+  }
+}
+
+// The score threshold of a row after its transform, estimated from its
+// largest weight (p = [(alpha - 1) (s - theta)]^(1/(alpha - 1))): only a
+// guess, proven before use.
+template <class T>
+double threshold_estimate(const Shared<T>& c, const Row<T>& r) {
+  const double am1 = threshold_alpha(c.o->transform) - 1.0;
+  std::size_t best = 0;
+  for (std::size_t x = 1; x < r.probs.size(); ++x)
+    if (r.probs[x] > r.probs[best]) best = x;
+  if (r.probs.empty() || !(r.probs[best] > T(0))) return -std::numeric_limits<double>::infinity();
+  return static_cast<double>(r.scores[best]) - std::pow(static_cast<double>(r.probs[best]), am1) / am1;
+}
+
+// A guess of the row's threshold (bound minus offset): the transform's
+// threshold over the largest bound of each 64-key group. Those are a subset
+// of the row's bounds, so the guess tends to lie a little under the row's
+// threshold (more keys only raise it), and settle_from_guess proves it.
+template <class T>
+double group_guess(const Shared<T>& c, const RowBounds<T>& rb, Row<T>& probe) {
+  constexpr std::size_t kGroup = ScoreBounds<T>::kGroupKeys;
+  const std::size_t full = rb.lim / kGroup;
+  probe.scores.assign(rb.group_max, rb.group_max + full);
+  if (full * kGroup < rb.lim)  // the last group's maximum may come from keys past lim
+    probe.scores.push_back(
+        detail::matmul_kernels_for<T>().max_value(rb.bounds + full * kGroup, rb.lim - full * kGroup));
+  transform_row<T>(c, probe);
+  return threshold_estimate(c, probe);
+}
+
+// Whether every key of the row with weight is one of the graph's.
+template <class T>
+bool graph_holds_weight(const Row<T>& r) {
+  for (std::size_t x = r.candidates; x < r.keys.size(); ++x)
+    if (r.probs[x] > T(0) && !std::binary_search(r.graph, r.graph + r.graph_keys, r.keys[x])) return false;
+  return true;
+}
+
+// Exact mode from a guessed threshold (bound minus offset). Scores every
+// left-out key whose bound clears the guess (when they are more than the
+// row's budget, only the budget / 2 of largest bound: the guess was low),
+// runs the transform, and is done when the threshold the row then proves
+// reaches their level: every key left out has a bound at or under it.
+// Otherwise the keys between the proven threshold and that level are added
+// too, and the enlarged row holds every key above a threshold it proves (its
+// threshold only grew).
+template <class T>
+void settle_from_guess(const Shared<T>& c, TileScratch<T>& t, std::uint32_t i, Row<T>& row, const RowBounds<T>& rb,
+                       double guess) {
+  row.threshold = guess;
+  round_threshold<T>(row);
+  const T floor = static_cast<T>(row.threshold);  // every key above it is collected
+  T level = floor;
+  // Graph keys scoring at or under the guess wait too: the transform then
+  // runs on a shorter row, and unless the guess fails they have weight 0.
+  std::vector<std::pair<std::uint32_t, T>>& dropped = t.dropped;
+  dropped.clear();
+  {
+    const double at = static_cast<double>(level) + row.offset;
+    const double cut = at - 1e-9 * (1.0 + std::abs(at));
+    std::size_t kept = 0;
+    for (std::size_t x = 0; x < row.candidates; ++x) {
+      if (static_cast<double>(row.scores[x]) > cut) {
+        row.keys[kept] = row.keys[x];
+        row.scores[kept++] = row.scores[x];
+      } else {
+        dropped.emplace_back(row.keys[x], row.scores[x]);
+      }
+    }
+    row.candidates = kept;
+    row.keys.resize(kept);
+    row.scores.resize(kept);
+  }
+  collect_pending<T>(c, t, row, rb, Overflow::keep);
+  std::vector<Pending<T>>& p = row.pending;
+  std::vector<Pending<T>>& rest = t.rest;  // collected keys at or under the level wait here
+  rest.clear();
+  if (p.size() > row.budget) {
+    const std::size_t keep = row.budget / 2;
+    std::nth_element(p.begin(), p.begin() + static_cast<std::ptrdiff_t>(keep - 1), p.end(),
+                     [](const Pending<T>& a, const Pending<T>& b) { return a.bound > b.bound; });
+    level = p[keep - 1].bound;
+    const auto split = std::partition(p.begin(), p.end(), [&](const Pending<T>& e) { return e.bound > level; });
+    rest.assign(split, p.end());
+    p.erase(split, p.end());
+  }
+  if (!p.empty()) {
+    repair_step<T>(c, i, row, p.size());  // scores them all and transforms the row
+  } else {
+    transform_row<T>(c, row);
+  }
+  update_threshold<T>(c, row);
+  if (row.threshold >= static_cast<double>(level)) return;
+  // The band under the level: the waiting graph keys above the proven
+  // threshold (with a little to spare: a key of weight 0 does no harm),
+  const double back = row.threshold + row.offset - 1e-6 * (1.0 + std::abs(row.threshold) + std::abs(row.offset));
+  const std::size_t before = row.keys.size();
+  for (const auto& [key, score] : dropped)
+    if (static_cast<double>(score) > back) {
+      row.keys.push_back(key);
+      row.scores.push_back(score);
+    }
+  // and the left-out keys whose bound lies between the threshold and the level.
+  if (row.threshold >= static_cast<double>(floor)) {
+    const T above = static_cast<T>(row.threshold);
+    for (const Pending<T>& e : rest)
+      if (e.bound > above) p.push_back(e);
+  } else {
+    collect_pending<T>(c, t, row, rb, Overflow::tighten, level);
+  }
+  if (p.empty()) {
+    if (row.keys.size() > before) transform_row<T>(c, row);
+    return;
+  }
+  if (p.size() <= row.budget) {
+    repair_step<T>(c, i, row, p.size());
+  } else {
+    repair_row<T>(c, i, row, t.probe);
+  }
+}
+
+// Pending keys of largest bound that missed_mass_bound's threshold sees (at
+// least; twice the graph keys when more).
+constexpr std::size_t kMissedProbeKeys = 64;
+
+// An upper bound on the weight that the dense alpha-entmax row gives to the
+// keys the row leaves out (certify; docs/EXACT.md, "Fast mode's error"). Let
+// every pending key score its bound u_j: that row's threshold theta* is at
+// least the dense row's (a threshold only grows with the scores), so there
+// the graph keys weigh at most what they weigh in the dense row, and the
+// pending keys at least the dense row's missed mass. Their weight at theta*
+// grows when theta* is replaced by a proven lower bound of it; the keys that
+// are not pending have u_j at or under the graph row's threshold and add 0.
+// The lower bound comes from the graph keys and the largest bounds only (the
+// threshold of a subset never exceeds the row's): a transform over thousands
+// of pending keys, as a short window leaves, would cost more than the bounds.
+// The graph keys' computed scores are within delta of the exact ones, which
+// moves theta* by at most delta: theta* - delta keeps the bound valid for
+// the exact scores. Reorders the row's pending keys.
+template <class T>
+double missed_mass_bound(const Shared<T>& c, std::size_t i, Row<T>& r, Row<T>& probe) {
+  constexpr double kEps = std::numeric_limits<double>::epsilon(), kInf = std::numeric_limits<double>::infinity();
+  const double alpha = threshold_alpha(c.o->transform), a = alpha - 1.0, inv = 1.0 / a;
+  const std::size_t g = r.scores.size();
+  std::vector<Pending<T>>& p = r.pending;
+  const std::size_t keep = std::min(p.size(), std::max<std::size_t>(kMissedProbeKeys, 2 * g));
+  if (keep < p.size())
+    std::nth_element(p.begin(), p.begin() + static_cast<std::ptrdiff_t>(keep), p.end(),
+                     [](const Pending<T>& x, const Pending<T>& y) { return x.bound > y.bound; });
+  probe.scores.assign(r.scores.begin(), r.scores.end());
+  for (std::size_t x = 0; x < keep; ++x) {  // u_j rounded up into T
+    const double u = std::nextafter(static_cast<double>(p[x].bound) + r.offset, kInf);
+    const T ut = static_cast<T>(u);
+    probe.scores.push_back(static_cast<double>(ut) < u ? std::nextafter(ut, std::numeric_limits<T>::infinity()) : ut);
+  }
+  transform_row<T>(c, probe);
+  // |computed - exact| <= gamma_(d+1) |scale| ||q|| ||k|| in any summation order (doubled for the norms' rounding).
+  double qq = 0.0;
+  for (std::size_t x = 0; x < c.d; ++x) qq += static_cast<double>(c.q(i, x)) * static_cast<double>(c.q(i, x));
+  const double delta = 2.0 * static_cast<double>(c.d + 2) * std::numeric_limits<T>::epsilon() * std::abs(c.scale) *
+                       std::sqrt(qq) * c.key_norm;
+  const double theta =
+      std::max(entmax_score_threshold(probe, alpha), std::nextafter(r.threshold + r.offset, -kInf)) - delta;
+  // u_j - theta = bound_j - (theta - offset), the latter rounded down; each
+  // bracket is then rounded up (two roundings) before its power.
+  const double below = std::nextafter(theta - r.offset, -kInf);
+  double sum = 0.0;
+  for (const Pending<T>& e : p) {
+    const double base = a * (static_cast<double>(e.bound) - below) * (1.0 + 4.0 * kEps);
+    if (base > 0.0) sum += alpha == 2.0 ? base : alpha == 1.5 ? base * base : std::pow(base, inv);
+  }
+  return std::min(1.0, sum * (1.0 + 4.0 * static_cast<double>(p.size() + 8) * kEps));
+}
+
+// Settles the tile's rows that the graph does not: bounds every allowed key
+// (one GEMM per slab of rows over all their keys), collects each row's
+// pending keys, and in exact mode repairs the row.
+//
+// Exact mode with a threshold transform first guesses the threshold from
+// the row's group maxima (group_guess), which saves the transform of the
+// graph's keys alone and keeps the pending list short from the start;
+// settle_from_guess proves it.
+template <class T>
+void settle_by_bounds(const Shared<T>& c, TileScratch<T>& t, const std::uint32_t* ids, std::size_t rows) {
+  const ScoreBounds<T>& b = *c.bounds;
+  const std::size_t w = b.width();
+  std::vector<std::size_t>& scan_rows = t.scan_rows;
+  scan_rows.clear();
+  std::size_t end = 0;
+  for (std::size_t r = 0; r < rows; ++r) {
+    if (!t.rows[r].scan) continue;
+    scan_rows.push_back(r);
+    end = std::max(end, c.limit(ids[r]));
+  }
+  const std::size_t active = scan_rows.size();
+  if (active == 0) return;
+  t.qb.resize(active * w);
+  for (std::size_t a = 0; a < active; ++a) {
+    Row<T>& row = t.rows[scan_rows[a]];
+    row.qt = t.qb.data() + a * w;
+    row.offset = b.prepare_query(c.q.row(ids[scan_rows[a]]), t.qb.data() + a * w);
+    row.slack = b.query_slack(row.qt);
+    row.lower_offset = b.lower_offset(row.offset);
+    row.budget = std::max<std::size_t>(64, 2 * row.candidates);
+  }
+  const bool exact = c.mode == GraphAttentionMode::exact;
+  // Slabs of a multiple of 4 rows: the bfloat16 kernel takes rows 4 at a time.
+  const std::size_t slab = std::min(active, std::max<std::size_t>(4, kBoundValues / end / 4 * 4));
+  const std::size_t groups = (end + ScoreBounds<T>::kGroupKeys - 1) / ScoreBounds<T>::kGroupKeys;
+  for (std::size_t a0 = 0; a0 < active; a0 += slab) {
+    const std::size_t a1 = std::min(active, a0 + slab);
+    t.bounds.resize((a1 - a0) * end);
+    t.group_max.resize((a1 - a0) * groups);
+    b.bound_block(t.qb.data() + a0 * w, a1 - a0, w, 0, end, t.bounds.data(), end, t.group_max.data(), groups);
+    for (std::size_t a = a0; a < a1; ++a) {
+      Row<T>& row = t.rows[scan_rows[a]];
+      const std::uint32_t i = ids[scan_rows[a]];
+      const RowBounds<T> rb{t.bounds.data() + (a - a0) * end, t.group_max.data() + (a - a0) * groups, c.limit(i)};
+      if (row.guess) {
+        settle_from_guess<T>(c, t, i, row, rb, group_guess(c, rb, t.probe));
+      } else {
+        // No guess (top-k, certify): the graph's own threshold, which is
+        // proven, in exact mode as a guess that cannot fail.
+        update_threshold<T>(c, row);
+        if (exact) {
+          settle_from_guess<T>(c, t, i, row, rb, row.threshold);
+        } else {
+          collect_pending<T>(c, t, row, rb, Overflow::tighten);
+          if (c.bound_missed && !row.pending.empty()) row.missed = missed_mass_bound<T>(c, i, row, t.probe);
+        }
+      }
+      if (row.pending.empty() && graph_holds_weight(row)) {
+        row.settled = RowSettlement::graph;
+      } else if (exact) {
+        row.settled = row.graph_keys + row.repaired == c.allowed(i) ? RowSettlement::dense : RowSettlement::repaired;
+      }  // certify: unsettled, the graph row stays as it is
+    }
+  }
+}
+
+}  // namespace
+}  // namespace entgraph
