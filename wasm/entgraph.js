@@ -239,6 +239,164 @@ class Owned {
 }
 if (typeof Symbol.dispose === "symbol") Owned.prototype[Symbol.dispose] = function () { this.dispose(); };
 
+// Each loaded package (Entgraph) has its own subclass of each class below,
+// whose static `pkg` holds that package's wasm core, its error check and its
+// classes: objects of one package call only its core.
+function bound(cls, pkg) {
+  const sub = class extends cls {};
+  Object.defineProperty(sub, "name", { value: cls.name });
+  sub.pkg = pkg;
+  // Static constructors work detached too (const { create } = eg.Predictor).
+  for (const key of Object.getOwnPropertyNames(cls))
+    if (typeof cls[key] === "function" && key !== "prototype") sub[key] = cls[key].bind(sub);
+  return sub;
+}
+// The package of an object of the classes below.
+function packageOf(object) {
+  return object.constructor.pkg;
+}
+// result, unless the last call of the object's package failed (Entgraph's #checked).
+function check(object, result, call) {
+  return packageOf(object).checked(result, call);
+}
+
+class Capture extends Owned {
+  constructor(handle) {
+    super(handle, "Capture");
+    this.layers = check(this, handle.layers(), "Capture");
+    this.heads = check(this, handle.heads(), "Capture");
+    this.headDim = check(this, handle.headDim(), "Capture");
+    this.lengths = check(this, handle.lengths(), "Capture");
+    this.texts = check(this, handle.texts(), "Capture");
+  }
+  // files: {name: Uint8Array | ArrayBuffer | string}, as in a capture folder.
+  static fromFiles(files) {
+    if (files === null || typeof files !== "object") throw new Error(`files: expected an object of files (got ${describe(files)})`);
+    const converted = {};
+    for (const [name, content] of Object.entries(files))
+      converted[name] = typeof content === "string" ? content : bytes(content, `files['${name}']`);
+    return new this(this.pkg.checked(this.pkg.core.Capture.fromFiles(converted), "Capture.fromFiles"));
+  }
+  toFiles({ dtype = "float32" } = {}) {
+    return check(this, this.handle.toFiles(text(dtype, "dtype")), "Capture.toFiles");
+  }
+  head(layer, head) {
+    return check(this, this.handle.head(count(layer, "layer"), count(head, "head")), "Capture.head");
+  }
+  queries(layer, head, sequence = 0) {
+    return check(this, this.handle.queries(count(layer, "layer"), count(head, "head"), count(sequence, "sequence")), "Capture.queries");
+  }
+  keys(layer, head, sequence = 0) {
+    return check(this, this.handle.keys(count(layer, "layer"), count(head, "head"), count(sequence, "sequence")), "Capture.keys");
+  }
+  values(layer, head, sequence = 0) {
+    return check(this, this.handle.values(count(layer, "layer"), count(head, "head"), count(sequence, "sequence")), "Capture.values");
+  }
+  goldGraph(layer, head, sequence = 0) {
+    return check(this, this.handle.goldGraph(count(layer, "layer"), count(head, "head"), count(sequence, "sequence")), "Capture.goldGraph");
+  }
+}
+
+class TeacherOutput extends Owned {
+  constructor(handle) {
+    super(handle, "TeacherOutput");
+    this.layers = check(this, handle.layers(), "TeacherOutput");
+    this.heads = check(this, handle.heads(), "TeacherOutput");
+    this.tokens = check(this, handle.tokens(), "TeacherOutput");
+    this.headDim = check(this, handle.headDim(), "TeacherOutput");
+    this.alpha = check(this, handle.alpha(), "TeacherOutput");
+    this.causal = check(this, handle.causal(), "TeacherOutput");
+    this.scale = check(this, handle.scale(), "TeacherOutput");
+    this.text = check(this, handle.text(), "TeacherOutput");
+    this.tokenLabels = tokenLabels(this.text);
+  }
+  #head(name, layer, head) {
+    return check(this, this.handle[name](count(layer, "layer"), count(head, "head")), `TeacherOutput.${name}`);
+  }
+  queries(layer, head) { return this.#head("queries", layer, head); }
+  keys(layer, head) { return this.#head("keys", layer, head); }
+  values(layer, head) { return this.#head("values", layer, head); }
+  attention(layer, head) { return this.#head("attention", layer, head); }
+  scores(layer, head) { return this.#head("scores", layer, head); }
+  probs(layer, head) { return this.#head("probs", layer, head); }
+  goldGraph(layer, head) { return this.#head("goldGraph", layer, head); }
+  // Heads as cells (eg.cellBits) of the recorded weights and of a predictor's
+  // graph, with compareGraphs' metrics: one call, no weights copied out.
+  graphCells({ predictor = null, heads = null, gold = "weights" } = {}) {
+    const call = "TeacherOutput.graphCells";
+    if (predictor !== null && !(predictor instanceof Predictor))
+      throw new Error(`${call}: predictor: expected a Predictor or null (got ${describe(predictor)})`);
+    if (heads !== null && !Array.isArray(heads) && !ArrayBuffer.isView(heads))
+      throw new Error(`${call}: heads: expected an array of head indices or null (got ${describe(heads)})`);
+    if (gold !== "weights" && gold !== "graph") throw new Error(`${call}: gold: expected "weights" or "graph" (got ${describe(gold)})`);
+    const list = heads === null ? null : Array.from(heads, (h, i) => count(h, `heads[${i}]`));
+    return check(this, this.handle.graphCells(predictor === null ? null : predictor.handle, list, gold === "graph"), call);
+  }
+  logits() { return check(this, this.handle.logits(), "TeacherOutput.logits"); }
+  toCapture() {
+    const { Capture: PackageCapture } = packageOf(this);
+    return new PackageCapture(check(this, this.handle.toCapture(), "TeacherOutput.toCapture"));
+  }
+}
+
+class Teacher extends Owned {
+  #config;
+  constructor(handle) {
+    super(handle, "Teacher");
+    this.#config = JSON.parse(check(this, handle.config(), "Teacher"));
+  }
+  // configJson: the text of config.json; weights: the bytes of its safetensors file.
+  static fromFiles(configJson, weights) {
+    return new this(this.pkg.checked(this.pkg.core.Teacher.fromFiles(text(configJson, "configJson"), bytes(weights, "weights")), "Teacher.fromFiles"));
+  }
+  get config() { return { ...this.#config }; }
+  // probs: record every head's weights; logits: false stops after the last
+  // layer's attention (the heads only, about a sixth less work); layers: k
+  // runs the first k layers only (0: all), their heads bit-identical.
+  forward(string, { probs = false, logits = true, layers = 0 } = {}) {
+    const { TeacherOutput: PackageTeacherOutput } = packageOf(this);
+    return new PackageTeacherOutput(check(this, this.handle.forward(text(string, "text"), Boolean(probs), Boolean(logits),
+                                                                count(layers, "layers")), "Teacher.forward"));
+  }
+  capture(texts) {
+    if (!Array.isArray(texts)) throw new Error(`texts: expected an array of strings (got ${describe(texts)})`);
+    const wellFormed = texts.map((t, i) => text(t, `texts[${i}]`));
+    const { Capture: PackageCapture } = packageOf(this);
+    return new PackageCapture(check(this, this.handle.capture(wellFormed), "Teacher.capture"));
+  }
+}
+
+class Predictor extends Owned {
+  constructor(handle) {
+    super(handle, "Predictor");
+    this.method = check(this, handle.method(), "Predictor");
+    this.learned = check(this, handle.learned(), "Predictor");
+  }
+  static create(method, settings = {}) {
+    return new this(this.pkg.checked(this.pkg.core.Predictor.create(text(method, "method"), settingsText(settings, "settings")), "Predictor.create"));
+  }
+  // A parameter file written by `entgraph fit` or serialize().
+  static load(json) {
+    return new this(this.pkg.checked(this.pkg.core.Predictor.load(text(json, "json")), "Predictor.load"));
+  }
+  get settings() { return JSON.parse(check(this, this.handle.settings(), "Predictor.settings")); }
+  fit(capture, { seed = 0 } = {}) {
+    if (!(capture instanceof Capture)) throw new Error(`capture: expected a Capture (got ${describe(capture)})`);
+    check(this, this.handle.fit(capture.handle, count(seed, "seed")), "Predictor.fit");
+    return this;
+  }
+  predict(q, k, { queries, keys, dim, layer = 0, head = 0, causal = false } = {}) {
+    return check(this, this.handle.predict(floats(q, "q"), floats(k, "k"), count(queries, "queries"), count(keys, "keys"),
+                                       count(dim, "dim"), count(layer, "layer"), count(head, "head"), Boolean(causal)),
+                   "Predictor.predict");
+  }
+  setUnionPatterns(extraWindow = -1, extraGlobal = 0) {
+    check(this, this.handle.setUnionPatterns(number(extraWindow, "extraWindow"), count(extraGlobal, "extraGlobal")), "Predictor.setUnionPatterns");
+    return this;
+  }
+  serialize() { return check(this, this.handle.serialize(), "Predictor.serialize"); }
+}
+
 // ---- the API -----------------------------------------------------------------
 
 class Entgraph {
@@ -246,7 +404,6 @@ class Entgraph {
 
   constructor(core) {
     this.#core = core;
-    const api = this;
     const checked = (result, call) => this.#checked(result, call);
 
     this.render = render;
@@ -257,142 +414,13 @@ class Entgraph {
     this.predictorMethods = checked(core.predictorMethods(), "loadEntgraph");
     this.defaultWindows = checked(core.defaultWindows(), "loadEntgraph");
 
-    class Capture extends Owned {
-      constructor(handle) {
-        super(handle, "Capture");
-        this.layers = checked(handle.layers(), "Capture");
-        this.heads = checked(handle.heads(), "Capture");
-        this.headDim = checked(handle.headDim(), "Capture");
-        this.lengths = checked(handle.lengths(), "Capture");
-        this.texts = checked(handle.texts(), "Capture");
-      }
-      // files: {name: Uint8Array | ArrayBuffer | string}, as in a capture folder.
-      static fromFiles(files) {
-        if (files === null || typeof files !== "object") throw new Error(`files: expected an object of files (got ${describe(files)})`);
-        const converted = {};
-        for (const [name, content] of Object.entries(files))
-          converted[name] = typeof content === "string" ? content : bytes(content, `files['${name}']`);
-        return new Capture(api.#checked(core.Capture.fromFiles(converted), "Capture.fromFiles"));
-      }
-      toFiles({ dtype = "float32" } = {}) {
-        return checked(this.handle.toFiles(text(dtype, "dtype")), "Capture.toFiles");
-      }
-      head(layer, head) {
-        return checked(this.handle.head(count(layer, "layer"), count(head, "head")), "Capture.head");
-      }
-      queries(layer, head, sequence = 0) {
-        return checked(this.handle.queries(count(layer, "layer"), count(head, "head"), count(sequence, "sequence")), "Capture.queries");
-      }
-      keys(layer, head, sequence = 0) {
-        return checked(this.handle.keys(count(layer, "layer"), count(head, "head"), count(sequence, "sequence")), "Capture.keys");
-      }
-      values(layer, head, sequence = 0) {
-        return checked(this.handle.values(count(layer, "layer"), count(head, "head"), count(sequence, "sequence")), "Capture.values");
-      }
-      goldGraph(layer, head, sequence = 0) {
-        return checked(this.handle.goldGraph(count(layer, "layer"), count(head, "head"), count(sequence, "sequence")), "Capture.goldGraph");
-      }
-    }
-
-    class TeacherOutput extends Owned {
-      constructor(handle) {
-        super(handle, "TeacherOutput");
-        this.layers = checked(handle.layers(), "TeacherOutput");
-        this.heads = checked(handle.heads(), "TeacherOutput");
-        this.tokens = checked(handle.tokens(), "TeacherOutput");
-        this.headDim = checked(handle.headDim(), "TeacherOutput");
-        this.alpha = checked(handle.alpha(), "TeacherOutput");
-        this.causal = checked(handle.causal(), "TeacherOutput");
-        this.scale = checked(handle.scale(), "TeacherOutput");
-        this.text = checked(handle.text(), "TeacherOutput");
-        this.tokenLabels = tokenLabels(this.text);
-      }
-      #head(name, layer, head) {
-        return checked(this.handle[name](count(layer, "layer"), count(head, "head")), `TeacherOutput.${name}`);
-      }
-      queries(layer, head) { return this.#head("queries", layer, head); }
-      keys(layer, head) { return this.#head("keys", layer, head); }
-      values(layer, head) { return this.#head("values", layer, head); }
-      attention(layer, head) { return this.#head("attention", layer, head); }
-      scores(layer, head) { return this.#head("scores", layer, head); }
-      probs(layer, head) { return this.#head("probs", layer, head); }
-      goldGraph(layer, head) { return this.#head("goldGraph", layer, head); }
-      // Heads as cells (eg.cellBits) of the recorded weights and of a predictor's
-      // graph, with compareGraphs' metrics: one call, no weights copied out.
-      graphCells({ predictor = null, heads = null, gold = "weights" } = {}) {
-        const call = "TeacherOutput.graphCells";
-        if (predictor !== null && !(predictor instanceof Predictor))
-          throw new Error(`${call}: predictor: expected a Predictor or null (got ${describe(predictor)})`);
-        if (heads !== null && !Array.isArray(heads) && !ArrayBuffer.isView(heads))
-          throw new Error(`${call}: heads: expected an array of head indices or null (got ${describe(heads)})`);
-        if (gold !== "weights" && gold !== "graph") throw new Error(`${call}: gold: expected "weights" or "graph" (got ${describe(gold)})`);
-        const list = heads === null ? null : Array.from(heads, (h, i) => count(h, `heads[${i}]`));
-        return checked(this.handle.graphCells(predictor === null ? null : predictor.handle, list, gold === "graph"), call);
-      }
-      logits() { return checked(this.handle.logits(), "TeacherOutput.logits"); }
-      toCapture() { return new Capture(checked(this.handle.toCapture(), "TeacherOutput.toCapture")); }
-    }
-
-    class Teacher extends Owned {
-      #config;
-      constructor(handle) {
-        super(handle, "Teacher");
-        this.#config = JSON.parse(checked(handle.config(), "Teacher"));
-      }
-      // configJson: the text of config.json; weights: the bytes of its safetensors file.
-      static fromFiles(configJson, weights) {
-        return new Teacher(api.#checked(core.Teacher.fromFiles(text(configJson, "configJson"), bytes(weights, "weights")), "Teacher.fromFiles"));
-      }
-      get config() { return { ...this.#config }; }
-      // probs: record every head's weights; logits: false stops after the last
-      // layer's attention (the heads only, about a sixth less work); layers: k
-      // runs the first k layers only (0: all), their heads bit-identical.
-      forward(string, { probs = false, logits = true, layers = 0 } = {}) {
-        return new TeacherOutput(checked(this.handle.forward(text(string, "text"), Boolean(probs), Boolean(logits),
-                                                             count(layers, "layers")), "Teacher.forward"));
-      }
-      capture(texts) {
-        if (!Array.isArray(texts)) throw new Error(`texts: expected an array of strings (got ${describe(texts)})`);
-        const wellFormed = texts.map((t, i) => text(t, `texts[${i}]`));
-        return new Capture(checked(this.handle.capture(wellFormed), "Teacher.capture"));
-      }
-    }
-
-    class Predictor extends Owned {
-      constructor(handle) {
-        super(handle, "Predictor");
-        this.method = checked(handle.method(), "Predictor");
-        this.learned = checked(handle.learned(), "Predictor");
-      }
-      static create(method, settings = {}) {
-        return new Predictor(api.#checked(core.Predictor.create(text(method, "method"), settingsText(settings, "settings")), "Predictor.create"));
-      }
-      // A parameter file written by `entgraph fit` or serialize().
-      static load(json) {
-        return new Predictor(api.#checked(core.Predictor.load(text(json, "json")), "Predictor.load"));
-      }
-      get settings() { return JSON.parse(checked(this.handle.settings(), "Predictor.settings")); }
-      fit(capture, { seed = 0 } = {}) {
-        if (!(capture instanceof Capture)) throw new Error(`capture: expected a Capture (got ${describe(capture)})`);
-        checked(this.handle.fit(capture.handle, count(seed, "seed")), "Predictor.fit");
-        return this;
-      }
-      predict(q, k, { queries, keys, dim, layer = 0, head = 0, causal = false } = {}) {
-        return checked(this.handle.predict(floats(q, "q"), floats(k, "k"), count(queries, "queries"), count(keys, "keys"),
-                                           count(dim, "dim"), count(layer, "layer"), count(head, "head"), Boolean(causal)),
-                       "Predictor.predict");
-      }
-      setUnionPatterns(extraWindow = -1, extraGlobal = 0) {
-        checked(this.handle.setUnionPatterns(number(extraWindow, "extraWindow"), count(extraGlobal, "extraGlobal")), "Predictor.setUnionPatterns");
-        return this;
-      }
-      serialize() { return checked(this.handle.serialize(), "Predictor.serialize"); }
-    }
-
-    this.Capture = Capture;
-    this.TeacherOutput = TeacherOutput;
-    this.Teacher = Teacher;
-    this.Predictor = Predictor;
+    // This package's classes: the module's, bound to its core (packageOf).
+    const pkg = { core, checked };
+    for (const cls of [Capture, TeacherOutput, Teacher, Predictor]) pkg[cls.name] = bound(cls, pkg);
+    this.Capture = pkg.Capture;
+    this.TeacherOutput = pkg.TeacherOutput;
+    this.Teacher = pkg.Teacher;
+    this.Predictor = pkg.Predictor;
   }
 
   // Throws the core's message if the last call failed (freeing what it returned),
