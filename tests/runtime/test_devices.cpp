@@ -92,6 +92,18 @@ std::string message_of(Fn fn) {
   return "";
 }
 
+// The code of the Error `fn` throws (FAIL when it throws none).
+template <class Fn>
+ErrorCode error_code_of(Fn fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.code();
+  }
+  FAIL("expected an entgraph::Error");
+  return ErrorCode::bad_argument;
+}
+
 constexpr float kSentinel = 42.0f;
 
 }  // namespace
@@ -119,6 +131,9 @@ TEST_SUITE("runtime") {
     CHECK_THROWS_WITH_AS(transform_forward(Device::cuda, Transform::softmax(), z.view(), p.view()),
                          doctest::Contains("transform_forward: device cuda is not available (the recording backend"),
                          Error);
+    // The code says so too (the C API's EG_ERROR_DEVICE comes from it, not from the words).
+    CHECK(error_code_of([&] { transform_forward(Device::cuda, Transform::softmax(), z.view(), p.view()); }) ==
+          ErrorCode::device_unavailable);
     CHECK(calls.transform_forward == 0);
     for (float x : p.data) CHECK(x == kSentinel);
   }
@@ -217,6 +232,12 @@ TEST_SUITE("runtime") {
                                             gv.view(), o),
                          doctest::Contains("attention_backward: device cuda has no kernel for this op; run it on cpu"),
                          Error);
+    CHECK(error_code_of([&] {
+            attention_backward(Device::cuda, q.view(), k.view(), v.view(), q.view(), gq.view(), gk.view(), gv.view(), o);
+          }) == ErrorCode::unsupported);
+    // A bad argument on a device that can run: the default code.
+    CHECK(error_code_of([&] { attention_forward(Device::cuda, qbad.view(), k.view(), v.view(), out.view(), o); }) ==
+          ErrorCode::bad_argument);
 
     GraphAttentionOptions<float> go;
     go.attention = o;

@@ -36,16 +36,6 @@ void set_last_error(const char* a, const char* b = "", const char* c = "") noexc
   }
 }
 
-// The C++ API reports a device that cannot run an op with an entgraph::Error
-// (runtime/backends.cpp: "<op>: device <name> is not available (<why>)" or
-// "<op>: device <name> has no kernel for this op; run it on cpu"; a
-// predictor's "... has no kernel for this method; ..."). It has no exception
-// type of its own, so the message decides; no other Error contains these.
-bool is_device_error(const char* what) {
-  return std::strstr(what, ": device ") != nullptr &&
-         (std::strstr(what, " is not available (") != nullptr || std::strstr(what, " has no kernel for this ") != nullptr);
-}
-
 }  // namespace
 
 eg_status fail_current_exception(const char* function, Failure failure) noexcept {
@@ -56,7 +46,7 @@ eg_status fail_current_exception(const char* function, Failure failure) noexcept
     return EG_ERROR_ARGUMENT;
   } catch (const Error& e) {
     set_last_error(e.what());
-    if (is_device_error(e.what())) return EG_ERROR_DEVICE;
+    if (e.code() == ErrorCode::device_unavailable || e.code() == ErrorCode::unsupported) return EG_ERROR_DEVICE;
     return failure == Failure::io ? EG_ERROR_IO : EG_ERROR_ARGUMENT;
   } catch (const std::bad_alloc&) {
     set_last_error(function, ": out of memory");

@@ -24,8 +24,8 @@ class ArgumentError : public Error {
 
 // What an entgraph::Error from the C++ API means in a call: misuse of its
 // arguments, or (calls that read files) a file that is missing, unreadable
-// or malformed. Either way an Error about a device (see status_of) is
-// EG_ERROR_DEVICE.
+// or malformed. Either way an Error whose code is about a device
+// (ErrorCode::device_unavailable or unsupported) is EG_ERROR_DEVICE.
 enum class Failure { argument, io };
 
 // Records the exception being handled as this thread's last error and

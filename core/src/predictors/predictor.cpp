@@ -182,8 +182,8 @@ Graph Predictor::predict(Device device, MatrixView<const float> q, MatrixView<co
     const auto kernel = detail::backend_kernel(device, "predict", &BackendKernels::sparsefinder_pattern);
     SparsefinderHead h;
     if (!sparsefinder_head(q, k, layer, head, h))
-      throw Error(method() + ": predict: device " + device_name(device) +
-                  " has no kernel for this method; run it on cpu");
+      throw Error(method() + ": predict: device " + device_name(device) + " has no kernel for this method; run it on cpu",
+                  ErrorCode::unsupported);
     g = kernel(h, q, k, causal);
   }
   if (extra_window_ < 0 && extra_global_ == 0) return g;

@@ -70,14 +70,16 @@ const BackendKernels& backend_for(Device device, const char* op) {
   std::string why;
   if (device == Device::cpu || !device_available(device, &why))
     throw Error(std::string(op) + ": device " + device_name(device) + " is not available (" +
-                (device == Device::cpu ? std::string("cpu has no backend table") : why) + ")");
+                    (device == Device::cpu ? std::string("cpu has no backend table") : why) + ")",
+                ErrorCode::device_unavailable);
   Registry& r = registry();
   const std::lock_guard<std::mutex> lock(r.mutex);
   return r.tables[index_of(device)];
 }
 
 void throw_no_kernel(Device device, const char* op) {
-  throw Error(std::string(op) + ": device " + device_name(device) + " has no kernel for this op; run it on cpu");
+  throw Error(std::string(op) + ": device " + device_name(device) + " has no kernel for this op; run it on cpu",
+              ErrorCode::unsupported);
 }
 
 }  // namespace detail
