@@ -84,7 +84,7 @@ void run(benchmark::State& state, std::size_t n, bool predict) {
   } else {
     std::vector<float> out(n * v.cols);
     AttentionOptions<float> options;
-    options.transform = head.alpha == 1.5 ? Transform::entmax15() : Transform::entmax(head.alpha);
+    options.transform = Transform::for_alpha(head.alpha);
     options.scale = head.scale;
     options.causal = head.causal;
     for (auto _ : state) {

@@ -55,7 +55,7 @@ ReferenceCut reference_cut(const detail::EstimatedScores& estimate, std::size_t 
                            double alpha, double margin) {
   ReferenceCut out;
   out.graph = Graph::empty(n, m);
-  const Transform t = alpha == 1.5 ? Transform::entmax15() : Transform::entmax(alpha);
+  const Transform t = Transform::for_alpha(alpha);
   // The approximations in the cut's blocks of rows (a float GEMM's last
   // bits may depend on its shape).
   constexpr std::size_t B = detail::kCutBlockRows;

@@ -129,6 +129,12 @@ TEST_SUITE("transforms") {
     CHECK(Transform::entmax15().name() == "entmax15");
     CHECK(Transform::entmax(1.25).name() == "entmax(alpha=1.25)");
     CHECK(Transform::topk_softmax(8).name() == "topk_softmax(k=8)");
+    // A head's alpha: 1.5 takes entmax15's exact kernel, every other alpha the general one.
+    CHECK(Transform::for_alpha(1.5).kind == TransformKind::entmax15);
+    for (double alpha : {1.0, 1.25, 2.0, 3.0}) {
+      CHECK(Transform::for_alpha(alpha).kind == TransformKind::entmax);
+      CHECK(Transform::for_alpha(alpha).alpha == alpha);
+    }
 
     CHECK(parse_transform_kind("softmax") == TransformKind::softmax);
     CHECK(parse_transform_kind("sparsemax") == TransformKind::sparsemax);

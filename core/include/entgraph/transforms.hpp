@@ -211,6 +211,10 @@ struct Transform {
   static Transform entmax15() { return {TransformKind::entmax15, 1.5, 0}; }
   static Transform entmax(double alpha) { return {TransformKind::entmax, alpha, 0}; }
   static Transform topk_softmax(std::size_t k) { return {TransformKind::topk_softmax, 1.0, k}; }
+  // The α-entmax of a head's α (a teacher's, a capture's, a predictor's):
+  // entmax15's exact kernel at α = 1.5, the general one at any other α
+  // (α = 1 is softmax's weights, α = 2 sparsemax's).
+  static Transform for_alpha(double alpha) { return alpha == 1.5 ? entmax15() : entmax(alpha); }
 
   // "softmax", "sparsemax", "entmax15", "entmax(alpha=1.25)", "topk_softmax(k=8)", ...
   std::string name() const;

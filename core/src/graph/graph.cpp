@@ -233,7 +233,7 @@ Graph gold_graph(MatrixView<const float> q, MatrixView<const float> k, const Hea
     throw Error("gold_graph: q has " + std::to_string(q.cols) + " columns, k has " + std::to_string(k.cols));
   if (!(settings.alpha >= 1.0) || !(settings.scale > 0.0))
     throw Error("gold_graph: settings need alpha >= 1 and scale > 0");
-  const Transform transform = settings.alpha == 1.5 ? Transform::entmax15() : Transform::entmax(settings.alpha);
+  const Transform transform = Transform::for_alpha(settings.alpha);
   const auto& mm = detail::matmul_kernels(cpu_isa());
   constexpr std::size_t kBlock = 64;
   const std::size_t n = q.rows, m = k.rows, d = q.cols;

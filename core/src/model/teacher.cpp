@@ -304,7 +304,7 @@ TeacherOutput Teacher::forward_tokens(const std::vector<std::size_t>& tokens, co
   const RotaryTable table = rotary ? RotaryTable(n, hd, c.rotary_base) : RotaryTable();
 
   AttentionOptions<float> attention;
-  attention.transform = c.alpha == 1.5 ? Transform::entmax15() : Transform::entmax(c.alpha);
+  attention.transform = Transform::for_alpha(c.alpha);
   attention.scale = 1.0 / std::sqrt(static_cast<double>(hd));
   attention.causal = c.causal;
 

@@ -164,7 +164,7 @@ Graph cut_estimated_rows(const EstimatedScores& estimate, std::size_t n, std::si
   // absolute floor below which relative bounds fail: subnormals).
   const double rel = estimate.relative_error(), floor = rel > 0.0 ? 1e-30 : 0.0;
   auto slack = [&](double x) { return 4.0 * rel * std::fabs(x) + floor; };
-  const Transform transform = alpha == 1.5 ? Transform::entmax15() : Transform::entmax(alpha);
+  const Transform transform = Transform::for_alpha(alpha);
   const MatmulKernels<float>& mk = matmul_kernels(cpu_isa());
   constexpr std::size_t kBlock = kCutBlockRows, G = kSelectGroup;
   static_assert(G == kCodeGroupKeys);
