@@ -8,15 +8,28 @@
 
 namespace entgraph::detail {
 
-std::vector<std::int16_t> pack_code_keys(const std::int16_t* k, std::size_t m, std::size_t r) {
+namespace {
+
+// Key codes (m x r) per block of kCodeBlockKeys keys and per group of kDims
+// dimensions: the group's kDims codes of each key of the block in order;
+// missing keys and dimensions are zeros (pack_code_keys: pairs of 16-bit
+// codes, pack_byte_keys: quads of bytes).
+template <class T, std::size_t kDims>
+std::vector<T> pack_key_blocks(const std::int16_t* k, std::size_t m, std::size_t r) {
   constexpr std::size_t B = kCodeBlockKeys;
-  const std::size_t pairs = (r + 1) / 2, blocks = (m + B - 1) / B;
-  std::vector<std::int16_t> packed(blocks * pairs * 2 * B, 0);
+  const std::size_t groups = (r + kDims - 1) / kDims, blocks = (m + B - 1) / B;
+  std::vector<T> packed(blocks * groups * kDims * B, 0);
   for (std::size_t j = 0; j < m; ++j) {
-    std::int16_t* block = packed.data() + (j / B) * pairs * 2 * B + (j % B) * 2;
-    for (std::size_t c = 0; c < r; ++c) block[(c / 2) * 2 * B + (c % 2)] = k[j * r + c];
+    T* block = packed.data() + (j / B) * groups * kDims * B + (j % B) * kDims;
+    for (std::size_t c = 0; c < r; ++c) block[(c / kDims) * kDims * B + (c % kDims)] = static_cast<T>(k[j * r + c]);
   }
   return packed;
+}
+
+}  // namespace
+
+std::vector<std::int16_t> pack_code_keys(const std::int16_t* k, std::size_t m, std::size_t r) {
+  return pack_key_blocks<std::int16_t, 2>(k, m, r);
 }
 
 std::vector<std::int32_t> pack_code_queries(const std::int16_t* q, std::size_t rows, std::size_t r) {
@@ -41,14 +54,7 @@ std::size_t byte_segment_quads(std::int32_t largest) {
 }
 
 std::vector<std::int8_t> pack_byte_keys(const std::int16_t* k, std::size_t m, std::size_t r) {
-  constexpr std::size_t B = kCodeBlockKeys;
-  const std::size_t quads = (r + 3) / 4, blocks = (m + B - 1) / B;
-  std::vector<std::int8_t> packed(blocks * quads * 4 * B, 0);
-  for (std::size_t j = 0; j < m; ++j) {
-    std::int8_t* block = packed.data() + (j / B) * quads * 4 * B + (j % B) * 4;
-    for (std::size_t c = 0; c < r; ++c) block[(c / 4) * 4 * B + (c % 4)] = static_cast<std::int8_t>(k[j * r + c]);
-  }
-  return packed;
+  return pack_key_blocks<std::int8_t, 4>(k, m, r);
 }
 
 std::vector<std::int32_t> byte_key_corrections(const std::int16_t* k, std::size_t m, std::size_t r,

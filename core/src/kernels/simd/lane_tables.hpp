@@ -1,9 +1,13 @@
-// entgraph internal: lane-compression tables shared by the SIMD kernels
-// (data only, no code: a function here would be compiled with each
-// instruction set's flags and one copy kept by the linker for all).
+// entgraph internal: lane-compression tables shared by the SIMD kernels.
+// The functions here have internal linkage (static): each translation unit
+// keeps its own copy, compiled with its own flags (an inline function would
+// be one copy for all, kept by the linker from any of them).
 #pragma once
 
 #include <cstdint>
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
 
 namespace entgraph::detail::simd {
 
@@ -21,5 +25,15 @@ struct Compress8 {
   }
 };
 inline constexpr Compress8 kCompress8{};
+
+#if defined(__AVX2__)
+// The permutation that moves the lanes of an 8-lane mask (movemask bits) to
+// the front, in order (_mm256_permutevar8x32_*).
+static inline __m256i compress8_lanes(int bits) {
+  return _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(kCompress8.packed[bits])),
+                                            _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28)),
+                          _mm256_set1_epi32(7));
+}
+#endif
 
 }  // namespace entgraph::detail::simd

@@ -436,16 +436,13 @@ struct Matmul {
     // read, so they stay within the room): no branch per lane where hits are
     // dense (an estimated row's candidates, 1 in 7 entries).
     if constexpr (std::is_same_v<A, xsimd::avx2>) {
-      const __m256i shifts = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28), low = _mm256_set1_epi32(7);
       for (; j + W <= n; j += W) {
         const __m256 v = _mm256_loadu_ps(x + j);
         const int bits = _mm256_movemask_ps(_mm256_and_ps(_mm256_cmp_ps(v, static_cast<__m256>(t), _CMP_GT_OQ),
                                                           _mm256_cmp_ps(v, static_cast<__m256>(c), _CMP_LE_OQ)));
         if (bits == 0) continue;
-        const __m256i lanes = _mm256_and_si256(
-            _mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(kCompress8.packed[bits])), shifts), low);
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(idx + count),
-                            _mm256_add_epi32(lanes, _mm256_set1_epi32(static_cast<int>(base + j))));
+                            _mm256_add_epi32(compress8_lanes(bits), _mm256_set1_epi32(static_cast<int>(base + j))));
         count += static_cast<std::size_t>(__builtin_popcount(static_cast<unsigned>(bits)));
       }
     }

@@ -197,7 +197,7 @@ struct RowSimd {
   // straight to memory is microcoded, hundreds of cycles); AVX2 permutes by a
   // table of the 256 masks, SIMD128 swizzles bytes by a table of the 16;
   // SSE2 stores lane by lane.
-  // (kCompress8: kernels/simd/lane_tables.hpp.)
+  // (compress8_lanes: kernels/simd/lane_tables.hpp.)
 #if defined(__wasm_simd128__)
   // SIMD128 compresses with i8x16.swizzle (which SSE2 lacks): per 4-bit mask,
   // the bytes of the kept lanes first, in order.
@@ -236,10 +236,7 @@ struct RowSimd {
 #if defined(__AVX2__)
     if constexpr (std::is_same_v<A, xsimd::avx2>) {
       const int bits = _mm256_movemask_ps(static_cast<__m256>(keep));
-      const __m256i perm = _mm256_and_si256(
-          _mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(kCompress8.packed[bits])),
-                            _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28)),
-          _mm256_set1_epi32(7));
+      const __m256i perm = compress8_lanes(bits);
       _mm256_storeu_ps(out, _mm256_permutevar8x32_ps(static_cast<__m256>(v), perm));
       if (idx != nullptr)
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(idx),
