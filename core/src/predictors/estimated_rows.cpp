@@ -54,17 +54,6 @@ float QuantizedEstimate::exact(std::size_t i, std::size_t j, const float*) const
   return static_cast<float>(static_cast<double>(d) * q_steps_[i] * k_steps_[j]);
 }
 
-void QuantizedEstimate::exact(std::size_t i, const std::uint32_t* keys, std::size_t count, const float*,
-                              double* out) const {
-  const std::int16_t* q = q_.data() + i * r_;
-  const double step = q_steps_[i];
-  for (std::size_t c = 0; c < count; ++c) {
-    const std::size_t j = keys[c];
-    const std::int32_t d = code_dot(q, k_.data() + j * r_, r_);
-    out[c] = static_cast<float>(static_cast<double>(d) * step * k_steps_[j]);
-  }
-}
-
 // float(D) is exact (|D| < 2^24); the approximation then rounds the two
 // steps to float and multiplies twice in float (4 roundings of 2^-24), the
 // exact value rounds once: within 5 · 2^-24 of each other, relative. 2^-20
@@ -212,7 +201,7 @@ Graph cut_estimated_rows(const EstimatedScores& estimate, std::size_t n, std::si
         const std::size_t count = mk.select_above(a, group_max.data(), 0, visible, floor_candidates,
                                                   std::numeric_limits<float>::infinity(), idx.data());
         values.resize(count);
-        estimate.exact(row, idx.data(), count, a, values.data());
+        for (std::size_t c = 0; c < count; ++c) values[c] = estimate.exact(row, idx[c], a);
         const double theta = entmax_theta(values, alpha, transform, scaled, probs, floor_theta);
         const double cut = theta - reach, sure = cut + slack(cut);
         // The keys near or above the cut: among the candidates when the cut is

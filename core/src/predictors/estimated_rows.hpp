@@ -36,12 +36,6 @@ class EstimatedScores {
                            float* group_max, std::size_t ldg) const = 0;
   // The exact estimate of (i, j); `approx_row` is row i of approximate().
   virtual float exact(std::size_t i, std::size_t j, const float* approx_row) const = 0;
-  // The exact estimates of (i, keys[c]) for c < count, as doubles, into out
-  // (one call a row: the candidates of the cut).
-  virtual void exact(std::size_t i, const std::uint32_t* keys, std::size_t count, const float* approx_row,
-                     double* out) const {
-    for (std::size_t c = 0; c < count; ++c) out[c] = exact(i, keys[c], approx_row);
-  }
   // A bound on |approximate - exact| relative to |exact| (0: they are equal).
   virtual double relative_error() const = 0;
 };
@@ -57,8 +51,6 @@ class QuantizedEstimate final : public EstimatedScores {
   void approximate(std::size_t row0, std::size_t rows, std::size_t keys, float* out, std::size_t ldo,
                    float* group_max, std::size_t ldg) const override;
   float exact(std::size_t i, std::size_t j, const float* approx_row) const override;
-  void exact(std::size_t i, const std::uint32_t* keys, std::size_t count, const float* approx_row,
-             double* out) const override;
   double relative_error() const override;
 
  private:
