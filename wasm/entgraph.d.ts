@@ -219,6 +219,9 @@ export interface Entgraph {
   setIsa(name: "reference" | "simd128"): void;
   readonly render: typeof render;
   readonly transformNames: TransformName[];
+  /** The same transforms with the core's kind and the parameter each takes (alpha for entmax, k for topk). */
+  readonly transforms: ReadonlyArray<{ readonly name: TransformName; readonly kind: string;
+                                       readonly parameter: "none" | "alpha" | "k" }>;
   readonly predictorMethods: string[];
   readonly defaultWindows: number[];
 

@@ -104,11 +104,14 @@ function text(value, name) {
   return value.replace(LONE_SURROGATE, "\ufffd");
 }
 
-// The transforms the package exposes (the core's others need spans or bounds).
-const TRANSFORM_NAMES = ["softmax", "sparsemax", "entmax15", "entmax", "topk"];
-function transformName(value, name) {
-  if (!TRANSFORM_NAMES.includes(text(value, name)))
-    throw new Error(`${name}: unknown transform '${value}' (expected ${TRANSFORM_NAMES.slice(0, -1).join(", ")} or topk)`);
+// The transforms the package exposes (the core's others need spans or
+// bounds): the core's list, [{name, kind, parameter}] (Entgraph's constructor).
+// Throws unless `value` names one of them.
+function transformName(transforms, value, name) {
+  if (!transforms.some((t) => t.name === text(value, name))) {
+    const names = transforms.map((t) => t.name);
+    throw new Error(`${name}: unknown transform '${value}' (expected ${names.slice(0, -1).join(", ")} or ${names.at(-1)})`);
+  }
   return value;
 }
 
@@ -401,6 +404,7 @@ class Predictor extends Owned {
 
 class Entgraph {
   #core;
+  #transforms;
 
   constructor(core) {
     this.#core = core;
@@ -410,7 +414,9 @@ class Entgraph {
     this.version = checked(core.version(), "loadEntgraph");
     // The bits of TeacherOutput.graphCells' cells (entgraph/graph_cells.hpp).
     this.cellBits = Object.freeze({ allowed: 1, gold: 2, predicted: 4 });
-    this.transformNames = [...TRANSFORM_NAMES];
+    this.#transforms = checked(core.transforms(), "loadEntgraph");
+    this.transformNames = this.#transforms.map((t) => t.name);
+    this.transforms = Object.freeze(this.#transforms.map((t) => Object.freeze({ ...t })));
     this.predictorMethods = checked(core.predictorMethods(), "loadEntgraph");
     this.defaultWindows = checked(core.defaultWindows(), "loadEntgraph");
 
@@ -440,18 +446,21 @@ class Entgraph {
   heapBytes() { return this.#core.heapBytes(); }
   allocatedBytes() { return this.#core.allocatedBytes(); }
 
-  // alpha is required for "entmax" (as the CLI's --alpha), k for "topk".
+  // alpha is required where it is the transform's parameter ("entmax", as the CLI's --alpha).
   #alpha(name, alpha) {
-    if (alpha === undefined && name === "entmax") throw new Error("alpha: required for entmax (1 <= alpha <= 1000)");
+    if (alpha === undefined && this.#transforms.some((t) => t.name === name && t.parameter === "alpha"))
+      throw new Error(`alpha: required for ${name} (1 <= alpha <= 1000)`);
     return alpha === undefined ? 1.5 : number(alpha, "alpha");
   }
+
+  #transformName(value, name) { return transformName(this.#transforms, value, name); }
 
   transform(name, scores, { cols, alpha, k = 0, mask } = {}) {
     const z = floats(scores, "scores");
     const c = cols === undefined ? z.length : count(cols, "cols");
     if (c === 0 || z.length % c !== 0) throw new Error(`cols: ${c} does not divide the ${z.length} scores`);
     const m = mask === undefined || mask === null ? null : bytes(mask, "mask");
-    return this.#checked(this.#core.transform(transformName(name, "name"), z, z.length / c, c, this.#alpha(name, alpha), count(k, "k"), m),
+    return this.#checked(this.#core.transform(this.#transformName(name, "name"), z, z.length / c, c, this.#alpha(name, alpha), count(k, "k"), m),
                         "transform");
   }
 
@@ -459,7 +468,7 @@ class Entgraph {
     const p = floats(probs, "probs");
     const c = cols === undefined ? p.length : count(cols, "cols");
     if (c === 0 || p.length % c !== 0) throw new Error(`cols: ${c} does not divide the ${p.length} probs`);
-    return this.#checked(this.#core.transformBackward(transformName(name, "name"), p, floats(gradProbs, "gradProbs"), p.length / c, c,
+    return this.#checked(this.#core.transformBackward(this.#transformName(name, "name"), p, floats(gradProbs, "gradProbs"), p.length / c, c,
                                                       this.#alpha(name, alpha), count(k, "k")),
                         "transformBackward");
   }
@@ -471,7 +480,7 @@ class Entgraph {
 
   attention(options) {
     const { transform = "entmax15", alpha = 1.5, topk = 0, causal = false, scale = 0, probs = false } = options;
-    return this.#checked(this.#core.attention(...this.#heads(options), transformName(transform, "transform"), number(alpha, "alpha"),
+    return this.#checked(this.#core.attention(...this.#heads(options), this.#transformName(transform, "transform"), number(alpha, "alpha"),
                                               count(topk, "topk"), Boolean(causal), number(scale, "scale"), Boolean(probs)),
                         "attention");
   }
@@ -486,7 +495,7 @@ class Entgraph {
     for (const old of ["certify", "recomputeUncertified"])
       if (options[old] !== undefined)
         throw new Error(`graphAttention: ${old} is gone; use mode: "fast", "certify" or "exact"`);
-    return this.#checked(this.#core.graphAttention(...this.#heads(options), graph, transformName(transform, "transform"),
+    return this.#checked(this.#core.graphAttention(...this.#heads(options), graph, this.#transformName(transform, "transform"),
                                                    number(alpha, "alpha"), count(topk, "topk"), Boolean(causal),
                                                    number(scale, "scale"), text(mode, "mode")),
                         "graphAttention");

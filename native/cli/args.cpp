@@ -133,45 +133,47 @@ void apply_runtime_options(const Args& args) {
   num_threads();
 }
 
-constexpr const char* kFnNames = "softmax, sparsemax, entmax15, entmax, topk";
-
 Transform parse_transform_option(const Args& args) {
+  const std::string names = transform_names(takes_scores_only, ", ", true);
   const auto fn = args.get("fn");
-  if (!fn) throw args.error("--fn is required (one of " + std::string(kFnNames) + ")");
+  if (!fn) throw args.error("--fn is required (one of " + names + ")");
   TransformKind kind = TransformKind::softmax;
   try {
     kind = parse_transform_kind(*fn);
   } catch (const Error&) {
-    throw args.error("--fn: unknown transform '" + *fn + "' (expected one of " + kFnNames + ")");
+    throw args.error("--fn: unknown transform '" + *fn + "' (expected one of " + names + ")");
   }
-  Transform t;
-  switch (kind) {
-    case TransformKind::softmax: t = Transform::softmax(); break;
-    case TransformKind::sparsemax: t = Transform::sparsemax(); break;
-    case TransformKind::entmax15: t = Transform::entmax15(); break;
-    case TransformKind::entmax: {
-      const auto alpha = args.number("alpha");
-      if (!alpha) throw args.error("--fn entmax needs --alpha A (A in [1, 1000])");
-      if (!(*alpha >= 1.0 && *alpha <= kMaxEntmaxAlpha))
+  const TransformInfo& row = transform_info(kind);
+  if (row.extra_inputs())
+    throw args.error("--fn: " + *fn + " needs extra inputs and is not available in 'transform' (expected one of " +
+                     names + "; 'entgraph demo' shows it)");
+  double alpha = 0.0;
+  std::size_t k = 0;
+  switch (row.parameter) {
+    case TransformParameter::none: break;
+    case TransformParameter::alpha: {
+      const auto value = args.number("alpha");
+      if (!value) throw args.error(std::string("--fn ") + row.shown_name() + " needs --alpha A (A in [1, 1000])");
+      if (!(*value >= 1.0 && *value <= kMaxEntmaxAlpha))
         throw args.error("--alpha: must be in [1, 1000] (got " + *args.get("alpha") + ")");
-      t = Transform::entmax(*alpha);
+      alpha = *value;
       break;
     }
-    case TransformKind::topk_softmax: {
-      const auto k = args.integer("k");
-      if (!k) throw args.error("--fn topk needs --k K (K >= 1)");
-      if (*k == 0) throw args.error("--k: must be at least 1 (got 0)");
-      if (*k > std::numeric_limits<std::size_t>::max()) throw args.error("--k: too large (got " + *args.get("k") + ")");
-      t = Transform::topk_softmax(static_cast<std::size_t>(*k));
+    case TransformParameter::k: {
+      const auto value = args.integer("k");
+      if (!value) throw args.error(std::string("--fn ") + row.shown_name() + " needs --k K (K >= 1)");
+      if (*value == 0) throw args.error("--k: must be at least 1 (got 0)");
+      if (*value > std::numeric_limits<std::size_t>::max())
+        throw args.error("--k: too large (got " + *args.get("k") + ")");
+      k = static_cast<std::size_t>(*value);
       break;
     }
-    default:  // adaptive_span, constrained_softmax, constrained_sparsemax
-      throw args.error("--fn: " + *fn + " needs extra inputs and is not available in 'transform' (expected one of " +
-                       kFnNames + "; 'entgraph demo' shows it)");
   }
-  if (args.has("alpha") && t.kind != TransformKind::entmax) throw args.error("--alpha applies only to --fn entmax");
-  if (args.has("k") && t.kind != TransformKind::topk_softmax) throw args.error("--k applies only to --fn topk");
-  return t;
+  if (args.has("alpha") && row.parameter != TransformParameter::alpha)
+    throw args.error(std::string("--alpha applies only to --fn ") + transform_names(takes_alpha, " or ", true));
+  if (args.has("k") && row.parameter != TransformParameter::k)
+    throw args.error(std::string("--k applies only to --fn ") + transform_names(takes_k, " or ", true));
+  return Transform::of(kind, alpha, k);
 }
 
 std::vector<std::string> take_repeated(std::vector<std::string>& argv, const std::string& name, const char* command) {

@@ -29,7 +29,7 @@ constexpr const char* kUsage =
     "reference.\n"
     "\n"
     "Options:\n"
-    "  --fn NAME          softmax, sparsemax, entmax15, entmax or topk (required)\n"
+    "  --fn NAME          %s (required)\n"
     "  --alpha A          entmax only, required there: alpha in [1, 1000]\n"
     "                     (1 is softmax, 1.5 entmax15, 2 sparsemax; larger is sparser)\n"
     "  --k K              topk only, required there: scores kept per row, K >= 1\n"
@@ -120,7 +120,7 @@ int run_transform(const std::vector<std::string>& argv) {
       {{"fn", true}, {"alpha", true}, {"k", true}, {"grad", true}, {"grad-out", true}, {"device", true}, kIsaOption,
        kThreadsOption});
   if (args.help()) {
-    std::printf(kUsage, kRuntimeOptionsHelp);
+    std::printf(kUsage, transform_names(takes_scores_only, " or ", true).c_str(), kRuntimeOptionsHelp);
     return 0;
   }
   const Transform t = parse_transform_option(args);

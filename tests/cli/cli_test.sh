@@ -165,6 +165,25 @@ case "$CASE" in
     check_info ref.npy "float32 (6, 12)" 1
     ;;
 
+  transform-list)
+    # Every transform the help names (the core's list, transform_list.hpp),
+    # with the parameter its "needs" message asks for.
+    expect_ok transform --help
+    names=$(printf '%s\n' "$OUT" | sed -n 's/^  --fn NAME *\(.*\) (required)$/\1/p' | sed 's/,//g; s/ or / /')
+    [ "$(echo "$names" | wc -w)" -ge 5 ] || fail "transform --help names too few transforms: '$names'"
+    for fn in $names; do
+      run transform --fn "$fn" "$SAMPLE" out.npy
+      if [ "$CODE" -ne 0 ]; then
+        case "$ERR" in
+          *"needs --alpha"*) expect_ok transform --fn "$fn" --alpha 1.25 "$SAMPLE" out.npy ;;
+          *"needs --k"*) expect_ok transform --fn "$fn" --k 3 "$SAMPLE" out.npy ;;
+          *) fail "transform --fn $fn: exit $CODE: $ERR" ;;
+        esac
+      fi
+      check_info out.npy "float32 (6, 12)" 1
+    done
+    ;;
+
   transform-float64)
     expect_ok transform --fn sparsemax f64.npy out.npy
     check_info out.npy "float64 (2, 3)" 1

@@ -40,10 +40,7 @@ enum Tag : unsigned {
 };
 
 // Adaptive span and the constrained kinds take more than scores (ExtraInputs).
-inline bool needs_extra_inputs(TransformKind kind) {
-  return kind == TransformKind::adaptive_span || kind == TransformKind::constrained_softmax ||
-         kind == TransformKind::constrained_sparsemax;
-}
+inline bool needs_extra_inputs(TransformKind kind) { return transform_info(kind).extra_inputs(); }
 
 struct TransformCase {
   std::string name;
@@ -54,33 +51,21 @@ struct TransformCase {
 
   bool has(unsigned tag) const { return (tags & tag) != 0; }
   bool extra_inputs() const { return needs_extra_inputs(kind); }
-  bool constrained() const {
-    return kind == TransformKind::constrained_softmax || kind == TransformKind::constrained_sparsemax;
-  }
+  bool constrained() const { return transform_info(kind).family == TransformFamily::constrained; }
   // Whether the backward can also return the gradient of the transform's own
   // parameters (entmax: dL/dalpha, adaptive span: dL/dspan, constrained: dL/dupper).
-  bool param_grads() const { return kind == TransformKind::entmax || extra_inputs(); }
+  bool param_grads() const { return transform_info(kind).parameter == TransformParameter::alpha || extra_inputs(); }
   // Whether the core has a kernel per instruction set (the constrained kinds have none).
   bool simd() const { return !constrained(); }
 
   // The transform on rows of n entries (n matters only to top-k with k = 0;
   // without n that case throws std::logic_error).
   Transform transform(std::size_t n = 0) const {
-    switch (kind) {
-      case TransformKind::entmax:
-        return Transform::entmax(alpha);
-      case TransformKind::topk_softmax:
-        if (k == 0 && n == 0) throw std::logic_error(name + ": k depends on the row length");
-        return Transform::topk_softmax(k ? k : std::max<std::size_t>(1, n / 8));
-      case TransformKind::constrained_sparsemax:
-        return Transform{kind, 2.0, 0};
-      case TransformKind::sparsemax:
-        return Transform::sparsemax();
-      case TransformKind::entmax15:
-        return Transform::entmax15();
-      default:
-        return Transform{kind, 1.0, 0};  // softmax, adaptive_span, constrained_softmax
+    if (transform_info(kind).parameter == TransformParameter::k && k == 0) {
+      if (n == 0) throw std::logic_error(name + ": k depends on the row length");
+      return Transform::of(kind, alpha, std::max<std::size_t>(1, n / 8));
     }
+    return Transform::of(kind, alpha, k);
   }
 
   // Its parameters as the benchmarks label them: "alpha=1.25", "k=n/8=512",
@@ -88,18 +73,16 @@ struct TransformCase {
   std::string label(std::size_t n) const {
     char alpha_text[32];
     std::snprintf(alpha_text, sizeof alpha_text, "%g", alpha);
-    switch (kind) {
-      case TransformKind::entmax:
-        return std::string("alpha=") + alpha_text;
-      case TransformKind::topk_softmax:
-        return k ? "k=" + std::to_string(k) : "k=n/8=" + std::to_string(transform(n).k);
-      case TransformKind::adaptive_span:
-        return "span=n/4=" + std::to_string(n / 4) + ",ramp=32";
-      case TransformKind::constrained_softmax:
-      case TransformKind::constrained_sparsemax:
-        return "upper=2/n";
-      default:
-        return "";
+    const TransformInfo& row = transform_info(kind);
+    switch (row.parameter) {
+      case TransformParameter::alpha: return std::string("alpha=") + alpha_text;
+      case TransformParameter::k: return k ? "k=" + std::to_string(k) : "k=n/8=" + std::to_string(transform(n).k);
+      case TransformParameter::none: break;
+    }
+    switch (row.family) {
+      case TransformFamily::span: return "span=n/4=" + std::to_string(n / 4) + ",ramp=32";
+      case TransformFamily::constrained: return "upper=2/n";
+      default: return "";
     }
   }
 };

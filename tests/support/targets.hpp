@@ -71,21 +71,18 @@ inline std::vector<Target> conformance_targets() {
 
 enum class Op { forward, backward };
 
-// CPU targets run every case; CUDA the kinds without extra inputs, forward
-// and backward (not the parameter gradients).
+// CPU targets run every case; CUDA the kinds whose row in transform_list.hpp
+// says kCudaTransform, forward and backward (not the parameter gradients).
 inline bool supports(const Target& target, const cases::TransformCase& c, Op = Op::forward) {
-  return target.device == Device::cpu || !c.extra_inputs();
+  return target.device == Device::cpu || has_cuda_transform(transform_info(c.kind));
 }
 
-// CUDA: fused attention forward with softmax, sparsemax, entmax15 and entmax
+// CUDA: fused attention forward with the kinds whose row says kCudaAttention,
 // on head dimensions d, dv in {32, 64, 128}; it has no attention backward.
 inline bool supports(const Target& target, const cases::AttentionCase& c, Op op = Op::forward) {
   if (target.device == Device::cpu) return true;
   auto head_dim = [](std::size_t d) { return d == 32 || d == 64 || d == 128; };
-  const TransformKind kind = c.transform.kind;
-  return op == Op::forward && head_dim(c.d) && head_dim(c.dv) &&
-         (kind == TransformKind::softmax || kind == TransformKind::sparsemax || kind == TransformKind::entmax15 ||
-          kind == TransformKind::entmax);
+  return op == Op::forward && head_dim(c.d) && head_dim(c.dv) && has_cuda_attention(transform_info(c.transform.kind));
 }
 
 // Whether the target returns what the CPU's float API adds to the device

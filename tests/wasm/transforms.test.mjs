@@ -110,6 +110,25 @@ describe("transforms: package vs native CLI", () => {
 
   test("transformNames lists the five transforms", () => {
     assert.deepEqual(eg.transformNames, ["softmax", "sparsemax", "entmax15", "entmax", "topk"]);
+    assert.deepEqual(eg.transforms.map((t) => t.name), eg.transformNames);
+  });
+
+  // The core's list (transform_list.hpp) through the package: each row with
+  // the parameter it names runs and equals the CLI's output, and the cases
+  // below cover it.
+  test("every transform of eg.transforms runs with its parameter and equals the CLI's", () => {
+    const { rows, cols, scores, base } = inputs[2];
+    for (const row of eg.transforms) {
+      const c = { fn: row.name, ...(row.parameter === "alpha" ? { alpha: 1.25 } : {}), ...(row.parameter === "k" ? { k: 3 } : {}) };
+      assert.ok(["none", "alpha", "k"].includes(row.parameter), `${row.name}: parameter ${row.parameter}`);
+      assert.ok(CASES.some((x) => x.fn === row.name), `${row.name} has no case in this file`);
+      if (row.parameter === "alpha") assert.throws(() => eg.transform(row.name, scores, { cols }), /^Error: alpha: required for /);
+      const tag = `${base}-list-${row.name}`;
+      runCli("transform", [...cliOptions(c), `${base}-scores.npy`, `${tag}-p.npy`], { isa: exactIsa });
+      const p = eg.transform(row.name, scores, { cols, alpha: c.alpha, k: c.k });
+      assertClose(p, readNpy(`${tag}-p.npy`).data, TOL, `${row.name} (${row.kind}) forward`);
+      assert.equal(p.length, rows * cols);
+    }
   });
 
   for (const c of CASES) {

@@ -17,16 +17,27 @@ namespace {
 // The transforms that need nothing but scores (the others take spans or
 // upper bounds, which this package does not expose).
 Transform transform_named(const std::string& name, double alpha, double k) {
-  Transform t;
-  t.kind = parse_transform_kind(name);
-  switch (t.kind) {
-    case TransformKind::softmax: return Transform::softmax();
-    case TransformKind::sparsemax: return Transform::sparsemax();
-    case TransformKind::entmax15: return Transform::entmax15();
-    case TransformKind::entmax: return Transform::entmax(alpha);
-    case TransformKind::topk_softmax: return Transform::topk_softmax(to_size(k, "k"));
-    default: throw Error("transform: " + name + " needs extra inputs and is not in the JavaScript package");
+  const TransformInfo& row = transform_info(parse_transform_kind(name));
+  if (row.extra_inputs())
+    throw Error("transform: " + name + " needs extra inputs and is not in the JavaScript package");
+  return Transform::of(row.kind, alpha, row.parameter == TransformParameter::k ? to_size(k, "k") : 0);
+}
+
+// Those transforms as the package names them: [{name: "topk", kind:
+// "topk_softmax", parameter: "k"}, ...] in the list's order (transform_list.hpp).
+val transforms_js() {
+  val rows = val::array();
+  for (const TransformInfo& row : kTransformInfos) {
+    if (row.extra_inputs()) continue;
+    val r = val::object();
+    r.set("name", std::string(row.shown_name()));
+    r.set("kind", std::string(row.name));
+    r.set("parameter", std::string(row.parameter == TransformParameter::alpha ? "alpha"
+                                   : row.parameter == TransformParameter::k   ? "k"
+                                                                              : "none"));
+    rows.call<void>("push", r);
   }
+  return rows;
 }
 
 val transform(const std::string& name, const val& scores, double rows_d, double cols_d, double alpha, double k,
@@ -51,7 +62,7 @@ val transform(const std::string& name, const val& scores, double rows_d, double 
 val transform_backward_js(const std::string& name, const val& probs, const val& grad, double rows_d, double cols_d,
                           double alpha, double k) {
   // Top-k's backward needs only the kept support (probs > 0), not k.
-  const bool topk = parse_transform_kind(name) == TransformKind::topk_softmax;
+  const bool topk = transform_info(parse_transform_kind(name)).parameter == TransformParameter::k;
   const Transform t = transform_named(name, alpha, topk && k == 0 ? 1 : k);
   const std::size_t rows = to_size(rows_d, "rows"), cols = to_size(cols_d, "cols");
   const std::size_t size = checked_product(rows, cols, "probs");
@@ -139,6 +150,7 @@ val graph_attention(const val& q, const val& k, const val& v, double n, double m
 }  // namespace
 
 EMSCRIPTEN_BINDINGS(entgraph_transforms) {
+  emscripten::function("transforms", guarded<&transforms_js>);
   emscripten::function("transform", guarded<&transform>);
   emscripten::function("transformBackward", guarded<&transform_backward_js>);
   emscripten::function("attention", guarded<&attention>);

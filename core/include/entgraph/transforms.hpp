@@ -34,6 +34,7 @@
 
 #include "entgraph/device.hpp"
 #include "entgraph/matrix_view.hpp"
+#include "entgraph/transform_list.hpp"
 
 namespace entgraph {
 
@@ -189,23 +190,62 @@ void constrained_sparsemax_backward(ConstMatrix<T> probs, ConstMatrix<T> upper, 
 // ---------------------------------------------------------------------------
 // A transform named by value, for code that is generic over transforms
 // (attention, the CLI, losses). Kinds that need extra inputs (adaptive span,
-// constrained) take them from the caller of that code, not from here.
+// constrained) take them from the caller of that code, not from here. The
+// kinds and what is known of each are the rows of transform_list.hpp.
 enum class TransformKind {
-  softmax,
-  sparsemax,
-  entmax15,
-  entmax,  // general alpha
-  topk_softmax,
-  adaptive_span,
-  constrained_softmax,
-  constrained_sparsemax,
+#define ENTGRAPH_TRANSFORM_KIND(kind, ...) kind,
+  ENTGRAPH_TRANSFORMS(ENTGRAPH_TRANSFORM_KIND)
+#undef ENTGRAPH_TRANSFORM_KIND
 };
+
+enum class TransformFamily { entmax, top_k, span, constrained };
+enum class TransformParameter { none, alpha, k };
+// What the CUDA backend runs of a kind (TransformInfo::cuda).
+enum : unsigned { kCudaTransform = 1u, kCudaAttention = 2u };
+
+// One row of transform_list.hpp (its columns are explained there).
+struct TransformInfo {
+  TransformKind kind;
+  const char* name;           // "topk_softmax": Transform::name()'s kind, the forward's op name
+  const char* backward_name;  // "topk_softmax_backward"
+  TransformFamily family;
+  TransformParameter parameter;
+  double alpha;
+  const char* alias;  // "topk", or ""
+  int c_value;        // eg_transform_kind
+  unsigned cuda;      // kCudaTransform | kCudaAttention
+
+  // The name front ends show and accept: the alias where there is one.
+  constexpr const char* shown_name() const { return alias[0] != '\0' ? alias : name; }
+  // Adaptive span and the constrained kinds take more than scores.
+  constexpr bool extra_inputs() const {
+    return family == TransformFamily::span || family == TransformFamily::constrained;
+  }
+};
+
+#define ENTGRAPH_TRANSFORM_INFO(kind, family, parameter, alpha, alias, c_value, cuda)                          \
+  TransformInfo{TransformKind::kind, #kind,     #kind "_backward", TransformFamily::family,                  \
+                TransformParameter::parameter, alpha, alias, c_value, cuda},
+inline constexpr TransformInfo kTransformInfos[] = {ENTGRAPH_TRANSFORMS(ENTGRAPH_TRANSFORM_INFO)};
+#undef ENTGRAPH_TRANSFORM_INFO
+
+// The row of a kind; nullptr for a value that names none (a corrupt enum).
+constexpr const TransformInfo* find_transform_info(TransformKind kind) {
+  const auto i = static_cast<std::size_t>(kind);
+  return i < sizeof kTransformInfos / sizeof kTransformInfos[0] ? &kTransformInfos[i] : nullptr;
+}
+// The row of a kind; throws entgraph::Error for a value that names none.
+const TransformInfo& transform_info(TransformKind kind);
 
 struct Transform {
   TransformKind kind = TransformKind::softmax;
   double alpha = 1.5;  // entmax only
   std::size_t k = 0;   // topk_softmax only
 
+  // A kind with its parameter: alpha is read only where it is the kind's
+  // parameter (entmax), k only where k is (topk_softmax); the other kinds
+  // get their row's alpha and k = 0, as the factories below.
+  static Transform of(TransformKind kind, double alpha, std::size_t k);
   static Transform softmax() { return {TransformKind::softmax, 1.0, 0}; }
   static Transform sparsemax() { return {TransformKind::sparsemax, 2.0, 0}; }
   static Transform entmax15() { return {TransformKind::entmax15, 1.5, 0}; }
@@ -216,6 +256,7 @@ struct Transform {
   // (α = 1 is softmax's weights, α = 2 sparsemax's).
   static Transform for_alpha(double alpha) { return alpha == 1.5 ? entmax15() : entmax(alpha); }
 
+  const TransformInfo& info() const { return transform_info(kind); }
   // "softmax", "sparsemax", "entmax15", "entmax(alpha=1.25)", "topk_softmax(k=8)", ...
   std::string name() const;
   // The alpha of the Tsallis entropy this transform maximises (1 for softmax
@@ -223,10 +264,24 @@ struct Transform {
   double tsallis_alpha() const;
 };
 
-// Parses a kind name as the CLI spells it: softmax, sparsemax, entmax15,
-// entmax, topk (or topk_softmax), adaptive_span, constrained_softmax,
-// constrained_sparsemax. Throws entgraph::Error naming the accepted names.
+// Parses a kind by its name or alias (transform_list.hpp): softmax,
+// sparsemax, entmax15, entmax, topk (or topk_softmax), adaptive_span,
+// constrained_softmax, constrained_sparsemax. Throws entgraph::Error naming
+// the accepted names.
 TransformKind parse_transform_kind(const std::string& name);
+
+// The names of the kinds whose row passes `keep` (all kinds if it is null),
+// in the list's order, joined by ", " and, before the last, `last_separator`
+// (", " or " or "): the lists that messages give. shown: the names front
+// ends accept ("topk") instead of the kinds' own ("topk_softmax").
+std::string transform_names(bool (*keep)(const TransformInfo&), const char* last_separator, bool shown = false);
+// Filters for it.
+inline bool takes_scores_only(const TransformInfo& row) { return !row.extra_inputs(); }
+inline bool is_entmax_family(const TransformInfo& row) { return row.family == TransformFamily::entmax; }
+inline bool takes_alpha(const TransformInfo& row) { return row.parameter == TransformParameter::alpha; }
+inline bool takes_k(const TransformInfo& row) { return row.parameter == TransformParameter::k; }
+inline bool has_cuda_transform(const TransformInfo& row) { return (row.cuda & kCudaTransform) != 0; }
+inline bool has_cuda_attention(const TransformInfo& row) { return (row.cuda & kCudaAttention) != 0; }
 
 // Forward/backward of the kinds that need no extra inputs (softmax, sparsemax,
 // entmax15, entmax, topk_softmax); throws for the others.

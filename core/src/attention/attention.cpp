@@ -52,16 +52,16 @@ struct Dims {
 template <class T>
 void check_transform(const char* op, const Dims& dims, const AttentionOptions<T>& o) {
   const Transform& t = o.transform;
-  switch (t.kind) {
-    case TransformKind::softmax:
-    case TransformKind::sparsemax:
-    case TransformKind::entmax15:
-      return;
-    case TransformKind::entmax:
-    case TransformKind::topk_softmax:
+  const TransformInfo* row = find_transform_info(t.kind);
+  if (row == nullptr)
+    fail(op, "options.transform.kind is not a transform (got " + num(static_cast<std::size_t>(t.kind)) +
+                 ", expected a TransformKind)");
+  switch (row->family) {
+    case TransformFamily::entmax:
+    case TransformFamily::top_k:
       detail::check_transform_scalars(t, op, "options.transform");
       return;
-    case TransformKind::adaptive_span:
+    case TransformFamily::span:
       if (o.span == nullptr)
         fail(op, "options.span is missing for adaptive_span (got nullptr, expected " + num(dims.n) + " values)");
       if (!(std::isfinite(o.span_ramp) && o.span_ramp > 0.0))
@@ -71,12 +71,10 @@ void check_transform(const char* op, const Dims& dims, const AttentionOptions<T>
           fail(op, "options.span[" + num(i) + "] is not finite (got " + num(static_cast<double>(o.span[i])) +
                        ", expected a finite span)");
       return;
-    case TransformKind::constrained_softmax:
-    case TransformKind::constrained_sparsemax: {
+    case TransformFamily::constrained: {
       if (o.upper == nullptr)
-        fail(op, std::string("options.upper is missing for ") +
-                     (t.kind == TransformKind::constrained_softmax ? "constrained_softmax" : "constrained_sparsemax") +
-                     " (got nullptr, expected " + num(dims.m) + " values)");
+        fail(op, std::string("options.upper is missing for ") + row->name + " (got nullptr, expected " +
+                     num(dims.m) + " values)");
       // Prefix sums of the bounds of the keys that are not padding: the keys a
       // causal query sees are a prefix.
       std::vector<double> prefix(dims.m + 1, 0.0);
@@ -100,8 +98,6 @@ void check_transform(const char* op, const Dims& dims, const AttentionOptions<T>
       return;
     }
   }
-  fail(op, "options.transform.kind is not a transform (got " + num(static_cast<std::size_t>(t.kind)) +
-               ", expected a TransformKind)");
 }
 
 // Everything but the output views.
@@ -241,7 +237,7 @@ struct Context {
     const TransformKind kind = o->transform.kind;
     // The transforms run in place (P overwrites S), except the constrained
     // ones: their row solvers clear p before they have read all of z.
-    const bool in_place = kind != TransformKind::constrained_softmax && kind != TransformKind::constrained_sparsemax;
+    const bool in_place = o->transform.info().family != TransformFamily::constrained;
     T* sdata = p;
     std::size_t lds = ldp;
     if (!in_place) {
@@ -340,12 +336,10 @@ void run_backward(const Dims& dims, ConstMatrix<T> q, ConstMatrix<T> k, ConstMat
   const Context<T> c(dims, o, q, k, v);
   const std::size_t m = dims.m, d = dims.d, dv = dims.dv;
   const TransformKind kind = o.transform.kind;
-  const bool want_alpha = params != nullptr && kind == TransformKind::entmax;
-  T* const grad_span = params != nullptr && kind == TransformKind::adaptive_span ? params->span : nullptr;
-  T* const grad_upper =
-      params != nullptr && (kind == TransformKind::constrained_softmax || kind == TransformKind::constrained_sparsemax)
-          ? params->upper
-          : nullptr;
+  const TransformInfo& row = o.transform.info();
+  const bool want_alpha = params != nullptr && row.parameter == TransformParameter::alpha;
+  T* const grad_span = params != nullptr && row.family == TransformFamily::span ? params->span : nullptr;
+  T* const grad_upper = params != nullptr && row.family == TransformFamily::constrained ? params->upper : nullptr;
 
   const std::size_t ldvt = padded_stride(m);
   const std::vector<T> vt = transposed<T>(v, ldvt);

@@ -279,8 +279,8 @@ void check_values(const char* op, const ConstBatchedTensor& q, const ConstBatche
 void check_transform(const char* op, const Transform& t) {
   if (!detail::check_plain_transform(t, op, "options.transform"))
     fail(op, "options.transform is " + t.name() +
-                 ", which needs per-head inputs that batched attention does not take (expected softmax, "
-                 "sparsemax, entmax15, entmax or topk_softmax)");
+                 ", which needs per-head inputs that batched attention does not take (expected " +
+                 transform_names(takes_scores_only, " or ") + ")");
 }
 
 void check_lengths(const char* op, const char* field, const std::int32_t* lengths, std::size_t batch, std::size_t limit,

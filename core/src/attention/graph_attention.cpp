@@ -56,8 +56,8 @@ using detail::num;
 
 void check_transform(const char* op, const Transform& t) {
   if (!detail::check_plain_transform(t, op, "options.attention.transform"))
-    fail("options.attention.transform is not supported on a graph (got " + t.name() +
-             ", expected softmax, sparsemax, entmax15, entmax or topk_softmax)",
+    fail("options.attention.transform is not supported on a graph (got " + t.name() + ", expected " +
+             transform_names(takes_scores_only, " or ") + ")",
          op);
 }
 
@@ -116,10 +116,7 @@ void validate_mode(const char* op, const GraphAttentionOptions<T>& options) {
 constexpr std::size_t kTile = 16;
 
 // Transforms for which -inf scores stand exactly for "not a candidate".
-bool tile_transform(const Transform& t) {
-  return t.kind == TransformKind::softmax || t.kind == TransformKind::sparsemax ||
-         t.kind == TransformKind::entmax15 || t.kind == TransformKind::entmax;
-}
+bool tile_transform(const Transform& t) { return is_entmax_family(t.info()); }
 
 // Gathers the tile's candidates and their union; computes the union's scores
 // by GEMM when the rows share most keys. Returns whether it did.
@@ -435,7 +432,8 @@ void fill_report(const Shared<T>& c, GraphAttentionReport* report, std::vector<R
 }  // namespace
 
 bool has_threshold(const Transform& t) {
-  return t.kind != TransformKind::softmax && !(t.kind == TransformKind::entmax && t.alpha == 1.0);
+  const TransformInfo* row = find_transform_info(t.kind);  // a corrupt kind is refused by the attention checks
+  return row == nullptr || !(is_entmax_family(*row) && t.tsallis_alpha() == 1.0);
 }
 
 template <class T>

@@ -26,18 +26,7 @@ namespace entgraph {
 namespace {
 
 // alpha of the threshold rule p_j = 0 iff (alpha - 1) s_j <= tau; 0 for top-k.
-double threshold_alpha(const Transform& t) {
-  switch (t.kind) {
-    case TransformKind::sparsemax:
-      return 2.0;
-    case TransformKind::entmax15:
-      return 1.5;
-    case TransformKind::entmax:
-      return t.alpha;
-    default:
-      return 0.0;
-  }
-}
+double threshold_alpha(const Transform& t) { return is_entmax_family(t.info()) ? t.tsallis_alpha() : 0.0; }
 
 template <class T>
 struct Shared {
@@ -100,7 +89,10 @@ auto row_kernel(const Transform& t, detail::RowParams& params) {
   const auto& kernels = detail::kernels_for<T>();
   params.alpha = t.alpha;
   params.k = t.k;
+  // No default: -Wswitch names a kind added to transform_list.hpp without its row kernel here.
   switch (t.kind) {
+    case TransformKind::softmax:
+      return kernels.softmax;
     case TransformKind::sparsemax:
       return kernels.sparsemax;
     case TransformKind::entmax15:
@@ -109,9 +101,12 @@ auto row_kernel(const Transform& t, detail::RowParams& params) {
       return t.alpha == 1.0 ? kernels.softmax : kernels.entmax;
     case TransformKind::topk_softmax:
       return kernels.topk_softmax;
-    default:
-      return kernels.softmax;
+    case TransformKind::adaptive_span:
+    case TransformKind::constrained_softmax:
+    case TransformKind::constrained_sparsemax:
+      break;  // refused before any row runs (check_transform: extra inputs)
   }
+  throw Error("graph_attention_forward: no row kernel for " + t.name());
 }
 
 template <class T>

@@ -1,46 +1,26 @@
 // The C API's transforms: eg_transform <-> entgraph::Transform, forward and
 // backward on a device.
+#include <iterator>
 #include <string>
 
 #include "c_api/c_api_types.hpp"
 
 namespace entgraph::c_api {
 
-// The two enums name the same kinds, each with its own values (the C ABI must
-// not depend on TransformKind's order).
+// The C enum's values are the c_value column of transform_list.hpp (the C
+// ABI must not depend on TransformKind's order).
 
 Transform to_transform(const char* function, const eg_transform* transform, const char* name) {
   require(function, transform, name);
-  Transform t;
-  t.alpha = transform->alpha;
-  t.k = transform->k;
   const int kind = enum_value(transform->kind);
-  switch (kind) {
-    case EG_TRANSFORM_SOFTMAX: t.kind = TransformKind::softmax; return t;
-    case EG_TRANSFORM_SPARSEMAX: t.kind = TransformKind::sparsemax; return t;
-    case EG_TRANSFORM_ENTMAX15: t.kind = TransformKind::entmax15; return t;
-    case EG_TRANSFORM_ENTMAX: t.kind = TransformKind::entmax; return t;
-    case EG_TRANSFORM_TOPK_SOFTMAX: t.kind = TransformKind::topk_softmax; return t;
-    case EG_TRANSFORM_ADAPTIVE_SPAN: t.kind = TransformKind::adaptive_span; return t;
-    case EG_TRANSFORM_CONSTRAINED_SOFTMAX: t.kind = TransformKind::constrained_softmax; return t;
-    case EG_TRANSFORM_CONSTRAINED_SPARSEMAX: t.kind = TransformKind::constrained_sparsemax; return t;
-  }
-  throw_bad_enum(function, (std::string(name) + ".kind").c_str(), kind, "an eg_transform_kind, 0 to 7");
+  for (const TransformInfo& row : kTransformInfos)
+    if (row.c_value == kind) return {row.kind, transform->alpha, transform->k};
+  const std::string range = "an eg_transform_kind, 0 to " + std::to_string(std::size(kTransformInfos) - 1);
+  throw_bad_enum(function, (std::string(name) + ".kind").c_str(), kind, range.c_str());
 }
 
 eg_transform to_c(const Transform& t) {
-  // No default label: -Wswitch flags a TransformKind added without a C name.
-  switch (t.kind) {
-    case TransformKind::softmax: return {EG_TRANSFORM_SOFTMAX, t.alpha, t.k};
-    case TransformKind::sparsemax: return {EG_TRANSFORM_SPARSEMAX, t.alpha, t.k};
-    case TransformKind::entmax15: return {EG_TRANSFORM_ENTMAX15, t.alpha, t.k};
-    case TransformKind::entmax: return {EG_TRANSFORM_ENTMAX, t.alpha, t.k};
-    case TransformKind::topk_softmax: return {EG_TRANSFORM_TOPK_SOFTMAX, t.alpha, t.k};
-    case TransformKind::adaptive_span: return {EG_TRANSFORM_ADAPTIVE_SPAN, t.alpha, t.k};
-    case TransformKind::constrained_softmax: return {EG_TRANSFORM_CONSTRAINED_SOFTMAX, t.alpha, t.k};
-    case TransformKind::constrained_sparsemax: return {EG_TRANSFORM_CONSTRAINED_SPARSEMAX, t.alpha, t.k};
-  }
-  throw Error("eg_transform: TransformKind " + std::to_string(static_cast<int>(t.kind)) + " has no C name");
+  return {static_cast<eg_transform_kind>(t.info().c_value), t.alpha, t.k};
 }
 
 }  // namespace entgraph::c_api
@@ -54,13 +34,10 @@ eg_status eg_transform_parse(const char* name, eg_transform* out) {
   return guard(__func__, Failure::argument, [&](const char* fn) {
     require(fn, name, "name");
     require(fn, out, "out");
-    // The factories' alphas (softmax 1, sparsemax 2, entmax15 1.5); the
-    // other kinds keep Transform's defaults.
-    Transform t;
-    t.kind = parse_transform_kind(name);
-    if (t.kind == TransformKind::softmax || t.kind == TransformKind::topk_softmax) t.alpha = 1.0;
-    if (t.kind == TransformKind::sparsemax) t.alpha = 2.0;
-    *out = to_c(t);
+    // The kind's own alpha (softmax 1, sparsemax 2, entmax15 1.5; entmax
+    // its default, 1.5) and k = 0: a top-k caller sets k.
+    const TransformKind kind = parse_transform_kind(name);
+    *out = to_c(Transform::of(kind, transform_info(kind).alpha, 0));
   });
 }
 

@@ -49,10 +49,9 @@ template <class T>
 void fenchel_young_loss(const Transform& t, ConstMatrix<T> scores, ConstMatrix<T> target, T* loss,
                         MatrixView<T> grad, MaskView mask) {
   const char* op = "fenchel_young_loss";
-  if (t.kind == TransformKind::topk_softmax || t.kind == TransformKind::adaptive_span ||
-      t.kind == TransformKind::constrained_softmax || t.kind == TransformKind::constrained_sparsemax)
-    throw Error(std::string(op) + ": transform " + t.name() +
-                " has no Fenchel-Young loss here (expected softmax, sparsemax, entmax15 or entmax)");
+  if (!is_entmax_family(t.info()))
+    throw Error(std::string(op) + ": transform " + t.name() + " has no Fenchel-Young loss here (expected " +
+                transform_names(is_entmax_family, " or ") + ")");
   const double alpha = t.tsallis_alpha();
   detail::check_shape(op, "target", target, scores.rows, scores.cols);
   if (!grad.empty()) detail::check_shape(op, "grad", grad, scores.rows, scores.cols);

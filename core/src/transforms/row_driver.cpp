@@ -5,29 +5,22 @@
 namespace entgraph::detail {
 
 void check_transform_scalars(const Transform& t, const char* op, const std::string& name) {
-  if (t.kind == TransformKind::entmax && !(t.alpha >= 1.0 && t.alpha <= kMaxEntmaxAlpha))
+  const TransformParameter parameter = transform_info(t.kind).parameter;
+  if (parameter == TransformParameter::alpha && !(t.alpha >= 1.0 && t.alpha <= kMaxEntmaxAlpha))
     throw Error(std::string(op) + ": " + name + ".alpha is out of range (got " + num(t.alpha) +
                 ", expected 1 <= alpha <= " + num(kMaxEntmaxAlpha) + ")");
-  if (t.kind == TransformKind::topk_softmax && t.k == 0)
-    throw Error(std::string(op) + ": " + name + ".k is 0 for topk_softmax (got 0, expected k >= 1)");
+  if (parameter == TransformParameter::k && t.k == 0)
+    throw Error(std::string(op) + ": " + name + ".k is 0 for " + t.info().name + " (got 0, expected k >= 1)");
 }
 
 bool check_plain_transform(const Transform& t, const char* op, const std::string& name) {
-  switch (t.kind) {
-    case TransformKind::softmax:
-    case TransformKind::sparsemax:
-    case TransformKind::entmax15:
-    case TransformKind::entmax:
-    case TransformKind::topk_softmax:
-      check_transform_scalars(t, op, name);
-      return true;
-    case TransformKind::adaptive_span:
-    case TransformKind::constrained_softmax:
-    case TransformKind::constrained_sparsemax:
-      return false;
-  }
-  throw Error(std::string(op) + ": " + name + ".kind is not a transform (got " +
-              num(static_cast<std::size_t>(t.kind)) + ", expected a TransformKind)");
+  const TransformInfo* row = find_transform_info(t.kind);
+  if (row == nullptr)
+    throw Error(std::string(op) + ": " + name + ".kind is not a transform (got " +
+                num(static_cast<std::size_t>(t.kind)) + ", expected a TransformKind)");
+  if (row->extra_inputs()) return false;
+  check_transform_scalars(t, op, name);
+  return true;
 }
 
 void check_alpha(const char* op, double alpha) {

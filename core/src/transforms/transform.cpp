@@ -1,6 +1,6 @@
 // The Transform descriptor: names, parsing, and generic dispatch.
-#include <sstream>
 #include <string>
+#include <vector>
 
 #include "entgraph/error.hpp"
 #include "entgraph/transforms.hpp"
@@ -10,49 +10,55 @@
 
 namespace entgraph {
 
+const TransformInfo& transform_info(TransformKind kind) {
+  const TransformInfo* info = find_transform_info(kind);
+  if (info == nullptr)
+    throw Error("transform_info: kind is not a transform (got " + std::to_string(static_cast<int>(kind)) +
+                ", expected a TransformKind)");
+  return *info;
+}
+
+Transform Transform::of(TransformKind kind, double alpha, std::size_t k) {
+  const TransformInfo& info = transform_info(kind);
+  return {kind, info.parameter == TransformParameter::alpha ? alpha : info.alpha,
+          info.parameter == TransformParameter::k ? k : 0};
+}
+
 std::string Transform::name() const {
-  std::ostringstream out;
-  switch (kind) {
-    case TransformKind::softmax: return "softmax";
-    case TransformKind::sparsemax: return "sparsemax";
-    case TransformKind::entmax15: return "entmax15";
-    case TransformKind::entmax: out << "entmax(alpha=" << detail::number_text(alpha) << ")"; return out.str();
-    case TransformKind::topk_softmax: out << "topk_softmax(k=" << k << ")"; return out.str();
-    case TransformKind::adaptive_span: return "adaptive_span";
-    case TransformKind::constrained_softmax: return "constrained_softmax";
-    case TransformKind::constrained_sparsemax: return "constrained_sparsemax";
+  const TransformInfo* row = find_transform_info(kind);
+  if (row == nullptr) return "unknown";  // for messages about a corrupt kind
+  switch (row->parameter) {
+    case TransformParameter::none: return row->name;
+    case TransformParameter::alpha: return std::string(row->name) + "(alpha=" + detail::number_text(alpha) + ")";
+    case TransformParameter::k: return std::string(row->name) + "(k=" + std::to_string(k) + ")";
   }
-  return "unknown";
+  return row->name;
 }
 
 double Transform::tsallis_alpha() const {
-  switch (kind) {
-    case TransformKind::softmax: return 1.0;
-    case TransformKind::topk_softmax: return 1.0;  // softmax over the kept entries
-    case TransformKind::sparsemax: return 2.0;
-    case TransformKind::entmax15: return 1.5;
-    case TransformKind::entmax: return alpha;
+  const TransformInfo& row = info();
+  switch (row.family) {
+    case TransformFamily::entmax: return row.parameter == TransformParameter::alpha ? alpha : row.alpha;
+    case TransformFamily::top_k: return row.alpha;  // softmax over the kept entries
     default: throw Error("Transform::tsallis_alpha: " + name() + " is not an entmax transform");
   }
 }
 
 TransformKind parse_transform_kind(const std::string& name) {
-  static const std::pair<const char*, TransformKind> kNames[] = {
-      {"softmax", TransformKind::softmax},
-      {"sparsemax", TransformKind::sparsemax},
-      {"entmax15", TransformKind::entmax15},
-      {"entmax", TransformKind::entmax},
-      {"topk", TransformKind::topk_softmax},
-      {"topk_softmax", TransformKind::topk_softmax},
-      {"adaptive_span", TransformKind::adaptive_span},
-      {"constrained_softmax", TransformKind::constrained_softmax},
-      {"constrained_sparsemax", TransformKind::constrained_sparsemax},
-  };
-  for (const auto& [text, kind] : kNames)
-    if (name == text) return kind;
-  throw Error("parse_transform_kind: unknown transform (got '" + name +
-              "', expected softmax, sparsemax, entmax15, entmax, topk, adaptive_span, constrained_softmax or "
-              "constrained_sparsemax)");
+  for (const TransformInfo& row : kTransformInfos)
+    if (name == row.name || (row.alias[0] != '\0' && name == row.alias)) return row.kind;
+  throw Error("parse_transform_kind: unknown transform (got '" + name + "', expected " +
+              transform_names(nullptr, " or ", true) + ")");
+}
+
+std::string transform_names(bool (*keep)(const TransformInfo&), const char* last_separator, bool shown) {
+  std::vector<const char*> names;
+  for (const TransformInfo& row : kTransformInfos)
+    if (keep == nullptr || keep(row)) names.push_back(shown ? row.shown_name() : row.name);
+  std::string out;
+  for (std::size_t i = 0; i < names.size(); ++i)
+    out.append(i == 0 ? "" : i + 1 == names.size() ? last_separator : ", ").append(names[i]);
+  return out;
 }
 
 template <class T>
@@ -97,13 +103,18 @@ namespace {
 // The op that runs a kind without extra inputs (the name its messages use),
 // forward or backward; null for the kinds with extra inputs.
 const char* op_name(TransformKind kind, bool backward) {
-  switch (kind) {
-    case TransformKind::softmax: return backward ? "softmax_backward" : "softmax";
-    case TransformKind::sparsemax: return backward ? "sparsemax_backward" : "sparsemax";
-    case TransformKind::entmax15: return backward ? "entmax15_backward" : "entmax15";
-    case TransformKind::entmax: return backward ? "entmax_backward" : "entmax";
-    case TransformKind::topk_softmax: return backward ? "topk_softmax_backward" : "topk_softmax";
-    default: return nullptr;
+  const TransformInfo* row = find_transform_info(kind);
+  if (row == nullptr || row->extra_inputs()) return nullptr;
+  return backward ? row->backward_name : row->name;
+}
+
+// The kind's parameter, with the messages of the kind's own function (alpha
+// under `op`; k under `k_op`, as transform_backward names it).
+void check_parameter(const Transform& t, const char* op, const char* k_op) {
+  switch (transform_info(t.kind).parameter) {
+    case TransformParameter::none: return;
+    case TransformParameter::alpha: return check_alpha(op, t.alpha);
+    case TransformParameter::k: return check_topk_k(k_op, t.k);
   }
 }
 
@@ -112,8 +123,7 @@ const char* op_name(TransformKind kind, bool backward) {
 void check_transform_forward(const Transform& t, ConstMatrix<float> scores, MatrixView<float> probs, MaskView mask) {
   const char* op = op_name(t.kind, false);
   if (op == nullptr) throw Error("transform_forward: " + t.name() + " needs extra inputs; call it directly");
-  if (t.kind == TransformKind::entmax) check_alpha(op, t.alpha);
-  if (t.kind == TransformKind::topk_softmax) check_topk_k(op, t.k);
+  check_parameter(t, op, op);
   check_forward_args<float>(op, scores, probs, mask);
 }
 
@@ -121,8 +131,7 @@ void check_transform_backward(const Transform& t, ConstMatrix<float> probs, Cons
                               MatrixView<float> grad_scores) {
   const char* op = op_name(t.kind, true);
   if (op == nullptr) throw Error("transform_backward: " + t.name() + " needs extra inputs; call it directly");
-  if (t.kind == TransformKind::entmax) check_alpha(op, t.alpha);
-  if (t.kind == TransformKind::topk_softmax) check_topk_k("transform_backward", t.k);
+  check_parameter(t, op, "transform_backward");
   check_backward_args<float>(op, probs, grad_probs, grad_scores);
 }
 

@@ -62,11 +62,10 @@ __host__ __device__ inline Tau split_tau(double t) {
 // device-memory entry points, which the core never sees, with the core's
 // checks of alpha and the scale).
 inline Weighting make_weighting(const Transform& t, double scale, std::size_t d, const char* op, const char* name) {
-  const bool kernel = t.kind == TransformKind::softmax || t.kind == TransformKind::sparsemax ||
-                      t.kind == TransformKind::entmax15 || t.kind == TransformKind::entmax;
-  if (!kernel)
-    throw Error(std::string(op) + ": " + name + " is not supported on device cuda (got " + t.name() +
-                ", expected softmax, sparsemax, entmax15 or entmax)");
+  const TransformInfo* row = find_transform_info(t.kind);
+  if (row == nullptr || !has_cuda_attention(*row))
+    throw Error(std::string(op) + ": " + name + " is not supported on device cuda (got " + t.name() + ", expected " +
+                transform_names(has_cuda_attention, " or ") + ")");
   check_transform_parameters(t, op, name);
   const double alpha = t.tsallis_alpha();
   if (!std::isfinite(scale))

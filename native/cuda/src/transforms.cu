@@ -41,12 +41,10 @@ std::string checked_op(const Transform& t, bool backward) {
   const char* entry = backward ? "cuda::transform_backward" : "cuda::transform_forward";
   if (!detail::transform_supported(t.kind))
     throw Error(std::string(entry) + ": " + t.name() +
-                " needs extra inputs; the CUDA backend has no kernel for it (expected softmax, sparsemax, entmax15, "
-                "entmax or topk_softmax)");
-  const std::string op = std::string("cuda::") + (t.kind == TransformKind::topk_softmax ? "topk_softmax"
-                                                  : t.kind == TransformKind::entmax    ? "entmax"
-                                                                                       : t.name()) +
-                         (backward ? "_backward" : "");
+                " needs extra inputs; the CUDA backend has no kernel for it (expected " +
+                transform_names(has_cuda_transform, " or ") + ")");
+  const TransformInfo& row = t.info();
+  const std::string op = std::string("cuda::") + (backward ? row.backward_name : row.name);
   check_transform_parameters(t, op.c_str(), "t");
   return op;
 }
@@ -85,8 +83,8 @@ void launch_backward(const std::string& op_name, const float* probs, const float
 namespace detail {
 
 bool transform_supported(TransformKind kind) {
-  return kind == TransformKind::softmax || kind == TransformKind::sparsemax || kind == TransformKind::entmax15 ||
-         kind == TransformKind::entmax || kind == TransformKind::topk_softmax;
+  const TransformInfo* row = find_transform_info(kind);
+  return row != nullptr && has_cuda_transform(*row);
 }
 
 // The forward's launch on arguments already checked (by the device-memory
