@@ -5,6 +5,7 @@
 // Errors carrying the core's message, and owns the wasm objects (Teacher,
 // TeacherOutput, Capture, Predictor) behind dispose().
 import * as render from "./render.js";
+import { entgraphError } from "./errors.js";
 import { fetchBytes, fetchText, inside, locate, readPlace, shown } from "./files.js";
 
 export { render, fetchBytes, fetchText };
@@ -24,8 +25,8 @@ export async function loadEntgraph({ threads = 1 } = {}) {
       const { default: createThreaded } = await import("./entgraph_core_threads.js");
       const core = await createThreaded({ entgraphWorkers: wanted - 1 });
       core.setNumThreads(wanted);
-      const message = core.takeError();
-      if (message) throw new Error(message);
+      const error = core.takeError();
+      if (error) throw entgraphError(error.message, error.code);
       return withThreads(new Entgraph(core), wanted, "");
     } catch (err) {
       note = `the threaded module did not start (${err?.message ?? err})`;
@@ -45,7 +46,7 @@ function threadCount(threads) {
     return Number.isInteger(cores) && cores > 0 ? Math.min(cores, MAX_AUTO_THREADS) : 1;
   }
   if (typeof threads !== "number" || !Number.isInteger(threads) || threads < 1 || threads > MAX_THREADS)
-    throw new Error(`threads: expected a whole number from 1 to ${MAX_THREADS} or "auto" (got ${describe(threads)})`);
+    throw entgraphError(`threads: expected a whole number from 1 to ${MAX_THREADS} or "auto" (got ${describe(threads)})`);
   return threads;
 }
 
@@ -73,24 +74,24 @@ function withThreads(eg, threads, note) {
 function floats(value, name) {
   if (value instanceof Float32Array) return value;
   if (Array.isArray(value) || ArrayBuffer.isView(value)) return Float32Array.from(value);
-  throw new Error(`${name}: expected a Float32Array (got ${describe(value)})`);
+  throw entgraphError(`${name}: expected a Float32Array (got ${describe(value)})`);
 }
 
 function bytes(value, name) {
   if (value instanceof Uint8Array) return value;
   if (value instanceof ArrayBuffer) return new Uint8Array(value);
   if (ArrayBuffer.isView(value)) return new Uint8Array(value.buffer, value.byteOffset, value.byteLength);
-  throw new Error(`${name}: expected a Uint8Array or ArrayBuffer (got ${describe(value)})`);
+  throw entgraphError(`${name}: expected a Uint8Array or ArrayBuffer (got ${describe(value)})`);
 }
 
 function count(value, name) {
   if (typeof value !== "number" || !Number.isInteger(value) || value < 0)
-    throw new Error(`${name}: expected a whole number >= 0 (got ${describe(value)})`);
+    throw entgraphError(`${name}: expected a whole number >= 0 (got ${describe(value)})`);
   return value;
 }
 
 function number(value, name) {
-  if (typeof value !== "number" || Number.isNaN(value)) throw new Error(`${name}: expected a number (got ${describe(value)})`);
+  if (typeof value !== "number" || Number.isNaN(value)) throw entgraphError(`${name}: expected a number (got ${describe(value)})`);
   return value;
 }
 
@@ -100,7 +101,7 @@ function number(value, name) {
 // next character.
 const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/g;
 function text(value, name) {
-  if (typeof value !== "string") throw new Error(`${name}: expected a string (got ${describe(value)})`);
+  if (typeof value !== "string") throw entgraphError(`${name}: expected a string (got ${describe(value)})`);
   return value.replace(LONE_SURROGATE, "\ufffd");
 }
 
@@ -110,7 +111,7 @@ function text(value, name) {
 function transformName(transforms, value, name) {
   if (!transforms.some((t) => t.name === text(value, name))) {
     const names = transforms.map((t) => t.name);
-    throw new Error(`${name}: unknown transform '${value}' (expected ${names.slice(0, -1).join(", ")} or ${names.at(-1)})`);
+    throw entgraphError(`${name}: unknown transform '${value}' (expected ${names.slice(0, -1).join(", ")} or ${names.at(-1)})`);
   }
   return value;
 }
@@ -126,11 +127,11 @@ function describe(value) {
 function settingsText(settings, name) {
   if (settings === undefined) return "{}";
   if (settings === null || typeof settings !== "object" || Array.isArray(settings))
-    throw new Error(`${name}: expected an object of settings (got ${describe(settings)})`);
+    throw entgraphError(`${name}: expected an object of settings (got ${describe(settings)})`);
   const out = {};
   for (const [key, value] of Object.entries(settings)) {
     if (!["number", "string", "boolean"].includes(typeof value))
-      throw new Error(`${name}.${key}: expected a number or a string (got ${describe(value)})`);
+      throw entgraphError(`${name}.${key}: expected a number or a string (got ${describe(value)})`);
     out[key] = String(value);
   }
   return JSON.stringify(out);
@@ -227,7 +228,7 @@ class Owned {
   }
   // The embind handle; throws once disposed.
   get handle() {
-    if (this.#handle === null) throw new Error(`${this.#what}: used after dispose()`);
+    if (this.#handle === null) throw entgraphError(`${this.#what}: used after dispose()`);
     return this.#handle;
   }
   get disposed() {
@@ -274,7 +275,7 @@ class Capture extends Owned {
   }
   // files: {name: Uint8Array | ArrayBuffer | string}, as in a capture folder.
   static fromFiles(files) {
-    if (files === null || typeof files !== "object") throw new Error(`files: expected an object of files (got ${describe(files)})`);
+    if (files === null || typeof files !== "object") throw entgraphError(`files: expected an object of files (got ${describe(files)})`);
     const converted = {};
     for (const [name, content] of Object.entries(files))
       converted[name] = typeof content === "string" ? content : bytes(content, `files['${name}']`);
@@ -328,10 +329,10 @@ class TeacherOutput extends Owned {
   graphCells({ predictor = null, heads = null, gold = "weights" } = {}) {
     const call = "TeacherOutput.graphCells";
     if (predictor !== null && !(predictor instanceof Predictor))
-      throw new Error(`${call}: predictor: expected a Predictor or null (got ${describe(predictor)})`);
+      throw entgraphError(`${call}: predictor: expected a Predictor or null (got ${describe(predictor)})`);
     if (heads !== null && !Array.isArray(heads) && !ArrayBuffer.isView(heads))
-      throw new Error(`${call}: heads: expected an array of head indices or null (got ${describe(heads)})`);
-    if (gold !== "weights" && gold !== "graph") throw new Error(`${call}: gold: expected "weights" or "graph" (got ${describe(gold)})`);
+      throw entgraphError(`${call}: heads: expected an array of head indices or null (got ${describe(heads)})`);
+    if (gold !== "weights" && gold !== "graph") throw entgraphError(`${call}: gold: expected "weights" or "graph" (got ${describe(gold)})`);
     const list = heads === null ? null : Array.from(heads, (h, i) => count(h, `heads[${i}]`));
     return check(this, this.handle.graphCells(predictor === null ? null : predictor.handle, list, gold === "graph"), call);
   }
@@ -362,7 +363,7 @@ class Teacher extends Owned {
                                                                 count(layers, "layers")), "Teacher.forward"));
   }
   capture(texts) {
-    if (!Array.isArray(texts)) throw new Error(`texts: expected an array of strings (got ${describe(texts)})`);
+    if (!Array.isArray(texts)) throw entgraphError(`texts: expected an array of strings (got ${describe(texts)})`);
     const wellFormed = texts.map((t, i) => text(t, `texts[${i}]`));
     const { Capture: PackageCapture } = packageOf(this);
     return new PackageCapture(check(this, this.handle.capture(wellFormed), "Teacher.capture"));
@@ -384,7 +385,7 @@ class Predictor extends Owned {
   }
   get settings() { return JSON.parse(check(this, this.handle.settings(), "Predictor.settings")); }
   fit(capture, { seed = 0 } = {}) {
-    if (!(capture instanceof Capture)) throw new Error(`capture: expected a Capture (got ${describe(capture)})`);
+    if (!(capture instanceof Capture)) throw entgraphError(`capture: expected a Capture (got ${describe(capture)})`);
     check(this, this.handle.fit(capture.handle, count(seed, "seed")), "Predictor.fit");
     return this;
   }
@@ -432,10 +433,10 @@ class Entgraph {
   // Throws the core's message if the last call failed (freeing what it returned),
   // worded for JavaScript and led by the call that failed (jsErrorMessage).
   #checked(result, call) {
-    const message = this.#core.takeError();
-    if (message) {
+    const error = this.#core.takeError();
+    if (error) {
       if (result && typeof result.delete === "function") result.delete();
-      throw new Error(jsErrorMessage(call, message));
+      throw entgraphError(jsErrorMessage(call, error.message), error.code);
     }
     return result;
   }
@@ -449,7 +450,7 @@ class Entgraph {
   // alpha is required where it is the transform's parameter ("entmax", as the CLI's --alpha).
   #alpha(name, alpha) {
     if (alpha === undefined && this.#transforms.some((t) => t.name === name && t.parameter === "alpha"))
-      throw new Error(`alpha: required for ${name} (1 <= alpha <= 1000)`);
+      throw entgraphError(`alpha: required for ${name} (1 <= alpha <= 1000)`);
     return alpha === undefined ? 1.5 : number(alpha, "alpha");
   }
 
@@ -458,7 +459,7 @@ class Entgraph {
   transform(name, scores, { cols, alpha, k = 0, mask } = {}) {
     const z = floats(scores, "scores");
     const c = cols === undefined ? z.length : count(cols, "cols");
-    if (c === 0 || z.length % c !== 0) throw new Error(`cols: ${c} does not divide the ${z.length} scores`);
+    if (c === 0 || z.length % c !== 0) throw entgraphError(`cols: ${c} does not divide the ${z.length} scores`);
     const m = mask === undefined || mask === null ? null : bytes(mask, "mask");
     return this.#checked(this.#core.transform(this.#transformName(name, "name"), z, z.length / c, c, this.#alpha(name, alpha), count(k, "k"), m),
                         "transform");
@@ -467,7 +468,7 @@ class Entgraph {
   transformBackward(name, probs, gradProbs, { cols, alpha, k = 0 } = {}) {
     const p = floats(probs, "probs");
     const c = cols === undefined ? p.length : count(cols, "cols");
-    if (c === 0 || p.length % c !== 0) throw new Error(`cols: ${c} does not divide the ${p.length} probs`);
+    if (c === 0 || p.length % c !== 0) throw entgraphError(`cols: ${c} does not divide the ${p.length} probs`);
     return this.#checked(this.#core.transformBackward(this.#transformName(name, "name"), p, floats(gradProbs, "gradProbs"), p.length / c, c,
                                                       this.#alpha(name, alpha), count(k, "k")),
                         "transformBackward");
@@ -494,7 +495,7 @@ class Entgraph {
     const { graph, transform = "entmax15", alpha = 1.5, topk = 0, causal = false, scale = 0, mode = "fast" } = options;
     for (const old of ["certify", "recomputeUncertified"])
       if (options[old] !== undefined)
-        throw new Error(`graphAttention: ${old} is gone; use mode: "fast", "certify" or "exact"`);
+        throw entgraphError(`graphAttention: ${old} is gone; use mode: "fast", "certify" or "exact"`);
     return this.#checked(this.#core.graphAttention(...this.#heads(options), graph, this.#transformName(transform, "transform"),
                                                    number(alpha, "alpha"), count(topk, "topk"), Boolean(causal),
                                                    number(scale, "scale"), text(mode, "mode")),
@@ -532,7 +533,7 @@ class Entgraph {
     try {
       return this.Teacher.fromFiles(new TextDecoder().decode(config), weights);
     } catch (e) {
-      throw new Error(`loadTeacher: ${shown(folder)}: ${e.message.replace(/^Teacher\.fromFiles: /, "")}`);
+      throw entgraphError(`loadTeacher: ${shown(folder)}: ${e.message.replace(/^Teacher\.fromFiles: /, "")}`);
     }
   }
 
@@ -543,7 +544,7 @@ class Entgraph {
     try {
       return this.Predictor.load(json);
     } catch (e) {
-      throw new Error(`loadPredictor: ${shown(place)}: ${e.message.replace(/^Predictor\.load: /, "")}`);
+      throw entgraphError(`loadPredictor: ${shown(place)}: ${e.message.replace(/^Predictor\.load: /, "")}`);
     }
   }
 
@@ -559,17 +560,17 @@ class Entgraph {
     try {
       manifest = JSON.parse(indexText);
     } catch (e) {
-      throw new Error(`loadPredictors: ${shown(folder)}: index.json is not valid JSON (${e.message})`);
+      throw entgraphError(`loadPredictors: ${shown(folder)}: index.json is not valid JSON (${e.message})`);
     }
     if (manifest?.format !== "entgraph-web-params" || manifest.version !== 1 || !Array.isArray(manifest.methods))
-      throw new Error(`loadPredictors: ${shown(folder)}: index.json is not a manifest of parameter files ` +
+      throw entgraphError(`loadPredictors: ${shown(folder)}: index.json is not a manifest of parameter files ` +
                       `(expected format "entgraph-web-params", version 1, as tools/build_web.sh writes)`);
     const listed = manifest.methods.map((m) => m.method);
     if (methods !== undefined) {
-      if (!Array.isArray(methods)) throw new Error(`methods: expected an array of method names (got ${describe(methods)})`);
+      if (!Array.isArray(methods)) throw entgraphError(`methods: expected an array of method names (got ${describe(methods)})`);
       const unknown = methods.filter((m) => !listed.includes(m));
       if (unknown.length)
-        throw new Error(`loadPredictors: ${shown(folder)}: index.json lists no ${unknown.join(", ")} (it lists ${listed.join(", ")})`);
+        throw entgraphError(`loadPredictors: ${shown(folder)}: index.json lists no ${unknown.join(", ")} (it lists ${listed.join(", ")})`);
     }
     const entries = manifest.methods
       .filter((m) => methods === undefined || methods.includes(m.method))
@@ -587,7 +588,7 @@ class Entgraph {
         try {
           loaded.push({ method, parameter, value, file, predictor: this.Predictor.load(json) });
         } catch (e) {
-          throw new Error(`loadPredictors: ${shown(await inside(folder, from))}: ${e.message.replace(/^Predictor\.load: /, "")}`);
+          throw entgraphError(`loadPredictors: ${shown(await inside(folder, from))}: ${e.message.replace(/^Predictor\.load: /, "")}`);
         }
       }
     } catch (e) {
@@ -599,8 +600,8 @@ class Entgraph {
 
   // The report of `entgraph eval`, parsed.
   evaluate(predictor, capture) {
-    if (!(predictor instanceof this.Predictor)) throw new Error(`predictor: expected a Predictor (got ${describe(predictor)})`);
-    if (!(capture instanceof this.Capture)) throw new Error(`capture: expected a Capture (got ${describe(capture)})`);
+    if (!(predictor instanceof this.Predictor)) throw entgraphError(`predictor: expected a Predictor (got ${describe(predictor)})`);
+    if (!(capture instanceof this.Capture)) throw entgraphError(`capture: expected a Capture (got ${describe(capture)})`);
     return JSON.parse(this.#checked(this.#core.evaluate(predictor.handle, capture.handle), "evaluate"));
   }
 
@@ -610,18 +611,18 @@ class Entgraph {
   // window), predictor-major; window -1 gives evaluate()'s numbers exactly.
   evaluateMany(predictors, capture, { windows = [-1] } = {}) {
     if (!Array.isArray(predictors) || predictors.length === 0)
-      throw new Error(`predictors: expected a non-empty array of Predictors (got ${describe(predictors)})`);
+      throw entgraphError(`predictors: expected a non-empty array of Predictors (got ${describe(predictors)})`);
     const handles = predictors.map((p, i) => {
-      if (!(p instanceof this.Predictor)) throw new Error(`predictors[${i}]: expected a Predictor (got ${describe(p)})`);
-      if (p.disposed) throw new Error(`predictors[${i}]: the Predictor was disposed`);
+      if (!(p instanceof this.Predictor)) throw entgraphError(`predictors[${i}]: expected a Predictor (got ${describe(p)})`);
+      if (p.disposed) throw entgraphError(`predictors[${i}]: the Predictor was disposed`);
       return p.handle;
     });
-    if (!(capture instanceof this.Capture)) throw new Error(`capture: expected a Capture (got ${describe(capture)})`);
+    if (!(capture instanceof this.Capture)) throw entgraphError(`capture: expected a Capture (got ${describe(capture)})`);
     if (!Array.isArray(windows) || windows.length === 0)
-      throw new Error(`windows: expected a non-empty array of whole numbers >= -1 (got ${describe(windows)})`);
+      throw entgraphError(`windows: expected a non-empty array of whole numbers >= -1 (got ${describe(windows)})`);
     windows.forEach((w, i) => {
       if (typeof w !== "number" || !Number.isInteger(w) || w < -1)
-        throw new Error(`windows[${i}]: expected a whole number >= -1 (-1: none) (got ${describe(w)})`);
+        throw entgraphError(`windows[${i}]: expected a whole number >= -1 (-1: none) (got ${describe(w)})`);
     });
     const numbers = this.#checked(this.#core.evaluateMany(handles, capture.handle, windows), "evaluateMany");
     return Array.from({ length: numbers.length / 3 }, (_, r) => ({
@@ -634,13 +635,13 @@ class Entgraph {
 
   // grids: method names or {method, parameter, values, settings}; the native `sweep`.
   sweep(grids, train, test, { windows, global = 0 } = {}) {
-    if (!Array.isArray(grids)) throw new Error(`grids: expected an array (got ${describe(grids)})`);
+    if (!Array.isArray(grids)) throw entgraphError(`grids: expected an array (got ${describe(grids)})`);
     for (const [name, c] of [["train", train], ["test", test]])
-      if (!(c instanceof this.Capture)) throw new Error(`${name}: expected a Capture (got ${describe(c)})`);
+      if (!(c instanceof this.Capture)) throw entgraphError(`${name}: expected a Capture (got ${describe(c)})`);
     const list = grids.map((g) =>
       typeof g === "string" ? g : { ...g, ...(g.values ? { values: g.values.map(String) } : {}),
                                     ...(g.settings ? { settings: JSON.parse(settingsText(g.settings, "grids[].settings")) } : {}) });
-    if (windows !== undefined && !Array.isArray(windows)) throw new Error(`windows: expected an array (got ${describe(windows)})`);
+    if (windows !== undefined && !Array.isArray(windows)) throw entgraphError(`windows: expected an array (got ${describe(windows)})`);
     const result = JSON.parse(this.#checked(this.#core.sweep(JSON.stringify(list), train.handle, test.handle,
                                                              JSON.stringify(windows ?? null), count(global, "global")),
                                             "sweep"));
@@ -653,7 +654,7 @@ class Entgraph {
   }
 
   #points(points) {
-    if (!Array.isArray(points)) throw new Error(`points: expected an array (got ${describe(points)})`);
+    if (!Array.isArray(points)) throw entgraphError(`points: expected an array (got ${describe(points)})`);
     return JSON.stringify(points);
   }
 

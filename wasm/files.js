@@ -10,6 +10,8 @@
 // A missing file is an Error that names the file and the folder or URL that
 // was searched.
 
+import { entgraphError } from "./errors.js";
+
 // "https:", "file:", "data:", ... but not a Windows drive ("C:\data").
 const SCHEME = /^[a-zA-Z][a-zA-Z\d+.-]*:/;
 const WINDOWS_DRIVE = /^[a-zA-Z]:[\\/]/;
@@ -35,7 +37,7 @@ function describe(value) {
 export async function locate(source, call) {
   const text = source instanceof URL ? source.href : source;
   if (typeof text !== "string" || text === "")
-    throw new Error(`${call}: expected a path or a URL (got ${describe(source)})`);
+    throw entgraphError(`${call}: expected a path or a URL (got ${describe(source)})`);
   const isUrl = SCHEME.test(text) && !WINDOWS_DRIVE.test(text);
   if (hasDisk()) {
     if (isUrl && !text.startsWith("file:")) return { url: text };
@@ -70,8 +72,8 @@ export function shown(place) {
 export async function readPlace(place, call, folder = null) {
   const missing = (detail) => {
     const name = place.path !== undefined ? place.path.split(/[\\/]/).pop() : new URL(place.url).pathname.split("/").pop();
-    return new Error(folder ? `${call}: ${name} is missing from ${shown(folder)} (${detail})`
-                            : `${call}: ${shown(place)} does not exist${place.url ? ` (${detail})` : ""}`);
+    return entgraphError(folder ? `${call}: ${name} is missing from ${shown(folder)} (${detail})`
+                                : `${call}: ${shown(place)} does not exist${place.url ? ` (${detail})` : ""}`, "io");
   };
   if (place.path !== undefined) {
     const { readFile } = await builtin("fs/promises");
@@ -79,20 +81,21 @@ export async function readPlace(place, call, folder = null) {
       return new Uint8Array(await readFile(place.path));
     } catch (e) {
       if (e?.code === "ENOENT" || e?.name === "NotFound") {
-        if (folder && !(await isFolder(folder.path))) throw new Error(`${call}: the folder ${folder.path} does not exist`);
+        if (folder && !(await isFolder(folder.path))) throw entgraphError(`${call}: the folder ${folder.path} does not exist`, "io");
         throw missing("no such file");
       }
-      throw new Error(`${call}: cannot read ${place.path} (${e?.message ?? e})`);
+      throw entgraphError(`${call}: cannot read ${place.path} (${e?.message ?? e})`, "io");
     }
   }
   let response;
   try {
     response = await fetch(place.url);
   } catch (e) {
-    throw new Error(`${call}: cannot fetch ${place.url} (${e?.message ?? e})`);
+    throw entgraphError(`${call}: cannot fetch ${place.url} (${e?.message ?? e})`, "io");
   }
   if (response.status === 404 || response.status === 410) throw missing(`HTTP ${response.status}`);
-  if (!response.ok) throw new Error(`${call}: cannot fetch ${place.url} (HTTP ${response.status} ${response.statusText})`);
+  if (!response.ok)
+    throw entgraphError(`${call}: cannot fetch ${place.url} (HTTP ${response.status} ${response.statusText})`, "io");
   return new Uint8Array(await response.arrayBuffer());
 }
 

@@ -87,7 +87,7 @@ void with_context(const std::string& path, F&& f) {
   try {
     f();
   } catch (const Error& e) {
-    throw Error("transform: " + path + ": " + e.what());
+    throw Error("transform: " + path + ": " + e.what(), e.code());
   }
 }
 

@@ -77,6 +77,7 @@ static void test_transform_parse(void) {
   t = transform_named("constrained_sparsemax");
   CHECK(t.kind == EG_TRANSFORM_CONSTRAINED_SPARSEMAX);
   CHECK_FAILS(eg_transform_parse("entmax13", &t), EG_ERROR_ARGUMENT, "entmax13");
+  CHECK(eg_last_error_code() == EG_CODE_BAD_ARGUMENT);
   CHECK_FAILS(eg_transform_parse(NULL, &t), EG_ERROR_ARGUMENT, "eg_transform_parse: name is NULL");
 }
 
@@ -692,7 +693,9 @@ static void test_capture_teacher_predictor(void) {
   size_t i, j;
 
   CHECK_FAILS(eg_capture_load("/nonexistent/capture", &capture), EG_ERROR_IO, "/nonexistent/capture");
+  CHECK(eg_last_error_code() == EG_CODE_IO);
   CHECK_FAILS(eg_teacher_load("/nonexistent/teacher", &teacher), EG_ERROR_IO, "/nonexistent/teacher");
+  CHECK(eg_last_error_code() == EG_CODE_IO);
   CHECK_FAILS(eg_capture_load(NULL, &capture), EG_ERROR_ARGUMENT, "eg_capture_load: dir is NULL");
   CHECK(capture == NULL && teacher == NULL);
 

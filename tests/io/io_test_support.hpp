@@ -1,6 +1,6 @@
 // Helpers shared by the io tests (test_npy.cpp, test_safetensors.cpp,
 // test_capture.cpp): a temporary folder, whole files as bytes or text, the
-// message of a thrown entgraph::Error, and the loops that feed corrupt inputs
+// message and code of a thrown entgraph::Error, and the loops that feed corrupt inputs
 // to a reader (a table of named cases, every truncation, random byte flips).
 #pragma once
 
@@ -80,6 +80,18 @@ std::string thrown(F&& f) {
     return e.what();
   }
   return "(no error)";
+}
+
+// The code of the entgraph::Error that f throws (FAIL when it throws none).
+template <class F>
+ErrorCode error_code_of(F f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.code();
+  }
+  FAIL("expected an entgraph::Error");
+  return ErrorCode::bad_argument;
 }
 
 inline bool contains(const std::string& haystack, const std::string& needle) {

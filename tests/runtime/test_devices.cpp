@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "clustered_capture.hpp"
+#include "io/io_test_support.hpp"
 #include "entgraph/attention.hpp"
 #include "entgraph/backend.hpp"
 #include "entgraph/device.hpp"
@@ -20,6 +21,7 @@
 #include "support.hpp"
 
 using namespace entgraph;
+using entgraph::test::error_code_of;
 using entgraph::test::Matrix;
 
 namespace {
@@ -92,17 +94,6 @@ std::string message_of(Fn fn) {
   return "";
 }
 
-// The code of the Error `fn` throws (FAIL when it throws none).
-template <class Fn>
-ErrorCode error_code_of(Fn fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.code();
-  }
-  FAIL("expected an entgraph::Error");
-  return ErrorCode::bad_argument;
-}
 
 constexpr float kSentinel = 42.0f;
 
@@ -118,6 +109,38 @@ TEST_SUITE("runtime") {
     CHECK(device_available(Device::cpu));
     CHECK_THROWS_WITH_AS(register_backend(Device::cpu, recording_backend()), doctest::Contains("cpu"), Error);
     CHECK_THROWS_WITH_AS(register_backend(Device::cuda, BackendKernels{}), doctest::Contains("available"), Error);
+  }
+
+  TEST_CASE("devices: device_supports asks for a kernel, then the backend's supports()") {
+    RecordingBackend backend;
+    OpArguments args;
+    args.transform = Transform::topk_softmax(3);
+    args.d = args.dv = 48;
+    std::string why;
+    CHECK(device_supports(Device::cpu, BackendOp::attention_backward, args));
+    // No supports(): every op with a kernel.
+    CHECK(device_supports(Device::cuda, BackendOp::transform_forward, args));
+    CHECK_FALSE(device_supports(Device::cuda, BackendOp::attention_backward, args, &why));
+    CHECK(why == "device cuda has no kernel for this op");
+    // A backend that takes head dimension 64 only, and no top-k.
+    BackendKernels table = recording_backend();
+    table.supports = [](BackendOp op, const OpArguments& a, std::string* reason) {
+      if (a.transform.info().family == TransformFamily::top_k) return (*reason = "no top-k here", false);
+      if (op == BackendOp::attention_forward && a.d != 64) return (*reason = "d must be 64", false);
+      return true;
+    };
+    register_backend(Device::cuda, table);
+    CHECK_FALSE(device_supports(Device::cuda, BackendOp::transform_forward, args, &why));
+    CHECK(why == "no top-k here");
+    args.transform = Transform::entmax15();
+    CHECK(device_supports(Device::cuda, BackendOp::transform_forward, args));
+    CHECK_FALSE(device_supports(Device::cuda, BackendOp::attention_forward, args, &why));
+    CHECK(why == "d must be 64");
+    args.d = 64;
+    CHECK(device_supports(Device::cuda, BackendOp::attention_forward, args));
+    fake_available = false;
+    CHECK_FALSE(device_supports(Device::cuda, BackendOp::attention_forward, args, &why));
+    CHECK(why == "the recording backend is switched off");
   }
 
   TEST_CASE("devices: a device that cannot run says why and writes nothing") {
@@ -235,9 +258,9 @@ TEST_SUITE("runtime") {
     CHECK(error_code_of([&] {
             attention_backward(Device::cuda, q.view(), k.view(), v.view(), q.view(), gq.view(), gk.view(), gv.view(), o);
           }) == ErrorCode::unsupported);
-    // A bad argument on a device that can run: the default code.
+    // A bad value on a device that can run: the CPU's code.
     CHECK(error_code_of([&] { attention_forward(Device::cuda, qbad.view(), k.view(), v.view(), out.view(), o); }) ==
-          ErrorCode::bad_argument);
+          ErrorCode::bad_value);
 
     GraphAttentionOptions<float> go;
     go.attention = o;

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "entgraph/attention.hpp"
+#include "entgraph/backend.hpp"
 #include "entgraph/device.hpp"
 #include "entgraph/runtime.hpp"
 #include "entgraph/transforms.hpp"
@@ -71,18 +72,22 @@ inline std::vector<Target> conformance_targets() {
 
 enum class Op { forward, backward };
 
-// CPU targets run every case; CUDA the kinds whose row in transform_list.hpp
-// says kCudaTransform, forward and backward (not the parameter gradients).
-inline bool supports(const Target& target, const cases::TransformCase& c, Op = Op::forward) {
-  return target.device == Device::cpu || has_cuda_transform(transform_info(c.kind));
+// What the target runs: the CPU every case; a device what its backend says
+// it supports (device_supports, entgraph/backend.hpp's BackendKernels::supports).
+inline bool supports(const Target& target, const cases::TransformCase& c, Op op = Op::forward) {
+  OpArguments a;
+  a.transform = c.transform(64);  // the kind and its parameter; 64: top-k's k when it depends on n
+  return device_supports(target.device, op == Op::forward ? BackendOp::transform_forward : BackendOp::transform_backward,
+                         a);
 }
 
-// CUDA: fused attention forward with the kinds whose row says kCudaAttention,
-// on head dimensions d, dv in {32, 64, 128}; it has no attention backward.
 inline bool supports(const Target& target, const cases::AttentionCase& c, Op op = Op::forward) {
-  if (target.device == Device::cpu) return true;
-  auto head_dim = [](std::size_t d) { return d == 32 || d == 64 || d == 128; };
-  return op == Op::forward && head_dim(c.d) && head_dim(c.dv) && has_cuda_attention(transform_info(c.transform.kind));
+  OpArguments a;
+  a.transform = c.transform.transform(c.m);
+  a.d = c.d;
+  a.dv = c.dv;
+  return device_supports(target.device, op == Op::forward ? BackendOp::attention_forward : BackendOp::attention_backward,
+                         a);
 }
 
 // Whether the target returns what the CPU's float API adds to the device

@@ -67,6 +67,8 @@ const std::vector<double> kScores = {0.3, -1.2, 2.0, 0.9, 1.7, -0.4, 0.0, 1.1};
 
 }  // namespace
 
+TEST_SUITE("transforms") {
+
 TEST_CASE("transform list: rows are in TransformKind order, with unique names and C values 0..N-1") {
   std::set<std::string> names;
   std::set<int> c_values;
@@ -171,3 +173,5 @@ TEST_CASE("transform list: the names messages list come from the rows") {
                        "entmax15, entmax, topk, adaptive_span, constrained_softmax or constrained_sparsemax)",
                        Error);
 }
+
+}  // TEST_SUITE

@@ -321,6 +321,23 @@ describe("errors", () => {
     }
   });
 
+  // The code of each kind of failure (wasm/errors.js), the core's or the package's own.
+  test("every error carries its code", async () => {
+    const z = new Float32Array([0.5, 1, -2, 0.25]);
+    const badConfig = JSON.stringify({ format: "entgraph-teacher" });
+    const cases = [
+      ["unknown transform (the package's check)", () => eg.transform("adaptive", z), "bad_argument"],
+      ["bad alpha (the core's check)", () => eg.transform("entmax", z, { alpha: 0.5 }), "bad_argument"],
+      ["NaN score", () => eg.transform("softmax", new Float32Array([0.5, NaN])), "bad_value"],
+      ["capture.json not JSON", () => eg.Capture.fromFiles({ ...capFiles, "capture.json": new TextEncoder().encode("{") }), "bad_file"],
+      ["teacher config not a config", () => eg.Teacher.fromFiles(badConfig, new Uint8Array(0)), "bad_file"],
+      ["parameter file not JSON", () => eg.Predictor.load("{bad"), "bad_file"],
+      ["text over the context", () => teacher.forward("a".repeat(300)), "limit"],
+    ];
+    for (const [what, fn, code] of cases) assert.equal(thrown(fn, what).code, code, what);
+    await assert.rejects(eg.loadTeacher(join(dir, "no-such-teacher")), (e) => e.code === "io");
+  });
+
   test("a failed call changes nothing", () => {
     const before = teacher.forward("In the beginning");
     const q = before.queries(1, 1);

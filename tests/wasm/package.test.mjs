@@ -8,7 +8,7 @@ import { test } from "node:test";
 import { importPackageModule, loadPackage, packageDir, packageFile, runCli } from "./helpers.mjs";
 
 test("the package folder holds the documented files and no separate .wasm", () => {
-  for (const f of ["entgraph.js", "entgraph_core.js", "files.js", "render.js", "entgraph.d.ts", "render.d.ts", "package.json"])
+  for (const f of ["entgraph.js", "entgraph_core.js", "errors.js", "files.js", "render.js", "entgraph.d.ts", "render.d.ts", "package.json"])
     assert.ok(existsSync(packageFile(f)), `${packageDir} holds ${f}`);
   assert.deepEqual(
     readdirSync(packageDir).filter((f) => f.endsWith(".wasm")),

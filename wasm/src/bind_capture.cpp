@@ -19,8 +19,10 @@ std::unique_ptr<Capture> capture_from_files(const val& files) {
   folder.write(files, "files");
   try {
     return std::make_unique<Capture>(read_capture(folder.path()));
-  } catch (const std::exception& e) {
-    throw Error(folder.scrub(e.what(), "files"));
+  } catch (const Error& e) {
+    throw Error(folder.scrub(e.what(), "files"), e.code());
+  } catch (const std::exception& e) {  // std::filesystem's: the in-memory folder refused
+    throw Error(folder.scrub(e.what(), "files"), ErrorCode::io);
   }
 }
 
@@ -35,8 +37,10 @@ val capture_to_files(const Capture& c, const std::string& dtype) {
   const MemfsFolder folder;
   try {
     write_capture(folder.path(), c, type);
-  } catch (const std::exception& e) {
-    throw Error(folder.scrub(e.what(), "capture"));
+  } catch (const Error& e) {
+    throw Error(folder.scrub(e.what(), "capture"), e.code());
+  } catch (const std::exception& e) {  // std::filesystem's: the in-memory folder refused
+    throw Error(folder.scrub(e.what(), "capture"), ErrorCode::io);
   }
   return folder.read();
 }

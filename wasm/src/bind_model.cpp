@@ -27,10 +27,13 @@ struct Forward {
   std::string text, model;
 };
 
+// The two files' contents: what the core finds wrong in them is ErrorCode::bad_file.
 std::unique_ptr<Teacher> teacher_from_files(const std::string& config_json, const val& weights) {
-  const TeacherConfig config = parse_teacher_config(config_json, "config.json");
+  const TeacherConfig config = reading_file([&] { return parse_teacher_config(config_json, "config.json"); });
   const std::vector<std::uint8_t> bytes = to_bytes(weights, "weights");
-  return std::make_unique<Teacher>(Teacher::from_memory(config, bytes.data(), bytes.size(), config.weights));
+  return reading_file([&] {
+    return std::make_unique<Teacher>(Teacher::from_memory(config, bytes.data(), bytes.size(), config.weights));
+  });
 }
 
 std::string teacher_config(const Teacher& t) {

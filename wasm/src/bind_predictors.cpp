@@ -35,7 +35,10 @@ std::unique_ptr<Predictor> predictor_create(const std::string& method, const std
   return make_predictor(method, settings_from_json(settings_json, "settings"));
 }
 
-std::unique_ptr<Predictor> predictor_load(const std::string& text) { return load_predictor(text, "parameter file"); }
+// A parameter file's contents: what the core finds wrong is ErrorCode::bad_file.
+std::unique_ptr<Predictor> predictor_load(const std::string& text) {
+  return reading_file([&] { return load_predictor(text, "parameter file"); });
+}
 
 std::string predictor_method(const Predictor& p) { return p.method(); }
 bool predictor_learned(const Predictor& p) { return p.learned(); }

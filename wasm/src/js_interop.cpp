@@ -9,8 +9,12 @@
 
 namespace entgraph::js {
 namespace {
-std::string& error_slot() {
-  static std::string slot;
+// The last failure's message and code (error_code_name, "out_of_memory" or "internal").
+struct ErrorSlot {
+  std::string message, code;
+};
+ErrorSlot& error_slot() {
+  static ErrorSlot slot;
   return slot;
 }
 }  // namespace
@@ -22,12 +26,16 @@ std::size_t length_of(const val& array, const char* name) {
   return to_size(length.as<double>(), name);
 }
 
-void set_error(std::string message) { error_slot() = std::move(message); }
+void set_error(std::string message, std::string code) { error_slot() = {std::move(message), std::move(code)}; }
 
-std::string take_error() {
-  std::string message;
-  message.swap(error_slot());
-  return message;
+val take_error() {
+  ErrorSlot slot;
+  std::swap(slot, error_slot());
+  if (slot.message.empty()) return val::null();
+  val error = val::object();
+  error.set("message", slot.message);
+  error.set("code", slot.code);
+  return error;
 }
 
 std::vector<float> to_floats(const val& array, std::size_t expected, const char* name) {

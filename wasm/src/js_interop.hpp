@@ -16,11 +16,13 @@
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <new>
 #include <string>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
+#include "entgraph/error.hpp"
 #include "entgraph/graph.hpp"
 #include "entgraph/matrix_view.hpp"
 
@@ -28,9 +30,11 @@ namespace entgraph::js {
 
 using emscripten::val;
 
-void set_error(std::string message);
-// The message of the last failed call, then clears it ("" if none).
-std::string take_error();
+// code: the failure's kind, as error_code_name (entgraph/error.hpp) names it,
+// or "out_of_memory" or "internal".
+void set_error(std::string message, std::string code);
+// The last failed call's {message, code}, then clears it (null if none).
+val take_error();
 
 // What a failed call returns (val has no default constructor).
 template <class R>
@@ -48,10 +52,14 @@ struct Guard<F> {
   static R call(A... args) {
     try {
       return F(std::forward<A>(args)...);
+    } catch (const Error& e) {
+      set_error(e.what(), error_code_name(e.code()));
+    } catch (const std::bad_alloc& e) {
+      set_error(e.what(), "out_of_memory");
     } catch (const std::exception& e) {
-      set_error(e.what());
+      set_error(e.what(), "internal");
     } catch (...) {
-      set_error("entgraph: unknown C++ exception");
+      set_error("entgraph: unknown C++ exception", "internal");
     }
     if constexpr (!std::is_void_v<R>) return failed_result<R>();
   }

@@ -41,10 +41,32 @@ struct SparsefinderHead {
   std::size_t top = 1;           // kmeans: nearest centroids shared
 };
 
+// An op of the table below, and what of its arguments decides whether a
+// device runs it (device_supports, entgraph/device.hpp).
+enum class BackendOp {
+  transform_forward,
+  transform_backward,
+  attention_forward,
+  attention_backward,
+  batched_attention_forward,
+  graph_attention_forward,
+  compare_graphs,
+  sparsefinder_pattern,
+};
+struct OpArguments {
+  Transform transform;       // the transform ops, attention
+  std::size_t d = 0, dv = 0;  // attention: the head dimensions of q/k and of v
+};
+
 struct BackendKernels {
   // Whether the device can run now; when not, writes the reason to *why.
   // Never throws.
   bool (*available)(std::string* why) = nullptr;
+  // Whether the device runs `op` on arguments like these (its kernel is
+  // non-null: the core asks that first); when not, writes what it lacks to
+  // *why. Null: every op with a kernel, whatever its arguments. Never throws.
+  // Tests and benchmarks ask it (device_supports) instead of keeping lists.
+  bool (*supports)(BackendOp op, const OpArguments& arguments, std::string* why) = nullptr;
 
   void (*transform_forward)(const Transform& t, ConstMatrix<float> scores, MatrixView<float> probs,
                             MaskView mask) = nullptr;
@@ -77,6 +99,9 @@ struct BackendKernels {
 // [1, kMaxEntmaxAlpha], k >= 1), with its message naming `op` and the
 // argument `name`. Shapes: entgraph/view_checks.hpp.
 void check_transform_parameters(const Transform& t, const char* op, const std::string& name);
+// The same for an attention scale (finite; 0 stands for 1/sqrt(d)), named
+// `name` ("options.scale"); every attention op of the core checks it so.
+void check_attention_scale(double scale, const char* op, const std::string& name);
 
 // Makes `kernels` the table of `device` (replacing any earlier one). Throws
 // entgraph::Error for Device::cpu, whose kernels are the core's own.

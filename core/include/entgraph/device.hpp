@@ -28,4 +28,12 @@ const char* device_name(Device device);
 // driver fits). When not, `why` (if given) receives the reason. Never throws.
 bool device_available(Device device, std::string* why = nullptr);
 
+// Whether `device` runs `op` on arguments like these: cpu every op; another
+// device when it is available, has a kernel for the op and its backend's
+// supports() says yes. When not, `why` (if given) receives the reason. Never
+// throws. (BackendOp and OpArguments: entgraph/backend.hpp.)
+enum class BackendOp;
+struct OpArguments;
+bool device_supports(Device device, BackendOp op, const OpArguments& arguments, std::string* why = nullptr);
+
 }  // namespace entgraph

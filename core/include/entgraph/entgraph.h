@@ -45,7 +45,7 @@ typedef enum eg_status {
   /* Misuse: a NULL pointer, shapes that disagree, NaN or +inf in an input, a
    * parameter out of range (alpha < 1, k = 0), an unknown name (transform,
    * predictor method or setting), malformed JSON text, an enum value out of
-   * range. The message names the argument: "entmax: alpha out of range (got
+   * range, a size over a limit. The message names the argument: "entmax: alpha out of range (got
    * 0.5, ...)", "eg_transform_forward: scores is NULL". */
   EG_ERROR_ARGUMENT = 1,
   /* The device cannot run this call: its backend is not registered or not
@@ -64,6 +64,26 @@ typedef enum eg_status {
 
 /* "EG_OK", "EG_ERROR_ARGUMENT", ...; "EG_STATUS_UNKNOWN" for other values. */
 const char* eg_status_name(eg_status status);
+
+/* What kind of failure the last failing call on this thread had, finer than
+ * its status (entgraph::ErrorCode): a program acts on it without reading the
+ * message. The status of each code: BAD_ARGUMENT, BAD_VALUE and LIMIT are
+ * EG_ERROR_ARGUMENT; BAD_FILE and IO are EG_ERROR_IO; DEVICE_UNAVAILABLE and
+ * UNSUPPORTED are EG_ERROR_DEVICE; OUT_OF_MEMORY is EG_ERROR_MEMORY and
+ * INTERNAL EG_ERROR_INTERNAL. */
+typedef enum eg_error_code {
+  EG_CODE_NONE = 0,               /* no call has failed on this thread */
+  EG_CODE_BAD_ARGUMENT = 1,       /* shapes, ranges, settings, names, NULL pointers, enum values */
+  EG_CODE_BAD_VALUE = 2,          /* a value in the data: NaN or infinity in scores, q, k, v */
+  EG_CODE_BAD_FILE = 3,           /* a file's contents: malformed, truncated, inconsistent */
+  EG_CODE_LIMIT = 4,              /* a size over a limit (a file over its reader's cap, 2^32 keys) */
+  EG_CODE_IO = 5,                 /* the system refused: cannot open, read, write */
+  EG_CODE_DEVICE_UNAVAILABLE = 6, /* no backend for the device, or no usable GPU */
+  EG_CODE_UNSUPPORTED = 7,        /* the device has no kernel for this op: run it on EG_DEVICE_CPU */
+  EG_CODE_OUT_OF_MEMORY = 8,      /* an allocation failed */
+  EG_CODE_INTERNAL = 9            /* a bug in entgraph */
+} eg_error_code;
+eg_error_code eg_last_error_code(void);
 
 /* The message of the last call that failed on this thread, "" if none has.
  * It is the C++ library's own message (entgraph::Error::what()), or for

@@ -68,8 +68,9 @@ void check_transform(const char* op, const Dims& dims, const AttentionOptions<T>
         fail(op, "options.span_ramp is out of range (got " + num(o.span_ramp) + ", expected a finite R > 0)");
       for (std::size_t i = 0; i < dims.n; ++i)
         if (!std::isfinite(o.span[i]))
-          fail(op, "options.span[" + num(i) + "] is not finite (got " + num(static_cast<double>(o.span[i])) +
-                       ", expected a finite span)");
+          throw Error(std::string(op) + ": options.span[" + num(i) + "] is not finite (got " +
+                          num(static_cast<double>(o.span[i])) + ", expected a finite span)",
+                      ErrorCode::bad_value);
       return;
     case TransformFamily::constrained: {
       if (o.upper == nullptr)
@@ -116,8 +117,7 @@ Dims validate(const char* op, ConstMatrix<T> q, ConstMatrix<T> k, ConstMatrix<T>
   detail::check_view(op, "k", k);
   detail::check_view(op, "v", v);
   if (o.block_rows == 0) fail(op, "options.block_rows is 0 (got 0, expected >= 1)");
-  if (!std::isfinite(o.scale))
-    fail(op, "options.scale is not finite (got " + num(o.scale) + ", expected a finite number)");
+  check_attention_scale(o.scale, op, "options.scale");
   check_transform(op, dims, o);
   detail::check_finite<T>(op, "q", q);
   detail::check_finite<T>(op, "k", k);

@@ -37,7 +37,9 @@ constexpr const char* kOp = "batched_attention_forward";
 
 using detail::num;
 
-[[noreturn]] void fail(const char* op, const std::string& what) { throw Error(std::string(op) + ": " + what); }
+[[noreturn]] void fail(const char* op, const std::string& what, ErrorCode code = ErrorCode::bad_argument) {
+  throw Error(std::string(op) + ": " + what, code);
+}
 
 std::string at(std::size_t b, std::size_t h) { return "[" + num(b) + ", " + num(h) + "]"; }
 
@@ -227,7 +229,8 @@ void check_values(const char* op, const ConstBatchedTensor& q, const ConstBatche
     fail(op, std::string(it.name) + " has a non-finite entry at [" + num(it.b) + ", " + num(it.h) + ", " +
                  num(s.bad_row) + ", " + num(s.bad_col) + "] (got " +
                  (std::isnan(s.bad_value) ? "NaN" : (s.bad_value > 0 ? "+inf" : "-inf")) +
-                 ", expected a finite number)");
+                 ", expected a finite number)",
+         ErrorCode::bad_value);
   }
   std::vector<float> buf;
   // check_score_range<float> with attention's headroom of 2, per pair. Row
@@ -254,7 +257,8 @@ void check_values(const char* op, const ConstBatchedTensor& q, const ConstBatche
       fail(op, "the scores options.scale * q . k may overflow float: q" + at(b, h) + " row " + num(qi) + " has norm " +
                    num(qn) + ", k" + at(b, g) + " row " + num(kj) + " has norm " + num(kn) + " and options.scale is " +
                    num(o.scale) + ", so max(1, |scale|) |q| |k| = " + num(bound) + " (expected at most " +
-                   num(score_limit) + "); scale q, k or options.scale down");
+                   num(score_limit) + "); scale q, k or options.scale down",
+           ErrorCode::bad_value);
     }
   // check_value_range<float> per key/value head, over its m_b keys (the
   // largest |entry| is exact, so the decision is attention's).
@@ -272,7 +276,8 @@ void check_values(const char* op, const ConstBatchedTensor& q, const ConstBatche
         if (++col == x.cols) col = 0, ++row;
       fail(op, "v may make the output overflow float: |v[" + num(b) + ", " + num(g) + ", " + num(row) + ", " +
                    num(col) + "]| = " + num(static_cast<double>(big)) + " (expected at most " + num(limit) + " for " +
-                   num(m_b) + " keys); scale v down");
+                   num(m_b) + " keys); scale v down",
+           ErrorCode::bad_value);
     }
 }
 
@@ -409,8 +414,7 @@ void check_batched_attention(ConstBatchedTensor q, ConstBatchedTensor k, ConstBa
                    "expected out in memory of its own)");
   }
 
-  if (!std::isfinite(options.scale))
-    fail(op, "options.scale is not finite (got " + num(options.scale) + ", expected a finite number)");
+  check_attention_scale(options.scale, op, "options.scale");
   check_transform(op, options.transform);
   if (!check_values_too) return;
   check_lengths(op, "options.query_lengths", options.query_lengths, q.batch, q.rows, "n");

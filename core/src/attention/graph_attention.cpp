@@ -74,12 +74,12 @@ void validate(const char* op, ConstMatrix<T> q, ConstMatrix<T> k, ConstMatrix<T>
     fail("v.rows does not match k.rows (got " + num(v.rows) + ", expected " + num(k.rows) + ")", op);
   if (v.cols == 0) fail("v.cols is 0 (got dv = 0, expected dv >= 1)", op);
   if (k.rows > std::numeric_limits<std::uint32_t>::max())
-    fail("k.rows is too large for a graph (got " + num(k.rows) + ", expected < 2^32)", op);
+    throw Error(std::string(op) + ": k.rows is too large for a graph (got " + num(k.rows) + ", expected < 2^32)",
+                ErrorCode::limit);
   detail::check_view(op, "q", q);
   detail::check_view(op, "k", k);
   detail::check_view(op, "v", v);
-  if (!std::isfinite(o.scale))
-    fail("options.attention.scale is not finite (got " + num(o.scale) + ", expected a finite number)", op);
+  check_attention_scale(o.scale, op, "options.attention.scale");
   check_transform(op, o.transform);
   if (graph.queries != q.rows)
     fail("graph.queries does not match q.rows (got " + num(graph.queries) + ", expected " + num(q.rows) + ")", op);

@@ -61,7 +61,8 @@ void check_score_range(const char* op, ConstMatrix<T> q, ConstMatrix<T> k, doubl
               (std::is_same_v<T, float> ? "float" : "double") + ": q row " + num(qi) + " has norm " + num(qn) +
               ", k row " + num(kj) + " has norm " + num(kn) + " and " + scale_name + " is " + num(scale) +
               ", so max(1, |scale|) |q| |k| = " + num(bound) + " (expected at most " + num(limit) +
-              "); scale q, k or " + scale_name + " down");
+              "); scale q, k or " + scale_name + " down",
+              ErrorCode::bad_value);
 }
 
 // Throws if an output row sum_j p_j v_j could overflow T. With weights summing
@@ -85,7 +86,8 @@ void check_value_range(const char* op, ConstMatrix<T> v) {
   if (big <= limit) return;
   throw Error(std::string(op) + ": v may make the output overflow " +
               (std::is_same_v<T, float> ? "float" : "double") + ": |v[" + num(row) + "][" + num(col) + "]| = " +
-              num(big) + " (expected at most " + num(limit) + " for " + num(v.rows) + " keys); scale v down");
+              num(big) + " (expected at most " + num(limit) + " for " + num(v.rows) + " keys); scale v down",
+              ErrorCode::bad_value);
 }
 
 }  // namespace entgraph::detail

@@ -66,7 +66,7 @@ eg_graph_attention_options eg_graph_attention_options_default(void) {
 
 eg_status eg_attention_forward(eg_device device, eg_const_matrix q, eg_const_matrix k, eg_const_matrix v,
                                eg_matrix out, const eg_attention_options* options) {
-  return guard(__func__, Failure::argument, [&](const char* fn) {
+  return guard(__func__, [&](const char* fn) {
     attention_forward(to_device(fn, device), to_view(fn, "q", q), to_view(fn, "k", k), to_view(fn, "v", v),
                       to_view(fn, "out", out), to_attention_options(fn, options));
   });
@@ -75,7 +75,7 @@ eg_status eg_attention_forward(eg_device device, eg_const_matrix q, eg_const_mat
 eg_status eg_attention_backward(eg_device device, eg_const_matrix q, eg_const_matrix k, eg_const_matrix v,
                                 eg_const_matrix grad_out, eg_matrix grad_q, eg_matrix grad_k, eg_matrix grad_v,
                                 const eg_attention_options* options) {
-  return guard(__func__, Failure::argument, [&](const char* fn) {
+  return guard(__func__, [&](const char* fn) {
     attention_backward(to_device(fn, device), to_view(fn, "q", q), to_view(fn, "k", k), to_view(fn, "v", v),
                        to_view(fn, "grad_out", grad_out), to_view(fn, "grad_q", grad_q), to_view(fn, "grad_k", grad_k),
                        to_view(fn, "grad_v", grad_v), to_attention_options(fn, options));
@@ -85,7 +85,7 @@ eg_status eg_attention_backward(eg_device device, eg_const_matrix q, eg_const_ma
 eg_status eg_graph_attention_forward(eg_device device, eg_const_matrix q, eg_const_matrix k, eg_const_matrix v,
                                      const eg_graph* graph, eg_matrix out,
                                      const eg_graph_attention_options* options, eg_graph_attention_report* report) {
-  return guard(__func__, Failure::argument, [&](const char* fn) {
+  return guard(__func__, [&](const char* fn) {
     const Device d = to_device(fn, device);
     const GraphAttentionOptions<float> o = to_graph_attention_options(fn, options);
     const Graph& g = graph_of(fn, graph, "graph");

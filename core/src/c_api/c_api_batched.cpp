@@ -10,10 +10,10 @@
 namespace entgraph::c_api {
 namespace {
 
-// a * b, or ArgumentError naming the tensor when it overflows.
+// a * b, or an Error naming the tensor when it overflows.
 std::size_t product(const char* function, const char* name, std::size_t a, std::size_t b) {
   if (a != 0 && b > std::numeric_limits<std::size_t>::max() / a)
-    throw ArgumentError(std::string(function) + ": " + name + ": a zero stride's packed size overflows (" +
+    throw Error(std::string(function) + ": " + name + ": a zero stride's packed size overflows (" +
                         std::to_string(a) + " x " + std::to_string(b) + ")");
   return a * b;
 }
@@ -76,7 +76,7 @@ eg_batched_attention_options eg_batched_attention_options_default(void) {
 
 eg_status eg_batched_attention_forward(eg_device device, const eg_tensor4* q, const eg_tensor4* k, const eg_tensor4* v,
                                        const eg_tensor4* out, const eg_batched_attention_options* options) {
-  return guard(__func__, Failure::argument, [&](const char* fn) {
+  return guard(__func__, [&](const char* fn) {
     batched_attention_forward(to_device(fn, device), as_const(to_tensor(fn, "q", q)), as_const(to_tensor(fn, "k", k)),
                               as_const(to_tensor(fn, "v", v)), to_tensor(fn, "out", out), to_options(fn, options));
   });

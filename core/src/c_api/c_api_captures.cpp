@@ -7,7 +7,7 @@ using namespace entgraph::c_api;
 extern "C" {
 
 eg_status eg_capture_load(const char* dir, eg_capture** out) {
-  return guard(__func__, Failure::io, [&](const char* fn) {
+  return guard(__func__, [&](const char* fn) {
     require(fn, dir, "dir");
     require(fn, out, "out");
     emit(out, read_capture(dir));
@@ -17,7 +17,7 @@ eg_status eg_capture_load(const char* dir, eg_capture** out) {
 void eg_capture_free(eg_capture* capture) { delete capture; }
 
 eg_status eg_capture_get_info(const eg_capture* capture, eg_capture_info* out) {
-  return guard(__func__, Failure::argument, [&](const char* fn) {
+  return guard(__func__, [&](const char* fn) {
     require(fn, capture, "capture");
     require(fn, out, "out");
     const Capture& c = capture->capture;
@@ -27,7 +27,7 @@ eg_status eg_capture_get_info(const eg_capture* capture, eg_capture_info* out) {
 
 eg_status eg_capture_get_head(const eg_capture* capture, size_t layer, size_t head, size_t sequence,
                               eg_head_view* out) {
-  return guard(__func__, Failure::argument, [&](const char* fn) {
+  return guard(__func__, [&](const char* fn) {
     require(fn, capture, "capture");
     require(fn, out, "out");
     const Capture& c = capture->capture;

@@ -20,14 +20,16 @@
 namespace entgraph::c_api {
 namespace {
 
-// The message of the last failing call on this thread. fallback stands in
-// for it when the message itself could not be stored (out of memory).
+// The message and code of the last failing call on this thread. fallback
+// stands in for the message when it could not be stored (out of memory).
 thread_local std::string last_error;
 thread_local const char* last_error_fallback = nullptr;
+thread_local eg_error_code last_code = EG_CODE_NONE;
 
 // The message is a + b + c, built here so that running out of memory while
 // building it cannot escape.
-void set_last_error(const char* a, const char* b = "", const char* c = "") noexcept {
+void set_last_error(eg_error_code code, const char* a, const char* b = "", const char* c = "") noexcept {
+  last_code = code;
   try {
     last_error.assign(a).append(b).append(c);
     last_error_fallback = nullptr;
@@ -36,32 +38,55 @@ void set_last_error(const char* a, const char* b = "", const char* c = "") noexc
   }
 }
 
+// The C enum's value of a code (the C ABI must not depend on ErrorCode's order).
+eg_error_code c_code(ErrorCode code) noexcept {
+  switch (code) {
+    case ErrorCode::bad_argument: return EG_CODE_BAD_ARGUMENT;
+    case ErrorCode::bad_value: return EG_CODE_BAD_VALUE;
+    case ErrorCode::bad_file: return EG_CODE_BAD_FILE;
+    case ErrorCode::limit: return EG_CODE_LIMIT;
+    case ErrorCode::io: return EG_CODE_IO;
+    case ErrorCode::device_unavailable: return EG_CODE_DEVICE_UNAVAILABLE;
+    case ErrorCode::unsupported: return EG_CODE_UNSUPPORTED;
+  }
+  return EG_CODE_INTERNAL;
+}
+
 }  // namespace
 
-eg_status fail_current_exception(const char* function, Failure failure) noexcept {
+eg_status status_of(ErrorCode code) noexcept {
+  switch (code) {
+    case ErrorCode::bad_argument:
+    case ErrorCode::bad_value:
+    case ErrorCode::limit: return EG_ERROR_ARGUMENT;
+    case ErrorCode::bad_file:
+    case ErrorCode::io: return EG_ERROR_IO;
+    case ErrorCode::device_unavailable:
+    case ErrorCode::unsupported: return EG_ERROR_DEVICE;
+  }
+  return EG_ERROR_INTERNAL;
+}
+
+eg_status fail_current_exception(const char* function) noexcept {
   try {
     throw;
-  } catch (const ArgumentError& e) {
-    set_last_error(e.what());
-    return EG_ERROR_ARGUMENT;
   } catch (const Error& e) {
-    set_last_error(e.what());
-    if (e.code() == ErrorCode::device_unavailable || e.code() == ErrorCode::unsupported) return EG_ERROR_DEVICE;
-    return failure == Failure::io ? EG_ERROR_IO : EG_ERROR_ARGUMENT;
+    set_last_error(c_code(e.code()), e.what());
+    return status_of(e.code());
   } catch (const std::bad_alloc&) {
-    set_last_error(function, ": out of memory");
+    set_last_error(EG_CODE_OUT_OF_MEMORY, function, ": out of memory");
     return EG_ERROR_MEMORY;
   } catch (const std::exception& e) {
-    set_last_error(function, ": internal error: ", e.what());
+    set_last_error(EG_CODE_INTERNAL, function, ": internal error: ", e.what());
     return EG_ERROR_INTERNAL;
   } catch (...) {
-    set_last_error(function, ": internal error: unknown exception");
+    set_last_error(EG_CODE_INTERNAL, function, ": internal error: unknown exception");
     return EG_ERROR_INTERNAL;
   }
 }
 
 void throw_bad_enum(const char* function, const char* name, int value, const char* expected) {
-  throw ArgumentError(std::string(function) + ": " + name + " is out of range (got " + std::to_string(value) +
+  throw Error(std::string(function) + ": " + name + " is out of range (got " + std::to_string(value) +
                       ", expected " + expected + ")");
 }
 
@@ -102,6 +127,9 @@ const char* eg_last_error(void) {
   using namespace entgraph::c_api;
   return last_error_fallback != nullptr ? last_error_fallback : last_error.c_str();
 }
+
+eg_error_code eg_last_error_code(void) { return entgraph::c_api::last_code; }
+
 
 const char* eg_version(void) { return ENTGRAPH_VERSION; }
 

@@ -12,11 +12,11 @@ extern "C" {
 
 eg_status eg_graph_create(size_t queries, size_t keys, const size_t* offsets, const uint32_t* indices,
                           eg_graph** out) {
-  return guard(__func__, Failure::argument, [&](const char* fn) {
+  return guard(__func__, [&](const char* fn) {
     require(fn, offsets, "offsets");
     require(fn, out, "out");
     if (queries == static_cast<size_t>(-1))
-      throw ArgumentError(std::string(fn) + ": queries is too large (got SIZE_MAX, offsets needs queries + 1 entries)");
+      throw Error(std::string(fn) + ": queries is too large (got SIZE_MAX, offsets needs queries + 1 entries)");
     Graph g;
     g.queries = queries;
     g.keys = keys;
@@ -34,7 +34,7 @@ eg_status eg_graph_create(size_t queries, size_t keys, const size_t* offsets, co
 void eg_graph_free(eg_graph* graph) { delete graph; }
 
 eg_status eg_graph_get_csr(const eg_graph* graph, eg_graph_csr* out) {
-  return guard(__func__, Failure::argument, [&](const char* fn) {
+  return guard(__func__, [&](const char* fn) {
     const Graph& g = graph_of(fn, graph, "graph");
     require(fn, out, "out");
     *out = {g.queries, g.keys, g.edges(), g.offsets.data(), g.indices.empty() ? nullptr : g.indices.data()};
@@ -42,7 +42,7 @@ eg_status eg_graph_get_csr(const eg_graph* graph, eg_graph_csr* out) {
 }
 
 eg_status eg_gold_graph(eg_device device, const eg_head_view* head, eg_graph** out) {
-  return guard(__func__, Failure::argument, [&](const char* fn) {
+  return guard(__func__, [&](const char* fn) {
     require_cpu(fn, device);
     require(fn, head, "head");
     require(fn, out, "out");
@@ -58,7 +58,7 @@ eg_status eg_gold_graph(eg_device device, const eg_head_view* head, eg_graph** o
 
 eg_status eg_compare_graphs(eg_device device, const eg_graph* predicted, const eg_graph* gold, int causal,
                             eg_graph_metrics* out) {
-  return guard(__func__, Failure::argument, [&](const char* fn) {
+  return guard(__func__, [&](const char* fn) {
     require(fn, out, "out");
     const GraphMetrics m = compare_graphs(to_device(fn, device), graph_of(fn, predicted, "predicted"),
                                           graph_of(fn, gold, "gold"), causal != 0);

@@ -28,10 +28,10 @@ PredictorSettings parse_settings(const char* fn, const char* const* settings, st
     const std::string pair = settings[i];
     const std::size_t eq = pair.find('=');
     if (eq == std::string::npos || eq == 0)
-      throw ArgumentError(std::string(fn) + ": " + name + " is not key=value (got '" + pair + "')");
+      throw Error(std::string(fn) + ": " + name + " is not key=value (got '" + pair + "')");
     const std::string key = pair.substr(0, eq);
     if (!parsed.emplace(key, pair.substr(eq + 1)).second)
-      throw ArgumentError(std::string(fn) + ": " + name + " repeats the setting '" + key + "'");
+      throw Error(std::string(fn) + ": " + name + " repeats the setting '" + key + "'");
   }
   return parsed;
 }
@@ -52,7 +52,7 @@ extern "C" {
 
 eg_status eg_predictor_make(const char* method, const char* const* settings, size_t settings_count,
                             eg_predictor** out) {
-  return guard(__func__, Failure::argument, [&](const char* fn) {
+  return guard(__func__, [&](const char* fn) {
     require(fn, method, "method");
     require(fn, out, "out");
     emit_predictor(out, make_predictor(method, parse_settings(fn, settings, settings_count)));
@@ -60,7 +60,7 @@ eg_status eg_predictor_make(const char* method, const char* const* settings, siz
 }
 
 eg_status eg_predictor_load_json(const char* json, eg_predictor** out) {
-  return guard(__func__, Failure::argument, [&](const char* fn) {
+  return guard(__func__, [&](const char* fn) {
     require(fn, json, "json");
     require(fn, out, "out");
     emit_predictor(out, load_predictor(json));
@@ -68,7 +68,7 @@ eg_status eg_predictor_load_json(const char* json, eg_predictor** out) {
 }
 
 eg_status eg_predictor_load_file(const char* path, eg_predictor** out) {
-  return guard(__func__, Failure::io, [&](const char* fn) {
+  return guard(__func__, [&](const char* fn) {
     require(fn, path, "path");
     require(fn, out, "out");
     emit_predictor(out, read_predictor(path, fn));
@@ -78,7 +78,7 @@ eg_status eg_predictor_load_file(const char* path, eg_predictor** out) {
 void eg_predictor_free(eg_predictor* predictor) { delete predictor; }
 
 eg_status eg_predictor_method(const eg_predictor* predictor, const char** out) {
-  return guard(__func__, Failure::argument, [&](const char* fn) {
+  return guard(__func__, [&](const char* fn) {
     require(fn, predictor, "predictor");
     require(fn, out, "out");
     *out = predictor->method.c_str();
@@ -86,7 +86,7 @@ eg_status eg_predictor_method(const eg_predictor* predictor, const char** out) {
 }
 
 eg_status eg_predictor_fit(eg_device device, eg_predictor* predictor, const eg_capture* capture, uint64_t seed) {
-  return guard(__func__, Failure::argument, [&](const char* fn) {
+  return guard(__func__, [&](const char* fn) {
     require_cpu(fn, device);
     require(fn, predictor, "predictor");
     require(fn, capture, "capture");
@@ -103,7 +103,7 @@ eg_status eg_predictor_fit(eg_device device, eg_predictor* predictor, const eg_c
 
 eg_status eg_predictor_predict(eg_device device, const eg_predictor* predictor, eg_const_matrix q,
                                eg_const_matrix k, size_t layer, size_t head, int causal, eg_graph** out) {
-  return guard(__func__, Failure::argument, [&](const char* fn) {
+  return guard(__func__, [&](const char* fn) {
     const Predictor& p = predictor_of(fn, predictor);
     require(fn, out, "out");
     emit(out, p.predict(to_device(fn, device), to_view(fn, "q", q), to_view(fn, "k", k), layer, head, causal != 0));
@@ -111,7 +111,7 @@ eg_status eg_predictor_predict(eg_device device, const eg_predictor* predictor, 
 }
 
 eg_status eg_predictor_to_json(const eg_predictor* predictor, char** out) {
-  return guard(__func__, Failure::argument, [&](const char* fn) {
+  return guard(__func__, [&](const char* fn) {
     const Predictor& p = predictor_of(fn, predictor);
     require(fn, out, "out");
     const std::string json = p.to_json();

@@ -24,7 +24,7 @@ using namespace entgraph::c_api;
 extern "C" {
 
 eg_status eg_teacher_load(const char* dir, eg_teacher** out) {
-  return guard(__func__, Failure::io, [&](const char* fn) {
+  return guard(__func__, [&](const char* fn) {
     require(fn, dir, "dir");
     require(fn, out, "out");
     emit(out, Teacher::load(dir));
@@ -34,7 +34,7 @@ eg_status eg_teacher_load(const char* dir, eg_teacher** out) {
 void eg_teacher_free(eg_teacher* teacher) { delete teacher; }
 
 eg_status eg_teacher_get_info(const eg_teacher* teacher, eg_teacher_info* out) {
-  return guard(__func__, Failure::argument, [&](const char* fn) {
+  return guard(__func__, [&](const char* fn) {
     require(fn, teacher, "teacher");
     require(fn, out, "out");
     const TeacherConfig& c = teacher->teacher.config();
@@ -44,7 +44,7 @@ eg_status eg_teacher_get_info(const eg_teacher* teacher, eg_teacher_info* out) {
 
 eg_status eg_teacher_forward(eg_device device, const eg_teacher* teacher, const char* text, size_t size,
                              int attention_probs, eg_teacher_output** out) {
-  return guard(__func__, Failure::argument, [&](const char* fn) {
+  return guard(__func__, [&](const char* fn) {
     require_cpu(fn, device);
     require(fn, teacher, "teacher");
     require(fn, text, "text");
@@ -62,7 +62,7 @@ eg_status eg_teacher_forward(eg_device device, const eg_teacher* teacher, const 
 void eg_teacher_output_free(eg_teacher_output* output) { delete output; }
 
 eg_status eg_teacher_output_get_info(const eg_teacher_output* output, eg_teacher_output_info* out) {
-  return guard(__func__, Failure::argument, [&](const char* fn) {
+  return guard(__func__, [&](const char* fn) {
     require(fn, output, "output");
     require(fn, out, "out");
     const TeacherOutput& o = output->output;
@@ -72,7 +72,7 @@ eg_status eg_teacher_output_get_info(const eg_teacher_output* output, eg_teacher
 
 eg_status eg_teacher_output_get_head(const eg_teacher_output* output, size_t layer, size_t head,
                                      eg_head_view* out) {
-  return guard(__func__, Failure::argument, [&](const char* fn) {
+  return guard(__func__, [&](const char* fn) {
     require(fn, output, "output");
     require(fn, out, "out");
     const TeacherOutput& o = output->output;
@@ -83,7 +83,7 @@ eg_status eg_teacher_output_get_head(const eg_teacher_output* output, size_t lay
 
 eg_status eg_teacher_output_get_probs(const eg_teacher_output* output, size_t layer, size_t head,
                                       eg_const_matrix* out) {
-  return guard(__func__, Failure::argument, [&](const char* fn) {
+  return guard(__func__, [&](const char* fn) {
     require(fn, output, "output");
     require(fn, out, "out");
     *out = to_c(output->output.probs_of(layer, head));
@@ -91,7 +91,7 @@ eg_status eg_teacher_output_get_probs(const eg_teacher_output* output, size_t la
 }
 
 eg_status eg_teacher_output_get_logits(const eg_teacher_output* output, eg_const_matrix* out) {
-  return guard(__func__, Failure::argument, [&](const char* fn) {
+  return guard(__func__, [&](const char* fn) {
     require(fn, output, "output");
     require(fn, out, "out");
     *out = to_c(output->output.logits_view());

@@ -31,7 +31,7 @@ using namespace entgraph::c_api;
 extern "C" {
 
 eg_status eg_transform_parse(const char* name, eg_transform* out) {
-  return guard(__func__, Failure::argument, [&](const char* fn) {
+  return guard(__func__, [&](const char* fn) {
     require(fn, name, "name");
     require(fn, out, "out");
     // The kind's own alpha (softmax 1, sparsemax 2, entmax15 1.5; entmax
@@ -43,7 +43,7 @@ eg_status eg_transform_parse(const char* name, eg_transform* out) {
 
 eg_status eg_transform_forward(eg_device device, const eg_transform* transform, eg_const_matrix scores,
                                eg_matrix probs, const eg_mask* mask) {
-  return guard(__func__, Failure::argument, [&](const char* fn) {
+  return guard(__func__, [&](const char* fn) {
     const MaskView mask_view = mask == nullptr ? MaskView{} : to_view<const std::uint8_t>(fn, "mask", *mask);
     transform_forward(to_device(fn, device), to_transform(fn, transform), to_view(fn, "scores", scores),
                       to_view(fn, "probs", probs), mask_view);
@@ -52,7 +52,7 @@ eg_status eg_transform_forward(eg_device device, const eg_transform* transform, 
 
 eg_status eg_transform_backward(eg_device device, const eg_transform* transform, eg_const_matrix probs,
                                 eg_const_matrix grad_probs, eg_matrix grad_scores) {
-  return guard(__func__, Failure::argument, [&](const char* fn) {
+  return guard(__func__, [&](const char* fn) {
     transform_backward(to_device(fn, device), to_transform(fn, transform),
                        to_view(fn, "probs", probs), to_view(fn, "grad_probs", grad_probs),
                        to_view(fn, "grad_scores", grad_scores));

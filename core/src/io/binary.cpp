@@ -22,8 +22,8 @@
 
 namespace entgraph::detail {
 
-void fail(const char* op, const std::string& name, const std::string& what) {
-  throw Error(std::string(op) + ": " + name + ": " + what);
+void fail(const char* op, const std::string& name, const std::string& what, ErrorCode code) {
+  throw Error(std::string(op) + ": " + name + ": " + what, code);
 }
 
 // One implementation of the 16-bit formats: the public one (runtime/dtype.cpp).
@@ -41,21 +41,21 @@ InputFile::InputFile(const char* op, std::string path, const char* a_kind) : op_
   // O_NONBLOCK: opening a FIFO would otherwise wait for a writer, forever.
   errno = 0;
   const int fd = ::open(path_.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) fail(op_, path_, "cannot open file (" + strerror_string(errno) + ")");
+  if (fd < 0) fail(op_, path_, "cannot open file (" + strerror_string(errno) + ")", ErrorCode::io);
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
     const int err = errno;
     ::close(fd);
-    fail(op_, path_, "cannot open file (" + strerror_string(err) + ")");
+    fail(op_, path_, "cannot open file (" + strerror_string(err) + ")", ErrorCode::io);
   }
   if (!S_ISREG(st.st_mode)) {
     ::close(fd);
-    if (S_ISDIR(st.st_mode)) fail(op_, path_, std::string("is a directory, not ") + a_kind);
+    if (S_ISDIR(st.st_mode)) fail(op_, path_, std::string("is a directory, not ") + a_kind, ErrorCode::io);
     const char* kind = S_ISFIFO(st.st_mode) ? "a FIFO (pipe)"
                        : S_ISSOCK(st.st_mode) ? "a socket"
                                               : "a device";
     fail(op_, path_, std::string("is ") + kind + ", not a regular file (" + a_kind +
-                         " is read from a regular file only)");
+                         " is read from a regular file only)", ErrorCode::io);
   }
   // Reads of a regular file never block: back to ordinary reads all the same.
   ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
@@ -64,13 +64,13 @@ InputFile::InputFile(const char* op, std::string path, const char* a_kind) : op_
   if (!file_) {
     const int err = errno;
     ::close(fd);
-    fail(op_, path_, "cannot open file (" + strerror_string(err) + ")");
+    fail(op_, path_, "cannot open file (" + strerror_string(err) + ")", ErrorCode::io);
   }
 }
 
 std::size_t InputFile::size() const {
   if (size_ > std::numeric_limits<std::size_t>::max())
-    fail(op_, path_, "file too large (" + std::to_string(size_) + " bytes)");
+    fail(op_, path_, "file too large (" + std::to_string(size_) + " bytes)", ErrorCode::limit);
   return static_cast<std::size_t>(size_);
 }
 
@@ -78,7 +78,7 @@ void InputFile::read_exact(unsigned char* out, std::size_t n, const char* what) 
   if (n != 0 && std::fread(out, 1, n, file_.get()) != n)
     fail(op_, path_,
          std::string("read error in the ") + what + " (file changed or " +
-             strerror_string(std::ferror(file_.get()) ? errno : 0) + ")");
+             strerror_string(std::ferror(file_.get()) ? errno : 0) + ")", ErrorCode::io);
 }
 
 std::vector<unsigned char> InputFile::read_all(std::size_t max_bytes) {
@@ -87,17 +87,17 @@ std::vector<unsigned char> InputFile::read_all(std::size_t max_bytes) {
   const std::size_t size = this->size();
   if (size > max_bytes)
     fail(op_, path_, "file too large (" + std::to_string(size) + " bytes, more than the limit of " +
-                         std::to_string(max_bytes) + ")");
+                         std::to_string(max_bytes) + ")", ErrorCode::limit);
   bytes.reserve(size);
   unsigned char chunk[1 << 16];
   for (;;) {
     const std::size_t got = std::fread(chunk, 1, sizeof chunk, file_.get());
     if (got > max_bytes - bytes.size())
-      fail(op_, path_, "file too large (more than " + std::to_string(max_bytes) + " bytes)");
+      fail(op_, path_, "file too large (more than " + std::to_string(max_bytes) + " bytes)", ErrorCode::limit);
     bytes.insert(bytes.end(), chunk, chunk + got);
     if (got < sizeof chunk) break;
   }
-  if (std::ferror(file_.get())) fail(op_, path_, "read error (" + strerror_string(errno) + ")");
+  if (std::ferror(file_.get())) fail(op_, path_, "read error (" + strerror_string(errno) + ")", ErrorCode::io);
   return bytes;
 }
 
@@ -139,20 +139,22 @@ Staged stage(const char* op, const std::string& path, const void* data, std::siz
     if (!ec) st.target = resolved;
   }
   const fs::file_status status = fs::status(st.target, ec);
-  if (fs::is_directory(status)) fail(op, path, "cannot open file for writing (a directory is in the way)");
+  if (fs::is_directory(status))
+    fail(op, path, "cannot open file for writing (a directory is in the way)", ErrorCode::io);
   bool opened = false;
   if (fs::exists(status) && !fs::is_regular_file(status)) {
     // A device or a pipe (/dev/stdout, /dev/null): written in place, never renamed over.
     if (!write_whole(st.target.string(), "wb", data, size, opened))
       fail(op, path, std::string(opened ? "write failed" : "cannot open file for writing") + " (" +
-                         strerror_string(errno) + ")");
+                         strerror_string(errno) + ")", ErrorCode::io);
     return st;
   }
   st.temp = temporary_beside(st.target);
   if (!write_whole(st.temp, "wbx", data, size, opened)) {
     const std::string why = strerror_string(errno);
     if (opened) std::remove(st.temp.c_str());
-    fail(op, path, std::string(opened ? "write failed" : "cannot open file for writing") + " (" + why + ")");
+    fail(op, path, std::string(opened ? "write failed" : "cannot open file for writing") + " (" + why + ")",
+         ErrorCode::io);
   }
   return st;
 }
@@ -167,7 +169,7 @@ void commit(const char* op, const Staged& st) {
   std::filesystem::rename(st.temp, st.target, ec);
   if (ec) {
     discard(st);
-    fail(op, st.path, "cannot replace the file (" + ec.message() + ")");
+    fail(op, st.path, "cannot replace the file (" + ec.message() + ")", ErrorCode::io);
   }
 }
 

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "entgraph/error.hpp"
 #include "entgraph/io/files.hpp"
 #include "entgraph/text.hpp"
 
@@ -28,8 +29,11 @@ using entgraph::write_file_bytes;
 using entgraph::write_files_bytes;
 
 // Throws entgraph::Error "<op>: <name>: <what>", the form of every error of
-// the file formats (name is a path, or "<memory>" for a buffer).
-[[noreturn]] void fail(const char* op, const std::string& name, const std::string& what);
+// the file formats (name is a path, or "<memory>" for a buffer): by default
+// about the contents (bad_file); io where the system refused, limit for a
+// size over a limit.
+[[noreturn]] void fail(const char* op, const std::string& name, const std::string& what,
+                       ErrorCode code = ErrorCode::bad_file);
 
 // Element count of shape, or false if it overflows.
 inline bool checked_count(const std::vector<std::size_t>& shape, std::size_t& count) {

@@ -29,7 +29,9 @@
 namespace entgraph {
 namespace detail::capture_io {
 
-[[noreturn]] void fail(const std::string& prefix, const std::string& what) { throw Error(prefix + what); }
+[[noreturn]] void fail(const std::string& prefix, const std::string& what, ErrorCode code) {
+  throw Error(prefix + what, code);
+}
 
 std::string str(std::size_t n) { return std::to_string(n); }
 
@@ -203,7 +205,7 @@ Sizes validate_settings(const Capture& c, const Sizes& s, const std::string& pre
   std::string what = e.what();
   const std::string inner = op + ": " + path + ": ";
   if (what.compare(0, inner.size(), inner) == 0) what = what.substr(inner.size());
-  fail(prefix, name + ": " + what);
+  fail(prefix, name + ": " + what, e.code());
 }
 
 }  // namespace detail::capture_io

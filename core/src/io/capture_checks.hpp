@@ -27,8 +27,10 @@ inline constexpr const char* kKnownKeyList =
     "provenance";
 
 // Every error goes through one of these: "<prefix><what>", where prefix is
-// "validate_capture: ", "read_capture: <dir>: " or "write_capture: <dir>: ".
-[[noreturn]] void fail(const std::string& prefix, const std::string& what);
+// "validate_capture: ", "read_capture: <dir>: " or "write_capture: <dir>: "
+// (read_capture reports what it finds wrong as ErrorCode::bad_file).
+[[noreturn]] void fail(const std::string& prefix, const std::string& what,
+                       ErrorCode code = ErrorCode::bad_argument);
 std::string str(std::size_t n);
 // a * b, or false if it overflows.
 bool checked_mul(std::size_t a, std::size_t b, std::size_t& out);
@@ -76,7 +78,8 @@ void check_head_scores(const Capture& c, std::size_t hi, double q, std::size_t q
 // capture, whose data arrive later).
 Sizes validate(const Capture& c, const std::string& prefix, bool arrays = true);
 // An error of read_npy, write_npy or the file helpers, "<op>: <path>: <what>",
-// restated as "<prefix><name>: <what>" so that it names the capture folder.
+// restated as "<prefix><name>: <what>" so that it names the capture folder
+// (with the same code).
 [[noreturn]] void restate(const Error& e, const std::string& op, const std::string& path, const std::string& name,
                           const std::string& prefix);
 

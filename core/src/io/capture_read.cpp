@@ -141,15 +141,15 @@ std::vector<float> read_array(const std::string& dir, const std::string& name, c
 }
 
 
-}  // namespace
-
-Capture read_capture(const std::string& dir) {
+Capture read_capture_folder(const std::string& dir) {
   const std::string prefix = "read_capture: " + dir + ": ";
   std::error_code ec;
   const fs::file_status status = fs::status(dir, ec);
   if (ec || !fs::exists(status))
-    fail(prefix, "cannot open the folder (" + (ec ? ec.message() : std::string("No such file or directory")) + ")");
-  if (!fs::is_directory(status)) fail(prefix, "is not a folder (a capture is a folder holding capture.json)");
+    fail(prefix, "cannot open the folder (" + (ec ? ec.message() : std::string("No such file or directory")) + ")",
+         ErrorCode::io);
+  if (!fs::is_directory(status))
+    fail(prefix, "is not a folder (a capture is a folder holding capture.json)", ErrorCode::io);
   // No writer commits into the folder while capture.json and its arrays are read.
   const detail::FolderReadLock lock(dir);
 
@@ -242,6 +242,13 @@ Capture read_capture(const std::string& dir) {
   validate(c, prefix);  // ranges of alpha and scale, NaN and infinity in the data, score range
   c.source = dir;
   return c;
+}
+
+}  // namespace
+
+Capture read_capture(const std::string& dir) {
+  // What it finds wrong is the folder's fault: ErrorCode::bad_file.
+  return reading_file([&] { return read_capture_folder(dir); });
 }
 
 }  // namespace entgraph

@@ -264,7 +264,7 @@ void plan(CaptureWriter::State& w, const std::string& prefix, std::size_t layers
   if (!checked_mul(w.sizes.count, w.item, w.array_bytes)) fail(w.prefix, "the arrays' byte count overflows");
   w.data_start = encode_npy_header(dtype, {layers, heads, w.sizes.tokens, head_dim}).size();
   if (w.array_bytes > static_cast<std::size_t>(std::numeric_limits<long>::max()) - w.data_start)
-    fail(w.prefix, "the arrays are too large for this platform's file offsets");
+    fail(w.prefix, "the arrays are too large for this platform's file offsets", ErrorCode::limit);
   const std::uint64_t per_file = static_cast<std::uint64_t>(w.data_start) + w.array_bytes;
   w.total_bytes = per_file * (with_values ? 3 : 2) + w.json.size();
 }

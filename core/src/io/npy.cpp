@@ -551,7 +551,8 @@ template NpyArray NpyArray::from_matrix<double>(MatrixView<const double>);
 // ---------------------------------------------------------------------------
 
 NpyArray read_npy_bytes(const void* data, std::size_t size, const std::string& name) {
-  if (data == nullptr && size != 0) fail("read_npy", name, "null buffer of " + std::to_string(size) + " bytes");
+  if (data == nullptr && size != 0)
+    fail("read_npy", name, "null buffer of " + std::to_string(size) + " bytes", ErrorCode::bad_argument);
   const auto* bytes = static_cast<const unsigned char*>(data);
   const Prefix prefix = parse_prefix(bytes, size, name);
   const Layout layout = parse_layout(prefix, reinterpret_cast<const char*>(bytes + prefix.header_offset), name);
@@ -572,7 +573,7 @@ NpyArray read_npy(const std::string& path) {
   const Prefix prefix = parse_prefix(head, total, path);
   // The prefix already consumed up to 12 bytes; the header starts at 10 or 12.
   if (std::fseek(f.get(), static_cast<long>(prefix.header_offset), SEEK_SET) != 0)
-    fail("read_npy", path, "seek failed (" + strerror_string(errno) + ")");
+    fail("read_npy", path, "seek failed (" + strerror_string(errno) + ")", ErrorCode::io);
   std::vector<unsigned char> header(prefix.header_len);  // <= file size, checked by parse_prefix
   f.read_exact(header.data(), header.size(), "header");
   const Layout layout = parse_layout(prefix, reinterpret_cast<const char*>(header.data()), path);

@@ -94,11 +94,11 @@ void remove_stale_staging(const fs::path& dir) {
 }  // namespace
 
 OutputFolder::OutputFolder(const char* op, std::string dir) : op_(op), dir_(std::move(dir)) {
-  if (dir_.empty()) fail(op_, "\"\"", "the output folder name is empty");
+  if (dir_.empty()) fail(op_, "\"\"", "the output folder name is empty", ErrorCode::bad_argument);
   const fs::path target = without_trailing_separator(dir_);
   std::error_code ec;
   const fs::file_status status = fs::status(target, ec);
-  if (fs::exists(status) && !fs::is_directory(status)) fail(op_, dir_, "exists and is not a folder");
+  if (fs::exists(status) && !fs::is_directory(status)) fail(op_, dir_, "exists and is not a folder", ErrorCode::io);
   inside_ = fs::is_directory(status);
   if (inside_) {
     staging_ = (target / (".entgraph-staging-" + unique_suffix())).string();
@@ -112,7 +112,7 @@ OutputFolder::OutputFolder(const char* op, std::string dir) : op_(op), dir_(std:
     for (auto it = missing.rbegin(); it != missing.rend(); ++it) {
       if (!fs::create_directory(*it, ec) && ec) {
         discard();
-        fail(op_, dir_, "cannot create the folder " + it->string() + " (" + ec.message() + ")");
+        fail(op_, dir_, "cannot create the folder " + it->string() + " (" + ec.message() + ")", ErrorCode::io);
       }
       created_parents_.insert(created_parents_.begin(), it->string());
     }
@@ -122,7 +122,7 @@ OutputFolder::OutputFolder(const char* op, std::string dir) : op_(op), dir_(std:
     const std::string why = ec ? ec.message() : "it exists already";
     staging_.clear();
     discard();
-    fail(op_, dir_, "cannot create a folder to write into (" + why + ")");
+    fail(op_, dir_, "cannot create a folder to write into (" + why + ")", ErrorCode::io);
   }
 }
 
@@ -150,13 +150,14 @@ void OutputFolder::lock() {
   if (lock_fd_ >= 0) return;
   const std::string target = without_trailing_separator(dir_).string();
   lock_fd_ = ::open(target.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (lock_fd_ < 0) fail(op_, dir_, "cannot open the folder to lock it (" + detail::strerror_string(errno) + ")");
+  if (lock_fd_ < 0)
+    fail(op_, dir_, "cannot open the folder to lock it (" + detail::strerror_string(errno) + ")", ErrorCode::io);
   // Waits while another writer commits into the same folder.
   while (::flock(lock_fd_, LOCK_EX) != 0) {
     if (errno == EINTR) continue;
     const int err = errno;
     unlock();
-    fail(op_, dir_, "cannot lock the folder (" + detail::strerror_string(err) + ")");
+    fail(op_, dir_, "cannot lock the folder (" + detail::strerror_string(err) + ")", ErrorCode::io);
   }
   test_point("locked");
 }
@@ -172,12 +173,12 @@ void OutputFolder::check_targets(const std::vector<std::string>& names) const {
   std::error_code ec;
   for (const std::string& name : names)
     if (fs::is_directory(fs::symlink_status(target / name, ec)))
-      fail(op_, dir_, name + ": cannot replace it (a folder is in the way)");
+      fail(op_, dir_, name + ": cannot replace it (a folder is in the way)", ErrorCode::io);
 }
 
 void OutputFolder::prepare(const std::vector<std::string>& names, const std::string& manifest,
                            const ManifestText& text) {
-  if (phase_ != Phase::staging) fail(op_, dir_, "the output was moved into place already");
+  if (phase_ != Phase::staging) fail(op_, dir_, "the output was moved into place already", ErrorCode::bad_argument);
   files_ = names;
   manifest_ = manifest;
   text_ = text;
@@ -218,7 +219,7 @@ void OutputFolder::prepare_inside() {
   for (const std::string& name : files_) {
     sync_file(path(name));
     fs::rename(path(name), target / names_[name], ec);
-    if (ec) fail(op_, dir_, names_[name] + ": cannot move it into place (" + ec.message() + ")");
+    if (ec) fail(op_, dir_, names_[name] + ": cannot move it into place (" + ec.message() + ")", ErrorCode::io);
     moved_.push_back(names_[name]);
   }
   const std::string content = text_(names_);
@@ -230,7 +231,7 @@ void OutputFolder::prepare_inside() {
 }
 
 void OutputFolder::commit() {
-  if (phase_ != Phase::prepared) fail(op_, dir_, "commit() without prepare(), or twice");
+  if (phase_ != Phase::prepared) fail(op_, dir_, "commit() without prepare(), or twice", ErrorCode::bad_argument);
   const fs::path target = without_trailing_separator(dir_);
   std::error_code ec;
   if (!inside_) {
@@ -241,7 +242,7 @@ void OutputFolder::commit() {
     prepare_inside();
   }
   fs::rename(path(manifest_), target / manifest_, ec);  // the commit point
-  if (ec) fail(op_, dir_, manifest_ + ": cannot move it into place (" + ec.message() + ")");
+  if (ec) fail(op_, dir_, manifest_ + ": cannot move it into place (" + ec.message() + ")", ErrorCode::io);
   moved_.clear();
   phase_ = Phase::committed;
   sync_file(target.string());
@@ -298,7 +299,7 @@ void OutputFolder::commit(const std::vector<std::string>& names, const std::stri
 }
 
 void OutputFolder::commit(const std::vector<std::string>& names) {
-  if (phase_ != Phase::staging) fail(op_, dir_, "the output was moved into place already");
+  if (phase_ != Phase::staging) fail(op_, dir_, "the output was moved into place already", ErrorCode::bad_argument);
   files_ = names;
   names_.clear();
   for (const std::string& name : names) names_[name] = name;
@@ -316,7 +317,7 @@ bool OutputFolder::move_staging_into_place() {
     return true;
   }
   if (ec != std::errc::file_exists && ec != std::errc::directory_not_empty)
-    fail(op_, dir_, "cannot move the finished output into place (" + ec.message() + ")");
+    fail(op_, dir_, "cannot move the finished output into place (" + ec.message() + ")", ErrorCode::io);
   inside_ = true;
   return false;
 }
@@ -335,7 +336,7 @@ void OutputFolder::commit_inside_plain(const std::vector<std::string>& names) {
       if (ec) {
         const std::string why = ec.message();
         rollback();
-        fail(op_, dir_, name + ": cannot keep the old file while replacing it (" + why + ")");
+        fail(op_, dir_, name + ": cannot keep the old file while replacing it (" + why + ")", ErrorCode::io);
       }
     }
     fs::rename(path(name), target / name, ec);
@@ -343,7 +344,7 @@ void OutputFolder::commit_inside_plain(const std::vector<std::string>& names) {
       const std::string why = ec.message();
       if (had_old) fs::remove(path(name + ".replaced"), ec);
       rollback();
-      fail(op_, dir_, name + ": cannot move it into place (" + why + ")");
+      fail(op_, dir_, name + ": cannot move it into place (" + why + ")", ErrorCode::io);
     }
     replaced_.emplace_back(name, had_old);
   }
@@ -356,7 +357,7 @@ void OutputFolder::rollback() {
   if (!inside_) {  // a new folder: it goes again
     if (phase_ == Phase::committed) {
       fs::rename(target, staging_, ec);
-      if (ec) fail(op_, dir_, "cannot remove the output again (" + ec.message() + ")");
+      if (ec) fail(op_, dir_, "cannot remove the output again (" + ec.message() + ")", ErrorCode::io);
     }
     phase_ = Phase::rolled_back;
     return;
@@ -371,7 +372,7 @@ void OutputFolder::rollback() {
   }
   replaced_.clear();
   phase_ = Phase::rolled_back;
-  if (!failed.empty()) fail(op_, dir_, "cannot put back the earlier " + failed);
+  if (!failed.empty()) fail(op_, dir_, "cannot put back the earlier " + failed, ErrorCode::io);
 }
 
 }  // namespace entgraph

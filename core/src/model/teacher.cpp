@@ -214,10 +214,13 @@ Teacher::~Teacher() = default;
 const TeacherConfig& Teacher::config() const { return config_; }
 
 Teacher Teacher::load(const std::string& dir) {
-  const std::string config_path = (std::filesystem::path(dir) / "config.json").string();
-  const std::vector<unsigned char> text = detail::read_file_bytes("teacher config", config_path, 1u << 20);
-  const TeacherConfig config = parse_teacher_config(std::string(text.begin(), text.end()), config_path);
-  return from_parts(config, (std::filesystem::path(dir) / config.weights).string());
+  // What it finds wrong is the folder's fault: ErrorCode::bad_file.
+  return reading_file([&] {
+    const std::string config_path = (std::filesystem::path(dir) / "config.json").string();
+    const std::vector<unsigned char> text = detail::read_file_bytes("teacher config", config_path, 1u << 20);
+    const TeacherConfig config = parse_teacher_config(std::string(text.begin(), text.end()), config_path);
+    return from_parts(config, (std::filesystem::path(dir) / config.weights).string());
+  });
 }
 
 Teacher Teacher::from_parts(const TeacherConfig& c, const std::string& weights_path) {
@@ -271,7 +274,8 @@ TeacherOutput Teacher::forward_tokens(const std::vector<std::size_t>& tokens, co
   if (n == 0) throw Error("Teacher::forward: text is empty");
   if (n > c.context)
     throw Error("Teacher::forward: text has " + std::to_string(n) + " tokens, more than the model's context of " +
-                std::to_string(c.context) + " (split it with split_text)");
+                    std::to_string(c.context) + " (split it with split_text)",
+                ErrorCode::limit);
   for (std::size_t t : tokens)
     if (t >= c.vocab)
       throw Error("Teacher::forward: token " + std::to_string(t) + " is outside the vocab of " + std::to_string(c.vocab));

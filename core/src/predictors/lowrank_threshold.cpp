@@ -222,7 +222,8 @@ class LowRankThresholdPredictor final : public Predictor {
         for (std::size_t c = 0; c < x.cols; ++c)
           if (!std::isfinite(x(i, c)))
             throw Error(std::string(kMethod) + ": predict: " + name + " has a NaN or infinite value (row " +
-                        std::to_string(i) + ", column " + std::to_string(c) + ")");
+                            std::to_string(i) + ", column " + std::to_string(c) + ")",
+                        ErrorCode::bad_value);
     const Projection& pr = projections_[layer * heads_ + head];
     const double alpha = alphas_[layer * heads_ + head];
     const std::size_t n = q.rows, m = k.rows, r = pr.rank;

@@ -279,8 +279,11 @@ std::unique_ptr<Predictor> make_predictor(const std::string& method, const Predi
 }
 
 std::unique_ptr<Predictor> read_predictor(const std::string& path, const char* op) {
-  const std::vector<unsigned char> bytes = detail::read_file_bytes(op, path, kMaxParameterFileBytes);
-  return load_predictor(std::string(bytes.begin(), bytes.end()), path);
+  // What it finds wrong is the file's fault: ErrorCode::bad_file.
+  return reading_file([&] {
+    const std::vector<unsigned char> bytes = detail::read_file_bytes(op, path, kMaxParameterFileBytes);
+    return load_predictor(std::string(bytes.begin(), bytes.end()), path);
+  });
 }
 
 std::unique_ptr<Predictor> load_predictor(const std::string& json_text, const std::string& name) {
@@ -313,7 +316,7 @@ std::unique_ptr<Predictor> load_predictor(const std::string& json_text, const st
   } catch (const Error& e) {
     const std::string what = e.what();
     if (what.rfind(where, 0) == 0) throw;  // already names the file
-    throw Error(where + what);
+    throw Error(where + what, e.code());
   }
 }
 

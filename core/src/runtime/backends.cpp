@@ -64,6 +64,41 @@ bool device_available(Device device, std::string* why) {
   return ok;
 }
 
+namespace {
+
+// Whether the table has a kernel for op.
+bool has_kernel(const BackendKernels& t, BackendOp op) {
+  switch (op) {
+    case BackendOp::transform_forward: return t.transform_forward != nullptr;
+    case BackendOp::transform_backward: return t.transform_backward != nullptr;
+    case BackendOp::attention_forward: return t.attention_forward != nullptr;
+    case BackendOp::attention_backward: return t.attention_backward != nullptr;
+    case BackendOp::batched_attention_forward: return t.batched_attention_forward != nullptr;
+    case BackendOp::graph_attention_forward: return t.graph_attention_forward != nullptr;
+    case BackendOp::compare_graphs: return t.compare_graphs != nullptr;
+    case BackendOp::sparsefinder_pattern: return t.sparsefinder_pattern != nullptr;
+  }
+  return false;
+}
+
+}  // namespace
+
+bool device_supports(Device device, BackendOp op, const OpArguments& arguments, std::string* why) {
+  if (device == Device::cpu) return true;
+  if (!device_available(device, why)) return false;
+  BackendKernels table;
+  {
+    Registry& r = registry();
+    const std::lock_guard<std::mutex> lock(r.mutex);
+    table = r.tables[index_of(device)];
+  }
+  if (!has_kernel(table, op)) {
+    if (why) *why = std::string("device ") + device_name(device) + " has no kernel for this op";
+    return false;
+  }
+  return table.supports == nullptr || table.supports(op, arguments, why);
+}
+
 namespace detail {
 
 const BackendKernels& backend_for(Device device, const char* op) {

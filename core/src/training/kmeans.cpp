@@ -40,7 +40,7 @@ void check_points(MatrixView<const float> points, std::size_t clusters, const ch
   for (std::size_t i = 0; i < points.rows; ++i)
     for (std::size_t t = 0; t < points.cols; ++t) {
       if (!std::isfinite(points(i, t)))
-        throw Error(std::string(op) + ": point " + std::to_string(i) + " is not finite");
+        throw Error(std::string(op) + ": point " + std::to_string(i) + " is not finite", ErrorCode::bad_value);
       if (std::abs(points(i, t)) > kMaxCoordinate)
         throw Error(std::string(op) + ": point " + std::to_string(i) + " has a coordinate beyond 1e15 in magnitude");
     }

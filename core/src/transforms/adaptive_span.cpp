@@ -22,7 +22,8 @@ void check_span(const char* op, const T* span, std::size_t rows) {
   for (std::size_t r = 0; r < rows; ++r)
     if (!std::isfinite(span[r]))
       throw Error(std::string(op) + ": span is not finite at row " + std::to_string(r) + " (got " +
-                  detail::number_text(span[r]) + ")");
+                      detail::number_text(span[r]) + ")",
+                  ErrorCode::bad_value);
 }
 
 detail::RowParams row_params(double span, const AdaptiveSpan& shape, std::size_t row) {
@@ -113,10 +114,11 @@ void check_dynamic_span(const char* op, ConstMatrix<T> hidden, const T* v, T b, 
   if (!(max_span > 0 && std::isfinite(max_span)))
     throw Error(std::string(op) + ": max_span must be finite and > 0 (got " + detail::number_text(max_span) + ")");
   if (v == nullptr) throw Error(std::string(op) + ": v must not be null");
-  if (!std::isfinite(b)) throw Error(std::string(op) + ": b is not finite");
+  if (!std::isfinite(b)) throw Error(std::string(op) + ": b is not finite", ErrorCode::bad_value);
   detail::check_finite<T>(op, "hidden", hidden);
   for (std::size_t j = 0; j < hidden.cols; ++j)
-    if (!std::isfinite(v[j])) throw Error(std::string(op) + ": v is not finite at " + std::to_string(j));
+    if (!std::isfinite(v[j]))
+      throw Error(std::string(op) + ": v is not finite at " + std::to_string(j), ErrorCode::bad_value);
 }
 
 // v . x_t + b, in double.

@@ -64,7 +64,8 @@ void check_rows(const char* op, const char* arg, ConstMatrix<T> m, MaskView mask
     const T x = m(r, bad_col[r]);
     throw Error(std::string(op) + ": " + arg + " has a non-finite entry at (" + std::to_string(r) + ", " +
                 std::to_string(bad_col[r]) + ") (got " + (std::isnan(x) ? "NaN" : (x > 0 ? "+inf" : "-inf")) +
-                (allow_neg_inf ? ", expected a finite number or -inf)" : ", expected a finite number)"));
+                (allow_neg_inf ? ", expected a finite number or -inf)" : ", expected a finite number)"),
+                ErrorCode::bad_value);
   }
 }
 

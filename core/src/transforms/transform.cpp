@@ -1,4 +1,5 @@
 // The Transform descriptor: names, parsing, and generic dispatch.
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -139,6 +140,12 @@ void check_transform_backward(const Transform& t, ConstMatrix<float> probs, Cons
 
 void check_transform_parameters(const Transform& t, const char* op, const std::string& name) {
   detail::check_transform_scalars(t, op, name);
+}
+
+void check_attention_scale(double scale, const char* op, const std::string& name) {
+  if (!std::isfinite(scale))
+    throw Error(std::string(op) + ": " + name + " is not finite (got " + detail::number_text(scale) +
+                ", expected a finite number)");
 }
 
 void transform_forward(Device device, const Transform& t, ConstMatrix<float> scores, MatrixView<float> probs,

@@ -68,9 +68,7 @@ inline Weighting make_weighting(const Transform& t, double scale, std::size_t d,
                 transform_names(has_cuda_attention, " or ") + ")");
   check_transform_parameters(t, op, name);
   const double alpha = t.tsallis_alpha();
-  if (!std::isfinite(scale))
-    throw Error(std::string(op) + ": options.scale is not finite (got " + std::to_string(scale) +
-                ", expected a finite number)");
+  check_attention_scale(scale, op, "options.scale");
   const double s = scale == 0.0 ? 1.0 / std::sqrt(static_cast<double>(d)) : scale;
   Weighting w;
   w.softmax = alpha == 1.0;

@@ -1,6 +1,9 @@
 // Device::cuda's kernel table (entgraph/backend.hpp), registered with the
 // core by cuda::register_backend(). Each kernel lives with its concept
 // (backend_kernels.hpp); this file only assembles them.
+#include <string>
+#include <utility>
+
 #include "backend_kernels.hpp"
 #include "entgraph/cuda/backend.hpp"
 #include "entgraph/cuda/device.hpp"
@@ -14,11 +17,43 @@ bool usable(std::string* why) {
   return false;
 }
 
+bool refuse(std::string* why, std::string reason) {
+  if (why) *why = std::move(reason);
+  return false;
+}
+
+// What the kernels below run, from the transform list's cuda column and the
+// head dimensions the fused kernels are built for.
+bool supports(BackendOp op, const OpArguments& a, std::string* why) {
+  const TransformInfo* row = find_transform_info(a.transform.kind);
+  switch (op) {
+    case BackendOp::transform_forward:
+    case BackendOp::transform_backward:
+      if (row == nullptr || !has_cuda_transform(*row))
+        return refuse(why, a.transform.name() + " has no CUDA kernel (expected " +
+                               transform_names(has_cuda_transform, " or ") + ")");
+      return true;
+    case BackendOp::attention_forward:
+    case BackendOp::graph_attention_forward:
+      if (row == nullptr || !has_cuda_attention(*row))
+        return refuse(why, a.transform.name() + " has no CUDA attention kernel (expected " +
+                               transform_names(has_cuda_attention, " or ") + ")");
+      if (op == BackendOp::attention_forward &&
+          !(detail::supported_head_dim(a.d) && detail::supported_head_dim(a.dv)))
+        return refuse(why, "the fused attention kernels take d and dv of 32, 64 or 128 (got d = " +
+                               std::to_string(a.d) + ", dv = " + std::to_string(a.dv) + ")");
+      return true;
+    default:
+      return true;
+  }
+}
+
 }  // namespace
 
 void register_backend() {
   BackendKernels table;
   table.available = usable;
+  table.supports = supports;
   table.transform_forward = detail::host_transform_forward;
   table.transform_backward = detail::host_transform_backward;
   table.attention_forward = detail::host_attention_forward;

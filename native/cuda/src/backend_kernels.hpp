@@ -9,6 +9,9 @@
 
 namespace entgraph::cuda::detail {
 
+// The head dimensions (d and dv) the fused attention kernels are built for: 32, 64, 128.
+bool supported_head_dim(std::size_t d);
+
 void host_transform_forward(const Transform& t, ConstMatrix<float> scores, MatrixView<float> probs, MaskView mask);
 void host_transform_backward(const Transform& t, ConstMatrix<float> probs, ConstMatrix<float> grad_probs,
                              MatrixView<float> grad_scores);

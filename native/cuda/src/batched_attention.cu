@@ -68,7 +68,7 @@ void check_supported(DType dtype, std::size_t batch, std::size_t heads, std::siz
                                      ", expected " + num(d) + ")");
   } else {
     for (const auto& [name, x] : {std::pair<const char*, std::size_t>{"q.cols (d)", d}, {"v.cols (dv)", dv}})
-      if (x != 32 && x != 64 && x != 128)
+      if (!detail::supported_head_dim(x))
         detail::argument_error(
             op, std::string(name) + " is not supported for float32 (got " + num(x) + ", expected 32, 64 or 128)");
   }

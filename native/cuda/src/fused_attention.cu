@@ -17,6 +17,9 @@
 #include "staging.cuh"
 
 namespace entgraph::cuda {
+
+bool detail::supported_head_dim(std::size_t d) { return d == 32 || d == 64 || d == 128; }
+
 namespace {
 
 using detail::Weighting;
@@ -57,10 +60,8 @@ void with_head_dims(std::size_t d, std::size_t dv, F&& f) {
   }
 }
 
-bool supported_head_dim(std::size_t d) { return d == 32 || d == 64 || d == 128; }
-
 void check_head_dim(std::size_t d, const char* name) {
-  if (!supported_head_dim(d))
+  if (!detail::supported_head_dim(d))
     detail::argument_error(kOp, std::string(name) + " is not supported (got " + std::to_string(d) +
                                     ", expected 32, 64 or 128)");
 }
