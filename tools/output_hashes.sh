@@ -6,7 +6,8 @@
 #
 # One line per output: "<sha256>  <what>". Covered: every transform kind
 # the CLI runs (forward and backward, on data/sample_scores.npy, at every ISA
-# this machine has), `entgraph demo`, a capture of each shipped teacher on the
+# this machine has, and in the JavaScript package where build/wasm/package is
+# built: tools/wasm_hashes.mjs), `entgraph demo`, a capture of each shipped teacher on the
 # start of data/heldout.txt, and a sweep of every predictor fitted on one of
 # those captures and tested on another. Timings never enter a hash (the
 # sweep's JSON is hashed without its seconds fields).
@@ -19,6 +20,13 @@ trap 'rm -rf "$WORK"' EXIT
 cd "$ROOT"
 
 hash() { sha256sum "$1" | cut -d' ' -f1; }
+# sha256 of a .npy's values: the bytes after its header (the CLI writes the
+# sample's dtype, little-endian float32, in C order).
+values_hash() { python3 -c 'import hashlib, struct, sys
+b = open(sys.argv[1], "rb").read()
+start = 10 + struct.unpack("<H", b[8:10])[0] if b[6] == 1 else 12 + struct.unpack("<I", b[8:12])[0]
+assert b"<f4" in b[:start] and b"False" in b[:start], "expected C-order little-endian float32"
+print(hashlib.sha256(b[start:]).hexdigest())' "$1"; }
 say() { printf '%s  %s\n' "$1" "$2"; }
 
 SAMPLE=data/sample_scores.npy
@@ -32,8 +40,18 @@ for isa in $ISAS; do
       >/dev/null
     say "$(hash "$WORK/out.npy")" "transform $fn --isa $isa (forward)"
     say "$(hash "$WORK/grad.npy")" "transform $fn --isa $isa (backward)"
+    if [ "$isa" = sse2 ]; then  # the values alone, to set beside the JavaScript package's (below)
+      say "$(values_hash "$WORK/out.npy")" "transform $fn --isa $isa (forward values)"
+      say "$(values_hash "$WORK/grad.npy")" "transform $fn --isa $isa (backward values)"
+    fi
   done
 done
+
+# The JavaScript package's SIMD128 kernels do the arithmetic of sse2: where it
+# is built, its values' hashes equal the sse2 lines' (forward values, backward values).
+if [ -f build/wasm/package/entgraph.js ] && command -v node >/dev/null; then
+  node tools/wasm_hashes.mjs build/wasm/package
+fi
 
 "$BIN" demo >"$WORK/demo.txt"
 say "$(hash "$WORK/demo.txt")" "demo"
