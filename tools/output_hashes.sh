@@ -57,7 +57,9 @@ fi
 say "$(hash "$WORK/demo.txt")" "demo"
 
 head -c 2048 data/heldout.txt >"$WORK/train.txt"
-tail -c +2049 data/heldout.txt | head -c 1024 >"$WORK/test.txt"
+# (no pipe: with pipefail, tail killed by head's early exit would end the script)
+tail -c +2049 data/heldout.txt >"$WORK/rest.txt"
+head -c 1024 "$WORK/rest.txt" >"$WORK/test.txt"
 for teacher in data/teacher-*; do
   name=$(basename "$teacher")
   for part in train test; do
