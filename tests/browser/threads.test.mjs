@@ -142,8 +142,9 @@ describe("threads in a module worker", () => {
 
   test("more threads than the module's pool of workers: an error, not a deadlock, and the pool still works", async () => {
     const answer = await inWorker(browser, isolated.url, { job: "overPool" });
-    assert.match(answer.tooMany, /could not start worker thread 2 of 2/);
-    assert.equal(answer.afterwards, "");
+    assert.match(answer.tooMany?.message ?? "", /could not start worker thread 2 of 2/);
+    assert.equal(typeof answer.tooMany.code, "string");
+    assert.equal(answer.afterwards, null);
     assert.ok(Math.abs(answer.firstRowSum - 1) < 1e-4, `softmax row sum ${answer.firstRowSum}`);
   });
 
