@@ -87,7 +87,7 @@ eg_status fail_current_exception(const char* function) noexcept {
 
 void throw_bad_enum(const char* function, const char* name, int value, const char* expected) {
   throw Error(std::string(function) + ": " + name + " is out of range (got " + std::to_string(value) +
-                      ", expected " + expected + ")");
+              ", expected " + expected + ")");
 }
 
 Device to_device(const char* function, const eg_device& device) {
