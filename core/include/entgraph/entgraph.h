@@ -45,8 +45,9 @@ typedef enum eg_status {
   /* Misuse: a NULL pointer, shapes that disagree, NaN or +inf in an input, a
    * parameter out of range (alpha < 1, k = 0), an unknown name (transform,
    * predictor method or setting), malformed JSON text, an enum value out of
-   * range, a size over a limit. The message names the argument: "entmax: alpha out of range (got
-   * 0.5, ...)", "eg_transform_forward: scores is NULL". */
+   * range, a size over a limit. The message names the argument: "entmax:
+   * alpha out of range (got 0.5, ...)", "eg_transform_forward: scores is
+   * NULL". */
   EG_ERROR_ARGUMENT = 1,
   /* The device cannot run this call: its backend is not registered or not
    * usable ("<op>: device cuda is not available (<why>)"), or it has no

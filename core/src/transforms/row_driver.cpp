@@ -5,12 +5,12 @@
 namespace entgraph::detail {
 
 void check_transform_scalars(const Transform& t, const char* op, const std::string& name) {
-  const TransformParameter parameter = transform_info(t.kind).parameter;
-  if (parameter == TransformParameter::alpha && !(t.alpha >= 1.0 && t.alpha <= kMaxEntmaxAlpha))
+  const TransformInfo& row = transform_info(t.kind);
+  if (row.parameter == TransformParameter::alpha && !(t.alpha >= 1.0 && t.alpha <= kMaxEntmaxAlpha))
     throw Error(std::string(op) + ": " + name + ".alpha is out of range (got " + num(t.alpha) +
                 ", expected 1 <= alpha <= " + num(kMaxEntmaxAlpha) + ")");
-  if (parameter == TransformParameter::k && t.k == 0)
-    throw Error(std::string(op) + ": " + name + ".k is 0 for " + t.info().name + " (got 0, expected k >= 1)");
+  if (row.parameter == TransformParameter::k && t.k == 0)
+    throw Error(std::string(op) + ": " + name + ".k is 0 for " + row.name + " (got 0, expected k >= 1)");
 }
 
 bool check_plain_transform(const Transform& t, const char* op, const std::string& name) {

@@ -7,6 +7,7 @@
 #include "backend_kernels.hpp"
 #include "entgraph/cuda/backend.hpp"
 #include "entgraph/cuda/device.hpp"
+#include "transform_launch.hpp"
 
 namespace entgraph::cuda {
 namespace {
@@ -29,7 +30,7 @@ bool supports(BackendOp op, const OpArguments& a, std::string* why) {
   switch (op) {
     case BackendOp::transform_forward:
     case BackendOp::transform_backward:
-      if (row == nullptr || !has_cuda_transform(*row))
+      if (!detail::transform_supported(a.transform.kind))
         return refuse(why, a.transform.name() + " has no CUDA kernel (expected " +
                                transform_names(has_cuda_transform, " or ") + ")");
       return true;

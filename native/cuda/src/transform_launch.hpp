@@ -17,7 +17,7 @@ namespace entgraph::cuda::detail {
 // The longest row a kernel takes (its index is an int).
 inline constexpr std::size_t kMaxTransformCols = INT_MAX;
 
-// Whether the GPU has a kernel for the kind (every transform without extra inputs).
+// Whether the GPU has a kernel for the kind (its row of transform_list.hpp says kCudaTransform).
 bool transform_supported(TransformKind kind);
 
 void launch_transform_forward(const std::string& op, const Transform& t, const float* scores, float* probs,
