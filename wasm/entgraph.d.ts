@@ -24,7 +24,11 @@ export interface HeadSettings { alpha: number; causal: boolean; scale: number; }
 /** The kind of failure: every Error the package throws carries it as `code` (wasm/errors.js). */
 export type ErrorCode = "bad_argument" | "bad_value" | "bad_file" | "limit" | "io" | "device_unavailable" |
   "unsupported" | "out_of_memory" | "internal";
-export interface EntgraphError extends Error { readonly code: ErrorCode; }
+export interface EntgraphError extends Error {
+  readonly code: ErrorCode;
+  /** The message without the call in front ("maxBytes must be >= 1"). */
+  readonly detail: string;
+}
 
 export type TransformName = "softmax" | "sparsemax" | "entmax15" | "entmax" | "topk";
 

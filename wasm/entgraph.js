@@ -165,50 +165,53 @@ function tokenLabels(string) {
 // ---- the core's messages in the API's words ---------------------------------
 
 // The core's messages name C++ things: the function that failed ("Teacher::forward:
-// text is empty", "split_text: max_bytes must be >= 1"), its options
-// ("options.transform.alpha", "(ForwardOptions::attention_probs)") and helpers
-// ("split it with split_text"). Those words are right for the C++ API and the
-// CLI, so the core keeps them; here each failed call's message starts with the
-// JavaScript call instead, the C++ locations in front of the core's parts are
-// dropped, and the C++ names inside get their JavaScript names.
+// text is empty"), its options ("options.transform.alpha") and helpers ("split
+// it with split_text"). Those words are right for the C++ API and the CLI, so
+// the core keeps them, and hands each message over in parts (entgraph::Message):
+// here the C++ locations (`where`) give way to the JavaScript call that failed,
+// each C++ name (`name`) becomes its JavaScript name, and the words of C++'s
+// JSON library about itself (`cpp_detail`) are left out. No message is read.
 
-// A C++ location at the start of a part of the message: Class::member or a
-// snake_case function (the core's functions are all snake_case; the names of
-// methods, settings and files it mentions are not followed by ": " there).
-const CPP_LOCATION = /(^|: )(?:[A-Z]\w*::~?\w+|[a-z][a-z0-9]*(?:_[a-z0-9]+)+): /;
-const CPP_NAMES = [
-  [/\(ForwardOptions::attention_probs\)/g, "(forward(text, { probs: true }) records them)"],
-  [/\(ForwardOptions::logits was false\)/g, "(forward(text, { logits: false }) skips them)"],
-  [/\bForwardOptions::layers\b/g, "layers"],
-  [/\bsplit_text\b/g, "splitText"],
-  [/\bmax_bytes\b/g, "maxBytes"],
-  [/\bextra_window\b/g, "extraWindow"],
-  [/\bextra_global\b/g, "extraGlobal"],
-  [/\boptions\.(?:attention\.)?transform\.k is 0 for topk_softmax \(got 0, expected k >= 1\)/g, "topk is 0 for the topk transform (expected topk >= 1)"],
-  [/\boptions\.(?:attention\.)?transform\.alpha\b/g, "alpha"],
-  [/\boptions\.(?:attention\.)?/g, ""],
-  [/\bq\.rows\b/g, "queries"],
-  [/\bk\.rows\b/g, "keys"],
-  [/\bq\.cols\b/g, "dim"],
-  [/\bv\.cols\b/g, "valueDim"],
-  [/\btopk_softmax\b/g, "topk"],
-  // A head's size as a number is Capture.headDim; quoted or as the subject it is the file's key.
-  [/\bhead_dim (?=\d)/g, "headDim "],
-  // nlohmann::json's tag before its own words ("[json.exception.parse_error.101] parse error at ...").
-  [/\[json\.exception\.[\w.]+\] /g, ""],
-  // Any other Class::member_of: the JavaScript method of that class.
-  [/\b([A-Z]\w*)::(\w+?)(?:_of)?\b/g, (_, cls, member) => `${cls}.${member.replace(/_([a-z])/g, (__, c) => c.toUpperCase())}`],
-];
+// C++ names the package spells otherwise; any other name stays as it is.
+const JS_NAMES = new Map([
+  ["ForwardOptions::attention_probs", "forward(text, { probs: true }) records them"],
+  ["ForwardOptions::logits was false", "forward(text, { logits: false }) skips them"],
+  ["ForwardOptions::layers", "layers"],
+  ["split_text", "splitText"],
+  ["max_bytes", "maxBytes"],
+  ["extra_window", "extraWindow"],
+  ["extra_global", "extraGlobal"],
+  ["transform.k", "topk"],
+  ["q.rows", "queries"],
+  ["k.rows", "keys"],
+  ["q.cols", "dim"],
+  ["v.cols", "valueDim"],
+  ["head_dim", "headDim"],
+]);
+// The package's options are one flat object: options.attention.transform.alpha is alpha.
+const CPP_OPTION_PREFIXES = ["options.attention.", "options."];
 
-// call: the JavaScript call that failed ("Teacher.forward", "splitText").
-function jsErrorMessage(call, message) {
-  let words = message;
-  for (let before = null; before !== words; ) {
-    before = words;
-    words = words.replace(CPP_LOCATION, "$1");
+function jsName(cppName) {
+  let name = cppName;
+  for (const prefix of CPP_OPTION_PREFIXES) if (name.startsWith(prefix)) name = name.slice(prefix.length);
+  if (JS_NAMES.has(name)) return JS_NAMES.get(name);
+  return name.startsWith("transform.") ? name.slice("transform.".length) : name;
+}
+
+// The words of the core's message (parts: {role, text}) for JavaScript, to
+// follow the call that failed; transforms: the package's ({name, kind}). A
+// transform's kind names it in C++ and is the op of its checks
+// ("topk_softmax: k must be at least 1"): it stays, as its name here.
+function jsErrorWords(parts, transforms) {
+  const transformName = (kind) => transforms.find((t) => t.kind === kind)?.name;
+  let words = "";
+  for (const { role, text } of parts) {
+    if (role === "name") words += transformName(text) ?? jsName(text);
+    else if (role === "text") words += text;
+    else if (role === "where" && transformName(text) !== undefined) words += `${transformName(text)}: `;
+    // Any other "where", and "cpp_detail": C++'s own words, not the package's.
   }
-  for (const [pattern, replacement] of CPP_NAMES) words = words.replace(pattern, replacement);
-  return words.startsWith(`${call}: `) ? words : `${call}: ${words}`;
+  return words;
 }
 
 // ---- objects that own wasm memory ------------------------------------------
@@ -431,12 +434,13 @@ class Entgraph {
   }
 
   // Throws the core's message if the last call failed (freeing what it returned),
-  // worded for JavaScript and led by the call that failed (jsErrorMessage).
+  // worded for JavaScript (jsErrorWords) and led by the call that failed.
   #checked(result, call) {
     const error = this.#core.takeError();
     if (error) {
       if (result && typeof result.delete === "function") result.delete();
-      throw entgraphError(jsErrorMessage(call, error.message), error.code);
+      const words = jsErrorWords(error.parts, this.#transforms ?? []);
+      throw entgraphError(`${call}: ${words}`, error.code, words);
     }
     return result;
   }
@@ -533,7 +537,7 @@ class Entgraph {
     try {
       return this.Teacher.fromFiles(new TextDecoder().decode(config), weights);
     } catch (e) {
-      throw entgraphError(`loadTeacher: ${shown(folder)}: ${e.message.replace(/^Teacher\.fromFiles: /, "")}`);
+      throw entgraphError(`loadTeacher: ${shown(folder)}: ${e.detail ?? e.message}`, e.code);
     }
   }
 
@@ -544,7 +548,7 @@ class Entgraph {
     try {
       return this.Predictor.load(json);
     } catch (e) {
-      throw entgraphError(`loadPredictor: ${shown(place)}: ${e.message.replace(/^Predictor\.load: /, "")}`);
+      throw entgraphError(`loadPredictor: ${shown(place)}: ${e.detail ?? e.message}`, e.code);
     }
   }
 
@@ -588,7 +592,7 @@ class Entgraph {
         try {
           loaded.push({ method, parameter, value, file, predictor: this.Predictor.load(json) });
         } catch (e) {
-          throw entgraphError(`loadPredictors: ${shown(await inside(folder, from))}: ${e.message.replace(/^Predictor\.load: /, "")}`);
+          throw entgraphError(`loadPredictors: ${shown(await inside(folder, from))}: ${e.detail ?? e.message}`, e.code);
         }
       }
     } catch (e) {

@@ -4,8 +4,12 @@
 // "device_unavailable", "unsupported"; or "out_of_memory", "internal". The
 // package's own checks of its arguments throw "bad_argument"; a file that
 // cannot be read or fetched is "io".
-export function entgraphError(message, code = "bad_argument") {
+//
+// detail: the message without the call in front (what a call that wraps this
+// one puts after its own name); the message itself when not given.
+export function entgraphError(message, code = "bad_argument", detail = message) {
   const error = new Error(message);
   error.code = code;
+  error.detail = detail;
   return error;
 }

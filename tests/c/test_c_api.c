@@ -79,6 +79,7 @@ static void test_transform_parse(void) {
   CHECK_FAILS(eg_transform_parse("entmax13", &t), EG_ERROR_ARGUMENT, "entmax13");
   CHECK(eg_last_error_code() == EG_CODE_BAD_ARGUMENT);
   CHECK_FAILS(eg_transform_parse(NULL, &t), EG_ERROR_ARGUMENT, "eg_transform_parse: name is NULL");
+  CHECK(strcmp(eg_last_error_argument(), "name") == 0);
 }
 
 static void test_transform_forward(void) {

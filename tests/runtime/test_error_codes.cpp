@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "entgraph/attention.hpp"
 #include "entgraph/entgraph.h"
 #include "entgraph/io/capture.hpp"
 #include "entgraph/io/npy.hpp"
@@ -87,6 +88,86 @@ TEST_CASE("error codes: names, and reading_file's rule") {
     }
   }
   CHECK(reading_file([] { return 7; }) == 7);
+}
+
+TEST_CASE("messages in parts: what() joins them, op and argument are data") {
+  const Error e(at_op("split_text") + cpp_name("max_bytes") + " must be >= 1 (got " + std::to_string(0) + ")",
+                ErrorCode::limit);
+  CHECK(std::string(e.what()) == "split_text: max_bytes must be >= 1 (got 0)");
+  CHECK(e.op() == "split_text");
+  CHECK(e.argument() == "max_bytes");
+  REQUIRE(e.message().parts().size() == 3);
+  CHECK(e.message().parts()[0].role == MessagePart::Role::where);
+  CHECK(e.message().parts()[2].text == " must be >= 1 (got 0)");  // adjacent text merges
+  CHECK(std::string(message_role_name(e.message().parts()[1].role)) == "name");
+
+  // A plain string is one text part: no op, no argument.
+  const Error plain("no parts here: none");
+  CHECK(plain.op().empty());
+  CHECK(plain.argument().empty());
+  CHECK(plain.message().parts().size() == 1);
+
+  // Prefixes compare and come off part by part, whatever the text says.
+  const Message prefix = at_op("read_npy") + "/tmp/x.npy: ";
+  const Message full = prefix + "truncated (" + cpp_name("head_dim") + ")";
+  CHECK(full.starts_with(prefix));
+  CHECK_FALSE(full.starts_with(Message("read_npy: /tmp/x.npy: ")));  // the same text, but not a where part
+  CHECK(full.without_prefix(prefix).text() == "truncated (head_dim)");
+  CHECK(full.without_prefix(prefix).first(MessagePart::Role::name) == "head_dim");
+  CHECK(full.without_prefix(Message("other")).text() == full.text());
+  CHECK(full.replaced("/tmp/x.npy", "files").text() == "read_npy: files: truncated (head_dim)");
+  CHECK(full.replaced("/tmp/x.npy", "files").parts().size() == full.parts().size());
+}
+
+TEST_CASE("messages in parts: restated errors keep their parts and code") {
+  // reading_file turns the code, not the parts.
+  try {
+    reading_file([]() -> int { throw Error(at_op("f") + cpp_name("alpha") + " bad", ErrorCode::bad_value); });
+    FAIL("reading_file did not rethrow");
+  } catch (const Error& e) {
+    CHECK(e.code() == ErrorCode::bad_file);
+    CHECK(e.op() == "f");
+    CHECK(e.argument() == "alpha");
+  }
+  // in_head (entgraph/io/capture.hpp) puts the head in front and keeps the code and parts.
+  Capture c;
+  c.layers = 2;
+  c.heads = 3;
+  try {
+    in_head(c, 1, 2, []() -> int { throw Error(at_op("g") + cpp_name("q") + " has NaN", ErrorCode::bad_value); });
+    FAIL("in_head did not rethrow");
+  } catch (const Error& e) {
+    CHECK(std::string(e.what()) == head_context(c, 1, 2) + ": g: q has NaN");
+    CHECK(e.code() == ErrorCode::bad_value);
+    CHECK(e.op() == "g");
+    CHECK(e.argument() == "q");
+  }
+}
+
+TEST_CASE("messages in parts: the library's checks name their op and argument") {
+  std::vector<float> z = {0.5f, 1.0f}, p(2);
+  AttentionOptions<float> o;
+  o.scale = std::numeric_limits<double>::infinity();
+  std::vector<float> q(2, 1.0f), k(2, 1.0f), v(2, 1.0f), out(2);
+  try {
+    attention_forward({q.data(), 1, 2, 2}, {k.data(), 1, 2, 2}, {v.data(), 1, 2, 2}, {out.data(), 1, 2, 2}, o);
+    FAIL("an infinite scale was accepted");
+  } catch (const Error& e) {
+    CHECK(e.op() == "attention_forward");
+    CHECK(e.argument() == "options.scale");
+  }
+  try {
+    split_text("abc", 0);
+    FAIL("max_bytes 0 was accepted");
+  } catch (const Error& e) {
+    CHECK(e.op() == "split_text");
+    CHECK(e.argument() == "max_bytes");
+  }
+  eg_transform t{EG_TRANSFORM_SOFTMAX, 1.0, 0};
+  CHECK(eg_transform_forward(EG_DEVICE_CPU, &t, {z.data(), 1, 2, 2}, {p.data(), 1, 2, 2}, nullptr) == EG_OK);
+  CHECK(eg_transform_forward(EG_DEVICE_CPU, nullptr, {z.data(), 1, 2, 2}, {p.data(), 1, 2, 2}, nullptr) ==
+        EG_ERROR_ARGUMENT);
+  CHECK(std::string(eg_last_error_argument()) == "transform");
 }
 
 TEST_CASE("error codes: the C API's status and eg_last_error_code follow the code") {

@@ -283,7 +283,7 @@ describe("errors", () => {
       ["empty weights", () => eg.Teacher.fromFiles(config, new Uint8Array(0)), /^Teacher\.fromFiles: model\.safetensors: file too short/],
       ["config not JSON", () => eg.Teacher.fromFiles("{", new Uint8Array(0)), /^Teacher\.fromFiles: .*config\.json: the file is not valid JSON \(parse error/],
       ["attention alpha 0.2", () => eg.attention({ ...heads, transform: "entmax", alpha: 0.2 }), /^attention: alpha is out of range/],
-      ["attention topk 0", () => eg.attention({ ...heads, transform: "topk", topk: 0 }), /^attention: topk is 0 for the topk transform/],
+      ["attention topk 0", () => eg.attention({ ...heads, transform: "topk", topk: 0 }), /^attention: topk is 0 for topk \(got 0, expected k >= 1\)$/],
       ["attention scale infinite", () => eg.attention({ ...heads, scale: Infinity }), /^attention: scale is not finite/],
       ["certify softmax", () => eg.graphAttention({ ...heads, graph, transform: "softmax", mode: "certify" }),
        /^graphAttention: mode is certify but softmax has no threshold.*: sparsemax, entmax15, entmax with alpha > 1, topk\)$/],
@@ -336,6 +336,32 @@ describe("errors", () => {
     ];
     for (const [what, fn, code] of cases) assert.equal(thrown(fn, what).code, code, what);
     await assert.rejects(eg.loadTeacher(join(dir, "no-such-teacher")), (e) => e.code === "io");
+    // A call that wraps another puts its own name before the inner one's detail and keeps its code.
+    const bad = join(dir, "bad-teacher");
+    mkdirSync(bad, { recursive: true });
+    writeFileSync(join(bad, "config.json"), badConfig);
+    writeFileSync(join(bad, "model.safetensors"), new Uint8Array(0));
+    const inner = thrown(() => eg.Teacher.fromFiles(badConfig, new Uint8Array(0)), "teacher config not a config");
+    assert.equal(inner.message, `Teacher.fromFiles: ${inner.detail}`);
+    await assert.rejects(eg.loadTeacher(bad), (e) => {
+      assert.equal(e.code, "bad_file");
+      assert.ok(e.message.startsWith("loadTeacher: ") && e.message.endsWith(`: ${inner.detail}`), e.message);
+      return true;
+    });
+  });
+
+  test("messages are worded from the core's parts: C++ locations and names give way to JavaScript's", () => {
+    // The core says "split_text: max_bytes must be >= 1", "attention_forward: options.transform.alpha ...",
+    // (more in "messages name the JavaScript API" above).
+    assert.equal(thrown(() => eg.splitText("abc", 0), "splitText 0").detail, "maxBytes must be >= 1");
+    const q = new Float32Array(8), k = new Float32Array(8), v = new Float32Array(4);
+    const heads = { q, k, v, queries: 2, keys: 2, dim: 4, valueDim: 2 };
+    assert.match(thrown(() => eg.attention({ ...heads, transform: "entmax", alpha: 0.5 }), "alpha 0.5").message,
+                 /^attention: alpha is out of range \(got 0\.5, expected 1 <= alpha <= 1000\)$/);
+    // The JSON library's tag is C++'s, not the package's; the CLI keeps it.
+    const e = thrown(() => eg.Predictor.load("{bad"), "parameter file not JSON");
+    assert.ok(!e.message.includes("[json.exception"), e.message);
+    assert.match(e.message, /^Predictor\.load: .*is not valid JSON \(parse error at line 1/);
   });
 
   test("a failed call changes nothing", () => {

@@ -20,9 +20,9 @@ std::unique_ptr<Capture> capture_from_files(const val& files) {
   try {
     return std::make_unique<Capture>(read_capture(folder.path()));
   } catch (const Error& e) {
-    throw Error(folder.scrub(e.what(), "files"), e.code());
+    throw Error(e.message().replaced(folder.path(), "files"), e.code());
   } catch (const std::exception& e) {  // std::filesystem's: the in-memory folder refused
-    throw Error(folder.scrub(e.what(), "files"), ErrorCode::io);
+    throw Error(Message(e.what()).replaced(folder.path(), "files"), ErrorCode::io);
   }
 }
 
@@ -38,9 +38,9 @@ val capture_to_files(const Capture& c, const std::string& dtype) {
   try {
     write_capture(folder.path(), c, type);
   } catch (const Error& e) {
-    throw Error(folder.scrub(e.what(), "capture"), e.code());
+    throw Error(e.message().replaced(folder.path(), "capture"), e.code());
   } catch (const std::exception& e) {  // std::filesystem's: the in-memory folder refused
-    throw Error(folder.scrub(e.what(), "capture"), ErrorCode::io);
+    throw Error(Message(e.what()).replaced(folder.path(), "capture"), ErrorCode::io);
   }
   return folder.read();
 }

@@ -122,7 +122,7 @@ val forward_gold_graph(const Forward& f, double l, double h) {
 val forward_graph_cells(const Forward& f, const val& predictor, const val& heads, bool gold_from_graph) {
   const TeacherOutput& o = f.out;
   if (!gold_from_graph && o.probs.empty())
-    throw Error("TeacherOutput.graphCells: the weights were not recorded (run forward(text, { probs: true }), "
+    throw Error(at_op("TeacherOutput.graphCells") + "the weights were not recorded (run forward(text, { probs: true }), "
                 "or pass gold: \"graph\")");
   const Predictor* p = predictor.isNull() || predictor.isUndefined() ? nullptr
                                                                       : predictor.as<const Predictor*>(emscripten::allow_raw_pointers());
@@ -146,7 +146,7 @@ val forward_graph_cells(const Forward& f, const val& predictor, const val& heads
   constexpr std::size_t kMaxCellBytes = std::size_t(1) << 29;
   const std::size_t bytes = checked_product(list.size(), checked_product(n, n, "cells"), "cells");
   if (bytes > kMaxCellBytes)
-    throw Error("TeacherOutput.graphCells: " + std::to_string(list.size()) + " heads of " + std::to_string(n) + " x " +
+    throw Error(at_op("TeacherOutput.graphCells") + std::to_string(list.size()) + " heads of " + std::to_string(n) + " x " +
                 std::to_string(n) + " cells are " + std::to_string(bytes) + " bytes, more than 512 MiB; ask for fewer heads");
   std::vector<std::uint8_t> cells(bytes);
   val out_heads = val::array();

@@ -19,7 +19,7 @@ namespace {
 Transform transform_named(const std::string& name, double alpha, double k) {
   const TransformInfo& row = transform_info(parse_transform_kind(name));
   if (row.extra_inputs())
-    throw Error("transform: " + name + " needs extra inputs and is not in the JavaScript package");
+    throw Error(at_op("transform") + name + " needs extra inputs and is not in the JavaScript package");
   return Transform::of(row.kind, alpha, row.parameter == TransformParameter::k ? to_size(k, "k") : 0);
 }
 
@@ -122,7 +122,7 @@ val graph_attention(const val& q, const val& k, const val& v, double n, double m
   else if (mode == "exact")
     o.mode = GraphAttentionMode::exact;
   else
-    throw Error("graphAttention: mode must be \"fast\", \"certify\" or \"exact\" (got \"" + mode + "\")");
+    throw Error(at_op("graphAttention") + "mode must be \"fast\", \"certify\" or \"exact\" (got \"" + mode + "\")");
   std::vector<float> out(checked_product(x.n, x.dv, "out"));
   GraphAttentionReport report;
   graph_attention_forward<float>({x.q.data(), x.n, x.d}, {x.k.data(), x.m, x.d}, {x.v.data(), x.m, x.dv}, g,

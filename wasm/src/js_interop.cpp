@@ -9,9 +9,10 @@
 
 namespace entgraph::js {
 namespace {
-// The last failure's message and code (error_code_name, "out_of_memory" or "internal").
+// The last failure's message (in parts) and code (error_code_name, "out_of_memory" or "internal").
 struct ErrorSlot {
-  std::string message, code;
+  Message message;
+  std::string code;
 };
 ErrorSlot& error_slot() {
   static ErrorSlot slot;
@@ -26,15 +27,24 @@ std::size_t length_of(const val& array, const char* name) {
   return to_size(length.as<double>(), name);
 }
 
-void set_error(std::string message, std::string code) { error_slot() = {std::move(message), std::move(code)}; }
+void set_error(Message message, std::string code) { error_slot() = {std::move(message), std::move(code)}; }
 
 val take_error() {
   ErrorSlot slot;
   std::swap(slot, error_slot());
-  if (slot.message.empty()) return val::null();
+  if (slot.message.parts().empty()) return val::null();
   val error = val::object();
-  error.set("message", slot.message);
+  error.set("message", slot.message.text());
   error.set("code", slot.code);
+  // The parts, for entgraph.js to word the message for JavaScript without reading it.
+  val parts = val::array();
+  for (const MessagePart& part : slot.message.parts()) {
+    val item = val::object();
+    item.set("role", std::string(message_role_name(part.role)));
+    item.set("text", part.text);
+    parts.call<void>("push", item);
+  }
+  error.set("parts", parts);
   return error;
 }
 

@@ -32,8 +32,9 @@ using emscripten::val;
 
 // code: the failure's kind, as error_code_name (entgraph/error.hpp) names it,
 // or "out_of_memory" or "internal".
-void set_error(std::string message, std::string code);
-// The last failed call's {message, code}, then clears it (null if none).
+void set_error(Message message, std::string code);
+// The last failed call's {message, code, parts: [{role, text}]}, then clears
+// it (null if none); parts as entgraph::Message has them.
 val take_error();
 
 // What a failed call returns (val has no default constructor).
@@ -53,7 +54,7 @@ struct Guard<F> {
     try {
       return F(std::forward<A>(args)...);
     } catch (const Error& e) {
-      set_error(e.what(), error_code_name(e.code()));
+      set_error(e.message(), error_code_name(e.code()));
     } catch (const std::bad_alloc& e) {
       set_error(e.what(), "out_of_memory");
     } catch (const std::exception& e) {

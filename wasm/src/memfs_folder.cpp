@@ -58,10 +58,4 @@ emscripten::val MemfsFolder::read() const {
   return files;
 }
 
-std::string MemfsFolder::scrub(std::string message, const std::string& label) const {
-  for (std::size_t at = message.find(path_); at != std::string::npos; at = message.find(path_, at + label.size()))
-    message.replace(at, path_.size(), label);
-  return message;
-}
-
 }  // namespace entgraph::js

@@ -22,8 +22,6 @@ class MemfsFolder {
   void write(const emscripten::val& files, const char* what) const;
   // Every file of the folder as {name: Uint8Array}.
   emscripten::val read() const;
-  // message with this folder's path replaced by label (the user never saw the path).
-  std::string scrub(std::string message, const std::string& label) const;
 
  private:
   std::string path_;

@@ -93,6 +93,13 @@ eg_error_code eg_last_error_code(void);
  * thread. */
 const char* eg_last_error(void);
 
+/* The argument the last failing call's message names first, as the C API or
+ * the C++ library spells it ("q", "options.transform.alpha", "max_bytes"),
+ * or "" if the message names none (or nothing has failed). Taken from the
+ * error's data (entgraph::Error::argument()), not from the message. Valid
+ * until the next failing call on this thread. */
+const char* eg_last_error_argument(void);
+
 /* The library's version, e.g. "0.1.0". */
 const char* eg_version(void);
 

@@ -38,7 +38,7 @@ namespace {
 // ---------------------------------------------------------------------------
 // Messages.
 
-[[noreturn]] void fail(const char* op, const std::string& what) { throw Error(std::string(op) + ": " + what); }
+[[noreturn]] void fail(const char* op, const Message& what) { throw Error(at_op(op) + what); }
 
 using detail::num;
 
@@ -54,7 +54,7 @@ void check_transform(const char* op, const Dims& dims, const AttentionOptions<T>
   const Transform& t = o.transform;
   const TransformInfo* row = find_transform_info(t.kind);
   if (row == nullptr)
-    fail(op, "options.transform.kind is not a transform (got " + num(static_cast<std::size_t>(t.kind)) +
+    fail(op, cpp_name("options.transform.kind") + " is not a transform (got " + num(static_cast<std::size_t>(t.kind)) +
                  ", expected a TransformKind)");
   switch (row->family) {
     case TransformFamily::entmax:
@@ -63,18 +63,18 @@ void check_transform(const char* op, const Dims& dims, const AttentionOptions<T>
       return;
     case TransformFamily::span:
       if (o.span == nullptr)
-        fail(op, "options.span is missing for adaptive_span (got nullptr, expected " + num(dims.n) + " values)");
+        fail(op, cpp_name("options.span") + " is missing for adaptive_span (got nullptr, expected " + num(dims.n) + " values)");
       if (!(std::isfinite(o.span_ramp) && o.span_ramp > 0.0))
-        fail(op, "options.span_ramp is out of range (got " + num(o.span_ramp) + ", expected a finite R > 0)");
+        fail(op, cpp_name("options.span_ramp") + " is out of range (got " + num(o.span_ramp) + ", expected a finite R > 0)");
       for (std::size_t i = 0; i < dims.n; ++i)
         if (!std::isfinite(o.span[i]))
-          throw Error(std::string(op) + ": options.span[" + num(i) + "] is not finite (got " +
+          throw Error(at_op(op) + cpp_name("options.span") + "[" + num(i) + "] is not finite (got " +
                           num(static_cast<double>(o.span[i])) + ", expected a finite span)",
                       ErrorCode::bad_value);
       return;
     case TransformFamily::constrained: {
       if (o.upper == nullptr)
-        fail(op, std::string("options.upper is missing for ") + row->name + " (got nullptr, expected " +
+        fail(op, cpp_name("options.upper") + " is missing for " + row->name + " (got nullptr, expected " +
                      num(dims.m) + " values)");
       // Prefix sums of the bounds of the keys that are not padding: the keys a
       // causal query sees are a prefix.
@@ -84,7 +84,7 @@ void check_transform(const char* op, const Dims& dims, const AttentionOptions<T>
         const bool kept = o.key_padding == nullptr || o.key_padding[j] != 0;
         const double u = static_cast<double>(o.upper[j]);
         if (kept && !(std::isfinite(u) && u >= 0.0))
-          fail(op, "options.upper[" + num(j) + "] is out of range (got " + num(u) + ", expected a finite bound >= 0)");
+          fail(op, cpp_name("options.upper") + "[" + num(j) + "] is out of range (got " + num(u) + ", expected a finite bound >= 0)");
         prefix[j + 1] = prefix[j] + (kept ? u : 0.0);
         count[j + 1] = count[j] + (kept ? 1 : 0);
       }
@@ -92,7 +92,7 @@ void check_transform(const char* op, const Dims& dims, const AttentionOptions<T>
         const std::size_t lim = o.causal ? causal_key_limit(i, dims.n, dims.m) : dims.m;
         if (count[lim] == 0) continue;  // fully masked: a zero row, no constraint
         if (prefix[lim] < 1.0 - 1e-6)   // the transforms' own tolerance
-          fail(op, "options.upper: the bounds of the keys visible to query " + num(i) + " sum to less than 1 (got " +
+          fail(op, cpp_name("options.upper") + ": the bounds of the keys visible to query " + num(i) + " sum to less than 1 (got " +
                        num(prefix[lim]) + ", expected >= 1)");
         if (!o.causal) break;  // every query sees the same keys
       }
@@ -105,18 +105,18 @@ void check_transform(const char* op, const Dims& dims, const AttentionOptions<T>
 template <class T>
 Dims validate(const char* op, ConstMatrix<T> q, ConstMatrix<T> k, ConstMatrix<T> v, const AttentionOptions<T>& o) {
   Dims dims{q.rows, k.rows, q.cols, v.cols};
-  if (q.rows == 0) fail(op, "q.rows is 0 (got 0 queries, expected n >= 1)");
-  if (k.rows == 0) fail(op, "k.rows is 0 (got 0 keys, expected m >= 1)");
-  if (q.cols == 0) fail(op, "q.cols is 0 (got d = 0, expected d >= 1)");
+  if (q.rows == 0) fail(op, cpp_name("q.rows") + " is 0 (got 0 queries, expected n >= 1)");
+  if (k.rows == 0) fail(op, cpp_name("k.rows") + " is 0 (got 0 keys, expected m >= 1)");
+  if (q.cols == 0) fail(op, cpp_name("q.cols") + " is 0 (got d = 0, expected d >= 1)");
   if (k.cols != q.cols)
-    fail(op, "k.cols does not match q.cols (got " + num(k.cols) + ", expected " + num(q.cols) + ")");
+    fail(op, cpp_name("k.cols") + " does not match " + cpp_name("q.cols") + " (got " + num(k.cols) + ", expected " + num(q.cols) + ")");
   if (v.rows != k.rows)
-    fail(op, "v.rows does not match k.rows (got " + num(v.rows) + ", expected " + num(k.rows) + ")");
-  if (v.cols == 0) fail(op, "v.cols is 0 (got dv = 0, expected dv >= 1)");
+    fail(op, cpp_name("v.rows") + " does not match " + cpp_name("k.rows") + " (got " + num(v.rows) + ", expected " + num(k.rows) + ")");
+  if (v.cols == 0) fail(op, cpp_name("v.cols") + " is 0 (got dv = 0, expected dv >= 1)");
   detail::check_view(op, "q", q);
   detail::check_view(op, "k", k);
   detail::check_view(op, "v", v);
-  if (o.block_rows == 0) fail(op, "options.block_rows is 0 (got 0, expected >= 1)");
+  if (o.block_rows == 0) fail(op, cpp_name("options.block_rows") + " is 0 (got 0, expected >= 1)");
   check_attention_scale(o.scale, op, "options.scale");
   check_transform(op, dims, o);
   detail::check_finite<T>(op, "q", q);
@@ -551,7 +551,7 @@ template <class T>
 void multihead_attention_forward(ConstHeads<T> q, ConstHeads<T> k, ConstHeads<T> v, HeadsView<T> out,
                                  const AttentionOptions<T>& options, HeadsView<T> probs) {
   const char* op = kMultiForward;
-  if (q.heads == 0) fail(op, "q.heads is 0 (got 0, expected >= 1)");
+  if (q.heads == 0) fail(op, cpp_name("q.heads") + " is 0 (got 0, expected >= 1)");
   check_heads(op, "k", k.heads, q.heads);
   check_heads(op, "v", v.heads, q.heads);
   check_heads(op, "out", out.heads, q.heads);
@@ -573,7 +573,7 @@ void multihead_attention_backward(ConstHeads<T> q, ConstHeads<T> k, ConstHeads<T
                                   HeadsView<T> grad_q, HeadsView<T> grad_k, HeadsView<T> grad_v,
                                   const AttentionOptions<T>& options, double* grad_alpha) {
   const char* op = kMultiBackward;
-  if (q.heads == 0) fail(op, "q.heads is 0 (got 0, expected >= 1)");
+  if (q.heads == 0) fail(op, cpp_name("q.heads") + " is 0 (got 0, expected >= 1)");
   check_heads(op, "k", k.heads, q.heads);
   check_heads(op, "v", v.heads, q.heads);
   check_heads(op, "grad_out", grad_out.heads, q.heads);

@@ -38,7 +38,7 @@ constexpr const char* kOp = "batched_attention_forward";
 using detail::num;
 
 [[noreturn]] void fail(const char* op, const std::string& what, ErrorCode code = ErrorCode::bad_argument) {
-  throw Error(std::string(op) + ": " + what, code);
+  throw Error(at_op(op) + what, code);
 }
 
 std::string at(std::size_t b, std::size_t h) { return "[" + num(b) + ", " + num(h) + "]"; }

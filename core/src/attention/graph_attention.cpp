@@ -50,13 +50,13 @@ namespace {
 
 constexpr const char* kOp = "graph_attention_forward";
 
-[[noreturn]] void fail(const std::string& what, const char* op = kOp) { throw Error(std::string(op) + ": " + what); }
+[[noreturn]] void fail(const Message& what, const char* op = kOp) { throw Error(at_op(op) + what); }
 
 using detail::num;
 
 void check_transform(const char* op, const Transform& t) {
   if (!detail::check_plain_transform(t, op, "options.attention.transform"))
-    fail("options.attention.transform is not supported on a graph (got " + t.name() + ", expected " +
+    fail(cpp_name("options.attention.transform") + " is not supported on a graph (got " + t.name() + ", expected " +
              transform_names(takes_scores_only, " or ") + ")",
          op);
 }
@@ -65,16 +65,16 @@ template <class T>
 void validate(const char* op, ConstMatrix<T> q, ConstMatrix<T> k, ConstMatrix<T> v, const Graph& graph,
               const GraphAttentionOptions<T>& options) {
   const AttentionOptions<T>& o = options.attention;
-  if (q.rows == 0) fail("q.rows is 0 (got 0 queries, expected n >= 1)", op);
-  if (k.rows == 0) fail("k.rows is 0 (got 0 keys, expected m >= 1)", op);
-  if (q.cols == 0) fail("q.cols is 0 (got d = 0, expected d >= 1)", op);
+  if (q.rows == 0) fail(cpp_name("q.rows") + " is 0 (got 0 queries, expected n >= 1)", op);
+  if (k.rows == 0) fail(cpp_name("k.rows") + " is 0 (got 0 keys, expected m >= 1)", op);
+  if (q.cols == 0) fail(cpp_name("q.cols") + " is 0 (got d = 0, expected d >= 1)", op);
   if (k.cols != q.cols)
-    fail("k.cols does not match q.cols (got " + num(k.cols) + ", expected " + num(q.cols) + ")", op);
+    fail(cpp_name("k.cols") + " does not match " + cpp_name("q.cols") + " (got " + num(k.cols) + ", expected " + num(q.cols) + ")", op);
   if (v.rows != k.rows)
-    fail("v.rows does not match k.rows (got " + num(v.rows) + ", expected " + num(k.rows) + ")", op);
-  if (v.cols == 0) fail("v.cols is 0 (got dv = 0, expected dv >= 1)", op);
+    fail(cpp_name("v.rows") + " does not match " + cpp_name("k.rows") + " (got " + num(v.rows) + ", expected " + num(k.rows) + ")", op);
+  if (v.cols == 0) fail(cpp_name("v.cols") + " is 0 (got dv = 0, expected dv >= 1)", op);
   if (k.rows > std::numeric_limits<std::uint32_t>::max())
-    throw Error(std::string(op) + ": k.rows is too large for a graph (got " + num(k.rows) + ", expected < 2^32)",
+    throw Error(at_op(op) + cpp_name("k.rows") + " is too large for a graph (got " + num(k.rows) + ", expected < 2^32)",
                 ErrorCode::limit);
   detail::check_view(op, "q", q);
   detail::check_view(op, "k", k);
@@ -82,9 +82,9 @@ void validate(const char* op, ConstMatrix<T> q, ConstMatrix<T> k, ConstMatrix<T>
   check_attention_scale(o.scale, op, "options.attention.scale");
   check_transform(op, o.transform);
   if (graph.queries != q.rows)
-    fail("graph.queries does not match q.rows (got " + num(graph.queries) + ", expected " + num(q.rows) + ")", op);
+    fail(cpp_name("graph.queries") + " does not match " + cpp_name("q.rows") + " (got " + num(graph.queries) + ", expected " + num(q.rows) + ")", op);
   if (graph.keys != k.rows)
-    fail("graph.keys does not match k.rows (got " + num(graph.keys) + ", expected " + num(k.rows) + ")", op);
+    fail(cpp_name("graph.keys") + " does not match " + cpp_name("k.rows") + " (got " + num(graph.keys) + ", expected " + num(k.rows) + ")", op);
   graph.validate((std::string(op) + ": graph").c_str());
   detail::check_finite<T>(op, "q", q);
   detail::check_finite<T>(op, "k", k);
@@ -100,12 +100,13 @@ void validate_mode(const char* op, const GraphAttentionOptions<T>& options) {
   const Transform& t = options.attention.transform;
   if (options.mode != GraphAttentionMode::fast && options.mode != GraphAttentionMode::certify &&
       options.mode != GraphAttentionMode::exact)
-    fail("options.mode is not a GraphAttentionMode (got " + num(static_cast<std::size_t>(options.mode)) + ")", op);
+    fail(cpp_name("options.mode") + " is not a GraphAttentionMode (got " + num(static_cast<std::size_t>(options.mode)) + ")", op);
   if (options.mode != GraphAttentionMode::fast && !has_threshold(t))
-    fail(std::string("options.mode is ") + (options.mode == GraphAttentionMode::exact ? "exact" : "certify") + " but " +
-             t.name() +
+    fail(cpp_name("options.mode") + " is " + (options.mode == GraphAttentionMode::exact ? "exact" : "certify") + " but " +
+             cpp_name(t.name()) +
              " has no threshold: every allowed key gets weight > 0, so no left-out key can be proven zero "
-             "(use dense attention, or a sparse transform: sparsemax, entmax15, entmax with alpha > 1, topk_softmax)",
+             "(use dense attention, or a sparse transform: sparsemax, entmax15, entmax with alpha > 1, " +
+             cpp_name("topk_softmax") + ")",
          op);
 }
 
@@ -567,7 +568,7 @@ void graph_attention_forward(Device device, ConstMatrix<float> q, ConstMatrix<fl
   detail::check_shape(kOp, "out", out, q.rows, v.cols);
   validate_mode<float>(kOp, options);
   if (options.mode != GraphAttentionMode::fast)
-    fail(std::string("options.mode is ") + (options.mode == GraphAttentionMode::exact ? "exact" : "certify") +
+    fail(cpp_name("options.mode") + " is " + (options.mode == GraphAttentionMode::exact ? "exact" : "certify") +
              " but device " + device_name(device) +
              " computes the graph's rows only (GraphAttentionMode::fast); certify and exact run on cpu",
          kOp);

@@ -106,7 +106,7 @@ auto row_kernel(const Transform& t, detail::RowParams& params) {
     case TransformKind::constrained_sparsemax:
       break;  // refused before any row runs (check_transform: extra inputs)
   }
-  throw Error("graph_attention_forward: no row kernel for " + t.name());
+  throw Error(at_op("graph_attention_forward") + "no row kernel for " + t.name());
 }
 
 template <class T>

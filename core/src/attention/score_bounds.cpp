@@ -189,7 +189,7 @@ BoundKernel parse_bound_kernel(const std::string& name) {
   for (BoundKernel k : {BoundKernel::automatic, BoundKernel::float32, BoundKernel::float64, BoundKernel::bf16,
                         BoundKernel::int16})
     if (name == bound_kernel_name(k)) return k;
-  throw Error("parse_bound_kernel: unknown bound kernel (got '" + name +
+  throw Error(at_op("parse_bound_kernel") + "unknown bound kernel (got '" + name +
               "', expected auto, float32, float64, bf16 or int16)");
 }
 
@@ -204,12 +204,12 @@ template <class T>
 ScoreBounds<T>::ScoreBounds(ConstMatrix<T> k, double scale, std::size_t rank, const std::uint8_t* key_padding)
     : m_(k.rows), d_(k.cols), rank_(std::min(rank, k.cols)), scale_(scale) {
   if (k.rows == 0 || k.cols == 0)
-    throw Error(std::string(kOp) + ": k is empty (got " + detail::num(k.rows) + " x " + detail::num(k.cols) +
+    throw Error(at_op(kOp) + "k is empty (got " + detail::num(k.rows) + " x " + detail::num(k.cols) +
                 ", expected m >= 1 keys of d >= 1)");
   detail::check_view(kOp, "k", k);
   detail::check_finite<T>(kOp, "k", k);
   if (!std::isfinite(scale) || scale == 0.0)
-    throw Error(std::string(kOp) + ": scale is not a finite non-zero number (got " + detail::num(scale) + ")");
+    throw Error(at_op(kOp) + "scale is not a finite non-zero number (got " + detail::num(scale) + ")");
   const std::size_t d = d_, requested = rank_;  // min(rank, d); auto decides below
   auto kept = [&](std::size_t j) { return key_padding == nullptr || key_padding[j] != 0; };
 

@@ -57,7 +57,7 @@ void check_score_range(const char* op, ConstMatrix<T> q, ConstMatrix<T> k, doubl
   const double bound = std::max(1.0, std::abs(scale)) * qn * kn;  // inf in double: certainly too large
   const double limit = static_cast<double>(std::numeric_limits<T>::max()) / headroom;
   if (bound <= limit) return;
-  throw Error(std::string(op) + ": the scores " + scale_name + " * q . k may overflow " +
+  throw Error(at_op(op) + "the scores " + scale_name + " * q . k may overflow " +
               (std::is_same_v<T, float> ? "float" : "double") + ": q row " + num(qi) + " has norm " + num(qn) +
               ", k row " + num(kj) + " has norm " + num(kn) + " and " + scale_name + " is " + num(scale) +
               ", so max(1, |scale|) |q| |k| = " + num(bound) + " (expected at most " + num(limit) +
@@ -84,7 +84,7 @@ void check_value_range(const char* op, ConstMatrix<T> v) {
   const double u = std::numeric_limits<T>::epsilon() / 2;
   const double limit = static_cast<double>(std::numeric_limits<T>::max()) / (1.0 + 4.0 * static_cast<double>(v.rows) * u);
   if (big <= limit) return;
-  throw Error(std::string(op) + ": v may make the output overflow " +
+  throw Error(at_op(op) + "v may make the output overflow " +
               (std::is_same_v<T, float> ? "float" : "double") + ": |v[" + num(row) + "][" + num(col) + "]| = " +
               num(big) + " (expected at most " + num(limit) + " for " + num(v.rows) + " keys); scale v down",
               ErrorCode::bad_value);

@@ -13,7 +13,7 @@ namespace {
 // a * b, or an Error naming the tensor when it overflows.
 std::size_t product(const char* function, const char* name, std::size_t a, std::size_t b) {
   if (a != 0 && b > std::numeric_limits<std::size_t>::max() / a)
-    throw Error(std::string(function) + ": " + name + ": a zero stride's packed size overflows (" +
+    throw Error(at_op(function) + cpp_name(name) + ": a zero stride's packed size overflows (" +
                 std::to_string(a) + " x " + std::to_string(b) + ")");
   return a * b;
 }

@@ -25,13 +25,17 @@ namespace {
 thread_local std::string last_error;
 thread_local const char* last_error_fallback = nullptr;
 thread_local eg_error_code last_code = EG_CODE_NONE;
+thread_local std::string last_argument;
 
 // The message is a + b + c, built here so that running out of memory while
 // building it cannot escape.
-void set_last_error(eg_error_code code, const char* a, const char* b = "", const char* c = "") noexcept {
+void set_last_error(eg_error_code code, const char* a, const char* b = "", const char* c = "",
+                    const char* argument = "") noexcept {
   last_code = code;
   try {
+    last_argument.clear();
     last_error.assign(a).append(b).append(c);
+    last_argument.assign(argument);
     last_error_fallback = nullptr;
   } catch (...) {
     last_error_fallback = "entgraph: out of memory while recording an error message";
@@ -71,7 +75,12 @@ eg_status fail_current_exception(const char* function) noexcept {
   try {
     throw;
   } catch (const Error& e) {
-    set_last_error(c_code(e.code()), e.what());
+    std::string argument;
+    try {
+      argument = e.argument();
+    } catch (...) {  // out of memory: the message matters more
+    }
+    set_last_error(c_code(e.code()), e.what(), "", "", argument.c_str());
     return status_of(e.code());
   } catch (const std::bad_alloc&) {
     set_last_error(EG_CODE_OUT_OF_MEMORY, function, ": out of memory");
@@ -86,7 +95,7 @@ eg_status fail_current_exception(const char* function) noexcept {
 }
 
 void throw_bad_enum(const char* function, const char* name, int value, const char* expected) {
-  throw Error(std::string(function) + ": " + name + " is out of range (got " + std::to_string(value) +
+  throw Error(at_op(function) + cpp_name(name) + " is out of range (got " + std::to_string(value) +
               ", expected " + expected + ")");
 }
 
@@ -129,6 +138,8 @@ const char* eg_last_error(void) {
 }
 
 eg_error_code eg_last_error_code(void) { return entgraph::c_api::last_code; }
+
+const char* eg_last_error_argument(void) { return entgraph::c_api::last_argument.c_str(); }
 
 
 const char* eg_version(void) { return ENTGRAPH_VERSION; }

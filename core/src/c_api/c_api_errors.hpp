@@ -36,7 +36,7 @@ eg_status guard(const char* function, Body&& body) noexcept {
 
 // Error "<function>: <name> is NULL" if pointer is null.
 inline void require(const char* function, const void* pointer, const char* name) {
-  if (pointer == nullptr) throw Error(std::string(function) + ": " + name + " is NULL");
+  if (pointer == nullptr) throw Error(at_op(function) + cpp_name(name) + " is NULL");
 }
 
 }  // namespace entgraph::c_api

@@ -16,7 +16,7 @@ eg_status eg_graph_create(size_t queries, size_t keys, const size_t* offsets, co
     require(fn, offsets, "offsets");
     require(fn, out, "out");
     if (queries == static_cast<size_t>(-1))
-      throw Error(std::string(fn) + ": queries is too large (got SIZE_MAX, offsets needs queries + 1 entries)");
+      throw Error(at_op(fn) + "queries is too large (got SIZE_MAX, offsets needs queries + 1 entries)");
     Graph g;
     g.queries = queries;
     g.keys = keys;

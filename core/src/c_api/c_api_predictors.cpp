@@ -28,10 +28,10 @@ PredictorSettings parse_settings(const char* fn, const char* const* settings, st
     const std::string pair = settings[i];
     const std::size_t eq = pair.find('=');
     if (eq == std::string::npos || eq == 0)
-      throw Error(std::string(fn) + ": " + name + " is not key=value (got '" + pair + "')");
+      throw Error(at_op(fn) + cpp_name(name) + " is not key=value (got '" + pair + "')");
     const std::string key = pair.substr(0, eq);
     if (!parsed.emplace(key, pair.substr(eq + 1)).second)
-      throw Error(std::string(fn) + ": " + name + " repeats the setting '" + key + "'");
+      throw Error(at_op(fn) + cpp_name(name) + " repeats the setting '" + key + "'");
   }
   return parsed;
 }

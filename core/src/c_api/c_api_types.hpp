@@ -70,12 +70,12 @@ MatrixView<T> to_view(const char* function, const char* name, const CMatrix& m) 
   require(function, m.data, name);
   const std::size_t stride = m.stride == 0 ? m.cols : m.stride;
   if (stride < m.cols)
-    throw Error(std::string(function) + ": " + name + ".stride is below its cols (got " +
+    throw Error(at_op(function) + cpp_name(std::string(name) + ".stride") + " is below its cols (got " +
                 std::to_string(m.stride) + ", expected 0 or at least " + std::to_string(m.cols) + ")");
   if (m.rows > 0 && m.cols > 0) {
     const std::uintptr_t room = (UINTPTR_MAX - reinterpret_cast<std::uintptr_t>(m.data)) / sizeof(T);
     if (m.cols > room || (m.rows - 1) > (room - m.cols) / stride)
-      throw Error(std::string(function) + ": " + name + ": rows x stride reach past the end of the address "
+      throw Error(at_op(function) + cpp_name(name) + ": rows x stride reach past the end of the address "
                   "space (rows " + std::to_string(m.rows) + ", stride " + std::to_string(stride) +
                   ", cols " + std::to_string(m.cols) + "); the row addresses would wrap");
   }

@@ -18,12 +18,12 @@ namespace {
 
 void check_index_range(std::size_t n, std::size_t m, const char* what) {
   if (m > std::numeric_limits<std::uint32_t>::max() || n > std::numeric_limits<std::uint32_t>::max())
-    throw Error(std::string(what) + ": graphs hold at most 2^32 - 1 queries and keys");
+    throw Error(at_op(what) + "graphs hold at most 2^32 - 1 queries and keys");
 }
 
 void check_same_shape(const Graph& a, const Graph& b, const char* what) {
   if (a.queries != b.queries || a.keys != b.keys)
-    throw Error(std::string(what) + ": graphs of different shapes (" + std::to_string(a.queries) + " x " +
+    throw Error(at_op(what) + "graphs of different shapes (" + std::to_string(a.queries) + " x " +
                 std::to_string(a.keys) + " and " + std::to_string(b.queries) + " x " + std::to_string(b.keys) + ")");
 }
 
@@ -54,7 +54,7 @@ Graph Graph::full(std::size_t n, std::size_t m, bool causal) {
 }
 
 Graph Graph::from_mask(MaskView mask) {
-  if (mask.rows > 0 && mask.data == nullptr) throw Error("Graph::from_mask: mask has no data");
+  if (mask.rows > 0 && mask.data == nullptr) throw Error(at_op("Graph::from_mask") + "mask has no data");
   Graph g = empty(mask.rows, mask.cols);
   for (std::size_t i = 0; i < mask.rows; ++i) {
     for (std::size_t j = 0; j < mask.cols; ++j)
@@ -75,7 +75,7 @@ Graph Graph::from_buckets(MatrixView<const std::uint32_t> query_buckets, MatrixV
     for (std::size_t c = 0; c < key_buckets.cols; ++c) {
       const std::uint32_t b = key_buckets(j, c);
       if (b >= num_buckets)
-        throw Error("Graph::from_buckets: key_buckets(" + std::to_string(j) + ", " + std::to_string(c) + ") = " +
+        throw Error(at_op("Graph::from_buckets") + "key_buckets(" + std::to_string(j) + ", " + std::to_string(c) + ") = " +
                     std::to_string(b) + " is not below num_buckets = " + std::to_string(num_buckets));
       ++start[b + 1];
     }
@@ -91,7 +91,7 @@ Graph Graph::from_buckets(MatrixView<const std::uint32_t> query_buckets, MatrixV
     for (std::size_t c = 0; c < query_buckets.cols; ++c) {
       const std::uint32_t b = query_buckets(i, c);
       if (b >= num_buckets)
-        throw Error("Graph::from_buckets: query_buckets(" + std::to_string(i) + ", " + std::to_string(c) + ") = " +
+        throw Error(at_op("Graph::from_buckets") + "query_buckets(" + std::to_string(i) + ", " + std::to_string(c) + ") = " +
                     std::to_string(b) + " is not below num_buckets = " + std::to_string(num_buckets));
       for (std::size_t p = start[b]; p < start[b + 1]; ++p)
         if (stamp[members[p]] != i) {
@@ -111,7 +111,7 @@ Graph Graph::from_pairs(std::size_t n, std::size_t m, std::vector<std::pair<std:
   Graph g = empty(n, m);
   for (const auto& [i, j] : pairs)
     if (i >= n || j >= m)
-      throw Error("Graph::from_pairs: pair (" + std::to_string(i) + ", " + std::to_string(j) + ") is outside " +
+      throw Error(at_op("Graph::from_pairs") + "pair (" + std::to_string(i) + ", " + std::to_string(j) + ") is outside " +
                   std::to_string(n) + " x " + std::to_string(m));
   std::sort(pairs.begin(), pairs.end());
   pairs.erase(std::unique(pairs.begin(), pairs.end()), pairs.end());
@@ -230,9 +230,9 @@ std::size_t allowed_pair_count(std::size_t n, std::size_t m, bool causal) {
 
 Graph gold_graph(MatrixView<const float> q, MatrixView<const float> k, const HeadSettings& settings) {
   if (q.cols != k.cols)
-    throw Error("gold_graph: q has " + std::to_string(q.cols) + " columns, k has " + std::to_string(k.cols));
+    throw Error(at_op("gold_graph") + "q has " + std::to_string(q.cols) + " columns, k has " + std::to_string(k.cols));
   if (!(settings.alpha >= 1.0) || !(settings.scale > 0.0))
-    throw Error("gold_graph: settings need alpha >= 1 and scale > 0");
+    throw Error(at_op("gold_graph") + "settings need alpha >= 1 and scale > 0");
   const Transform transform = Transform::for_alpha(settings.alpha);
   const auto& mm = detail::matmul_kernels(cpu_isa());
   constexpr std::size_t kBlock = 64;

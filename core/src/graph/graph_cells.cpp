@@ -12,7 +12,7 @@ namespace {
 
 void check_graph(const Graph& g, std::size_t n, std::size_t m, const char* what) {
   if (g.queries != n || g.keys != m)
-    throw Error(std::string("mark_graph_cells: ") + what + " is " + std::to_string(g.queries) + " x " +
+    throw Error(at_op("mark_graph_cells") + what + " is " + std::to_string(g.queries) + " x " +
                 std::to_string(g.keys) + ", the cells " + std::to_string(n) + " x " + std::to_string(m));
   g.validate((std::string("mark_graph_cells: ") + what).c_str());
 }
@@ -28,7 +28,7 @@ template <class MarkGold>
 GraphCells mark(std::size_t n, std::size_t m, const Graph* predicted, bool causal, std::uint8_t* cells,
                 MarkGold mark_gold) {
   if (predicted != nullptr) check_graph(*predicted, n, m, "predicted");
-  if (cells == nullptr && n * m > 0) throw Error("mark_graph_cells: cells is null");
+  if (cells == nullptr && n * m > 0) throw Error(at_op("mark_graph_cells") + "cells is null");
   GraphCells out;
   GraphMetrics& r = out.metrics;
   r.queries = n;

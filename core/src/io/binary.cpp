@@ -23,7 +23,7 @@
 namespace entgraph::detail {
 
 void fail(const char* op, const std::string& name, const std::string& what, ErrorCode code) {
-  throw Error(std::string(op) + ": " + name + ": " + what, code);
+  throw Error(at_op(op) + name + ": " + what, code);
 }
 
 // One implementation of the 16-bit formats: the public one (runtime/dtype.cpp).

@@ -29,7 +29,7 @@
 namespace entgraph {
 namespace detail::capture_io {
 
-[[noreturn]] void fail(const std::string& prefix, const std::string& what, ErrorCode code) {
+[[noreturn]] void fail(const Message& prefix, const Message& what, ErrorCode code) {
   throw Error(prefix + what, code);
 }
 
@@ -46,7 +46,7 @@ std::string shown(const Json& j) {
   return detail::printable(text.data(), text.size(), 60);
 }
 
-Json parse_json(const std::string& text, const std::string& prefix, const std::string& what, int max_levels,
+Json parse_json(const std::string& text, const Message& prefix, const std::string& what, int max_levels,
                 std::string* repeated) {
   return detail::parse_json_strict<Json>(text, prefix, what, max_levels, repeated);
 }
@@ -54,7 +54,7 @@ Json parse_json(const std::string& text, const std::string& prefix, const std::s
 bool valid_utf8(const std::string& s) { return utf8_invalid_offset(s) == s.size(); }
 
 Sizes checked_sizes(std::size_t layers, std::size_t heads, std::size_t head_dim,
-                    const std::vector<std::size_t>& lengths, const std::string& prefix) {
+                    const std::vector<std::size_t>& lengths, const Message& prefix) {
   if (layers == 0) fail(prefix, "layers is 0 (expected >= 1)");
   if (heads == 0) fail(prefix, "heads is 0 (expected >= 1)");
   if (head_dim == 0) fail(prefix, "head_dim is 0 (expected >= 1)");
@@ -87,7 +87,7 @@ std::string locate(const Capture& c, const Sizes& s, std::size_t i) {
 }
 
 void check_finite(const Capture& c, const Sizes& s, const float* a, std::size_t n, std::size_t first, const char* name,
-                  const std::string& prefix) {
+                  const Message& prefix) {
   for (std::size_t i = 0; i < n; ++i) {
     if (!std::isfinite(a[i])) {
       const char* what = std::isnan(a[i]) ? "nan" : a[i] > 0 ? "inf" : "-inf";
@@ -97,7 +97,7 @@ void check_finite(const Capture& c, const Sizes& s, const float* a, std::size_t 
 }
 
 void check_finite(const Capture& c, const Sizes& s, const std::vector<float>& a, const char* name,
-                  const std::string& prefix) {
+                  const Message& prefix) {
   check_finite(c, s, a.data(), a.size(), 0, name, prefix);
 }
 
@@ -128,7 +128,7 @@ void largest_norm(const float* a, std::size_t rows, std::size_t head_dim, std::s
 }
 
 void check_head_scores(const Capture& c, std::size_t hi, double q, std::size_t qt, double k, std::size_t kt,
-                       const std::string& prefix) {
+                       const Message& prefix) {
   const double scale = c.settings[hi].scale;
   if (!(q * k * std::max(1.0, scale) <= kCaptureMaxScore))
     fail(prefix, "queries and keys of " + head_name(c, hi) + " make scores overflow float32: " +
@@ -138,7 +138,7 @@ void check_head_scores(const Capture& c, std::size_t hi, double q, std::size_t q
                      ")");
 }
 
-void check_score_range(const Capture& c, const Sizes& s, const std::string& prefix) {
+void check_score_range(const Capture& c, const Sizes& s, const Message& prefix) {
   for (std::size_t hi = 0; hi < s.heads_total; ++hi) {
     std::size_t qt = 0, kt = 0;
     double q = 0, k = 0;
@@ -148,9 +148,9 @@ void check_score_range(const Capture& c, const Sizes& s, const std::string& pref
   }
 }
 
-Sizes validate_settings(const Capture& c, const Sizes& s, const std::string& prefix);
+Sizes validate_settings(const Capture& c, const Sizes& s, const Message& prefix);
 
-Sizes validate(const Capture& c, const std::string& prefix, bool arrays) {
+Sizes validate(const Capture& c, const Message& prefix, bool arrays) {
   const Sizes s = checked_sizes(c.layers, c.heads, c.head_dim, c.lengths, prefix);
   if (!arrays) return validate_settings(c, s, prefix);
   auto check_size = [&](const std::vector<float>& a, const char* name) {
@@ -171,7 +171,7 @@ Sizes validate(const Capture& c, const std::string& prefix, bool arrays) {
 }
 
 // The settings, texts and provenance of a capture of sizes s.
-Sizes validate_settings(const Capture& c, const Sizes& s, const std::string& prefix) {
+Sizes validate_settings(const Capture& c, const Sizes& s, const Message& prefix) {
   if (c.settings.size() != s.heads_total)
     fail(prefix,
          "settings has " + str(c.settings.size()) + " entries (expected layers * heads = " + str(s.heads_total) + ")");
@@ -201,11 +201,10 @@ Sizes validate_settings(const Capture& c, const Sizes& s, const std::string& pre
 
 
 [[noreturn]] void restate(const Error& e, const std::string& op, const std::string& path, const std::string& name,
-                          const std::string& prefix) {
-  std::string what = e.what();
-  const std::string inner = op + ": " + path + ": ";
-  if (what.compare(0, inner.size(), inner) == 0) what = what.substr(inner.size());
-  fail(prefix, name + ": " + what, e.code());
+                          const Message& prefix) {
+  // The inner reader's own location (its op and the path) gives way to the capture's and the file's name.
+  const Message inner = at_op(op) + path + ": ";
+  fail(prefix, name + ": " + e.message().without_prefix(inner), e.code());
 }
 
 }  // namespace detail::capture_io
@@ -215,7 +214,7 @@ namespace {
 using namespace detail::capture_io;
 
 
-[[noreturn]] void view_fail(const char* op, const std::string& what) { throw Error(std::string(op) + ": " + what); }
+[[noreturn]] void view_fail(const char* op, const std::string& what) { throw Error(at_op(op) + what); }
 
 // Offset of the first element of (layer, head, sequence) in an array of the
 // capture, after checking every argument and the array's size.
@@ -226,7 +225,7 @@ std::size_t view_start(const Capture& c, const std::vector<float>& a, const char
   if (sequence >= c.lengths.size())
     view_fail(op, "sequence out of range (got " + str(sequence) + ", expected < " + str(c.lengths.size()) + ")");
   if (a.empty() && optional) view_fail(op, "the capture has no values");
-  const std::string prefix = std::string(op) + ": ";
+  const Message prefix = at_op(op);
   const Sizes s = checked_sizes(c.layers, c.heads, c.head_dim, c.lengths, prefix);
   if (a.size() != s.count)
     view_fail(op, std::string(name) + " has " + str(a.size()) + " elements (expected " + str(s.count) + ")");
@@ -255,7 +254,7 @@ Capture Capture::make(std::size_t layers, std::size_t heads, std::size_t head_di
 std::size_t Capture::tokens() const {
   std::size_t total = 0;
   for (std::size_t n : lengths) {
-    if (n > std::numeric_limits<std::size_t>::max() - total) throw Error("Capture::tokens: lengths overflow");
+    if (n > std::numeric_limits<std::size_t>::max() - total) throw Error(at_op("Capture::tokens") + "lengths overflow");
     total += n;
   }
   return total;
@@ -263,11 +262,11 @@ std::size_t Capture::tokens() const {
 
 std::size_t Capture::offset(std::size_t sequence) const {
   if (sequence >= lengths.size())
-    throw Error("Capture::offset: sequence out of range (got " + str(sequence) + ", expected < " + str(lengths.size()) +
+    throw Error(at_op("Capture::offset") + "sequence out of range (got " + str(sequence) + ", expected < " + str(lengths.size()) +
                 ")");
   std::size_t first = 0;
   for (std::size_t i = 0; i < sequence; ++i) {
-    if (lengths[i] > std::numeric_limits<std::size_t>::max() - first) throw Error("Capture::offset: lengths overflow");
+    if (lengths[i] > std::numeric_limits<std::size_t>::max() - first) throw Error(at_op("Capture::offset") + "lengths overflow");
     first += lengths[i];
   }
   return first;
@@ -275,12 +274,12 @@ std::size_t Capture::offset(std::size_t sequence) const {
 
 const HeadSettings& Capture::head(std::size_t layer, std::size_t head) const {
   if (layer >= layers)
-    throw Error("Capture::head: layer out of range (got " + str(layer) + ", expected < " + str(layers) + ")");
+    throw Error(at_op("Capture::head") + "layer out of range (got " + str(layer) + ", expected < " + str(layers) + ")");
   if (head >= heads)
-    throw Error("Capture::head: head out of range (got " + str(head) + ", expected < " + str(heads) + ")");
+    throw Error(at_op("Capture::head") + "head out of range (got " + str(head) + ", expected < " + str(heads) + ")");
   std::size_t total = 0;
   if (!checked_mul(layers, heads, total) || settings.size() != total)
-    throw Error("Capture::head: settings has " + str(settings.size()) +
+    throw Error(at_op("Capture::head") + "settings has " + str(settings.size()) +
                 " entries (expected layers * heads = " + str(layers) + " * " + str(heads) + ")");
   return settings[layer * heads + head];
 }

@@ -41,7 +41,7 @@ namespace fs = std::filesystem;
 
 // Reader helpers. Each takes the message prefix "read_capture: <dir>: ".
 
-std::size_t get_size(const Json& j, const char* key, const std::string& prefix) {
+std::size_t get_size(const Json& j, const char* key, const Message& prefix) {
   const Json& v = j.at(key);
   if (!v.is_number_unsigned())  // nlohmann parses every integer >= 0 that fits 64 bits as unsigned
     fail(prefix, std::string(key) + " is not a non-negative integer (got " + shown(v) + ")");
@@ -51,7 +51,7 @@ std::size_t get_size(const Json& j, const char* key, const std::string& prefix) 
   return static_cast<std::size_t>(u);
 }
 
-std::vector<std::size_t> get_lengths(const Json& j, const std::string& prefix) {
+std::vector<std::size_t> get_lengths(const Json& j, const Message& prefix) {
   const Json& v = j.at("lengths");
   if (!v.is_array()) fail(prefix, "lengths is not an array of integers (got " + shown(v) + ")");
   std::vector<std::size_t> out;
@@ -69,7 +69,7 @@ std::vector<std::size_t> get_lengths(const Json& j, const std::string& prefix) {
 }
 
 // A file name inside the capture folder: no directories, nothing absolute.
-std::string get_file_name(const Json& j, const char* key, const std::string& prefix) {
+std::string get_file_name(const Json& j, const char* key, const Message& prefix) {
   const Json& v = j.at(key);
   if (!v.is_string()) fail(prefix, std::string(key) + " is not a file name string (got " + shown(v) + ")");
   const auto name = v.get<std::string>();
@@ -89,7 +89,7 @@ std::string get_file_name(const Json& j, const char* key, const std::string& pre
 // tests the JSON type of one entry, set stores it.
 template <class IsOk, class Set>
 void get_per_head(const Json& j, const char* key, const char* type_name, std::size_t layers, std::size_t heads,
-                  std::vector<HeadSettings>& settings, const std::string& prefix, IsOk is_ok, Set set) {
+                  std::vector<HeadSettings>& settings, const Message& prefix, IsOk is_ok, Set set) {
   if (!j.contains(key)) return;
   const Json& v = j.at(key);
   const std::string k = key;
@@ -120,7 +120,7 @@ void get_per_head(const Json& j, const char* key, const char* type_name, std::si
 // Reads one array file of the capture through read_npy, restating its errors
 // as "read_capture: <dir>: <name>: ...", and checks dtype and shape.
 std::vector<float> read_array(const std::string& dir, const std::string& name, const char* role,
-                              const std::vector<std::size_t>& expected, const Sizes& sizes, const std::string& prefix) {
+                              const std::vector<std::size_t>& expected, const Sizes& sizes, const Message& prefix) {
   const std::string path = (fs::path(dir) / name).string();
   NpyArray a;
   try {
@@ -142,7 +142,7 @@ std::vector<float> read_array(const std::string& dir, const std::string& name, c
 
 
 Capture read_capture_folder(const std::string& dir) {
-  const std::string prefix = "read_capture: " + dir + ": ";
+  const Message prefix = at_op("read_capture") + dir + ": ";
   std::error_code ec;
   const fs::file_status status = fs::status(dir, ec);
   if (ec || !fs::exists(status))

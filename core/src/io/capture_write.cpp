@@ -59,7 +59,7 @@ Json per_head_json(const Capture& c, bool (*same)(const HeadSettings&, const Hea
 // float16 bytes at out, or an error naming the first value that rounds past
 // the float16 range.
 void encode_half(const Capture& c, const Sizes& s, const float* a, std::size_t n, std::size_t first, unsigned char* out,
-                 const char* name, const std::string& prefix) {
+                 const char* name, const Message& prefix) {
   for (std::size_t i = 0; i < n; ++i) {
     const std::uint16_t h = detail::float_to_half(a[i]);
     if ((h & 0x7c00u) == 0x7c00u)  // finite input (validated) rounded to infinity
@@ -71,7 +71,7 @@ void encode_half(const Capture& c, const Sizes& s, const float* a, std::size_t n
 
 // A whole array as float16 bytes.
 std::vector<unsigned char> encode_half(const Capture& c, const Sizes& s, const std::vector<float>& a, const char* name,
-                                       const std::string& prefix) {
+                                       const Message& prefix) {
   std::vector<unsigned char> bytes(a.size() * 2);
   encode_half(c, s, a.data(), a.size(), 0, bytes.data(), name, prefix);
   return bytes;
@@ -81,7 +81,7 @@ std::vector<unsigned char> encode_half(const Capture& c, const Sizes& s, const s
 // has_values, values.npy, or the names `files` gives them: see OutputFolder):
 // one key per line, each value on one line, which reads well and diffs well.
 // The capture has passed validate().
-std::string capture_json_text(const Capture& c, bool has_values, const std::string& prefix,
+std::string capture_json_text(const Capture& c, bool has_values, const Message& prefix,
                               const detail::OutputFolder::Names& files = {}) {
   auto file = [&](const std::string& name) {
     const auto it = files.find(name);
@@ -128,14 +128,14 @@ std::vector<std::string> capture_file_names(bool with_values) {
 
 // Moves a staged capture into place, capture.json (naming the arrays as
 // committed) its commit point.
-void commit_capture(detail::OutputFolder& out, const Capture& meta, bool with_values, const std::string& prefix) {
+void commit_capture(detail::OutputFolder& out, const Capture& meta, bool with_values, const Message& prefix) {
   out.commit(capture_file_names(with_values), "capture.json", [&](const detail::OutputFolder::Names& names) {
     return capture_json_text(meta, with_values, prefix, names);
   });
 }
 
 // Refuses an output larger than the free space of the file system it goes to.
-void check_free_space(const detail::OutputFolder& out, std::uint64_t bytes, const std::string& prefix) {
+void check_free_space(const detail::OutputFolder& out, std::uint64_t bytes, const Message& prefix) {
   const unsigned long long available = detail::free_bytes_at(out.staging());
   if (bytes > available)
     fail(prefix, "the capture needs " + str(bytes) + " bytes but its file system has " + str(available) + " free");
@@ -144,7 +144,7 @@ void check_free_space(const detail::OutputFolder& out, std::uint64_t bytes, cons
 }  // namespace
 
 void write_capture(const std::string& dir, const Capture& c, NpyDtype dtype) {
-  const std::string prefix = "write_capture: " + dir + ": ";
+  const Message prefix = at_op("write_capture") + dir + ": ";
   if (dtype != NpyDtype::float32 && dtype != NpyDtype::float16)
     fail(prefix, std::string("unsupported dtype ") + npy_dtype_name(dtype) + " (expected float32 or float16)");
   const Sizes s = validate(c, prefix);
@@ -201,7 +201,8 @@ struct CaptureWriter::State {
     std::string name, path;
     detail::File file;
   };
-  std::string dir, prefix;
+  std::string dir;
+  Message prefix;
   Capture meta;  // sizes, settings, texts and provenance; no arrays
   Sizes sizes;
   bool with_values = false;
@@ -243,7 +244,7 @@ struct CaptureWriter::State {
 namespace {
 // The checks and sizes of a capture to be written, before any file exists:
 // everything CaptureWriter's constructor and capture_file_bytes share.
-void plan(CaptureWriter::State& w, const std::string& prefix, std::size_t layers, std::size_t heads,
+void plan(CaptureWriter::State& w, const Message& prefix, std::size_t layers, std::size_t heads,
           std::size_t head_dim, std::vector<std::size_t> lengths, bool with_values, std::vector<HeadSettings> settings,
           std::vector<std::string> texts, std::string provenance, NpyDtype dtype) {
   w.prefix = prefix;
@@ -338,9 +339,9 @@ std::size_t CaptureWriter::sequences_written() const { return state_ ? state_->w
 
 void CaptureWriter::write_sequence(std::size_t sequence, const std::vector<float>& queries,
                                    const std::vector<float>& keys, const std::vector<float>& values) {
-  if (!state_) throw Error("CaptureWriter::write_sequence: the writer was moved from");
+  if (!state_) throw Error(at_op("CaptureWriter::write_sequence") + "the writer was moved from");
   State& w = *state_;
-  const std::string& prefix = w.prefix;
+  const Message& prefix = w.prefix;
   if (w.finished) fail(prefix, "write_sequence after finish()");
   if (w.failed) fail(prefix, "an earlier write failed; the capture cannot be completed");
   const Capture& c = w.meta;
@@ -401,7 +402,7 @@ void CaptureWriter::write_sequence(std::size_t sequence, const std::vector<float
 }
 
 void CaptureWriter::finish() {
-  if (!state_) throw Error("CaptureWriter::finish: the writer was moved from");
+  if (!state_) throw Error(at_op("CaptureWriter::finish") + "the writer was moved from");
   State& w = *state_;
   if (w.finished) fail(w.prefix, "finish() called twice");
   if (w.failed) fail(w.prefix, "an earlier write failed; the capture cannot be completed");

@@ -46,7 +46,7 @@ inline std::string quoted_key(const std::string& key) {
 // duplicate, the first repeated key's message (without prefix) is stored
 // there instead, for readers that check other things first.
 template <class Json>
-Json parse_json_strict(const std::string& text, const std::string& prefix, const std::string& what,
+Json parse_json_strict(const std::string& text, const Message& prefix, const std::string& what,
                        int max_levels = kJsonMaxLevels, std::string* duplicate = nullptr) {
   // keys[l]: the keys seen so far in the object open at level l (1 = the
   // top-level value); owner[l]: the key of the nearest enclosing object that
@@ -94,7 +94,11 @@ Json parse_json_strict(const std::string& text, const std::string& prefix, const
   try {
     j = Json::parse(text, callback);
   } catch (const typename Json::exception& e) {
-    throw Error(prefix + what + " is not valid JSON (" + printable(e.what(), std::strlen(e.what()), 200) + ")");
+    // nlohmann's message leads with its own tag ("[json.exception.parse_error.101] "): a detail of C++.
+    const std::string words = printable(e.what(), std::strlen(e.what()), 200);
+    const std::size_t tag_end = words.rfind("[json.exception.", 0) == 0 ? words.find("] ") : std::string::npos;
+    const std::size_t cut = tag_end == std::string::npos ? 0 : tag_end + 2;
+    throw Error(prefix + what + " is not valid JSON (" + cpp_detail(words.substr(0, cut)) + words.substr(cut) + ")");
   }
   if (too_deep)
     throw Error(prefix + what + " is nested too deeply (more than " + std::to_string(max_levels) +

@@ -263,7 +263,7 @@ Teacher Teacher::from_safetensors(const TeacherConfig& c, const SafetensorsFile&
 TeacherOutput Teacher::forward(std::string_view text, const ForwardOptions& options) const {
   std::vector<std::size_t> tokens(text.size());
   for (std::size_t i = 0; i < text.size(); ++i) tokens[i] = static_cast<unsigned char>(text[i]);
-  if (config_.vocab < 256) throw Error("Teacher::forward: the model's vocab (" + std::to_string(config_.vocab) +
+  if (config_.vocab < 256) throw Error(at_op("Teacher::forward") + "the model's vocab (" + std::to_string(config_.vocab) +
                                       ") does not cover bytes; use forward_tokens");
   return forward_tokens(tokens, options);
 }
@@ -271,17 +271,17 @@ TeacherOutput Teacher::forward(std::string_view text, const ForwardOptions& opti
 TeacherOutput Teacher::forward_tokens(const std::vector<std::size_t>& tokens, const ForwardOptions& options) const {
   const TeacherConfig& c = config_;
   const std::size_t n = tokens.size();
-  if (n == 0) throw Error("Teacher::forward: text is empty");
+  if (n == 0) throw Error(at_op("Teacher::forward") + "text is empty");
   if (n > c.context)
-    throw Error("Teacher::forward: text has " + std::to_string(n) + " tokens, more than the model's context of " +
-                    std::to_string(c.context) + " (split it with split_text)",
+    throw Error(at_op("Teacher::forward") + "text has " + std::to_string(n) + " tokens, more than the model's context of " +
+                    std::to_string(c.context) + " (split it with " + cpp_name("split_text") + ")",
                 ErrorCode::limit);
   for (std::size_t t : tokens)
     if (t >= c.vocab)
-      throw Error("Teacher::forward: token " + std::to_string(t) + " is outside the vocab of " + std::to_string(c.vocab));
+      throw Error(at_op("Teacher::forward") + "token " + std::to_string(t) + " is outside the vocab of " + std::to_string(c.vocab));
 
   if (options.layers > c.layers)
-    throw Error("Teacher::forward: ForwardOptions::layers is " + std::to_string(options.layers) + ", the model has " +
+    throw Error(at_op("Teacher::forward") + cpp_name("ForwardOptions::layers") + " is " + std::to_string(options.layers) + ", the model has " +
                 std::to_string(c.layers));
   const std::size_t layers = options.layers == 0 ? c.layers : options.layers;
   const bool logits = options.logits && layers == c.layers;
@@ -350,11 +350,11 @@ namespace {
 // What capture and capture_to share: the lengths of the texts, checked (op
 // names the caller in errors), every head's settings, and the provenance.
 std::vector<std::size_t> capture_lengths(const TeacherConfig& c, const std::vector<std::string>& texts, const char* op) {
-  if (texts.empty()) throw Error(std::string(op) + ": texts is empty");
+  if (texts.empty()) throw Error(at_op(op) + "texts is empty");
   std::vector<std::size_t> lengths;
   for (std::size_t s = 0; s < texts.size(); ++s) {
     if (texts[s].empty() || texts[s].size() > c.context)
-      throw Error(std::string(op) + ": texts[" + std::to_string(s) + "] has " + std::to_string(texts[s].size()) +
+      throw Error(at_op(op) + "texts[" + std::to_string(s) + "] has " + std::to_string(texts[s].size()) +
                   " bytes; each text must have 1 to " + std::to_string(c.context) + " (the model's context)");
     lengths.push_back(texts[s].size());
   }
@@ -422,10 +422,10 @@ namespace {
 MatrixView<const float> head_view(const std::vector<float>& data, std::size_t layer, std::size_t head,
                                   const TeacherOutput& o, std::size_t cols, const char* what) {
   if (layer >= o.layers || head >= o.heads)
-    throw Error(std::string("TeacherOutput::") + what + ": layer " + std::to_string(layer) + ", head " +
+    throw Error(at_op(std::string("TeacherOutput::") + what) + "layer " + std::to_string(layer) + ", head " +
                 std::to_string(head) + " out of range (" + std::to_string(o.layers) + " layers, " +
                 std::to_string(o.heads) + " heads)");
-  if (data.empty()) throw Error(std::string("TeacherOutput::") + what + ": not recorded (ForwardOptions::attention_probs)");
+  if (data.empty()) throw Error(at_op(std::string("TeacherOutput::") + what) + "not recorded (" + cpp_name("ForwardOptions::attention_probs") + ")");
   return {data.data() + (layer * o.heads + head) * o.tokens * cols, o.tokens, cols};
 }
 }  // namespace
@@ -447,12 +447,12 @@ MatrixView<const float> TeacherOutput::probs_of(std::size_t l, std::size_t h) co
 }
 MatrixView<const float> TeacherOutput::logits_view() const {
   if (logits.size() != tokens * outputs)
-    throw Error("TeacherOutput::logits_view: not computed (ForwardOptions::logits was false)");
+    throw Error(at_op("TeacherOutput::logits_view") + "not computed (" + cpp_name("ForwardOptions::logits was false") + ")");
   return {logits.data(), tokens, outputs};
 }
 
 std::vector<std::string> split_text(std::string_view text, std::size_t max_bytes) {
-  if (max_bytes == 0) throw Error("split_text: max_bytes must be >= 1");
+  if (max_bytes == 0) throw Error(at_op("split_text") + cpp_name("max_bytes") + " must be >= 1");
   std::vector<std::string> pieces;
   std::size_t start = 0;
   while (start < text.size()) {

@@ -86,7 +86,7 @@ std::vector<PredictorFactory> all_factories() {
   return all;
 }
 
-const PredictorFactory& factory_of(const std::string& method, const std::string& where) {
+const PredictorFactory& factory_of(const std::string& method, const Message& where) {
   static const std::vector<PredictorFactory> factories = all_factories();
   for (const PredictorFactory& f : factories)
     if (method == f.method) return f;
@@ -153,7 +153,7 @@ void Predictor::check_fit_size(const Capture& capture) const {
 }
 
 void Predictor::set_union_patterns(long extra_window, std::size_t extra_global) {
-  if (extra_window < -1) throw Error(method() + ": extra_window must be >= -1 (-1: none)");
+  if (extra_window < -1) throw Error(method() + ": " + cpp_name("extra_window") + " must be >= -1 (-1: none)");
   extra_window_ = extra_window;
   extra_global_ = extra_global;
   if (extra_window >= 0)
@@ -223,7 +223,7 @@ bool predict_time(const detail::PredictorFactory& factory, const std::string& ke
 }  // namespace
 
 std::unique_ptr<Predictor> Predictor::with_settings(const PredictorSettings& changes) const {
-  const detail::PredictorFactory& factory = detail::factory_of(method(), "with_settings: ");
+  const detail::PredictorFactory& factory = detail::factory_of(method(), at_op("with_settings"));
   PredictorSettings merged = settings_;
   for (const auto& [key, value] : changes) {
     if (!predict_time(factory, key)) {
@@ -237,7 +237,7 @@ std::unique_ptr<Predictor> Predictor::with_settings(const PredictorSettings& cha
 
 std::unique_ptr<Predictor> Predictor::refit(const Capture& capture, const PredictorSettings& changes,
                                             const FitOptions& options) const {
-  const detail::PredictorFactory& factory = detail::factory_of(method(), "refit: ");
+  const detail::PredictorFactory& factory = detail::factory_of(method(), at_op("refit"));
   const bool cheap = std::all_of(changes.begin(), changes.end(),
                                  [&](const auto& change) { return predict_time(factory, change.first); });
   return cheap ? with_settings(changes) : refit_changed(capture, changes, options);
@@ -260,11 +260,11 @@ std::vector<std::string> predictor_methods() {
 }
 
 std::vector<std::string> predict_time_settings(const std::string& method) {
-  return detail::factory_of(method, "predict_time_settings: ").predict_settings;
+  return detail::factory_of(method, at_op("predict_time_settings")).predict_settings;
 }
 
 bool predictor_has_setting(const std::string& method, const std::string& key) {
-  const detail::PredictorFactory& factory = detail::factory_of(method, "predictor_has_setting: ");
+  const detail::PredictorFactory& factory = detail::factory_of(method, at_op("predictor_has_setting"));
   try {
     factory.create({{key, ""}});  // no reader accepts an empty value, so a known key throws a value error
   } catch (const detail::UnknownSettingError&) {
@@ -275,7 +275,7 @@ bool predictor_has_setting(const std::string& method, const std::string& key) {
 }
 
 std::unique_ptr<Predictor> make_predictor(const std::string& method, const PredictorSettings& settings) {
-  return detail::factory_of(method, "make_predictor: ").create(settings);
+  return detail::factory_of(method, at_op("make_predictor")).create(settings);
 }
 
 std::unique_ptr<Predictor> read_predictor(const std::string& path, const char* op) {
@@ -287,7 +287,7 @@ std::unique_ptr<Predictor> read_predictor(const std::string& path, const char* o
 }
 
 std::unique_ptr<Predictor> load_predictor(const std::string& json_text, const std::string& name) {
-  const std::string where = "load_predictor: " + name + ": ";
+  const Message where = at_op("load_predictor") + name + ": ";
   // Invalid JSON, too deep, or a key repeated in any object: "<where>the file ...".
   const nlohmann::json j = detail::parse_json_strict<nlohmann::json>(json_text, where, "the file");
   if (!j.is_object() || j.value("format", std::string()) != "entgraph-predictor")
@@ -314,9 +314,8 @@ std::unique_ptr<Predictor> load_predictor(const std::string& json_text, const st
   } catch (const nlohmann::json::exception& e) {
     throw Error(where + "malformed parameters (" + e.what() + ")");
   } catch (const Error& e) {
-    const std::string what = e.what();
-    if (what.rfind(where, 0) == 0) throw;  // already names the file
-    throw Error(where + what, e.code());
+    if (e.message().starts_with(where)) throw;  // already names the file
+    throw Error(where + e.message(), e.code());
   }
 }
 

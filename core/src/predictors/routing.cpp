@@ -134,7 +134,7 @@ class RoutingPredictor final : public Predictor {
   }
 
   std::string parameters_json() const override {
-    if (centroids_.empty()) throw Error("routing: to_json: the predictor is not fitted (nothing to save)");
+    if (centroids_.empty()) throw Error("routing: " + at_op("to_json") + "the predictor is not fitted (nothing to save)");
     nlohmann::json layers = nlohmann::json::array();
     for (std::size_t l = 0; l < layers_; ++l) {
       nlohmann::json heads = nlohmann::json::array();

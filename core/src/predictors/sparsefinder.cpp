@@ -144,7 +144,7 @@ class SparsefinderBase : public Predictor {
       throw Error(method() + ": predict: layer " + std::to_string(layer) + ", head " + std::to_string(head) +
                   " out of range (fitted on " + std::to_string(layers_) + " x " + std::to_string(heads_) + ")");
     if (q.cols != dim_ || k.cols != dim_)
-      throw Error(method() + ": predict: rows have " + std::to_string(q.cols) + " columns, fitted on head_dim " +
+      throw Error(method() + ": predict: rows have " + std::to_string(q.cols) + " columns, fitted on " + cpp_name("head_dim") + " " +
                   std::to_string(dim_));
     return projections_[layer * heads_ + head];
   }

@@ -99,13 +99,13 @@ EvalReport evaluate(const Predictor& predictor, const Capture& capture) {
 
 std::vector<EvalReport> evaluate_many(const std::vector<const Predictor*>& predictors, const Capture& capture,
                                       const std::vector<long>& windows) {
-  if (predictors.empty()) throw Error("evaluate_many: predictors is empty (expected at least one)");
+  if (predictors.empty()) throw Error(at_op("evaluate_many") + "predictors is empty (expected at least one)");
   for (std::size_t i = 0; i < predictors.size(); ++i)
-    if (predictors[i] == nullptr) throw Error("evaluate_many: predictors[" + std::to_string(i) + "] is null");
-  if (windows.empty()) throw Error("evaluate_many: windows is empty (expected at least one; -1: none)");
+    if (predictors[i] == nullptr) throw Error(at_op("evaluate_many") + "predictors[" + std::to_string(i) + "] is null");
+  if (windows.empty()) throw Error(at_op("evaluate_many") + "windows is empty (expected at least one; -1: none)");
   for (std::size_t i = 0; i < windows.size(); ++i)
     if (windows[i] < -1)
-      throw Error("evaluate_many: windows[" + std::to_string(i) + "] is " + std::to_string(windows[i]) +
+      throw Error(at_op("evaluate_many") + "windows[" + std::to_string(i) + "] is " + std::to_string(windows[i]) +
                   " (expected a window >= 0, or -1: none)");
   return evaluate_windows(predictors, capture, GoldGraphs(capture), windows, 0);
 }
@@ -147,7 +147,7 @@ SweepGrid default_grid(const std::string& method) {
   if (method == "sparsefinder-kmeans") return {method, "clusters", b, {}};
   if (method == "lowrank-threshold")
     return {method, "margin", {"-0.5", "-0.3", "-0.2", "-0.1", "-0.05", "-0.02", "0", "0.02", "0.05", "0.1", "0.2", "0.5"}, {}};
-  throw Error("default_grid: no grid for method '" + method + "'");
+  throw Error(at_op("default_grid") + "no grid for method '" + method + "'");
 }
 
 namespace {
@@ -197,7 +197,7 @@ std::string duration_text(double seconds) {
 SweepResult run_sweep(const std::vector<SweepGrid>& grids, const Capture& train, const Capture& test,
                       const SweepOptions& options) {
   if (train.layers != test.layers || train.heads != test.heads || train.head_dim != test.head_dim)
-    throw Error("run_sweep: the train capture " + (train.source.empty() ? "" : train.source + " ") + "has " +
+    throw Error(at_op("run_sweep") + "the train capture " + (train.source.empty() ? "" : train.source + " ") + "has " +
                 std::to_string(train.layers) + " layers x " + std::to_string(train.heads) + " heads, head_dim " +
                 std::to_string(train.head_dim) + ", the test capture " + (test.source.empty() ? "" : test.source + " ") +
                 std::to_string(test.layers) + " x " + std::to_string(test.heads) + ", head_dim " +

@@ -35,9 +35,9 @@ Device parse_device(const std::string& name) {
 const char* device_name(Device device) { return device == Device::cuda ? "cuda" : "cpu"; }
 
 void register_backend(Device device, const BackendKernels& kernels) {
-  if (device == Device::cpu) throw Error("register_backend: device cpu runs the core's own kernels");
+  if (device == Device::cpu) throw Error(at_op("register_backend") + "device cpu runs the core's own kernels");
   if (kernels.available == nullptr)
-    throw Error(std::string("register_backend: kernels.available is null for device ") + device_name(device) +
+    throw Error(at_op("register_backend") + "kernels.available is null for device " + device_name(device) +
                 " (every backend must say whether it can run)");
   Registry& r = registry();
   const std::lock_guard<std::mutex> lock(r.mutex);
@@ -104,7 +104,7 @@ namespace detail {
 const BackendKernels& backend_for(Device device, const char* op) {
   std::string why;
   if (device == Device::cpu || !device_available(device, &why))
-    throw Error(std::string(op) + ": device " + device_name(device) + " is not available (" +
+    throw Error(at_op(op) + "device " + device_name(device) + " is not available (" +
                     (device == Device::cpu ? std::string("cpu has no backend table") : why) + ")",
                 ErrorCode::device_unavailable);
   Registry& r = registry();
@@ -113,7 +113,7 @@ const BackendKernels& backend_for(Device device, const char* op) {
 }
 
 void throw_no_kernel(Device device, const char* op) {
-  throw Error(std::string(op) + ": device " + device_name(device) + " has no kernel for this op; run it on cpu",
+  throw Error(at_op(op) + "device " + device_name(device) + " has no kernel for this op; run it on cpu",
               ErrorCode::unsupported);
 }
 

@@ -65,7 +65,7 @@ const char* cpu_isa_name(CpuIsa isa) { return kNames[static_cast<int>(isa)]; }
 CpuIsa parse_cpu_isa(const std::string& name) {
   for (int i = 0; i < 5; ++i)
     if (name == kNames[i]) return static_cast<CpuIsa>(i);
-  throw Error("parse_cpu_isa: unknown instruction set (got '" + name +
+  throw Error(at_op("parse_cpu_isa") + "unknown instruction set (got '" + name +
               "', expected reference, sse2, avx2, avx512 or simd128)");
 }
 
@@ -87,7 +87,7 @@ CpuIsa cpu_isa() {
 
 void set_cpu_isa(CpuIsa isa) {
   if (!compiled_and_supported(isa))
-    throw Error(std::string("set_cpu_isa: isa '") + cpu_isa_name(isa) + "' is not available on this machine or build");
+    throw Error(at_op("set_cpu_isa") + "isa '" + cpu_isa_name(isa) + "' is not available on this machine or build");
   g_isa.store(static_cast<int>(isa), std::memory_order_release);
 }
 
@@ -110,7 +110,7 @@ const TransformKernels& transform_kernels(CpuIsa isa) {
     case CpuIsa::reference:
       return kReferenceKernels;
     default:
-      throw Error(std::string("transform_kernels: isa '") + cpu_isa_name(isa) + "' is not compiled in");
+      throw Error(at_op("transform_kernels") + "isa '" + cpu_isa_name(isa) + "' is not compiled in");
   }
 }
 

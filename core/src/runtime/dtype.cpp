@@ -13,7 +13,7 @@ namespace entgraph {
 namespace {
 
 [[noreturn]] void bad_dtype(const char* op, DType dtype) {
-  throw Error(std::string(op) + ": dtype is not a DType (got " + std::to_string(static_cast<unsigned>(dtype)) +
+  throw Error(at_op(op) + "dtype is not a DType (got " + std::to_string(static_cast<unsigned>(dtype)) +
               ", expected float32, bfloat16 or float16)");
 }
 

@@ -105,7 +105,7 @@ class ThreadPool {
     try {
       while (workers_.size() < n) workers_.emplace_back([this, id = workers_.size()] { loop(id); });
     } catch (const std::system_error& e) {
-      throw Error("set_num_threads: could not start worker thread " + std::to_string(workers_.size() + 1) + " of " +
+      throw Error(at_op("set_num_threads") + "could not start worker thread " + std::to_string(workers_.size() + 1) + " of " +
                   std::to_string(n) + " (" + e.what() + "); set_num_threads(1) runs on the caller's thread");
     }
   }
@@ -166,10 +166,10 @@ thread_local bool ThreadPool::in_worker_ = false;
 std::size_t num_threads() { return ThreadPool::instance().threads(); }
 
 void set_num_threads(std::size_t n) {
-  if (n > 4096) throw Error("set_num_threads: n is absurd (got " + std::to_string(n) + ", expected 0..4096)");
+  if (n > 4096) throw Error(at_op("set_num_threads") + "n is absurd (got " + std::to_string(n) + ", expected 0..4096)");
 #if defined(__EMSCRIPTEN__) && !defined(__EMSCRIPTEN_PTHREADS__)
   if (n > 1)
-    throw Error("set_num_threads: this WebAssembly build has no threads (got " + std::to_string(n) +
+    throw Error(at_op("set_num_threads") + "this WebAssembly build has no threads (got " + std::to_string(n) +
                 ", expected 0 or 1)");
 #endif
   ThreadPool::instance().set_threads(n);

@@ -33,16 +33,16 @@ constexpr float kInf = std::numeric_limits<float>::infinity();
 // values: also check that every value is finite and at most 1e15 in magnitude.
 void check_points(MatrixView<const float> points, std::size_t clusters, const char* op, bool values = true) {
   if (points.rows == 0 || points.cols == 0)
-    throw Error(std::string(op) + ": points is empty (got " + std::to_string(points.rows) + " x " +
+    throw Error(at_op(op) + "points is empty (got " + std::to_string(points.rows) + " x " +
                 std::to_string(points.cols) + ")");
-  if (clusters == 0) throw Error(std::string(op) + ": clusters must be >= 1 (got 0)");
+  if (clusters == 0) throw Error(at_op(op) + "clusters must be >= 1 (got 0)");
   if (!values) return;
   for (std::size_t i = 0; i < points.rows; ++i)
     for (std::size_t t = 0; t < points.cols; ++t) {
       if (!std::isfinite(points(i, t)))
-        throw Error(std::string(op) + ": point " + std::to_string(i) + " is not finite", ErrorCode::bad_value);
+        throw Error(at_op(op) + "point " + std::to_string(i) + " is not finite", ErrorCode::bad_value);
       if (std::abs(points(i, t)) > kMaxCoordinate)
-        throw Error(std::string(op) + ": point " + std::to_string(i) + " has a coordinate beyond 1e15 in magnitude");
+        throw Error(at_op(op) + "point " + std::to_string(i) + " has a coordinate beyond 1e15 in magnitude");
     }
 }
 
@@ -648,10 +648,10 @@ std::vector<std::uint32_t> nearest_centroids(MatrixView<const float> points, con
                                              std::size_t clusters, std::size_t top) {
   const std::size_t dim = points.cols;
   if (clusters == 0 || centroids.size() != clusters * dim)
-    throw Error("nearest_centroids: centroids must hold clusters * dim = " + std::to_string(clusters * dim) +
+    throw Error(at_op("nearest_centroids") + "centroids must hold clusters * dim = " + std::to_string(clusters * dim) +
                 " values (got " + std::to_string(centroids.size()) + ")");
   if (top == 0 || top > clusters)
-    throw Error("nearest_centroids: top must be in [1, clusters] (got " + std::to_string(top) + ", clusters " +
+    throw Error(at_op("nearest_centroids") + "top must be in [1, clusters] (got " + std::to_string(top) + ", clusters " +
                 std::to_string(clusters) + ")");
   std::vector<std::uint32_t> out(points.rows * top);
   std::vector<std::pair<double, std::uint32_t>> dist(clusters);

@@ -19,7 +19,7 @@ namespace {
 std::vector<float> project(MatrixView<const float> x, const std::vector<float>& w, std::size_t dim, std::size_t rank,
                            const char* what) {
   if (x.cols != dim)
-    throw Error(std::string("Projection::") + what + ": rows have " + std::to_string(x.cols) +
+    throw Error(at_op(std::string("Projection::") + what) + "rows have " + std::to_string(x.cols) +
                 " columns, expected " + std::to_string(dim));
   std::vector<float> out(x.rows * rank);
   std::vector<double> acc_storage(rank);
@@ -40,7 +40,7 @@ std::vector<float> project(MatrixView<const float> x, const std::vector<float>& 
 }
 
 void check_options(const ProjectionOptions& o, const char* op) {
-  auto bad = [&](const std::string& what) { throw Error(std::string(op) + ": " + what); };
+  auto bad = [&](const std::string& what) { throw Error(at_op(op) + what); };
   if (o.rank == 0) bad("rank must be >= 1 (got 0)");
   if (o.batch == 0) bad("batch must be >= 1 (got 0)");
   if (o.negatives == 0) bad("negatives must be >= 1 (got 0)");
@@ -61,14 +61,14 @@ struct HeadData {
 
 HeadData head_data(const Capture& capture, std::size_t layer, std::size_t head, const char* op) {
   if (layer >= capture.layers || head >= capture.heads)
-    throw Error(std::string(op) + ": layer " + std::to_string(layer) + ", head " + std::to_string(head) +
+    throw Error(at_op(op) + "layer " + std::to_string(layer) + ", head " + std::to_string(head) +
                 " out of range (capture has " + std::to_string(capture.layers) + " x " +
                 std::to_string(capture.heads) + ")");
   HeadData h;
   const std::size_t tokens = capture.tokens(), d = capture.head_dim;
   const std::size_t base = (layer * capture.heads + head) * tokens * d;
   if (capture.queries.size() < base + tokens * d || capture.keys.size() < base + tokens * d)
-    throw Error(std::string(op) + ": capture arrays are smaller than layers * heads * tokens * head_dim");
+    throw Error(at_op(op) + "capture arrays are smaller than layers * heads * tokens * head_dim");
   h.q = {capture.queries.data() + base, tokens, d};
   h.k = {capture.keys.data() + base, tokens, d};
   h.causal = capture.head(layer, head).causal;
@@ -178,9 +178,9 @@ double hinge_loss_gradient(MatrixView<const float> q, MatrixView<const float> k,
                            double margin, std::vector<double>* grad_wq, std::vector<double>* grad_wk) {
   const std::size_t d = q.cols;
   if (k.cols != d)
-    throw Error("hinge_loss_gradient: q has " + std::to_string(d) + " columns, k has " + std::to_string(k.cols));
+    throw Error(at_op("hinge_loss_gradient") + "q has " + std::to_string(d) + " columns, k has " + std::to_string(k.cols));
   if (rank == 0 || wq.size() != d * rank || wk.size() != d * rank)
-    throw Error("hinge_loss_gradient: wq / wk must hold d * rank = " + std::to_string(d * rank) + " values (got " +
+    throw Error(at_op("hinge_loss_gradient") + "wq / wk must hold d * rank = " + std::to_string(d * rank) + " values (got " +
                 std::to_string(wq.size()) + ", " + std::to_string(wk.size()) + ")");
   if (grad_wq) grad_wq->assign(d * rank, 0.0);
   if (grad_wk) grad_wk->assign(d * rank, 0.0);
@@ -197,7 +197,7 @@ double hinge_loss_gradient(MatrixView<const float> q, MatrixView<const float> k,
   double loss = 0;
   for (const Triplet& tr : triplets) {
     if (tr.query >= q.rows || tr.positive >= k.rows || tr.negative >= k.rows)
-      throw Error("hinge_loss_gradient: triplet index out of range (q has " + std::to_string(q.rows) +
+      throw Error(at_op("hinge_loss_gradient") + "triplet index out of range (q has " + std::to_string(q.rows) +
                   " rows, k has " + std::to_string(k.rows) + ")");
     proj(q.row(tr.query), wq, a);
     proj(k.row(tr.positive), wk, b);
@@ -230,7 +230,7 @@ double hinge_loss_gradient(MatrixView<const float> q, MatrixView<const float> k,
 
 Projection initial_projection(std::size_t dim, std::size_t rank, std::uint64_t seed, std::size_t layer,
                               std::size_t head) {
-  if (dim == 0 || rank == 0) throw Error("initial_projection: dim and rank must be >= 1");
+  if (dim == 0 || rank == 0) throw Error(at_op("initial_projection") + "dim and rank must be >= 1");
   std::mt19937_64 rng = head_stream(seed, layer, head);
   std::vector<double> wq, wk;
   initial_weights(rng, dim, rank, wq, wk);
@@ -300,7 +300,7 @@ double evaluate_projection(const Capture& capture, std::size_t layer, std::size_
   const HeadData h = head_data(capture, layer, head, "evaluate_projection");
   if (projection.dim != capture.head_dim || projection.wq.size() != projection.dim * projection.rank ||
       projection.wk.size() != projection.dim * projection.rank)
-    throw Error("evaluate_projection: projection does not match the capture's head_dim");
+    throw Error(at_op("evaluate_projection") + "projection does not match the capture's head_dim");
   std::mt19937_64 rng(detail::mix_seed(seed, layer, head));
   std::vector<Triplet> triplets;
   for (const auto& query : h.queries) add_triplets(h, query, options.negatives, rng, triplets);

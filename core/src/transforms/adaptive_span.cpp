@@ -13,15 +13,15 @@ namespace {
 
 void check_ramp(const char* op, double ramp) {
   if (!(ramp > 0 && std::isfinite(ramp)))
-    throw Error(std::string(op) + ": ramp must be finite and > 0 (got " + detail::number_text(ramp) + ")");
+    throw Error(at_op(op) + "ramp must be finite and > 0 (got " + detail::number_text(ramp) + ")");
 }
 
 template <class T>
 void check_span(const char* op, const T* span, std::size_t rows) {
-  if (span == nullptr && rows > 0) throw Error(std::string(op) + ": span is null (expected one value per row)");
+  if (span == nullptr && rows > 0) throw Error(at_op(op) + "span is null (expected one value per row)");
   for (std::size_t r = 0; r < rows; ++r)
     if (!std::isfinite(span[r]))
-      throw Error(std::string(op) + ": span is not finite at row " + std::to_string(r) + " (got " +
+      throw Error(at_op(op) + "span is not finite at row " + std::to_string(r) + " (got " +
                       detail::number_text(span[r]) + ")",
                   ErrorCode::bad_value);
 }
@@ -45,10 +45,10 @@ void span_gradient(ConstMatrix<T> probs, ConstMatrix<T> grad_probs, const T* spa
 
 double span_from_adaptive_span_repo(double current_val, double max_span) {
   if (!std::isfinite(current_val))
-    throw Error("span_from_adaptive_span_repo: current_val must be finite (got " + detail::number_text(current_val) +
+    throw Error(at_op("span_from_adaptive_span_repo") + "current_val must be finite (got " + detail::number_text(current_val) +
                 ")");
   if (!(std::isfinite(max_span) && max_span > 0))
-    throw Error("span_from_adaptive_span_repo: max_span must be finite and > 0 (got " +
+    throw Error(at_op("span_from_adaptive_span_repo") + "max_span must be finite and > 0 (got " +
                 detail::number_text(max_span) + ")");
   return current_val * max_span + 1.0;
 }
@@ -112,13 +112,13 @@ namespace {
 template <class T>
 void check_dynamic_span(const char* op, ConstMatrix<T> hidden, const T* v, T b, double max_span) {
   if (!(max_span > 0 && std::isfinite(max_span)))
-    throw Error(std::string(op) + ": max_span must be finite and > 0 (got " + detail::number_text(max_span) + ")");
-  if (v == nullptr) throw Error(std::string(op) + ": v must not be null");
-  if (!std::isfinite(b)) throw Error(std::string(op) + ": b is not finite", ErrorCode::bad_value);
+    throw Error(at_op(op) + "max_span must be finite and > 0 (got " + detail::number_text(max_span) + ")");
+  if (v == nullptr) throw Error(at_op(op) + "v must not be null");
+  if (!std::isfinite(b)) throw Error(at_op(op) + "b is not finite", ErrorCode::bad_value);
   detail::check_finite<T>(op, "hidden", hidden);
   for (std::size_t j = 0; j < hidden.cols; ++j)
     if (!std::isfinite(v[j]))
-      throw Error(std::string(op) + ": v is not finite at " + std::to_string(j), ErrorCode::bad_value);
+      throw Error(at_op(op) + "v is not finite at " + std::to_string(j), ErrorCode::bad_value);
 }
 
 // v . x_t + b, in double.
@@ -134,7 +134,7 @@ double span_logit(ConstMatrix<T> hidden, const T* v, T b, std::size_t t) {
 template <class T>
 void dynamic_span(ConstMatrix<T> hidden, const T* v, T b, double max_span, T* span) {
   check_dynamic_span<T>("dynamic_span", hidden, v, b, max_span);
-  if (span == nullptr) throw Error("dynamic_span: span must not be null");
+  if (span == nullptr) throw Error(at_op("dynamic_span") + "span must not be null");
   for (std::size_t t = 0; t < hidden.rows; ++t)
     span[t] = static_cast<T>(max_span * sigmoid(span_logit<T>(hidden, v, b, t)));
 }
@@ -145,7 +145,7 @@ void dynamic_span_backward(ConstMatrix<T> hidden, const T* v, T b, double max_sp
   const char* op = "dynamic_span_backward";
   check_dynamic_span<T>(op, hidden, v, b, max_span);
   if (grad_span == nullptr || grad_v == nullptr || grad_b == nullptr)
-    throw Error(std::string(op) + ": grad_span, grad_v and grad_b must not be null");
+    throw Error(at_op(op) + "grad_span, grad_v and grad_b must not be null");
   if (!grad_hidden.empty()) detail::check_shape(op, "grad_hidden", grad_hidden, hidden.rows, hidden.cols);
   std::vector<double> gv(hidden.cols, 0.0);
   double gb = 0;

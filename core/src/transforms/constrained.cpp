@@ -39,14 +39,14 @@ void check_upper(const char* op, ConstMatrix<T> scores, ConstMatrix<T> upper, Ma
       if (!mask.empty() && !mask(r, j)) continue;
       const T b = upper(r, j);
       if (!(std::isfinite(b) && b >= 0))
-        throw Error(std::string(op) + ": upper must be finite and >= 0 (got " + detail::number_text(b) +
+        throw Error(at_op(op) + "upper must be finite and >= 0 (got " + detail::number_text(b) +
                     " at row " + std::to_string(r) + ", column " + std::to_string(j) + ")");
       if (scores(r, j) == -std::numeric_limits<T>::infinity()) continue;
       total += b;
       any = true;
     }
     if (any && total < 1.0 - 1e-6)
-      throw Error(std::string(op) + ": upper bounds of row " + std::to_string(r) + " sum to " +
+      throw Error(at_op(op) + "upper bounds of row " + std::to_string(r) + " sum to " +
                   detail::number_text(total) + " (expected >= 1: no distribution satisfies them)");
   }
 }

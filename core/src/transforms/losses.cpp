@@ -32,13 +32,13 @@ void check_target(const char* op, ConstMatrix<T> target, MaskView mask) {
       const T q = target(r, j);
       const bool masked = !mask.empty() && !mask(r, j);
       if (!(std::isfinite(q) && q >= 0) || (masked && q != 0))
-        throw Error(std::string(op) + ": target is not a distribution at row " + std::to_string(r) + ", column " +
+        throw Error(at_op(op) + "target is not a distribution at row " + std::to_string(r) + ", column " +
                     std::to_string(j) + " (got " + detail::number_text(q) +
                     (masked ? ", expected 0 on a masked entry)" : ", expected a finite value >= 0)"));
       total += q;
     }
     if (std::abs(total - 1.0) > 1e-4)
-      throw Error(std::string(op) + ": target row " + std::to_string(r) + " sums to " + detail::number_text(total) +
+      throw Error(at_op(op) + "target row " + std::to_string(r) + " sums to " + detail::number_text(total) +
                   " (expected 1)");
   }
 }
@@ -50,13 +50,13 @@ void fenchel_young_loss(const Transform& t, ConstMatrix<T> scores, ConstMatrix<T
                         MatrixView<T> grad, MaskView mask) {
   const char* op = "fenchel_young_loss";
   if (!is_entmax_family(t.info()))
-    throw Error(std::string(op) + ": transform " + t.name() + " has no Fenchel-Young loss here (expected " +
+    throw Error(at_op(op) + "transform " + t.name() + " has no Fenchel-Young loss here (expected " +
                 transform_names(is_entmax_family, " or ") + ")");
   const double alpha = t.tsallis_alpha();
   detail::check_shape(op, "target", target, scores.rows, scores.cols);
   if (!grad.empty()) detail::check_shape(op, "grad", grad, scores.rows, scores.cols);
   if (!mask.empty()) detail::check_shape(op, "mask", mask, scores.rows, scores.cols);
-  if (loss == nullptr && scores.rows > 0) throw Error(std::string(op) + ": loss is null (expected one value per row)");
+  if (loss == nullptr && scores.rows > 0) throw Error(at_op(op) + "loss is null (expected one value per row)");
   check_target<T>(op, target, mask);
   std::vector<T> probs(scores.rows * scores.cols);
   const MatrixView<T> p(probs.data(), scores.rows, scores.cols);
@@ -94,15 +94,15 @@ template <class T>
 void fenchel_young_loss(const Transform& t, ConstMatrix<T> scores, const std::int64_t* labels, T* loss,
                         MatrixView<T> grad, MaskView mask) {
   const char* op = "fenchel_young_loss";
-  if (labels == nullptr && scores.rows > 0) throw Error(std::string(op) + ": labels is null");
+  if (labels == nullptr && scores.rows > 0) throw Error(at_op(op) + "labels is null");
   std::vector<T> onehot(scores.rows * scores.cols, T(0));
   for (std::size_t r = 0; r < scores.rows; ++r) {
     const std::int64_t y = labels[r];
     if (y < 0 || static_cast<std::uint64_t>(y) >= scores.cols)
-      throw Error(std::string(op) + ": label out of range at row " + std::to_string(r) + " (got " +
+      throw Error(at_op(op) + "label out of range at row " + std::to_string(r) + " (got " +
                   std::to_string(y) + ", expected 0 <= label < " + std::to_string(scores.cols) + ")");
     if (!mask.empty() && mask.rows == scores.rows && mask.cols == scores.cols && !mask(r, static_cast<std::size_t>(y)))
-      throw Error(std::string(op) + ": label " + std::to_string(y) + " of row " + std::to_string(r) + " is masked");
+      throw Error(at_op(op) + "label " + std::to_string(y) + " of row " + std::to_string(r) + " is masked");
     onehot[r * scores.cols + static_cast<std::size_t>(y)] = T(1);
   }
   fenchel_young_loss<T>(t, scores, ConstMatrix<T>(onehot.data(), scores.rows, scores.cols), loss, grad, mask);

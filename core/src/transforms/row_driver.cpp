@@ -7,16 +7,16 @@ namespace entgraph::detail {
 void check_transform_scalars(const Transform& t, const char* op, const std::string& name) {
   const TransformInfo& row = transform_info(t.kind);
   if (row.parameter == TransformParameter::alpha && !(t.alpha >= 1.0 && t.alpha <= kMaxEntmaxAlpha))
-    throw Error(std::string(op) + ": " + name + ".alpha is out of range (got " + num(t.alpha) +
+    throw Error(at_op(op) + cpp_name(name + ".alpha") + " is out of range (got " + num(t.alpha) +
                 ", expected 1 <= alpha <= " + num(kMaxEntmaxAlpha) + ")");
   if (row.parameter == TransformParameter::k && t.k == 0)
-    throw Error(std::string(op) + ": " + name + ".k is 0 for " + row.name + " (got 0, expected k >= 1)");
+    throw Error(at_op(op) + cpp_name(name + ".k") + " is 0 for " + cpp_name(row.name) + " (got 0, expected k >= 1)");
 }
 
 bool check_plain_transform(const Transform& t, const char* op, const std::string& name) {
   const TransformInfo* row = find_transform_info(t.kind);
   if (row == nullptr)
-    throw Error(std::string(op) + ": " + name + ".kind is not a transform (got " +
+    throw Error(at_op(op) + cpp_name(name + ".kind") + " is not a transform (got " +
                 num(static_cast<std::size_t>(t.kind)) + ", expected a TransformKind)");
   if (row->extra_inputs()) return false;
   check_transform_scalars(t, op, name);
@@ -25,12 +25,12 @@ bool check_plain_transform(const Transform& t, const char* op, const std::string
 
 void check_alpha(const char* op, double alpha) {
   if (!(alpha >= 1.0 && alpha <= kMaxEntmaxAlpha))
-    throw Error(std::string(op) + ": alpha out of range (got " + number_text(alpha) + ", expected 1 <= alpha <= " +
+    throw Error(at_op(op) + "alpha out of range (got " + number_text(alpha) + ", expected 1 <= alpha <= " +
                 number_text(kMaxEntmaxAlpha) + "; alpha = 1 is softmax)");
 }
 
 void check_topk_k(const char* op, std::size_t k) {
-  if (k == 0) throw Error(std::string(op) + ": k must be at least 1 (got k = 0)");
+  if (k == 0) throw Error(at_op(op) + "k must be at least 1 (got k = 0)");
 }
 
 namespace {
@@ -62,7 +62,7 @@ void check_rows(const char* op, const char* arg, ConstMatrix<T> m, MaskView mask
   for (std::size_t r = 0; r < m.rows; ++r) {
     if (bad_col[r] == none) continue;
     const T x = m(r, bad_col[r]);
-    throw Error(std::string(op) + ": " + arg + " has a non-finite entry at (" + std::to_string(r) + ", " +
+    throw Error(at_op(op) + cpp_name(arg) + " has a non-finite entry at (" + std::to_string(r) + ", " +
                 std::to_string(bad_col[r]) + ") (got " + (std::isnan(x) ? "NaN" : (x > 0 ? "+inf" : "-inf")) +
                 (allow_neg_inf ? ", expected a finite number or -inf)" : ", expected a finite number)"),
                 ErrorCode::bad_value);

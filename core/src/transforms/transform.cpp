@@ -14,7 +14,7 @@ namespace entgraph {
 const TransformInfo& transform_info(TransformKind kind) {
   const TransformInfo* info = find_transform_info(kind);
   if (info == nullptr)
-    throw Error("transform_info: kind is not a transform (got " + std::to_string(static_cast<int>(kind)) +
+    throw Error(at_op("transform_info") + "kind is not a transform (got " + std::to_string(static_cast<int>(kind)) +
                 ", expected a TransformKind)");
   return *info;
 }
@@ -41,14 +41,14 @@ double Transform::tsallis_alpha() const {
   switch (row.family) {
     case TransformFamily::entmax: return row.parameter == TransformParameter::alpha ? alpha : row.alpha;
     case TransformFamily::top_k: return row.alpha;  // softmax over the kept entries
-    default: throw Error("Transform::tsallis_alpha: " + name() + " is not an entmax transform");
+    default: throw Error(at_op("Transform::tsallis_alpha") + "" + name() + " is not an entmax transform");
   }
 }
 
 TransformKind parse_transform_kind(const std::string& name) {
   for (const TransformInfo& row : kTransformInfos)
     if (name == row.name || (row.alias[0] != '\0' && name == row.alias)) return row.kind;
-  throw Error("parse_transform_kind: unknown transform (got '" + name + "', expected " +
+  throw Error(at_op("parse_transform_kind") + "unknown transform (got '" + name + "', expected " +
               transform_names(nullptr, " or ", true) + ")");
 }
 
@@ -71,7 +71,7 @@ void transform_forward(const Transform& t, ConstMatrix<T> scores, MatrixView<T> 
     case TransformKind::entmax: return entmax<T>(scores, probs, t.alpha, mask);
     case TransformKind::topk_softmax: return topk_softmax<T>(scores, probs, t.k, mask);
     default:
-      throw Error("transform_forward: " + t.name() + " needs extra inputs; call it directly");
+      throw Error(at_op("transform_forward") + "" + t.name() + " needs extra inputs; call it directly");
   }
 }
 
@@ -94,7 +94,7 @@ void transform_backward(const Transform& t, ConstMatrix<T> probs, ConstMatrix<T>
       detail::check_topk_k("transform_backward", t.k);
       return topk_softmax_backward<T>(probs, grad_probs, grad_scores);
     default:
-      throw Error("transform_backward: " + t.name() + " needs extra inputs; call it directly");
+      throw Error(at_op("transform_backward") + "" + t.name() + " needs extra inputs; call it directly");
   }
 }
 
@@ -123,7 +123,7 @@ void check_parameter(const Transform& t, const char* op, const char* k_op) {
 
 void check_transform_forward(const Transform& t, ConstMatrix<float> scores, MatrixView<float> probs, MaskView mask) {
   const char* op = op_name(t.kind, false);
-  if (op == nullptr) throw Error("transform_forward: " + t.name() + " needs extra inputs; call it directly");
+  if (op == nullptr) throw Error(at_op("transform_forward") + "" + t.name() + " needs extra inputs; call it directly");
   check_parameter(t, op, op);
   check_forward_args<float>(op, scores, probs, mask);
 }
@@ -131,7 +131,7 @@ void check_transform_forward(const Transform& t, ConstMatrix<float> scores, Matr
 void check_transform_backward(const Transform& t, ConstMatrix<float> probs, ConstMatrix<float> grad_probs,
                               MatrixView<float> grad_scores) {
   const char* op = op_name(t.kind, true);
-  if (op == nullptr) throw Error("transform_backward: " + t.name() + " needs extra inputs; call it directly");
+  if (op == nullptr) throw Error(at_op("transform_backward") + "" + t.name() + " needs extra inputs; call it directly");
   check_parameter(t, op, "transform_backward");
   check_backward_args<float>(op, probs, grad_probs, grad_scores);
 }
@@ -144,7 +144,7 @@ void check_transform_parameters(const Transform& t, const char* op, const std::s
 
 void check_attention_scale(double scale, const char* op, const std::string& name) {
   if (!std::isfinite(scale))
-    throw Error(std::string(op) + ": " + name + " is not finite (got " + detail::number_text(scale) +
+    throw Error(at_op(op) + cpp_name(name) + " is not finite (got " + detail::number_text(scale) +
                 ", expected a finite number)");
 }
 

@@ -245,7 +245,7 @@ Capture read_capture(const std::string& dir);
 // ("layer 1, head 0" for a capture with no source, one built in memory).
 std::string head_context(const Capture& capture, std::size_t layer, std::size_t head);
 
-// f(), with an entgraph::Error it throws restated as "<head_context>: <what>",
+// f(), with an entgraph::Error it throws restated as "<head_context>: <what>" (its code kept),
 // unless its message starts with that context already (work on a head nested
 // in work on the same head). The library wraps all its work on one head of a
 // capture (gold graphs, fitting, prediction, evaluation) this way; so can a
@@ -257,10 +257,9 @@ decltype(auto) in_head(const Capture& capture, std::size_t layer, std::size_t he
   try {
     return std::forward<F>(f)();
   } catch (const Error& e) {
-    const std::string context = head_context(capture, layer, head);
-    const std::string what = e.what();
-    if (what.compare(0, context.size(), context) == 0) throw;
-    throw Error(context + ": " + what);
+    const Message context(head_context(capture, layer, head) + ": ");
+    if (e.message().starts_with(context)) throw;
+    throw Error(context + e.message(), e.code());
   }
 }
 

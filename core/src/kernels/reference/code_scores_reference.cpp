@@ -171,7 +171,7 @@ const CodeKernels& code_kernels(CpuIsa isa, const char* op) {
     case CpuIsa::reference:
       return reference;
     default:
-      throw Error(std::string(op) + ": isa '" + cpu_isa_name(isa) + "' is not compiled in");
+      throw Error(at_op(op) + "isa '" + cpu_isa_name(isa) + "' is not compiled in");
   }
 }
 

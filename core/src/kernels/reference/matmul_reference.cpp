@@ -140,7 +140,7 @@ const MatmulKernels<float>& matmul_kernels(CpuIsa isa) {
     case CpuIsa::reference:
       return kReferenceMatmul<float>;
     default:
-      throw Error(std::string("matmul_kernels: isa '") + cpu_isa_name(isa) + "' is not compiled in");
+      throw Error(at_op("matmul_kernels") + "isa '" + cpu_isa_name(isa) + "' is not compiled in");
   }
 }
 
