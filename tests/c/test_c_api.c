@@ -14,6 +14,9 @@
 #include <unistd.h>
 
 #include "entgraph/entgraph.h"
+#ifdef ENTGRAPH_TEST_CUDA_FROM_C
+#include "entgraph/cuda/entgraph_cuda.h"
+#endif
 
 #ifndef ENTGRAPH_SOURCE_DIR
 #error "ENTGRAPH_SOURCE_DIR must be defined"
@@ -841,6 +844,11 @@ static void test_capture_fifo(void) {
 }
 
 int main(void) {
+#ifdef ENTGRAPH_TEST_CUDA_FROM_C
+  /* A C host registers the CUDA backend itself; twice is harmless. */
+  CHECK_OK(eg_cuda_register_backend());
+  CHECK_OK(eg_cuda_register_backend());
+#endif
   test_basics();
   test_transform_parse();
   test_transform_forward();

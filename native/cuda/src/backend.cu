@@ -6,6 +6,7 @@
 
 #include "backend_kernels.hpp"
 #include "entgraph/cuda/backend.hpp"
+#include "entgraph/cuda/entgraph_cuda.h"
 #include "entgraph/cuda/device.hpp"
 #include "transform_launch.hpp"
 
@@ -66,3 +67,13 @@ void register_backend() {
 }
 
 }  // namespace entgraph::cuda
+
+extern "C" eg_status eg_cuda_register_backend(void) {
+  // The C++ registration throws only if the table cannot be stored.
+  try {
+    entgraph::cuda::register_backend();
+    return EG_OK;
+  } catch (...) {
+    return EG_ERROR_MEMORY;
+  }
+}
