@@ -350,6 +350,50 @@ TEST_SUITE("cuda") {
     cudaStreamDestroy(stream);
   }
 
+  TEST_CASE("cuda transforms: the core's Device API on device memory gives the host path's bits and messages") {
+    const std::size_t rows = 19, n = 700;
+    const Matrix<float> z = scores_for(rows, n, 1.0, 1300);
+    const Mask mask = mask_for(rows, n, 1301);
+    const Matrix<float> g = test::random_matrix<float>(rows, n, 1.0, 1302);
+    for (const Transform& t : {Transform::softmax(), Transform::entmax15(), Transform::entmax(1.3), Transform::topk_softmax(9)}) {
+      CAPTURE(test::describe(t));
+      const Matrix<float> expect = gpu_forward(t, z, &mask);
+      DeviceArray<float> dz(z.data.data(), z.data.size()), dp(z.data.size());
+      DeviceArray<std::uint8_t> dm(mask.data.data(), mask.data.size());
+      entgraph::transform_forward(Device::cuda, Memory::device, t, ConstMatrix<float>(dz.data(), rows, n),
+                                  MatrixView<float>(dp.data(), rows, n), MaskView(dm.data(), rows, n));
+      std::vector<float> back(z.data.size());
+      dp.download(back.data());
+      CHECK(test::bytes_equal(back, expect.data));
+      const Matrix<float> grad = gpu_backward(t, expect, g);
+      DeviceArray<float> dg(g.data.data(), g.data.size()), dout(z.data.size());
+      entgraph::transform_backward(Device::cuda, Memory::device, t, ConstMatrix<float>(dp.data(), rows, n),
+                                   ConstMatrix<float>(dg.data(), rows, n), MatrixView<float>(dout.data(), rows, n));
+      dout.download(back.data());
+      CHECK(test::bytes_equal(back, grad.data));
+    }
+    // A NaN in device memory: the CPU's message, nothing written.
+    Matrix<float> bad = z;
+    bad(4, 5) = std::numeric_limits<float>::quiet_NaN();
+    std::string on_cpu;
+    try {
+      Matrix<float> p(rows, n);
+      entgraph::transform_forward(Device::cpu, Transform::entmax15(), bad.view(), p.view());
+    } catch (const Error& e) {
+      on_cpu = e.what();
+    }
+    REQUIRE(!on_cpu.empty());
+    const std::vector<float> sentinel(z.data.size(), kSentinel);
+    DeviceArray<float> dbad(bad.data.data(), bad.data.size()), dp(sentinel.data(), sentinel.size());
+    CHECK_THROWS_WITH_AS(entgraph::transform_forward(Device::cuda, Memory::device, Transform::entmax15(),
+                                                     ConstMatrix<float>(dbad.data(), rows, n),
+                                                     MatrixView<float>(dp.data(), rows, n)),
+                         on_cpu.c_str(), Error);
+    std::vector<float> back(z.data.size());
+    dp.download(back.data());
+    CHECK(test::bytes_equal(back, sentinel));
+  }
+
   TEST_CASE("cuda transforms: more rows than the grid, and strided host views") {
     // 70000 rows: blocks loop over rows beyond the 65535 launched.
     const Matrix<float> many = test::random_matrix<float>(70000, 3, 1.0, 1300);

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "clustered_capture.hpp"
@@ -28,7 +29,7 @@ namespace {
 
 struct Calls {
   int transform_forward = 0, transform_backward = 0, attention_forward = 0, graph_attention = 0, compare = 0,
-      pattern = 0;
+      pattern = 0, forward_on_device = 0, backward_on_device = 0;
   SparsefinderHead last_head;
 };
 Calls calls;
@@ -46,6 +47,17 @@ BackendKernels recording_backend() {
   };
   k.transform_backward = [](const Transform& t, ConstMatrix<float> p, ConstMatrix<float> g, MatrixView<float> d) {
     ++calls.transform_backward;
+    transform_backward<float>(t, p, g, d);
+  };
+  // Its "device memory" is host memory; like a GPU's kernel, it scans the
+  // values itself (here with the CPU kernel's own scan) before writing.
+  k.transform_forward_on_device = [](const Transform& t, ConstMatrix<float> s, MatrixView<float> p, MaskView m) {
+    ++calls.forward_on_device;
+    transform_forward<float>(t, s, p, m);
+  };
+  k.transform_backward_on_device = [](const Transform& t, ConstMatrix<float> p, ConstMatrix<float> g,
+                                      MatrixView<float> d) {
+    ++calls.backward_on_device;
     transform_backward<float>(t, p, g, d);
   };
   k.attention_forward = [](ConstMatrix<float> q, ConstMatrix<float> kk, ConstMatrix<float> v, MatrixView<float> out,
@@ -225,6 +237,61 @@ TEST_SUITE("runtime") {
     }
     CHECK(calls.transform_backward == 5);
     for (float x : gout.data) CHECK(x == kSentinel);
+  }
+
+  TEST_CASE("devices: on the device's own memory the core checks shapes and parameters, the kernel the values") {
+    RecordingBackend backend;
+    const Matrix<float> z = test::random_matrix<float>(4, 9, 2.0, 2);
+    const Matrix<float> g = test::random_matrix<float>(4, 9, 1.0, 3);
+    for (const Transform& t : {Transform::softmax(), Transform::entmax15(), Transform::topk_softmax(3)}) {
+      CAPTURE(t.name());
+      Matrix<float> cpu(4, 9), dev(4, 9), gcpu(4, 9), gdev(4, 9);
+      transform_forward(Device::cpu, t, z.view(), cpu.view());
+      transform_forward(Device::cuda, Memory::device, t, z.view(), dev.view());
+      CHECK(dev.data == cpu.data);
+      transform_backward(Device::cpu, t, cpu.view(), g.view(), gcpu.view());
+      transform_backward(Device::cuda, Memory::device, t, cpu.view(), g.view(), gdev.view());
+      CHECK(gdev.data == gcpu.data);
+    }
+    CHECK(calls.forward_on_device == 3);
+    CHECK(calls.backward_on_device == 3);
+    CHECK(calls.transform_forward + calls.transform_backward == 0);  // nothing went through host memory
+
+    // Shapes and parameters: the core's check, the CPU's message, no kernel call.
+    Matrix<float> wrong(4, 8), out(4, 9, kSentinel);
+    for (const auto& [t, probs] : std::vector<std::pair<Transform, MatrixView<float>>>{
+             {Transform::entmax15(), wrong.view()}, {Transform::entmax(0.5), out.view()},
+             {Transform::topk_softmax(0), out.view()}}) {
+      const std::string on_cpu = message_of([&] { transform_forward(Device::cpu, t, z.view(), probs); });
+      CAPTURE(on_cpu);
+      CHECK(!on_cpu.empty());
+      CHECK(message_of([&] { transform_forward(Device::cuda, Memory::device, t, z.view(), probs); }) == on_cpu);
+    }
+    CHECK(calls.forward_on_device == 3);
+    // Values: the core does not read device memory; the kernel scans them, with the same message.
+    Matrix<float> bad = z;
+    bad(2, 3) = std::numeric_limits<float>::quiet_NaN();
+    const std::string nan_on_cpu = message_of([&] { transform_forward(Device::cpu, Transform::softmax(), bad.view(), out.view()); });
+    CHECK(nan_on_cpu.find("non-finite") != std::string::npos);
+    CHECK(message_of([&] { transform_forward(Device::cuda, Memory::device, Transform::softmax(), bad.view(), out.view()); }) ==
+          nan_on_cpu);
+    CHECK(calls.forward_on_device == 4);
+    for (float x : out.data) CHECK(x == kSentinel);
+
+    // Device::cpu: its own memory is the host's.
+    Matrix<float> on_cpu(4, 9), expected(4, 9);
+    transform_forward(Device::cpu, Memory::device, Transform::entmax15(), z.view(), on_cpu.view());
+    transform_forward<float>(Transform::entmax15(), z.view(), expected.view());
+    CHECK(on_cpu.data == expected.data);
+
+    // A backend that takes host memory only says so, as unsupported.
+    BackendKernels host_only = recording_backend();
+    host_only.transform_forward_on_device = nullptr;
+    register_backend(Device::cuda, host_only);
+    const auto e = error_code_of([&] { transform_forward(Device::cuda, Memory::device, Transform::softmax(), z.view(), out.view()); });
+    CHECK(e == ErrorCode::unsupported);
+    CHECK(message_of([&] { transform_forward(Device::cuda, Memory::device, Transform::softmax(), z.view(), out.view()); }) ==
+          "transform_forward: device cuda has no kernel for this op on its own memory; pass host memory (Memory::host)");
   }
 
   TEST_CASE("devices: attention and graph attention are validated in the core; missing kernels are named") {

@@ -9,8 +9,11 @@
 // memory, a launch) and what the device cannot do, named as such (CUDA: "d is
 // not supported (got 48, expected 32, 64 or 128)").
 //
-// Kernels take host memory and return when their outputs are written. A
-// null entry means the device has no kernel for that op: the core says so
+// Kernels take host memory, except the `_on_device` entries, which take the
+// device's own (Memory::device, entgraph/device.hpp: the core checks shapes
+// and parameters, the kernel scans the values), and return when their
+// outputs are written. A null entry means the device has no kernel for that
+// op: the core says so
 // ("attention_backward: device cuda has no kernel for this op; run it on
 // cpu"). Adding a device: a Device value (device.hpp), a table here, its
 // registration; see docs/ARCHITECTURE.md.
@@ -72,6 +75,14 @@ struct BackendKernels {
                             MaskView mask) = nullptr;
   void (*transform_backward)(const Transform& t, ConstMatrix<float> probs, ConstMatrix<float> grad_probs,
                              MatrixView<float> grad_scores) = nullptr;
+  // The same on the device's own memory (Memory::device): the core has checked
+  // the shapes and parameters but not the values, which the kernel scans
+  // (NaN, +inf: the CPU's messages) before it writes anything. Null: the
+  // device takes host memory only for these ops.
+  void (*transform_forward_on_device)(const Transform& t, ConstMatrix<float> scores, MatrixView<float> probs,
+                                      MaskView mask) = nullptr;
+  void (*transform_backward_on_device)(const Transform& t, ConstMatrix<float> probs, ConstMatrix<float> grad_probs,
+                                       MatrixView<float> grad_scores) = nullptr;
   // Dense attention. Transforms the device has no kernel for (those with
   // extra inputs: options.span, options.upper) are the kernel's to refuse.
   void (*attention_forward)(ConstMatrix<float> q, ConstMatrix<float> k, ConstMatrix<float> v, MatrixView<float> out,

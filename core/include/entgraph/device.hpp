@@ -18,6 +18,11 @@ namespace entgraph {
 
 enum class Device { cpu, cuda };
 
+// Where a call's arrays lie: in host memory (a device other than cpu copies
+// them over and back) or in the device's own memory (nothing is copied; the
+// device's kernel scans the values). Ops that take a Memory say so.
+enum class Memory { host, device };
+
 // "cpu" or "cuda"; anything else throws entgraph::Error naming the argument
 // ("device: unknown device (got 'tpu', expected cpu or cuda)").
 Device parse_device(const std::string& name);

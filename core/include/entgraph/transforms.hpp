@@ -298,4 +298,15 @@ void transform_forward(Device device, const Transform& t, ConstMatrix<float> sco
 void transform_backward(Device device, const Transform& t, ConstMatrix<float> probs, ConstMatrix<float> grad_probs,
                         MatrixView<float> grad_scores);
 
+// The same with the arrays in `memory` (entgraph/device.hpp): Memory::device
+// takes the device's own pointers (cudaMalloc'd, a torch tensor's
+// data_ptr()), copies nothing and returns when the outputs are written. The
+// core checks the shapes and parameters; the device's kernel scans the values
+// (NaN, +inf) before it writes, with the CPU's messages. On Device::cpu both
+// memories are the host's.
+void transform_forward(Device device, Memory memory, const Transform& t, ConstMatrix<float> scores,
+                       MatrixView<float> probs, MaskView mask = {});
+void transform_backward(Device device, Memory memory, const Transform& t, ConstMatrix<float> probs,
+                        ConstMatrix<float> grad_probs, MatrixView<float> grad_scores);
+
 }  // namespace entgraph

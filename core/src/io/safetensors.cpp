@@ -498,7 +498,7 @@ float decode_float(const std::string& dtype, const unsigned char* p) {
 
 std::size_t safetensors_dtype_size(const std::string& dtype) {
   const std::size_t size = dtype_size_or_zero(dtype);
-  if (size == 0) throw Error(at_op("safetensors_dtype_size") + "" + unknown_dtype(dtype));
+  if (size == 0) throw Error(at_op("safetensors_dtype_size") + unknown_dtype(dtype));
   return size;
 }
 
@@ -540,9 +540,9 @@ SafeTensor make_f32_tensor(std::string name, const float* data, std::vector<std:
   t.dtype = "F32";
   std::size_t count = 0;
   if (!checked_count(shape, count) || count > std::numeric_limits<std::size_t>::max() / 4)
-    throw Error(at_op("make_f32_tensor") + "" + tensor_label(t.name) + ": shape " + shape_string(shape) + " overflows");
+    throw Error(at_op("make_f32_tensor") + tensor_label(t.name) + ": shape " + shape_string(shape) + " overflows");
   if (data == nullptr && count != 0)
-    throw Error(at_op("make_f32_tensor") + "" + tensor_label(t.name) + ": null data for shape " + shape_string(shape));
+    throw Error(at_op("make_f32_tensor") + tensor_label(t.name) + ": null data for shape " + shape_string(shape));
   t.shape = std::move(shape);
   t.bytes.resize(count * 4);
   for (std::size_t i = 0; i < count; ++i) detail::store_f32(t.bytes.data() + 4 * i, data[i]);

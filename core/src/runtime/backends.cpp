@@ -112,7 +112,11 @@ const BackendKernels& backend_for(Device device, const char* op) {
   return r.tables[index_of(device)];
 }
 
-void throw_no_kernel(Device device, const char* op) {
+void throw_no_kernel(Device device, const char* op, bool device_memory) {
+  if (device_memory)
+    throw Error(at_op(op) + "device " + device_name(device) +
+                    " has no kernel for this op on its own memory; pass host memory (Memory::host)",
+                ErrorCode::unsupported);
   throw Error(at_op(op) + "device " + device_name(device) + " has no kernel for this op; run it on cpu",
               ErrorCode::unsupported);
 }

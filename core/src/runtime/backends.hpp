@@ -11,14 +11,15 @@ namespace entgraph::detail {
 // available (<why>)".
 const BackendKernels& backend_for(Device device, const char* op);
 
-[[noreturn]] void throw_no_kernel(Device device, const char* op);
+[[noreturn]] void throw_no_kernel(Device device, const char* op, bool device_memory = false);
 
 // The kernel `entry` of that table, or entgraph::Error "<op>: device <name>
-// has no kernel for this op; run it on cpu" when the backend leaves it null.
+// has no kernel for this op; run it on cpu" when the backend leaves it null
+// (device_memory: "... for this op on its own memory; pass host memory").
 template <class Entry>
-Entry backend_kernel(Device device, const char* op, Entry BackendKernels::*entry) {
+Entry backend_kernel(Device device, const char* op, Entry BackendKernels::*entry, bool device_memory = false) {
   const Entry kernel = backend_for(device, op).*entry;
-  if (kernel == nullptr) throw_no_kernel(device, op);
+  if (kernel == nullptr) throw_no_kernel(device, op, device_memory);
   return kernel;
 }
 

@@ -49,11 +49,13 @@ void check_alpha(const char* op, double alpha);
 void check_topk_k(const char* op, std::size_t k);
 // Every check transform_forward<float>(t, ...) makes before it writes, in its
 // order and with its messages, for a transform it takes; the op layer runs it
-// before another device's kernel.
-void check_transform_forward(const Transform& t, ConstMatrix<float> scores, MatrixView<float> probs, MaskView mask);
+// before another device's kernel; values = false leaves out the scan of the
+// values (Memory::device: the device's kernel scans them).
+void check_transform_forward(const Transform& t, ConstMatrix<float> scores, MatrixView<float> probs, MaskView mask,
+                             bool values = true);
 // The same for transform_backward<float>(t, ...) without grad_alpha.
 void check_transform_backward(const Transform& t, ConstMatrix<float> probs, ConstMatrix<float> grad_probs,
-                              MatrixView<float> grad_scores);
+                              MatrixView<float> grad_scores, bool values = true);
 // Numbers in error messages: the shortest text that reads back (number_text).
 inline std::string num(double x) { return number_text(x); }
 inline std::string num(std::size_t x) { return std::to_string(x); }
@@ -81,11 +83,14 @@ T* thread_scratch(std::size_t n);
 // entries replaced by -inf in a copy of the row first. params_of(row) builds
 // the row's RowParams (most ops return one constant value).
 template <class T>
-void check_forward_args(const char* op, ConstMatrix<T> scores, MatrixView<T> probs, MaskView mask) {
+// values: also scan the values (not where they lie in a device's own memory,
+// which the device's kernel scans).
+void check_forward_args(const char* op, ConstMatrix<T> scores, MatrixView<T> probs, MaskView mask,
+                        bool values = true) {
   check_shape(op, "probs", probs, scores.rows, scores.cols);
   check_nonempty(op, "scores", scores);
   if (!mask.empty()) check_shape(op, "mask", mask, scores.rows, scores.cols);
-  check_scores<T>(op, "scores", scores, mask);
+  if (values) check_scores<T>(op, "scores", scores, mask);
 }
 
 template <class T, class Kernel, class Params>
@@ -141,11 +146,12 @@ void forward_row_batches(const char* op, ConstMatrix<float> scores, MatrixView<f
 // them (a parameter's gradient) must be computed before backward_rows runs,
 // after check_backward_args.
 template <class T>
-void check_backward_args(const char* op, ConstMatrix<T> probs, ConstMatrix<T> grad_probs, MatrixView<T> grad_scores) {
+void check_backward_args(const char* op, ConstMatrix<T> probs, ConstMatrix<T> grad_probs, MatrixView<T> grad_scores,
+                         bool values = true) {
   check_shape(op, "grad_probs", grad_probs, probs.rows, probs.cols);
   check_shape(op, "grad_scores", grad_scores, probs.rows, probs.cols);
   check_nonempty(op, "probs", probs);
-  check_finite<T>(op, "grad_probs", grad_probs);
+  if (values) check_finite<T>(op, "grad_probs", grad_probs);
 }
 
 template <class T, class Kernel>

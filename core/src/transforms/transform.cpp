@@ -41,7 +41,7 @@ double Transform::tsallis_alpha() const {
   switch (row.family) {
     case TransformFamily::entmax: return row.parameter == TransformParameter::alpha ? alpha : row.alpha;
     case TransformFamily::top_k: return row.alpha;  // softmax over the kept entries
-    default: throw Error(at_op("Transform::tsallis_alpha") + "" + name() + " is not an entmax transform");
+    default: throw Error(at_op("Transform::tsallis_alpha") + name() + " is not an entmax transform");
   }
 }
 
@@ -71,7 +71,7 @@ void transform_forward(const Transform& t, ConstMatrix<T> scores, MatrixView<T> 
     case TransformKind::entmax: return entmax<T>(scores, probs, t.alpha, mask);
     case TransformKind::topk_softmax: return topk_softmax<T>(scores, probs, t.k, mask);
     default:
-      throw Error(at_op("transform_forward") + "" + t.name() + " needs extra inputs; call it directly");
+      throw Error(at_op("transform_forward") + t.name() + " needs extra inputs; call it directly");
   }
 }
 
@@ -94,7 +94,7 @@ void transform_backward(const Transform& t, ConstMatrix<T> probs, ConstMatrix<T>
       detail::check_topk_k("transform_backward", t.k);
       return topk_softmax_backward<T>(probs, grad_probs, grad_scores);
     default:
-      throw Error(at_op("transform_backward") + "" + t.name() + " needs extra inputs; call it directly");
+      throw Error(at_op("transform_backward") + t.name() + " needs extra inputs; call it directly");
   }
 }
 
@@ -121,19 +121,20 @@ void check_parameter(const Transform& t, const char* op, const char* k_op) {
 
 }  // namespace
 
-void check_transform_forward(const Transform& t, ConstMatrix<float> scores, MatrixView<float> probs, MaskView mask) {
+void check_transform_forward(const Transform& t, ConstMatrix<float> scores, MatrixView<float> probs, MaskView mask,
+                             bool values) {
   const char* op = op_name(t.kind, false);
-  if (op == nullptr) throw Error(at_op("transform_forward") + "" + t.name() + " needs extra inputs; call it directly");
+  if (op == nullptr) throw Error(at_op("transform_forward") + t.name() + " needs extra inputs; call it directly");
   check_parameter(t, op, op);
-  check_forward_args<float>(op, scores, probs, mask);
+  check_forward_args<float>(op, scores, probs, mask, values);
 }
 
 void check_transform_backward(const Transform& t, ConstMatrix<float> probs, ConstMatrix<float> grad_probs,
-                              MatrixView<float> grad_scores) {
+                              MatrixView<float> grad_scores, bool values) {
   const char* op = op_name(t.kind, true);
-  if (op == nullptr) throw Error(at_op("transform_backward") + "" + t.name() + " needs extra inputs; call it directly");
+  if (op == nullptr) throw Error(at_op("transform_backward") + t.name() + " needs extra inputs; call it directly");
   check_parameter(t, op, "transform_backward");
-  check_backward_args<float>(op, probs, grad_probs, grad_scores);
+  check_backward_args<float>(op, probs, grad_probs, grad_scores, values);
 }
 
 }  // namespace detail
@@ -150,17 +151,33 @@ void check_attention_scale(double scale, const char* op, const std::string& name
 
 void transform_forward(Device device, const Transform& t, ConstMatrix<float> scores, MatrixView<float> probs,
                        MaskView mask) {
-  if (device == Device::cpu) return transform_forward<float>(t, scores, probs, mask);
-  const auto kernel = detail::backend_kernel(device, "transform_forward", &BackendKernels::transform_forward);
-  detail::check_transform_forward(t, scores, probs, mask);
-  kernel(t, scores, probs, mask);
+  transform_forward(device, Memory::host, t, scores, probs, mask);
 }
 
 void transform_backward(Device device, const Transform& t, ConstMatrix<float> probs, ConstMatrix<float> grad_probs,
                         MatrixView<float> grad_scores) {
+  transform_backward(device, Memory::host, t, probs, grad_probs, grad_scores);
+}
+
+void transform_forward(Device device, Memory memory, const Transform& t, ConstMatrix<float> scores,
+                       MatrixView<float> probs, MaskView mask) {
+  if (device == Device::cpu) return transform_forward<float>(t, scores, probs, mask);  // its memory is the host's
+  const bool on_device = memory == Memory::device;
+  const auto kernel = detail::backend_kernel(
+      device, "transform_forward",
+      on_device ? &BackendKernels::transform_forward_on_device : &BackendKernels::transform_forward, on_device);
+  detail::check_transform_forward(t, scores, probs, mask, /*values=*/!on_device);
+  kernel(t, scores, probs, mask);
+}
+
+void transform_backward(Device device, Memory memory, const Transform& t, ConstMatrix<float> probs,
+                        ConstMatrix<float> grad_probs, MatrixView<float> grad_scores) {
   if (device == Device::cpu) return transform_backward<float>(t, probs, grad_probs, grad_scores);
-  const auto kernel = detail::backend_kernel(device, "transform_backward", &BackendKernels::transform_backward);
-  detail::check_transform_backward(t, probs, grad_probs, grad_scores);
+  const bool on_device = memory == Memory::device;
+  const auto kernel = detail::backend_kernel(
+      device, "transform_backward",
+      on_device ? &BackendKernels::transform_backward_on_device : &BackendKernels::transform_backward, on_device);
+  detail::check_transform_backward(t, probs, grad_probs, grad_scores, /*values=*/!on_device);
   kernel(t, probs, grad_probs, grad_scores);
 }
 

@@ -15,6 +15,12 @@ bool supported_head_dim(std::size_t d);
 void host_transform_forward(const Transform& t, ConstMatrix<float> scores, MatrixView<float> probs, MaskView mask);
 void host_transform_backward(const Transform& t, ConstMatrix<float> probs, ConstMatrix<float> grad_probs,
                              MatrixView<float> grad_scores);
+// The same on device memory (Memory::device): no copies; the values are
+// scanned here (the core does not read device memory); rows must be
+// contiguous (stride == cols).
+void device_transform_forward(const Transform& t, ConstMatrix<float> scores, MatrixView<float> probs, MaskView mask);
+void device_transform_backward(const Transform& t, ConstMatrix<float> probs, ConstMatrix<float> grad_probs,
+                               MatrixView<float> grad_scores);
 void host_attention_forward(ConstMatrix<float> q, ConstMatrix<float> k, ConstMatrix<float> v, MatrixView<float> out,
                             const AttentionOptions<float>& options);
 void host_batched_attention_forward(ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor v,

@@ -1,6 +1,7 @@
-// The CUDA backend's host-memory transform kernels (BackendKernels): the
-// core has validated the arguments; the device adds what only it cannot do,
-// uploads, launches (transform_launch.hpp) and downloads.
+// The CUDA backend's transform kernels (BackendKernels): the core has
+// validated the arguments; the device adds what only it cannot do, then on
+// host memory uploads, launches (transform_launch.hpp) and downloads, and on
+// its own memory scans the values (value_scan.hpp) and launches.
 #include <string>
 
 #include "backend_kernels.hpp"
@@ -8,6 +9,7 @@
 #include "entgraph/backend.hpp"
 #include "staging.cuh"
 #include "transform_launch.hpp"
+#include "value_scan.hpp"
 
 namespace entgraph::cuda::detail {
 namespace {
@@ -21,7 +23,45 @@ void check_capacity(const char* op, const Transform& t, std::size_t cols) {
                 ", expected n <= " + std::to_string(kMaxTransformCols) + ")");
 }
 
+// Device memory is read as rows x cols, contiguous.
+template <class T>
+void check_contiguous(const char* op, const char* arg, const T& view) {
+  if (view.rows > 1 && view.stride != view.cols)
+    throw Error(std::string(op) + ": " + arg + " in device memory must have contiguous rows on device cuda (got stride " +
+                    std::to_string(view.stride) + ", expected " + std::to_string(view.cols) + ")",
+                ErrorCode::unsupported);
+}
+
+void synchronize(const char* what) { check(cudaStreamSynchronize(nullptr), what); }
+
 }  // namespace
+
+void device_transform_forward(const Transform& t, ConstMatrix<float> scores, MatrixView<float> probs, MaskView mask) {
+  check_capacity("transform_forward", t, scores.cols);
+  check_contiguous("transform_forward", "scores", scores);
+  check_contiguous("transform_forward", "probs", probs);
+  if (!mask.empty()) check_contiguous("transform_forward", "mask", mask);
+  if (scores.rows == 0) return;
+  const std::uint8_t* keep = mask.empty() ? nullptr : mask.data;
+  // The CPU's scan and message ("<transform>: scores has a non-finite entry at (r, c) ...").
+  check_device_values(t.info().name, "scores", scores.data, keep, scores.rows, scores.cols, true, nullptr);
+  launch_transform_forward("transform_forward", t, scores.data, probs.data, keep, scores.rows, scores.cols, nullptr);
+  synchronize("transform_forward: running on device memory");
+}
+
+void device_transform_backward(const Transform& t, ConstMatrix<float> probs, ConstMatrix<float> grad_probs,
+                               MatrixView<float> grad_scores) {
+  check_capacity("transform_backward", t, probs.cols);
+  check_contiguous("transform_backward", "probs", probs);
+  check_contiguous("transform_backward", "grad_probs", grad_probs);
+  check_contiguous("transform_backward", "grad_scores", grad_scores);
+  if (probs.rows == 0) return;
+  check_device_values(t.info().backward_name, "grad_probs", grad_probs.data, nullptr, probs.rows, probs.cols, false,
+                      nullptr);
+  launch_transform_backward("transform_backward", t, probs.data, grad_probs.data, grad_scores.data, probs.rows,
+                            probs.cols, nullptr);
+  synchronize("transform_backward: running on device memory");
+}
 
 void host_transform_forward(const Transform& t, ConstMatrix<float> scores, MatrixView<float> probs, MaskView mask) {
   check_capacity("transform_forward", t, scores.cols);
