@@ -139,6 +139,90 @@ static double loss_at(const eg_transform* t, const float* z, const float* g, siz
   return sum;
 }
 
+/* A DLPack tensor over a float32 or uint8 host array: 2-D rows x cols, row stride `stride` elements (0: NULL strides). */
+static eg_dl_tensor dl_tensor(void* data, uint8_t code, uint8_t bits, int64_t* shape, int64_t* strides) {
+  eg_dl_tensor t;
+  memset(&t, 0, sizeof t);
+  t.data = data;
+  t.device.device_type = EG_DL_CPU;
+  t.ndim = 2;
+  t.dtype.code = code;
+  t.dtype.bits = bits;
+  t.dtype.lanes = 1;
+  t.shape = shape;
+  t.strides = strides;
+  return t;
+}
+
+static void test_transform_dlpack(void) {
+  /* The same rows as eg_matrix and as DLPack tensors (one strided, one with a byte offset) give the same bits. */
+  float scores[8] = {0.5f, 2.0f, -1.0f, 9.0f, 1.0f, 1.0f, 0.25f, 9.0f};
+  float expect[6], got[7], grad[6], expect_grad[6], upstream[6] = {1, -2, 0.5f, 0.25f, 3, -1};
+  uint8_t keep[6] = {1, 1, 1, 1, 0, 1};
+  int64_t shape[2] = {2, 3}, strided[2] = {4, 1};
+  eg_transform t = {EG_TRANSFORM_ENTMAX15, 1.5, 0};
+  eg_mask m = {keep, 2, 3, 3};
+  eg_dl_tensor s, out, mask, up, g;
+  size_t i;
+  /* scores read with row stride 4; probs written one float in (byte_offset 4). */
+  {
+    eg_const_matrix sm = {scores, 2, 3, 4};
+    CHECK_OK(eg_transform_forward(EG_DEVICE_CPU, &t, sm, mat(expect, 2, 3), &m));
+  }
+  s = dl_tensor(scores, 2, 32, shape, strided);
+  out = dl_tensor(got, 2, 32, shape, NULL);
+  out.byte_offset = sizeof(float);
+  mask = dl_tensor(keep, 6, 8, shape, NULL); /* DLPack's bool */
+  got[0] = 42.0f;
+  CHECK_OK(eg_transform_forward_dlpack(&t, &s, &out, &mask));
+  CHECK(got[0] == 42.0f);
+  for (i = 0; i < 6; ++i) CHECK(got[i + 1] == expect[i]);
+
+  /* Backward against the eg_matrix call. */
+  CHECK_OK(eg_transform_backward(EG_DEVICE_CPU, &t, cmat(expect, 2, 3), cmat(upstream, 2, 3), mat(expect_grad, 2, 3)));
+  out = dl_tensor(expect, 2, 32, shape, NULL);
+  up = dl_tensor(upstream, 2, 32, shape, NULL);
+  g = dl_tensor(grad, 2, 32, shape, NULL);
+  CHECK_OK(eg_transform_backward_dlpack(&t, &out, &up, &g));
+  for (i = 0; i < 6; ++i) CHECK(grad[i] == expect_grad[i]);
+
+  /* What DLPack can get wrong is named, with the argument as data. */
+  s = dl_tensor(scores, 0, 32, shape, NULL); /* int32 */
+  out = dl_tensor(got, 2, 32, shape, NULL);
+  CHECK_FAILS(eg_transform_forward_dlpack(&t, &s, &out, NULL), EG_ERROR_ARGUMENT, "scores.dtype is not float32");
+  CHECK(strcmp(eg_last_error_argument(), "scores.dtype") == 0);
+  s = dl_tensor(scores, 2, 32, shape, NULL);
+  s.ndim = 3;
+  CHECK_FAILS(eg_transform_forward_dlpack(&t, &s, &out, NULL), EG_ERROR_ARGUMENT, "scores.ndim must be 1 or 2");
+  s.ndim = 2;
+  {
+    int64_t bad_strides[2] = {3, 2};
+    s.strides = bad_strides;
+    CHECK_FAILS(eg_transform_forward_dlpack(&t, &s, &out, NULL), EG_ERROR_ARGUMENT, "the last stride must be 1");
+    s.strides = NULL;
+  }
+  out.device.device_type = 7;
+  CHECK_FAILS(eg_transform_forward_dlpack(&t, &s, &out, NULL), EG_ERROR_DEVICE, "probs.device.device_type is not supported");
+  out.device.device_type = EG_DL_CPU;
+  out.device.device_id = 1;
+  CHECK_FAILS(eg_transform_forward_dlpack(&t, &s, &out, NULL), EG_ERROR_ARGUMENT, "probs.device differs from scores's");
+  out.device.device_id = 0;
+  CHECK_FAILS(eg_transform_forward_dlpack(&t, NULL, &out, NULL), EG_ERROR_ARGUMENT, "scores is NULL");
+  {
+    int64_t wide[2] = {2, 4};
+    out.shape = wide;
+    CHECK_FAILS(eg_transform_forward_dlpack(&t, &s, &out, NULL), EG_ERROR_ARGUMENT, "probs");
+    out.shape = shape;
+  }
+  /* Tensors on a GPU go to the CUDA backend on its own memory; without one, EG_ERROR_DEVICE. (Host arrays
+   * labelled EG_DL_CUDA must never reach a real GPU, hence only where none is usable.) */
+  if (!eg_device_available(EG_DEVICE_CUDA, NULL, 0)) {
+    s.device.device_type = EG_DL_CUDA;
+    out.device.device_type = EG_DL_CUDA;
+    CHECK(eg_transform_forward_dlpack(&t, &s, &out, NULL) == EG_ERROR_DEVICE);
+  }
+}
+
 static void test_transform_backward(void) {
   /* Central differences in float32: h = 1e-2 keeps rounding (~1e-7 / h)
    * well below the tolerance, and these scores keep the entmax15 support
@@ -853,6 +937,7 @@ int main(void) {
   test_transform_parse();
   test_transform_forward();
   test_transform_backward();
+  test_transform_dlpack();
   test_transform_errors();
   test_last_error_is_per_thread();
   test_devices();

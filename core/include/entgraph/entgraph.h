@@ -189,6 +189,46 @@ eg_status eg_transform_backward(eg_device device, const eg_transform* transform,
                                 eg_const_matrix grad_probs, eg_matrix grad_scores);
 
 /* ------------------------------------------------------------------------
+ * DLPack tensors: arrays handed over without a copy by torch, JAX, CuPy or
+ * NumPy (torch.utils.dlpack.to_dlpack(t) gives a DLManagedTensor*; pass
+ * &managed->dl_tensor). eg_dl_tensor has the layout of DLPack's DLTensor
+ * (dlpack.h; stable since DLPack 0.2), so a DLTensor* converts by a cast.
+ * The tensors' device says where the call runs: EG_DL_CPU on the CPU,
+ * EG_DL_CUDA on the CUDA backend on its own memory (nothing copied; the
+ * backend runs on the current CUDA device, which must be device_id's). All
+ * tensors of a call share one device. Scores, probabilities and gradients
+ * are float32 (DLPack code 2, 32 bits, 1 lane), a mask uint8 (code 1) or
+ * bool (code 6), 8 bits; 1-D (one row) or 2-D, strides NULL (row-major) or
+ * in elements with the last one 1; byte_offset is added to data. */
+enum { EG_DL_CPU = 1, EG_DL_CUDA = 2 };
+typedef struct {
+  int32_t device_type; /* EG_DL_CPU or EG_DL_CUDA (DLPack's kDLCPU, kDLCUDA) */
+  int32_t device_id;
+} eg_dl_device;
+typedef struct {
+  uint8_t code; /* DLPack's kDLInt 0, kDLUInt 1, kDLFloat 2, kDLBfloat 4, kDLBool 6 */
+  uint8_t bits;
+  uint16_t lanes;
+} eg_dl_dtype;
+typedef struct {
+  void* data;
+  eg_dl_device device;
+  int32_t ndim;
+  eg_dl_dtype dtype;
+  int64_t* shape;
+  int64_t* strides; /* NULL: row-major */
+  uint64_t byte_offset;
+} eg_dl_tensor;
+
+/* eg_transform_forward and eg_transform_backward on DLPack tensors; mask may
+ * be NULL. On EG_DL_CUDA the GPU scans the values before it writes (the
+ * CPU's messages) and rows must be contiguous. */
+eg_status eg_transform_forward_dlpack(const eg_transform* transform, const eg_dl_tensor* scores,
+                                      const eg_dl_tensor* probs, const eg_dl_tensor* mask);
+eg_status eg_transform_backward_dlpack(const eg_transform* transform, const eg_dl_tensor* probs,
+                                       const eg_dl_tensor* grad_probs, const eg_dl_tensor* grad_scores);
+
+/* ------------------------------------------------------------------------
  * Dense attention of one head: Q n x d, K m x d, V m x dv,
  *   O = transform(scale Q K^T) V   (n x dv)
  * (docs: core/include/entgraph/attention.hpp).

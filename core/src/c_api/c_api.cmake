@@ -4,6 +4,7 @@
 target_sources(entgraph_core PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/c_api_errors.cpp
   ${CMAKE_CURRENT_LIST_DIR}/c_api_transforms.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/c_api_dlpack.cpp
   ${CMAKE_CURRENT_LIST_DIR}/c_api_attention.cpp
   ${CMAKE_CURRENT_LIST_DIR}/c_api_batched.cpp
   ${CMAKE_CURRENT_LIST_DIR}/c_api_graphs.cpp
