@@ -6,6 +6,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <string>
 #include <utility>
@@ -29,7 +30,7 @@ namespace {
 
 struct Calls {
   int transform_forward = 0, transform_backward = 0, attention_forward = 0, graph_attention = 0, compare = 0,
-      pattern = 0, forward_on_device = 0, backward_on_device = 0;
+      pattern = 0, forward_on_device = 0, backward_on_device = 0, attention_backward = 0;
   SparsefinderHead last_head;
 };
 Calls calls;
@@ -292,6 +293,48 @@ TEST_SUITE("runtime") {
     CHECK(e == ErrorCode::unsupported);
     CHECK(message_of([&] { transform_forward(Device::cuda, Memory::device, Transform::softmax(), z.view(), out.view()); }) ==
           "transform_forward: device cuda has no kernel for this op on its own memory; pass host memory (Memory::host)");
+  }
+
+  TEST_CASE("devices: a backend's attention backward gets validated arguments only") {
+    RecordingBackend backend;
+    BackendKernels table = recording_backend();
+    table.attention_backward = [](ConstMatrix<float> q, ConstMatrix<float> k, ConstMatrix<float> v,
+                                  ConstMatrix<float> g, MatrixView<float> gq, MatrixView<float> gk,
+                                  MatrixView<float> gv, const AttentionOptions<float>& o) {
+      ++calls.attention_backward;
+      attention_backward<float>(q, k, v, g, gq, gk, gv, o);
+    };
+    register_backend(Device::cuda, table);
+    const std::size_t n = 5, d = 4;
+    const Matrix<float> q = test::random_matrix<float>(n, d, 1.0, 7), k = test::random_matrix<float>(n, d, 1.0, 8),
+                        v = test::random_matrix<float>(n, d, 1.0, 9), g = test::random_matrix<float>(n, d, 1.0, 10);
+    AttentionOptions<float> o;
+    o.transform = Transform::entmax(1.3);
+    Matrix<float> cq(n, d), ck(n, d), cv(n, d), dq(n, d), dk(n, d), dv(n, d);
+    attention_backward(Device::cpu, q.view(), k.view(), v.view(), g.view(), cq.view(), ck.view(), cv.view(), o);
+    attention_backward(Device::cuda, q.view(), k.view(), v.view(), g.view(), dq.view(), dk.view(), dv.view(), o);
+    CHECK(calls.attention_backward == 1);
+    CHECK(dq.data == cq.data);
+    CHECK(dk.data == ck.data);
+    CHECK(dv.data == cv.data);
+    // A NaN upstream gradient, a wrong output shape, a bad alpha: the CPU's message, no kernel call.
+    Matrix<float> gbad = g, narrow(n, d - 1), out(n, d, kSentinel);
+    gbad(3, 1) = std::numeric_limits<float>::quiet_NaN();
+    AttentionOptions<float> bad_alpha = o;
+    bad_alpha.transform = Transform::entmax(0.5);
+    const std::vector<std::function<void(Device)>> bad_calls = {
+        [&](Device dev) { attention_backward(dev, q.view(), k.view(), v.view(), gbad.view(), out.view(), dk.view(), dv.view(), o); },
+        [&](Device dev) { attention_backward(dev, q.view(), k.view(), v.view(), g.view(), narrow.view(), dk.view(), dv.view(), o); },
+        [&](Device dev) { attention_backward(dev, q.view(), k.view(), v.view(), g.view(), out.view(), dk.view(), dv.view(), bad_alpha); },
+    };
+    for (const auto& call : bad_calls) {
+      const std::string on_cpu = message_of([&] { call(Device::cpu); });
+      CAPTURE(on_cpu);
+      CHECK(!on_cpu.empty());
+      CHECK(message_of([&] { call(Device::cuda); }) == on_cpu);
+    }
+    CHECK(calls.attention_backward == 1);
+    for (float x : out.data) CHECK(x == kSentinel);
   }
 
   TEST_CASE("devices: attention and graph attention are validated in the core; missing kernels are named") {
