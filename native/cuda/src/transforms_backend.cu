@@ -7,6 +7,7 @@
 #include "backend_kernels.hpp"
 #include "checks.cuh"
 #include "entgraph/backend.hpp"
+#include "entgraph/cuda/device.hpp"
 #include "staging.cuh"
 #include "transform_launch.hpp"
 #include "value_scan.hpp"
@@ -32,8 +33,6 @@ void check_contiguous(const char* op, const char* arg, const T& view) {
                 ErrorCode::unsupported);
 }
 
-void synchronize(const char* what) { check(cudaStreamSynchronize(nullptr), what); }
-
 }  // namespace
 
 void device_transform_forward(const Transform& t, ConstMatrix<float> scores, MatrixView<float> probs, MaskView mask) {
@@ -46,7 +45,7 @@ void device_transform_forward(const Transform& t, ConstMatrix<float> scores, Mat
   // The CPU's scan and message ("<transform>: scores has a non-finite entry at (r, c) ...").
   check_device_values(t.info().name, "scores", scores.data, keep, scores.rows, scores.cols, true, nullptr);
   launch_transform_forward("transform_forward", t, scores.data, probs.data, keep, scores.rows, scores.cols, nullptr);
-  synchronize("transform_forward: running on device memory");
+  synchronize(nullptr);  // entgraph/cuda/device.hpp: the op returns with its outputs written
 }
 
 void device_transform_backward(const Transform& t, ConstMatrix<float> probs, ConstMatrix<float> grad_probs,
@@ -60,7 +59,7 @@ void device_transform_backward(const Transform& t, ConstMatrix<float> probs, Con
                       nullptr);
   launch_transform_backward("transform_backward", t, probs.data, grad_probs.data, grad_scores.data, probs.rows,
                             probs.cols, nullptr);
-  synchronize("transform_backward: running on device memory");
+  synchronize(nullptr);
 }
 
 void host_transform_forward(const Transform& t, ConstMatrix<float> scores, MatrixView<float> probs, MaskView mask) {
