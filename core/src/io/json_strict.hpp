@@ -33,6 +33,14 @@ std::string json_excerpt(const Json& value, std::size_t max_len = 60) {
   return out;
 }
 
+// The length of nlohmann::json's tag in front of its messages
+// ("[json.exception.parse_error.101] "), 0 if `what` has none: C++'s words
+// about itself, which the JavaScript package leaves out.
+inline std::size_t json_library_tag_length(const std::string& what) {
+  const std::size_t bracket = what.rfind("[json.exception.", 0) == 0 ? what.find("] ") : std::string::npos;
+  return bracket == std::string::npos ? 0 : bracket + 2;
+}
+
 // A key or other string from a file, quoted, at most 60 printable characters.
 inline std::string quoted_key(const std::string& key) {
   return "\"" + printable(key.data(), key.size(), 60) + (key.size() > 60 ? "...\"" : "\"");
@@ -94,10 +102,8 @@ Json parse_json_strict(const std::string& text, const Message& prefix, const std
   try {
     j = Json::parse(text, callback);
   } catch (const typename Json::exception& e) {
-    // nlohmann's message leads with its own tag ("[json.exception.parse_error.101] "): a detail of C++.
     const std::string words = printable(e.what(), std::strlen(e.what()), 200);
-    const std::size_t tag_end = words.rfind("[json.exception.", 0) == 0 ? words.find("] ") : std::string::npos;
-    const std::size_t cut = tag_end == std::string::npos ? 0 : tag_end + 2;
+    const std::size_t cut = json_library_tag_length(words);
     throw Error(prefix + what + " is not valid JSON (" + cpp_detail(words.substr(0, cut)) + words.substr(cut) + ")");
   }
   if (too_deep)

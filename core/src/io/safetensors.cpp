@@ -26,6 +26,7 @@
 
 #include "entgraph/error.hpp"
 #include "io/binary.hpp"
+#include "io/json_strict.hpp"
 
 namespace entgraph {
 namespace {
@@ -216,8 +217,7 @@ class HeaderSax : public nlohmann::json_sax<json> {
   bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& ex) override {
     // "[json.exception.parse_error.101] parse error at line 1, column 7: ..."
     std::string what = ex.what();
-    const std::size_t bracket = what.find("] ");
-    if (what.rfind("[json.exception.", 0) == 0 && bracket != std::string::npos) what.erase(0, bracket + 2);
+    what.erase(0, detail::json_library_tag_length(what));
     error("header is not valid JSON (" + printable(what.data(), what.size(), 300) + ")");
   }
 
