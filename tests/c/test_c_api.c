@@ -557,6 +557,97 @@ static void test_batched_attention(void) {
   }
 }
 
+static void test_batched_attention_dlpack(void) {
+  /* The same call as eg_tensor4 and as 4-D DLPack tensors gives the same bits: bfloat16 (code 4) and float16
+   * (code 2, 16 bits) q, k, v contiguous [B, H, n, d]; out a [B, H, n, dv] view of [B, n, H, dv] memory, as
+   * torch's out.transpose(1, 2) hands it over. */
+  const int32_t qlen[2] = {3, 2}, klen[2] = {4, 3};
+  uint16_t q16[24], k16[16], v16[16], expect[24], got[24];
+  int64_t q_shape[4] = {2, 2, 3, 2}, kv_shape[4] = {2, 1, 4, 2}, out_strides[4] = {12, 2, 4, 1};
+  eg_batched_attention_options options = eg_batched_attention_options_default();
+  eg_dl_tensor q, k, v, out;
+  size_t x;
+  int pass;
+  options.causal = 1;
+  options.query_lengths = qlen;
+  options.key_lengths = klen;
+  for (pass = 0; pass < 2; ++pass) {
+    const eg_dtype dtype = pass == 0 ? EG_DTYPE_BFLOAT16 : EG_DTYPE_FLOAT16;
+    const uint8_t code = pass == 0 ? 4 : 2;
+    for (x = 0; x < 24; ++x) {
+      const float f = (float)((int)(x * 7 % 9) - 4) / 4.0f;
+      q16[x] = pass == 0 ? eg_float_to_bfloat16(f) : eg_float_to_float16(f);
+      expect[x] = got[x] = 0x1234;
+    }
+    for (x = 0; x < 16; ++x) {
+      const float fk = (float)((int)(x * 5 % 7) - 3) / 4.0f, fv = (float)((int)(x * 3 % 11) - 5) / 4.0f;
+      k16[x] = pass == 0 ? eg_float_to_bfloat16(fk) : eg_float_to_float16(fk);
+      v16[x] = pass == 0 ? eg_float_to_bfloat16(fv) : eg_float_to_float16(fv);
+    }
+    {
+      eg_tensor4 tq = {q16, dtype, 2, 2, 3, 2, 0, 0, 0}, tk = {k16, dtype, 2, 1, 4, 2, 0, 0, 0};
+      eg_tensor4 tv = {v16, dtype, 2, 1, 4, 2, 0, 0, 0}, tout = {expect, dtype, 2, 2, 3, 2, 12, 2, 4};
+      CHECK_OK(eg_batched_attention_forward(EG_DEVICE_CPU, &tq, &tk, &tv, &tout, &options));
+    }
+    q = dl_tensor(q16, code, 16, q_shape, NULL);
+    k = dl_tensor(k16, code, 16, kv_shape, NULL);
+    v = dl_tensor(v16, code, 16, kv_shape, NULL);
+    out = dl_tensor(got, code, 16, q_shape, out_strides);
+    q.ndim = k.ndim = v.ndim = out.ndim = 4;
+    CHECK_OK(eg_batched_attention_forward_dlpack(&q, &k, &v, &out, &options));
+    for (x = 0; x < 24; ++x) CHECK(got[x] == expect[x]);
+  }
+
+  /* What DLPack can get wrong is named, with the argument as data; out untouched. */
+  for (x = 0; x < 24; ++x) got[x] = 0x1234;
+  q.dtype.bits = 32; /* float16's code with 32 bits is float32, which k and v are not */
+  CHECK_FAILS(eg_batched_attention_forward_dlpack(&q, &k, &v, &out, NULL), EG_ERROR_ARGUMENT,
+              "batched_attention_forward: k.dtype does not match q.dtype");
+  q.dtype.code = 0;
+  CHECK_FAILS(eg_batched_attention_forward_dlpack(&q, &k, &v, &out, NULL), EG_ERROR_ARGUMENT,
+              "q.dtype is not float32, bfloat16 or float16 (got code 0, 32 bits, 1 lanes)");
+  CHECK(strcmp(eg_last_error_argument(), "q.dtype") == 0);
+  q.dtype.code = 2;
+  q.dtype.bits = 16;
+  k.ndim = 3;
+  CHECK_FAILS(eg_batched_attention_forward_dlpack(&q, &k, &v, &out, NULL), EG_ERROR_ARGUMENT,
+              "k.ndim must be 4, (batch, heads, rows, cols) (got 3)");
+  k.ndim = 4;
+  {
+    int64_t negative[4] = {2, 1, 4, -2}, not_last[4] = {16, 8, 2, 2};
+    v.shape = negative;
+    CHECK_FAILS(eg_batched_attention_forward_dlpack(&q, &k, &v, &out, NULL), EG_ERROR_ARGUMENT,
+                "v.shape has a negative size (got [2, 1, 4, -2])");
+    v.shape = kv_shape;
+    v.strides = not_last;
+    CHECK_FAILS(eg_batched_attention_forward_dlpack(&q, &k, &v, &out, NULL), EG_ERROR_ARGUMENT,
+                "v.strides: the last stride must be 1 (got [16, 8, 2, 2])");
+    v.strides = NULL;
+  }
+  {
+    int64_t huge[4] = {2, (int64_t)1 << 40, (int64_t)1 << 40, 2};
+    v.shape = huge;
+    CHECK_FAILS(eg_batched_attention_forward_dlpack(&q, &k, &v, &out, NULL), EG_ERROR_ARGUMENT,
+                "v.shape is too large to be packed");
+    v.shape = kv_shape;
+  }
+  out.device.device_id = 3;
+  CHECK_FAILS(eg_batched_attention_forward_dlpack(&q, &k, &v, &out, NULL), EG_ERROR_ARGUMENT,
+              "out.device differs from q's");
+  out.device.device_id = 0;
+  /* The C++ checks on the views: out is q's memory. */
+  out.data = q16;
+  out.strides = NULL;
+  CHECK_FAILS(eg_batched_attention_forward_dlpack(&q, &k, &v, &out, NULL), EG_ERROR_ARGUMENT,
+              "batched_attention_forward: out overlaps q");
+  out.data = got;
+  for (x = 0; x < 24; ++x) CHECK(got[x] == 0x1234);
+  if (!eg_device_available(EG_DEVICE_CUDA, NULL, 0)) {
+    q.device.device_type = k.device.device_type = v.device.device_type = out.device.device_type = EG_DL_CUDA;
+    CHECK(eg_batched_attention_forward_dlpack(&q, &k, &v, &out, NULL) == EG_ERROR_DEVICE);
+  }
+}
+
 static void test_graphs(void) {
   /* 2 queries x 3 keys: row 0 = {0, 2}, row 1 = {1}. */
   const size_t offsets[3] = {0, 2, 3};
@@ -943,6 +1034,7 @@ int main(void) {
   test_devices();
   test_attention();
   test_batched_attention();
+  test_batched_attention_dlpack();
   test_graphs();
   test_graph_attention();
   test_predictors();

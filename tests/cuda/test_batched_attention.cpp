@@ -447,6 +447,87 @@ TEST_SUITE("cuda") {
       }
   }
 
+  TEST_CASE("batched attention: through the core's Device::cuda call on device memory, lengths there too") {
+    const std::size_t B = 2, Hq = 4, Hkv = 2, n = 70, m = 90, d = 64;
+    const std::vector<std::int32_t> ql = {70, 33}, kl = {90, 41};
+    DeviceArray<std::int32_t> dql(ql.data(), ql.size()), dkl(kl.data(), kl.size());
+    BatchedAttentionOptions o;
+    o.transform = Transform::entmax15();
+    o.causal = true;
+    o.query_lengths = dql.data();
+    o.key_lengths = dkl.data();
+    const auto on_device = [&](const HostTensor& q, const HostTensor& k, const HostTensor& v, HostTensor& out,
+                               const BatchedAttentionOptions& opts) {
+      DeviceArray<unsigned char> dq(q.bytes.data(), q.bytes.size()), dk(k.bytes.data(), k.bytes.size()),
+          dv(v.bytes.data(), v.bytes.size()), dout(out.bytes.data(), out.bytes.size());
+      try {
+        entgraph::batched_attention_forward(Device::cuda, Memory::device, q.view<const void*>(dq.data()),
+                                            k.view<const void*>(dk.data()), v.view<const void*>(dv.data()),
+                                            out.view<void*>(dout.data()), opts);
+      } catch (...) {
+        dout.download(out.bytes.data());
+        throw;
+      }
+      dout.download(out.bytes.data());
+    };
+    for (DType t : {DType::float32, DType::bfloat16})
+      for (Layout layout : {Layout::bhnd, Layout::bnhd}) {
+        if (t == DType::float32 && layout == Layout::bnhd) continue;  // float32 reads contiguous rows
+        CAPTURE(dtype_name(t));
+        CAPTURE(layout_name(layout));
+        const HostTensor q = random_tensor(t, layout, B, Hq, n, d, 1.0, 101);
+        const HostTensor k = random_tensor(t, layout, B, Hkv, m, d, 1.0, 102);
+        const HostTensor v = random_tensor(t, layout, B, Hkv, m, d, 1.0, 103);
+        HostTensor out(t, layout, B, Hq, n, d);
+        on_device(q, k, v, out, o);
+        check_close(out, reference(q, k, v, o.transform, true, 0.0, {ql, kl}), {ql, kl});
+      }
+
+    // Bad values in device memory: the GPU scans, the core decides, with the
+    // CPU's message for the same host arrays; out untouched.
+    BatchedAttentionOptions host = o;
+    host.query_lengths = ql.data();
+    host.key_lengths = kl.data();
+    const HostTensor q = random_tensor(DType::bfloat16, Layout::bhnd, B, Hq, n, d, 1.0, 104);
+    const HostTensor k = random_tensor(DType::bfloat16, Layout::bhnd, B, Hkv, m, d, 1.0, 105);
+    const HostTensor v = random_tensor(DType::bfloat16, Layout::bhnd, B, Hkv, m, d, 1.0, 106);
+    HostTensor q_nan = q, k_big = k, q_big = q;
+    q_nan.set(1, 3, 20, 7, std::nan(""));
+    q_big.set(1, 2, 30, 5, 4e19);
+    k_big.set(1, 1, 40, 5, -4e19);
+    struct Bad {
+      const char* what;
+      const HostTensor *q, *k;
+    };
+    for (const Bad& bad : {Bad{"NaN", &q_nan, &k}, Bad{"scores", &q_big, &k_big}}) {
+      CAPTURE(bad.what);
+      HostTensor host_out(DType::bfloat16, Layout::bhnd, B, Hq, n, d);
+      std::string on_cpu;
+      try {
+        entgraph::batched_attention_forward(Device::cpu, bad.q->view<const void*>(bad.q->bytes.data()),
+                                            bad.k->view<const void*>(bad.k->bytes.data()),
+                                            v.view<const void*>(v.bytes.data()),
+                                            host_out.view<void*>(host_out.bytes.data()), host);
+      } catch (const Error& e) {
+        on_cpu = e.what();
+      }
+      REQUIRE(!on_cpu.empty());
+      HostTensor out(DType::bfloat16, Layout::bhnd, B, Hq, n, d);
+      const std::vector<unsigned char> before = out.bytes;
+      CHECK_THROWS_WITH_AS(on_device(*bad.q, *bad.k, v, out, o), on_cpu.c_str(), Error);
+      CHECK(out.bytes == before);
+    }
+    const std::vector<std::int32_t> too_long = {70, 91};
+    DeviceArray<std::int32_t> dbad(too_long.data(), too_long.size());
+    BatchedAttentionOptions bad_lengths = o;
+    bad_lengths.key_lengths = dbad.data();
+    HostTensor out(DType::bfloat16, Layout::bhnd, B, Hq, n, d);
+    CHECK_THROWS_WITH_AS(on_device(q, k, v, out, bad_lengths),
+                         "batched_attention_forward: options.key_lengths[1] is out of range (got 91, expected 0 <= "
+                         "length <= m = 90)",
+                         Error);
+  }
+
   TEST_CASE("batched attention: the caller's workspace and stream") {
     const std::size_t B = 3, H = 2, n = 130, m = 200, d = 128;
     const HostTensor q = random_tensor(DType::float16, Layout::bnhd, B, H, n, d, 1.0, 91);

@@ -21,6 +21,7 @@
 
 #include <cstddef>
 #include <string>
+#include <vector>
 
 #include "entgraph/attention.hpp"
 #include "entgraph/batched_attention.hpp"
@@ -94,6 +95,11 @@ struct BackendKernels {
   // the kernel refuses, as such, what the device cannot run.
   void (*batched_attention_forward)(ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor v,
                                     BatchedTensor out, const BatchedAttentionOptions& options) = nullptr;
+  // The same on the device's own memory, lengths included: the core has
+  // checked all but the values; the kernel reads the lengths, scans the
+  // heads and hands both to check_batched_attention_values before it writes.
+  void (*batched_attention_forward_on_device)(ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor v,
+                                              BatchedTensor out, const BatchedAttentionOptions& options) = nullptr;
   // Attention on the graph's edges only (GraphAttentionMode::fast).
   void (*graph_attention_forward)(ConstMatrix<float> q, ConstMatrix<float> k, ConstMatrix<float> v,
                                   const Graph& graph, MatrixView<float> out,
@@ -113,6 +119,35 @@ void check_transform_parameters(const Transform& t, const char* op, const std::s
 // The same for an attention scale (finite; 0 stands for 1/sqrt(d)), named
 // `name` ("options.scale"); every attention op of the core checks it so.
 void check_attention_scale(double scale, const char* op, const std::string& name);
+
+// What a scan of one head of a batched attention call finds, over the
+// values attention sees (16-bit entries widened to float32 exactly) in the
+// head's valid rows (the first query_lengths[b] rows of q's heads, the first
+// key_lengths[b] of k's and v's; lengths clamped to [0, rows]; a head
+// without rows finds nothing).
+struct BatchedHeadScan {
+  bool bad = false;                      // an entry is NaN or +-inf
+  std::size_t bad_row = 0, bad_col = 0;  // the first such entry, row-major
+  float bad_value = 0.0f;                // its value
+  // When no entry is bad:
+  float largest = 0.0f;                            // the largest |entry|
+  std::size_t largest_row = 0, largest_col = 0;    // its first position, row-major
+  // The largest row norm and its first row, each norm in double as
+  // big * sqrt(sum over the row in order of (x / big)^2), big the row's
+  // largest |entry| (0 for a zero row), no fused multiply-adds.
+  double norm = 0.0;
+  std::size_t norm_row = 0;
+};
+
+// For a backend's batched_attention_forward_on_device: the value checks of
+// batched attention (lengths in range, NaN and inf, scores and outputs that
+// may overflow float32), decided from `options` with its lengths copied to
+// host memory and from `scans`, one per head in the order q's (b, h), k's
+// (b, g), v's (b, g), b major. Throws the CPU path's entgraph::Error for the
+// first failure (the tensors' data is never read), or one naming `scans`
+// when it has the wrong size.
+void check_batched_attention_values(const char* op, ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor v,
+                                    const BatchedAttentionOptions& options, const std::vector<BatchedHeadScan>& scans);
 
 // Makes `kernels` the table of `device` (replacing any earlier one). Throws
 // entgraph::Error for Device::cpu, whose kernels are the core's own.

@@ -120,6 +120,15 @@ void batched_attention_forward(ConstBatchedTensor q, ConstBatchedTensor k, Const
 // there (CUDA: tensor cores for bfloat16 and float16).
 void batched_attention_forward(Device device, ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor v,
                                BatchedTensor out, const BatchedAttentionOptions& options);
+// The same with the tensors and the lengths in `memory` (device.hpp).
+// Memory::device: q, k, v, out, options.query_lengths and key_lengths lie in
+// the device's memory and nothing is copied; the core checks shapes,
+// strides, addresses and parameters, and the device's kernel reads the
+// lengths and scans the values, with the CPU's messages
+// (check_batched_attention_values, backend.hpp). Device::cpu takes host
+// memory either way.
+void batched_attention_forward(Device device, Memory memory, ConstBatchedTensor q, ConstBatchedTensor k,
+                               ConstBatchedTensor v, BatchedTensor out, const BatchedAttentionOptions& options);
 
 // The checks above alone (for backends' own entry points, which call it
 // before they launch anything). `op` names the caller in messages.

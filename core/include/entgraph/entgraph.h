@@ -306,6 +306,16 @@ eg_status eg_batched_attention_forward(eg_device device, const eg_tensor4* q, co
                                        const eg_tensor4* v, const eg_tensor4* out,
                                        const eg_batched_attention_options* options);
 
+/* eg_batched_attention_forward on DLPack tensors: 4-D (batch, heads, rows,
+ * cols) in float32 (code 2, 32 bits), bfloat16 (code 4, 16 bits) or float16
+ * (code 2, 16 bits), strides NULL (row-major) or in elements with the last
+ * one 1 (torch's q.transpose(1, 2) of a [B, n, H, d] tensor passes as is).
+ * On EG_DL_CUDA the options' query_lengths and key_lengths are device
+ * pointers too and nothing is copied: the GPU reads the lengths and scans
+ * the values before it writes (the CPU's messages). */
+eg_status eg_batched_attention_forward_dlpack(const eg_dl_tensor* q, const eg_dl_tensor* k, const eg_dl_tensor* v,
+                                              const eg_dl_tensor* out, const eg_batched_attention_options* options);
+
 /* float32 <-> bfloat16 / float16 bit patterns: exact widening, and rounding
  * to nearest even (overflow to +-inf, NaN stays NaN). Never fail. */
 float eg_bfloat16_to_float(uint16_t bits);

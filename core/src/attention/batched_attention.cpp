@@ -23,6 +23,7 @@
 
 #include "attention/score_range.hpp"
 #include "entgraph/attention.hpp"
+#include "entgraph/backend.hpp"
 #include "entgraph/error.hpp"
 #include "entgraph/runtime.hpp"
 #include "runtime/backends.hpp"
@@ -158,21 +159,16 @@ std::size_t check_layout(const char* op, const std::string& name, const ConstBat
   return extent;
 }
 
-// The first non-finite entry of a head, and its largest |entry|, on the
-// widened values attention sees. One pass that vectorises: the exact (and
-// slower) row norms are computed only for the pairs this cannot clear.
-struct HeadScan {
-  bool bad = false;
-  std::size_t bad_row = 0, bad_col = 0;
-  float bad_value = 0.0f;
-  float largest = 0.0f;
-};
-
-HeadScan scan_head(ConstMatrix<float> x) {
+// The first non-finite entry of a head and its largest |entry| (the fields
+// of BatchedHeadScan up to `largest`), on the widened values attention
+// sees. One pass that vectorises: the largest entry's position and the row
+// norms are found only where a decision needs them (complete_scan).
+BatchedHeadScan scan_head(ConstMatrix<float> x) {
   // On the bits: |x|'s pattern orders like |x| and is at least inf's for inf
   // and NaN, and integer maxima vectorise where float ones (NaN rules) do not.
   constexpr std::uint32_t kInf = 0x7f800000u;
   std::uint32_t largest = 0;
+  BatchedHeadScan s;
   for (std::size_t i = 0; i < x.rows; ++i) {
     const float* row = x.row(i);
     std::uint32_t big = 0, bad = 0;
@@ -183,56 +179,75 @@ HeadScan scan_head(ConstMatrix<float> x) {
     }
     if (bad != 0) {
       for (std::size_t c = 0; c < x.cols; ++c)
-        if (!std::isfinite(row[c])) return {true, i, c, row[c], 0.0f};
+        if (!std::isfinite(row[c])) {
+          s.bad = true;
+          s.bad_row = i;
+          s.bad_col = c;
+          s.bad_value = row[c];
+          return s;
+        }
     }
     largest = largest < big ? big : largest;
   }
-  HeadScan s;
   s.largest = detail::float_of(largest);
   return s;
 }
 
-// NaN and inf within the valid lengths, and the score and value ranges that
-// attention_forward<float> refuses (attention/score_range.hpp), decided on
-// the same numbers with the same bounds, so that no head's attention call
-// can throw once this passes. Heads are scanned in parallel; errors are
-// reported in a fixed order (q, k, v; sequence, head, row).
-void check_values(const char* op, const ConstBatchedTensor& q, const ConstBatchedTensor& k, const ConstBatchedTensor& v,
-                  const BatchedAttentionOptions& o) {
+// The fields scan_head leaves out, from the head's valid rows x.
+void complete_scan(ConstMatrix<float> x, BatchedHeadScan& s) {
+  s.norm = detail::largest_row_norm<float>(x, s.norm_row);
+  s.largest_row = s.largest_col = 0;
+  for (std::size_t i = 0; i < x.rows; ++i)
+    for (std::size_t c = 0; c < x.cols; ++c)
+      if (std::fabs(x(i, c)) == s.largest) {
+        s.largest_row = i;
+        s.largest_col = c;
+        return;
+      }
+}
+
+// A head of the scan order (q's (b, h), then k's (b, g), then v's (b, g)).
+struct ScanItem {
+  const ConstBatchedTensor* t;
+  const char* name;
+  std::size_t b, h, rows;
+};
+
+ScanItem scan_item(std::size_t item, const ConstBatchedTensor& q, const ConstBatchedTensor& k,
+                   const ConstBatchedTensor& v, const BatchedAttentionOptions& o) {
   const std::size_t B = q.batch, Hq = q.heads, Hkv = k.heads;
-  const std::size_t items = B * (Hq + 2 * Hkv);
-  std::vector<HeadScan> scans(items);
-  // Item order: q's (b, h), then k's (b, g), then v's (b, g).
-  struct Item {
-    const ConstBatchedTensor* t;
-    const char* name;
-    std::size_t b, h, rows;
-  };
-  auto locate = [&](std::size_t item) -> Item {
-    if (item < B * Hq) return {&q, "q", item / Hq, item % Hq, query_length(o, item / Hq, q.rows)};
-    item -= B * Hq;
-    const bool is_v = item >= B * Hkv;
-    if (is_v) item -= B * Hkv;
-    return {is_v ? &v : &k, is_v ? "v" : "k", item / Hkv, item % Hkv, key_length(o, item / Hkv, k.rows)};
-  };
-  detail::parallel_for(items, 1, [&](std::size_t i0, std::size_t i1) {
-    std::vector<float> buf;
-    for (std::size_t item = i0; item < i1; ++item) {
-      const Item it = locate(item);
-      if (it.rows > 0) scans[item] = scan_head(head_rows(*it.t, it.b, it.h, it.rows, buf));
-    }
-  });
-  for (std::size_t item = 0; item < items; ++item) {
-    const HeadScan& s = scans[item];
+  if (item < B * Hq) return {&q, "q", item / Hq, item % Hq, query_length(o, item / Hq, q.rows)};
+  item -= B * Hq;
+  const bool is_v = item >= B * Hkv;
+  if (is_v) item -= B * Hkv;
+  return {is_v ? &v : &k, is_v ? "v" : "k", item / Hkv, item % Hkv, key_length(o, item / Hkv, k.rows)};
+}
+
+std::size_t scan_count(const ConstBatchedTensor& q, const ConstBatchedTensor& k) {
+  return q.batch * (q.heads + 2 * k.heads);
+}
+
+// NaN and inf within the valid lengths, and the score and value ranges that
+// attention_forward<float> refuses (attention/score_range.hpp), decided from
+// the heads' scans on the same numbers with the same bounds, so that no
+// head's attention call can throw once this passes. `complete(item, scan)`
+// fills a scan's position and norm fields where a decision needs them (a
+// device's scans come complete). Errors in a fixed order (q, k, v;
+// sequence, head, row).
+template <class Complete>
+void judge_scans(const char* op, const ConstBatchedTensor& q, const ConstBatchedTensor& k, const ConstBatchedTensor& v,
+                 const BatchedAttentionOptions& o, std::vector<BatchedHeadScan>& scans, Complete&& complete) {
+  const std::size_t B = q.batch, Hq = q.heads, Hkv = k.heads;
+  for (std::size_t item = 0; item < scans.size(); ++item) {
+    const BatchedHeadScan& s = scans[item];
     if (!s.bad) continue;
-    const Item it = locate(item);
+    const ScanItem it = scan_item(item, q, k, v, o);
     fail(op, std::string(it.name) + " has a non-finite entry at [" + num(it.b) + ", " + num(it.h) + ", " +
                  num(s.bad_row) + ", " + num(s.bad_col) + "] (got " +
                  (std::isnan(s.bad_value) ? "NaN" : (s.bad_value > 0 ? "+inf" : "-inf")) +
                  ", expected a finite number)",
          ErrorCode::bad_value);
   }
-  std::vector<float> buf;
   // check_score_range<float> with attention's headroom of 2, per pair. Row
   // norms are at most sqrt(d) times the largest entry, and largest_row_norm
   // computes them within (d + 3) double roundings, so a pair whose bound
@@ -244,20 +259,21 @@ void check_values(const char* op, const ConstBatchedTensor& q, const ConstBatche
   const double margin = 1.0 + (2.0 * d + 20.0) * std::numeric_limits<double>::epsilon();
   for (std::size_t b = 0; b < B; ++b)
     for (std::size_t h = 0; h < Hq; ++h) {
-      const std::size_t g = h / (Hq / Hkv);
-      const HeadScan& sq = scans[b * Hq + h];
-      const HeadScan& sk = scans[B * Hq + b * Hkv + g];
-      if (scale_factor * static_cast<double>(sq.largest) * static_cast<double>(sk.largest) * d * margin <= score_limit)
+      const std::size_t g = h / (Hq / Hkv), qi = b * Hq + h, ki = B * Hq + b * Hkv + g;
+      if (scale_factor * static_cast<double>(scans[qi].largest) * static_cast<double>(scans[ki].largest) * d *
+              margin <=
+          score_limit)
         continue;
-      std::size_t qi = 0, kj = 0;
-      const double qn = detail::largest_row_norm<float>(head_rows(q, b, h, query_length(o, b, q.rows), buf), qi);
-      const double kn = detail::largest_row_norm<float>(head_rows(k, b, g, key_length(o, b, k.rows), buf), kj);
+      complete(qi, scans[qi]);
+      complete(ki, scans[ki]);
+      const double qn = scans[qi].norm, kn = scans[ki].norm;
       const double bound = scale_factor * qn * kn;
       if (bound <= score_limit) continue;
-      fail(op, "the scores options.scale * q . k may overflow float: q" + at(b, h) + " row " + num(qi) + " has norm " +
-                   num(qn) + ", k" + at(b, g) + " row " + num(kj) + " has norm " + num(kn) + " and options.scale is " +
-                   num(o.scale) + ", so max(1, |scale|) |q| |k| = " + num(bound) + " (expected at most " +
-                   num(score_limit) + "); scale q, k or options.scale down",
+      fail(op, "the scores options.scale * q . k may overflow float: q" + at(b, h) + " row " +
+                   num(scans[qi].norm_row) + " has norm " + num(qn) + ", k" + at(b, g) + " row " +
+                   num(scans[ki].norm_row) + " has norm " + num(kn) + " and options.scale is " + num(o.scale) +
+                   ", so max(1, |scale|) |q| |k| = " + num(bound) + " (expected at most " + num(score_limit) +
+                   "); scale q, k or options.scale down",
            ErrorCode::bad_value);
     }
   // check_value_range<float> per key/value head, over its m_b keys (the
@@ -265,27 +281,19 @@ void check_values(const char* op, const ConstBatchedTensor& q, const ConstBatche
   const double u = std::numeric_limits<float>::epsilon() / 2;
   for (std::size_t b = 0; b < B; ++b)
     for (std::size_t g = 0; g < Hkv; ++g) {
-      const float big = scans[B * (Hq + Hkv) + b * Hkv + g].largest;
+      const std::size_t vi = B * (Hq + Hkv) + b * Hkv + g;
+      const float big = scans[vi].largest;
       const std::size_t m_b = key_length(o, b, k.rows);
       const double limit =
           static_cast<double>(std::numeric_limits<float>::max()) / (1.0 + 4.0 * static_cast<double>(m_b) * u);
       if (static_cast<double>(big) <= limit) continue;
-      const ConstMatrix<float> x = head_rows(v, b, g, m_b, buf);
-      std::size_t row = 0, col = 0;  // the first entry at the largest |value|
-      while (std::fabs(x(row, col)) != big)
-        if (++col == x.cols) col = 0, ++row;
-      fail(op, "v may make the output overflow float: |v[" + num(b) + ", " + num(g) + ", " + num(row) + ", " +
-                   num(col) + "]| = " + num(static_cast<double>(big)) + " (expected at most " + num(limit) + " for " +
+      complete(vi, scans[vi]);
+      fail(op, "v may make the output overflow float: |v[" + num(b) + ", " + num(g) + ", " +
+                   num(scans[vi].largest_row) + ", " + num(scans[vi].largest_col) +
+                   "]| = " + num(static_cast<double>(big)) + " (expected at most " + num(limit) + " for " +
                    num(m_b) + " keys); scale v down",
            ErrorCode::bad_value);
     }
-}
-
-void check_transform(const char* op, const Transform& t) {
-  if (!detail::check_plain_transform(t, op, "options.transform"))
-    fail(op, "options.transform is " + t.name() +
-                 ", which needs per-head inputs that batched attention does not take (expected " +
-                 transform_names(takes_scores_only, " or ") + ")");
 }
 
 void check_lengths(const char* op, const char* field, const std::int32_t* lengths, std::size_t batch, std::size_t limit,
@@ -296,6 +304,40 @@ void check_lengths(const char* op, const char* field, const std::int32_t* length
       fail(op, std::string(field) + "[" + num(b) + "] is out of range (got " + std::to_string(lengths[b]) +
                    ", expected 0 <= length <= " + dim + " = " + num(limit) + ")");
 }
+
+void check_both_lengths(const char* op, const ConstBatchedTensor& q, const ConstBatchedTensor& k,
+                        const BatchedAttentionOptions& o) {
+  check_lengths(op, "options.query_lengths", o.query_lengths, q.batch, q.rows, "n");
+  check_lengths(op, "options.key_lengths", o.key_lengths, q.batch, k.rows, "m");
+}
+
+// The value checks on host memory: the lengths, then the heads scanned in
+// parallel and judged.
+void check_values(const char* op, const ConstBatchedTensor& q, const ConstBatchedTensor& k, const ConstBatchedTensor& v,
+                  const BatchedAttentionOptions& o) {
+  check_both_lengths(op, q, k, o);
+  std::vector<BatchedHeadScan> scans(scan_count(q, k));
+  detail::parallel_for(scans.size(), 1, [&](std::size_t i0, std::size_t i1) {
+    std::vector<float> buf;
+    for (std::size_t item = i0; item < i1; ++item) {
+      const ScanItem it = scan_item(item, q, k, v, o);
+      if (it.rows > 0) scans[item] = scan_head(head_rows(*it.t, it.b, it.h, it.rows, buf));
+    }
+  });
+  std::vector<float> buf;
+  judge_scans(op, q, k, v, o, scans, [&](std::size_t item, BatchedHeadScan& s) {
+    const ScanItem it = scan_item(item, q, k, v, o);
+    complete_scan(head_rows(*it.t, it.b, it.h, it.rows, buf), s);
+  });
+}
+
+void check_transform(const char* op, const Transform& t) {
+  if (!detail::check_plain_transform(t, op, "options.transform"))
+    fail(op, "options.transform is " + t.name() +
+                 ", which needs per-head inputs that batched attention does not take (expected " +
+                 transform_names(takes_scores_only, " or ") + ")");
+}
+
 
 // ---------------------------------------------------------------------------
 // Computation.
@@ -416,10 +458,7 @@ void check_batched_attention(ConstBatchedTensor q, ConstBatchedTensor k, ConstBa
 
   check_attention_scale(options.scale, op, "options.scale");
   check_transform(op, options.transform);
-  if (!check_values_too) return;
-  check_lengths(op, "options.query_lengths", options.query_lengths, q.batch, q.rows, "n");
-  check_lengths(op, "options.key_lengths", options.key_lengths, q.batch, k.rows, "m");
-  check_values(op, q, k, v, options);
+  if (check_values_too) check_values(op, q, k, v, options);
 }
 
 void batched_attention_forward(ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor v, BatchedTensor out,
@@ -430,10 +469,29 @@ void batched_attention_forward(ConstBatchedTensor q, ConstBatchedTensor k, Const
 
 void batched_attention_forward(Device device, ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor v,
                                BatchedTensor out, const BatchedAttentionOptions& options) {
-  if (device == Device::cpu) return batched_attention_forward(q, k, v, out, options);
-  const auto kernel = detail::backend_kernel(device, kOp, &BackendKernels::batched_attention_forward);
-  check_batched_attention(q, k, v, out, options, kOp);
+  batched_attention_forward(device, Memory::host, q, k, v, out, options);
+}
+
+void batched_attention_forward(Device device, Memory memory, ConstBatchedTensor q, ConstBatchedTensor k,
+                               ConstBatchedTensor v, BatchedTensor out, const BatchedAttentionOptions& options) {
+  if (device == Device::cpu) return batched_attention_forward(q, k, v, out, options);  // its memory is the host's
+  const bool on_device = memory == Memory::device;
+  const auto kernel = detail::backend_kernel(
+      device, kOp,
+      on_device ? &BackendKernels::batched_attention_forward_on_device : &BackendKernels::batched_attention_forward,
+      on_device);
+  check_batched_attention(q, k, v, out, options, kOp, /*check_values_too=*/!on_device);
   kernel(q, k, v, out, options);
+}
+
+void check_batched_attention_values(const char* op, ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor v,
+                                    const BatchedAttentionOptions& options, const std::vector<BatchedHeadScan>& scans) {
+  if (scans.size() != scan_count(q, k))
+    throw Error(at_op(op) + cpp_name("scans") + " has the wrong size (got " + num(scans.size()) + ", expected " +
+                num(scan_count(q, k)) + ": one per head of q, k and v)");
+  check_both_lengths(op, q, k, options);
+  std::vector<BatchedHeadScan> complete = scans;
+  judge_scans(op, q, k, v, options, complete, [](std::size_t, BatchedHeadScan&) {});
 }
 
 }  // namespace entgraph

@@ -48,7 +48,10 @@ BatchedTensor to_tensor(const char* function, const char* name, const eg_tensor4
   return v;
 }
 
-BatchedAttentionOptions to_options(const char* function, const eg_batched_attention_options* options) {
+
+}  // namespace
+
+BatchedAttentionOptions to_batched_options(const char* function, const eg_batched_attention_options* options) {
   BatchedAttentionOptions o;
   if (options == nullptr) return o;
   o.transform = to_transform(function, &options->transform, "options->transform");
@@ -59,7 +62,6 @@ BatchedAttentionOptions to_options(const char* function, const eg_batched_attent
   return o;
 }
 
-}  // namespace
 }  // namespace entgraph::c_api
 
 using namespace entgraph;
@@ -78,7 +80,7 @@ eg_status eg_batched_attention_forward(eg_device device, const eg_tensor4* q, co
                                        const eg_tensor4* out, const eg_batched_attention_options* options) {
   return guard(__func__, [&](const char* fn) {
     batched_attention_forward(to_device(fn, device), as_const(to_tensor(fn, "q", q)), as_const(to_tensor(fn, "k", k)),
-                              as_const(to_tensor(fn, "v", v)), to_tensor(fn, "out", out), to_options(fn, options));
+                              as_const(to_tensor(fn, "v", v)), to_tensor(fn, "out", out), to_batched_options(fn, options));
   });
 }
 

@@ -12,6 +12,7 @@
 
 #include "c_api/c_api_errors.hpp"
 #include "entgraph/attention.hpp"
+#include "entgraph/batched_attention.hpp"
 #include "entgraph/device.hpp"
 #include "entgraph/entgraph.h"
 #include "entgraph/graph.hpp"
@@ -96,6 +97,8 @@ Transform to_transform(const char* function, const eg_transform* transform, cons
 eg_transform to_c(const Transform& transform);
 // options NULL: the defaults of eg_attention_options_default().
 AttentionOptions<float> to_attention_options(const char* function, const eg_attention_options* options);
+// The same for batched attention (eg_batched_attention_options_default()).
+BatchedAttentionOptions to_batched_options(const char* function, const eg_batched_attention_options* options);
 
 inline const Graph& graph_of(const char* function, const eg_graph* graph, const char* name) {
   require(function, graph, name);

@@ -25,6 +25,10 @@ void host_attention_forward(ConstMatrix<float> q, ConstMatrix<float> k, ConstMat
                             const AttentionOptions<float>& options);
 void host_batched_attention_forward(ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor v,
                                    BatchedTensor out, const BatchedAttentionOptions& options);
+// The same on device memory (Memory::device), lengths included: no copies;
+// the lengths are read and the values scanned here.
+void device_batched_attention_forward(ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor v,
+                                      BatchedTensor out, const BatchedAttentionOptions& options);
 void host_graph_attention_forward(ConstMatrix<float> q, ConstMatrix<float> k, ConstMatrix<float> v,
                                   const Graph& graph, MatrixView<float> out, const AttentionOptions<float>& options);
 GraphMetrics host_compare_graphs(const Graph& predicted, const Graph& gold, bool causal);

@@ -17,7 +17,9 @@
 #include "attention_common.cuh"
 #include "backend_kernels.hpp"
 #include "batched_attention_traits.cuh"
+#include "batched_head_scan.hpp"
 #include "checks.cuh"
+#include "entgraph/backend.hpp"
 #include "entgraph/batched_attention.hpp"
 #include "entgraph/cuda/attention.hpp"
 #include "entgraph/cuda/batched_attention.hpp"
@@ -202,21 +204,34 @@ void run_float32(ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor 
   }
 }
 
+// Host copies of the options' device lengths (each empty where null); waits
+// for `stream` when there are any.
+struct HostLengths {
+  std::vector<std::int32_t> query, key;
+  const std::int32_t* query_data() const { return query.empty() ? nullptr : query.data(); }
+  const std::int32_t* key_data() const { return key.empty() ? nullptr : key.data(); }
+};
+
+HostLengths read_lengths(const BatchedAttentionOptions& options, std::size_t batch, cudaStream_t stream) {
+  HostLengths h;
+  const auto fetch = [&](const std::int32_t* lengths, std::vector<std::int32_t>& to) {
+    if (!lengths) return;
+    to.resize(batch);
+    check(cudaMemcpyAsync(to.data(), lengths, batch * sizeof(std::int32_t), cudaMemcpyDeviceToHost, stream),
+          "cuda::batched_attention_forward (reading the lengths)");
+  };
+  fetch(options.query_lengths, h.query);
+  fetch(options.key_lengths, h.key);
+  if (options.query_lengths || options.key_lengths) synchronize(stream);
+  return h;
+}
+
 void run_float32_device_lengths(ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor v, BatchedTensor out,
                                 const BatchedAttentionOptions& options, const BatchedAttentionTuning& tuning,
                                 const Weighting& w, void* workspace, std::size_t workspace_bytes, cudaStream_t stream) {
-  std::vector<std::int32_t> ql, kl;
-  const auto fetch = [&](const std::int32_t* lengths, std::vector<std::int32_t>& to) {
-    if (!lengths) return;
-    to.resize(q.batch);
-    check(cudaMemcpyAsync(to.data(), lengths, q.batch * sizeof(std::int32_t), cudaMemcpyDeviceToHost, stream),
-          "cuda::batched_attention_forward (reading the lengths)");
-  };
-  fetch(options.query_lengths, ql);
-  fetch(options.key_lengths, kl);
-  if (options.query_lengths || options.key_lengths) synchronize(stream);
-  run_float32(q, k, v, out, options, options.query_lengths ? ql.data() : nullptr,
-              options.key_lengths ? kl.data() : nullptr, tuning, w, workspace, workspace_bytes, stream);
+  const HostLengths lengths = read_lengths(options, q.batch, stream);
+  run_float32(q, k, v, out, options, lengths.query_data(), lengths.key_data(), tuning, w, workspace, workspace_bytes,
+              stream);
 }
 
 void run_sixteen_bit(ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor v, BatchedTensor out,
@@ -269,11 +284,10 @@ void run_sixteen_bit(ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTen
   });
 }
 
-// Every check of the device entry, in order; returns the resolved transform.
-Weighting check_call(ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor v, BatchedTensor out,
-                     const BatchedAttentionOptions& options) {
-  // The contract's checks (shapes, strides, overlaps, dtypes, transform), values aside.
-  check_batched_attention(q, k, v, out, options, kOp, false);
+// What the GPU adds to the contract's checks: what it cannot run, device
+// pointers, alignment. Returns the resolved transform.
+Weighting check_device_call(ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor v, BatchedTensor out,
+                            const BatchedAttentionOptions& options) {
   const Weighting w = detail::make_weighting(options.transform, options.scale, q.cols, kOp, "options.transform");
   check_supported(q.dtype, q.batch, q.heads, q.rows, k.rows, q.cols, v.cols, kOp);
   check_pointers(q, k, v, out, options);
@@ -296,6 +310,14 @@ Weighting check_call(ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTen
     }
   }
   return w;
+}
+
+// Every check of the device entry, in order; returns the resolved transform.
+Weighting check_call(ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor v, BatchedTensor out,
+                     const BatchedAttentionOptions& options) {
+  // The contract's checks (shapes, strides, overlaps, dtypes, transform), values aside.
+  check_batched_attention(q, k, v, out, options, kOp, false);
+  return check_device_call(q, k, v, out, options);
 }
 
 }  // namespace
@@ -390,6 +412,28 @@ void detail::host_batched_attention_forward(ConstBatchedTensor q, ConstBatchedTe
                          dout.data() + (b * out.heads + h) * out.rows * width, width, width, out.rows,
                          cudaMemcpyDeviceToHost),
             "batched_attention_forward: downloading out");
+}
+
+// The backend's kernel on device memory (Memory::device): the core has
+// checked all but the values; the lengths are read and the heads scanned
+// here, and the core's check_batched_attention_values decides on them with
+// the CPU's messages before anything is launched.
+void detail::device_batched_attention_forward(ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor v,
+                                              BatchedTensor out, const BatchedAttentionOptions& options) {
+  const Weighting w = check_device_call(q, k, v, out, options);
+  const HostLengths lengths = read_lengths(options, q.batch, nullptr);
+  BatchedAttentionOptions on_host = options;
+  on_host.query_lengths = lengths.query_data();
+  on_host.key_lengths = lengths.key_data();
+  check_batched_attention_values(
+      "batched_attention_forward", q, k, v, on_host,
+      detail::scan_batched_heads(q, k, v, on_host.query_lengths, on_host.key_lengths, nullptr));
+  const BatchedAttentionTuning tuning;
+  if (sixteen_bit(q.dtype))
+    run_sixteen_bit(q, k, v, out, options, tuning, w, nullptr, 0, nullptr);
+  else
+    run_float32(q, k, v, out, options, on_host.query_lengths, on_host.key_lengths, tuning, w, nullptr, 0, nullptr);
+  synchronize(nullptr);  // the op returns with its outputs written
 }
 
 }  // namespace entgraph::cuda
