@@ -557,6 +557,40 @@ static void test_batched_attention(void) {
   }
 }
 
+static void test_attention_dlpack(void) {
+  /* One head as eg_matrix and as DLPack tensors (q read with row stride 4) gives the same bits. */
+  float q[3 * 4], k[5 * 2], v[5 * 2], expect[6], got[6];
+  uint8_t padding[5] = {1, 0, 1, 1, 1};
+  int64_t q_shape[2] = {3, 2}, q_strides[2] = {4, 1}, kv_shape[2] = {5, 2}, out_shape[2] = {3, 2};
+  eg_attention_options options = eg_attention_options_default();
+  eg_dl_tensor tq, tk, tv, tout;
+  size_t x;
+  for (x = 0; x < 12; ++x) q[x] = (float)((int)(x * 7 % 9) - 4) / 4.0f;
+  for (x = 0; x < 10; ++x) k[x] = (float)((int)(x * 5 % 7) - 3) / 4.0f, v[x] = (float)((int)(x * 3 % 11) - 5) / 4.0f;
+  options.causal = 1;
+  options.key_padding = padding;
+  {
+    eg_const_matrix mq = {q, 3, 2, 4};
+    CHECK_OK(eg_attention_forward(EG_DEVICE_CPU, mq, cmat(k, 5, 2), cmat(v, 5, 2), mat(expect, 3, 2), &options));
+  }
+  tq = dl_tensor(q, 2, 32, q_shape, q_strides);
+  tk = dl_tensor(k, 2, 32, kv_shape, NULL);
+  tv = dl_tensor(v, 2, 32, kv_shape, NULL);
+  tout = dl_tensor(got, 2, 32, out_shape, NULL);
+  CHECK_OK(eg_attention_forward_dlpack(&tq, &tk, &tv, &tout, &options));
+  for (x = 0; x < 6; ++x) CHECK(got[x] == expect[x]);
+  tv.dtype.bits = 16;
+  CHECK_FAILS(eg_attention_forward_dlpack(&tq, &tk, &tv, &tout, &options), EG_ERROR_ARGUMENT, "v.dtype is not float32");
+  tv.dtype.bits = 32;
+  tk.device.device_id = 2;
+  CHECK_FAILS(eg_attention_forward_dlpack(&tq, &tk, &tv, &tout, &options), EG_ERROR_ARGUMENT, "k.device differs from q's");
+  tk.device.device_id = 0;
+  if (!eg_device_available(EG_DEVICE_CUDA, NULL, 0)) {
+    tq.device.device_type = tk.device.device_type = tv.device.device_type = tout.device.device_type = EG_DL_CUDA;
+    CHECK(eg_attention_forward_dlpack(&tq, &tk, &tv, &tout, &options) == EG_ERROR_DEVICE);
+  }
+}
+
 static void test_batched_attention_dlpack(void) {
   /* The same call as eg_tensor4 and as 4-D DLPack tensors gives the same bits: bfloat16 (code 4) and float16
    * (code 2, 16 bits) q, k, v contiguous [B, H, n, d]; out a [B, H, n, dv] view of [B, n, H, dv] memory, as
@@ -1034,6 +1068,7 @@ int main(void) {
   test_devices();
   test_attention();
   test_batched_attention();
+  test_attention_dlpack();
   test_batched_attention_dlpack();
   test_graphs();
   test_graph_attention();

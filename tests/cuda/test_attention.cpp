@@ -5,12 +5,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "entgraph/attention.hpp"
 #include "entgraph/cuda/attention.hpp"
+#include "entgraph/device.hpp"
 #include "entgraph/cuda/device.hpp"
 #include "entgraph/error.hpp"
 #include "entgraph/transforms.hpp"
@@ -222,6 +224,55 @@ TEST_SUITE("cuda") {
     o.key_padding = none.data();
     const Matrix<double> got = gpu_attention(q, k, v, o);
     for (double x : got.data) CHECK(x == 0.0);
+  }
+
+  TEST_CASE("fused attention: through the core's Device::cuda call on device memory, padding there too") {
+    const std::size_t n = 77, m = 130, d = 64, width = 32;
+    const Matrix<float> q = random_matrix<float>(n, d, 1.0, 601), k = random_matrix<float>(m, d, 1.0, 602),
+                        v = random_matrix<float>(m, width, 1.0, 603);
+    std::vector<std::uint8_t> padding(m, 1);
+    for (std::size_t j = 0; j < m; j += 7) padding[j] = 0;
+    DeviceArray<float> dq(q.data.data(), q.data.size()), dk(k.data.data(), k.data.size()),
+        dv(v.data.data(), v.data.size());
+    DeviceArray<std::uint8_t> dpad(padding.data(), padding.size());
+    for (const Transform& t : {Transform::softmax(), Transform::entmax15(), Transform::entmax(1.75)}) {
+      CAPTURE(t.name());
+      AttentionOptions<float> o;
+      o.transform = t;
+      o.causal = true;
+      o.key_padding = padding.data();
+      const Matrix<double> expect = cpu_attention(q, k, v, o);
+      o.key_padding = dpad.data();
+      Matrix<float> out(n, width, -7.0f);
+      DeviceArray<float> dout(out.data.data(), out.data.size());
+      entgraph::attention_forward(Device::cuda, Memory::device, ConstMatrix<float>(dq.data(), n, d),
+                                  ConstMatrix<float>(dk.data(), m, d), ConstMatrix<float>(dv.data(), m, width),
+                                  MatrixView<float>(dout.data(), n, width), o);
+      dout.download(out.data.data());
+      CHECK(test::max_abs_diff(out.cast<double>(), expect) <= kTol);
+    }
+    // A NaN in device memory: the GPU scans, the core decides, with the CPU's message; out untouched.
+    Matrix<float> bad = k;
+    bad(100, 3) = std::numeric_limits<float>::quiet_NaN();
+    AttentionOptions<float> o;
+    std::string on_cpu;
+    try {
+      Matrix<float> out(n, width);
+      entgraph::attention_forward(Device::cpu, q.view(), bad.view(), v.view(), out.view(), o);
+    } catch (const Error& e) {
+      on_cpu = e.what();
+    }
+    REQUIRE(!on_cpu.empty());
+    const std::vector<float> sentinel(n * width, -7.0f);
+    DeviceArray<float> dbad(bad.data.data(), bad.data.size()), dout(sentinel.data(), sentinel.size());
+    CHECK_THROWS_WITH_AS(entgraph::attention_forward(Device::cuda, Memory::device, ConstMatrix<float>(dq.data(), n, d),
+                                                     ConstMatrix<float>(dbad.data(), m, d),
+                                                     ConstMatrix<float>(dv.data(), m, width),
+                                                     MatrixView<float>(dout.data(), n, width), o),
+                         on_cpu.c_str(), Error);
+    std::vector<float> back(sentinel.size());
+    dout.download(back.data());
+    CHECK(back == sentinel);
   }
 
   TEST_CASE("fused attention: strided host views") {

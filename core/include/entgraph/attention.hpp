@@ -73,6 +73,13 @@ void attention_backward(ConstMatrix<T> q, ConstMatrix<T> k, ConstMatrix<T> v, Co
 // parameter gradients: checked in the core as above, then run there.
 void attention_forward(Device device, ConstMatrix<float> q, ConstMatrix<float> k, ConstMatrix<float> v,
                        MatrixView<float> out, const AttentionOptions<float>& options);
+// The forward with its arrays in `memory` (device.hpp). Memory::device: q, k,
+// v, out and the options' arrays (key_padding, span, upper) lie in the
+// device's memory and nothing is copied; the core checks shapes and
+// parameters, the device's kernel scans the values (the CPU's messages).
+// Device::cpu takes host memory either way.
+void attention_forward(Device device, Memory memory, ConstMatrix<float> q, ConstMatrix<float> k, ConstMatrix<float> v,
+                       MatrixView<float> out, const AttentionOptions<float>& options);
 void attention_backward(Device device, ConstMatrix<float> q, ConstMatrix<float> k, ConstMatrix<float> v,
                         ConstMatrix<float> grad_out, MatrixView<float> grad_q, MatrixView<float> grad_k,
                         MatrixView<float> grad_v, const AttentionOptions<float>& options);

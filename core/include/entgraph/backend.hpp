@@ -88,6 +88,13 @@ struct BackendKernels {
   // extra inputs: options.span, options.upper) are the kernel's to refuse.
   void (*attention_forward)(ConstMatrix<float> q, ConstMatrix<float> k, ConstMatrix<float> v, MatrixView<float> out,
                             const AttentionOptions<float>& options) = nullptr;
+  // The same on the device's own memory (q, k, v, out and options.key_padding;
+  // options.span and options.upper too, whose values the kernel checks if
+  // it runs those transforms): the core has checked all but the values; the
+  // kernel scans q, k and v and hands the scans to check_attention_values
+  // before it writes.
+  void (*attention_forward_on_device)(ConstMatrix<float> q, ConstMatrix<float> k, ConstMatrix<float> v,
+                                      MatrixView<float> out, const AttentionOptions<float>& options) = nullptr;
   void (*attention_backward)(ConstMatrix<float> q, ConstMatrix<float> k, ConstMatrix<float> v,
                              ConstMatrix<float> grad_out, MatrixView<float> grad_q, MatrixView<float> grad_k,
                              MatrixView<float> grad_v, const AttentionOptions<float>& options) = nullptr;
@@ -120,12 +127,13 @@ void check_transform_parameters(const Transform& t, const char* op, const std::s
 // `name` ("options.scale"); every attention op of the core checks it so.
 void check_attention_scale(double scale, const char* op, const std::string& name);
 
-// What a scan of one head of a batched attention call finds, over the
-// values attention sees (16-bit entries widened to float32 exactly) in the
-// head's valid rows (the first query_lengths[b] rows of q's heads, the first
-// key_lengths[b] of k's and v's; lengths clamped to [0, rows]; a head
-// without rows finds nothing).
-struct BatchedHeadScan {
+// What a scan of one head's q, k or v finds, over the values attention
+// sees (16-bit entries widened to float32 exactly) in its valid rows (dense
+// attention: all; batched attention: the first query_lengths[b] rows of q's
+// heads, the first key_lengths[b] of k's and v's, lengths clamped to
+// [0, rows]; a head without rows finds nothing). The device's kernel
+// computes it on its own memory; the core decides from it.
+struct HeadScan {
   bool bad = false;                      // an entry is NaN or +-inf
   std::size_t bad_row = 0, bad_col = 0;  // the first such entry, row-major
   float bad_value = 0.0f;                // its value
@@ -147,7 +155,14 @@ struct BatchedHeadScan {
 // first failure (the tensors' data is never read), or one naming `scans`
 // when it has the wrong size.
 void check_batched_attention_values(const char* op, ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor v,
-                                    const BatchedAttentionOptions& options, const std::vector<BatchedHeadScan>& scans);
+                                    const BatchedAttentionOptions& options, const std::vector<HeadScan>& scans);
+
+// The same for dense attention_forward_on_device: NaN and inf in q, k, v,
+// scores and outputs that may overflow float, decided from the scans of q,
+// k and v (options.scale is read; no data is). The CPU's messages.
+void check_attention_values(const char* op, ConstMatrix<float> q, ConstMatrix<float> k, ConstMatrix<float> v,
+                            const AttentionOptions<float>& options, const HeadScan& q_scan, const HeadScan& k_scan,
+                            const HeadScan& v_scan);
 
 // Makes `kernels` the table of `device` (replacing any earlier one). Throws
 // entgraph::Error for Device::cpu, whose kernels are the core's own.

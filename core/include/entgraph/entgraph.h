@@ -254,6 +254,13 @@ eg_status eg_attention_backward(eg_device device, eg_const_matrix q, eg_const_ma
                                 eg_const_matrix grad_out, eg_matrix grad_q, eg_matrix grad_k, eg_matrix grad_v,
                                 const eg_attention_options* options);
 
+/* eg_attention_forward on DLPack tensors (float32, 2-D as for the
+ * transforms). On EG_DL_CUDA options->key_padding is a device pointer too,
+ * rows must be contiguous, and the GPU scans the values before it writes
+ * (the CPU's messages). */
+eg_status eg_attention_forward_dlpack(const eg_dl_tensor* q, const eg_dl_tensor* k, const eg_dl_tensor* v,
+                                      const eg_dl_tensor* out, const eg_attention_options* options);
+
 /* ------------------------------------------------------------------------
  * Batched attention: every (sequence, head) pair of (batch, heads, rows,
  * cols) tensors in float32, bfloat16 or float16, with grouped-query heads

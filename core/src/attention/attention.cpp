@@ -21,6 +21,7 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "entgraph/error.hpp"
@@ -49,8 +50,10 @@ struct Dims {
   std::size_t n = 0, m = 0, d = 0, dv = 0;
 };
 
+// values = false: the options' arrays lie in a device's memory, whose values
+// the device's kernel checks; only their presence is checked here.
 template <class T>
-void check_transform(const char* op, const Dims& dims, const AttentionOptions<T>& o) {
+void check_transform(const char* op, const Dims& dims, const AttentionOptions<T>& o, bool values) {
   const Transform& t = o.transform;
   const TransformInfo* row = find_transform_info(t.kind);
   if (row == nullptr)
@@ -66,7 +69,7 @@ void check_transform(const char* op, const Dims& dims, const AttentionOptions<T>
         fail(op, cpp_name("options.span") + " is missing for adaptive_span (got nullptr, expected " + num(dims.n) + " values)");
       if (!(std::isfinite(o.span_ramp) && o.span_ramp > 0.0))
         fail(op, cpp_name("options.span_ramp") + " is out of range (got " + num(o.span_ramp) + ", expected a finite R > 0)");
-      for (std::size_t i = 0; i < dims.n; ++i)
+      for (std::size_t i = 0; values && i < dims.n; ++i)
         if (!std::isfinite(o.span[i]))
           throw Error(at_op(op) + cpp_name("options.span") + "[" + num(i) + "] is not finite (got " +
                           num(static_cast<double>(o.span[i])) + ", expected a finite span)",
@@ -76,6 +79,7 @@ void check_transform(const char* op, const Dims& dims, const AttentionOptions<T>
       if (o.upper == nullptr)
         fail(op, cpp_name("options.upper") + " is missing for " + row->name + " (got nullptr, expected " +
                      num(dims.m) + " values)");
+      if (!values) return;
       // Prefix sums of the bounds of the keys that are not padding: the keys a
       // causal query sees are a prefix.
       std::vector<double> prefix(dims.m + 1, 0.0);
@@ -101,9 +105,11 @@ void check_transform(const char* op, const Dims& dims, const AttentionOptions<T>
   }
 }
 
-// Everything but the output views.
+// Everything but the output views; values = false skips what reads the
+// arrays' values (a device's own memory: its kernel scans them).
 template <class T>
-Dims validate(const char* op, ConstMatrix<T> q, ConstMatrix<T> k, ConstMatrix<T> v, const AttentionOptions<T>& o) {
+Dims validate(const char* op, ConstMatrix<T> q, ConstMatrix<T> k, ConstMatrix<T> v, const AttentionOptions<T>& o,
+              bool values = true) {
   Dims dims{q.rows, k.rows, q.cols, v.cols};
   if (q.rows == 0) fail(op, cpp_name("q.rows") + " is 0 (got 0 queries, expected n >= 1)");
   if (k.rows == 0) fail(op, cpp_name("k.rows") + " is 0 (got 0 keys, expected m >= 1)");
@@ -118,7 +124,8 @@ Dims validate(const char* op, ConstMatrix<T> q, ConstMatrix<T> k, ConstMatrix<T>
   detail::check_view(op, "v", v);
   if (o.block_rows == 0) fail(op, cpp_name("options.block_rows") + " is 0 (got 0, expected >= 1)");
   check_attention_scale(o.scale, op, "options.scale");
-  check_transform(op, dims, o);
+  check_transform(op, dims, o, values);
+  if (!values) return dims;
   detail::check_finite<T>(op, "q", q);
   detail::check_finite<T>(op, "k", k);
   detail::check_finite<T>(op, "v", v);
@@ -485,8 +492,8 @@ constexpr const char* kMultiBackward = "multihead_attention_backward";
 
 template <class T>
 Dims validate_forward(const char* op, ConstMatrix<T> q, ConstMatrix<T> k, ConstMatrix<T> v, MatrixView<T> out,
-                      const AttentionOptions<T>& o, MatrixView<T> probs) {
-  const Dims dims = validate<T>(op, q, k, v, o);
+                      const AttentionOptions<T>& o, MatrixView<T> probs, bool values = true) {
+  const Dims dims = validate<T>(op, q, k, v, o, values);
   detail::check_shape(op, "out", out, dims.n, dims.dv);
   if (!probs.empty()) detail::check_shape(op, "probs", probs, dims.n, dims.m);
   return dims;
@@ -594,10 +601,31 @@ void multihead_attention_backward(ConstHeads<T> q, ConstHeads<T> k, ConstHeads<T
 
 void attention_forward(Device device, ConstMatrix<float> q, ConstMatrix<float> k, ConstMatrix<float> v,
                        MatrixView<float> out, const AttentionOptions<float>& options) {
-  if (device == Device::cpu) return attention_forward<float>(q, k, v, out, options);
-  const auto kernel = detail::backend_kernel(device, kForward, &BackendKernels::attention_forward);
-  validate_forward<float>(kForward, q, k, v, out, options, {});
+  attention_forward(device, Memory::host, q, k, v, out, options);
+}
+
+void attention_forward(Device device, Memory memory, ConstMatrix<float> q, ConstMatrix<float> k, ConstMatrix<float> v,
+                       MatrixView<float> out, const AttentionOptions<float>& options) {
+  if (device == Device::cpu) return attention_forward<float>(q, k, v, out, options);  // its memory is the host's
+  const bool on_device = memory == Memory::device;
+  const auto kernel = detail::backend_kernel(
+      device, kForward, on_device ? &BackendKernels::attention_forward_on_device : &BackendKernels::attention_forward,
+      on_device);
+  validate_forward<float>(kForward, q, k, v, out, options, {}, /*values=*/!on_device);
   kernel(q, k, v, out, options);
+}
+
+void check_attention_values(const char* op, ConstMatrix<float> q, ConstMatrix<float> k, ConstMatrix<float> v,
+                            const AttentionOptions<float>& options, const HeadScan& q_scan, const HeadScan& k_scan,
+                            const HeadScan& v_scan) {
+  (void)q, (void)k;  // their shapes were checked by the core; the scans stand for their values
+  // validate()'s order: q, k, v finite; the score range; the value range.
+  for (const auto& [name, s] : {std::pair<const char*, const HeadScan*>{"q", &q_scan}, {"k", &k_scan}, {"v", &v_scan}})
+    if (s->bad) detail::throw_non_finite(op, name, s->bad_row, s->bad_col, static_cast<double>(s->bad_value), false);
+  detail::check_score_norms<float>(op, q_scan.norm, q_scan.norm_row, k_scan.norm, k_scan.norm_row, options.scale,
+                                   "options.scale", 2.0);
+  detail::check_value_largest<float>(op, static_cast<double>(v_scan.largest), v_scan.largest_row, v_scan.largest_col,
+                                     v.rows);
 }
 
 void attention_backward(Device device, ConstMatrix<float> q, ConstMatrix<float> k, ConstMatrix<float> v,

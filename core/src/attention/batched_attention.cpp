@@ -160,15 +160,15 @@ std::size_t check_layout(const char* op, const std::string& name, const ConstBat
 }
 
 // The first non-finite entry of a head and its largest |entry| (the fields
-// of BatchedHeadScan up to `largest`), on the widened values attention
+// of HeadScan up to `largest`), on the widened values attention
 // sees. One pass that vectorises: the largest entry's position and the row
 // norms are found only where a decision needs them (complete_scan).
-BatchedHeadScan scan_head(ConstMatrix<float> x) {
+HeadScan scan_head(ConstMatrix<float> x) {
   // On the bits: |x|'s pattern orders like |x| and is at least inf's for inf
   // and NaN, and integer maxima vectorise where float ones (NaN rules) do not.
   constexpr std::uint32_t kInf = 0x7f800000u;
   std::uint32_t largest = 0;
-  BatchedHeadScan s;
+  HeadScan s;
   for (std::size_t i = 0; i < x.rows; ++i) {
     const float* row = x.row(i);
     std::uint32_t big = 0, bad = 0;
@@ -194,7 +194,7 @@ BatchedHeadScan scan_head(ConstMatrix<float> x) {
 }
 
 // The fields scan_head leaves out, from the head's valid rows x.
-void complete_scan(ConstMatrix<float> x, BatchedHeadScan& s) {
+void complete_scan(ConstMatrix<float> x, HeadScan& s) {
   s.norm = detail::largest_row_norm<float>(x, s.norm_row);
   s.largest_row = s.largest_col = 0;
   for (std::size_t i = 0; i < x.rows; ++i)
@@ -236,10 +236,10 @@ std::size_t scan_count(const ConstBatchedTensor& q, const ConstBatchedTensor& k)
 // sequence, head, row).
 template <class Complete>
 void judge_scans(const char* op, const ConstBatchedTensor& q, const ConstBatchedTensor& k, const ConstBatchedTensor& v,
-                 const BatchedAttentionOptions& o, std::vector<BatchedHeadScan>& scans, Complete&& complete) {
+                 const BatchedAttentionOptions& o, std::vector<HeadScan>& scans, Complete&& complete) {
   const std::size_t B = q.batch, Hq = q.heads, Hkv = k.heads;
   for (std::size_t item = 0; item < scans.size(); ++item) {
-    const BatchedHeadScan& s = scans[item];
+    const HeadScan& s = scans[item];
     if (!s.bad) continue;
     const ScanItem it = scan_item(item, q, k, v, o);
     fail(op, std::string(it.name) + " has a non-finite entry at [" + num(it.b) + ", " + num(it.h) + ", " +
@@ -316,7 +316,7 @@ void check_both_lengths(const char* op, const ConstBatchedTensor& q, const Const
 void check_values(const char* op, const ConstBatchedTensor& q, const ConstBatchedTensor& k, const ConstBatchedTensor& v,
                   const BatchedAttentionOptions& o) {
   check_both_lengths(op, q, k, o);
-  std::vector<BatchedHeadScan> scans(scan_count(q, k));
+  std::vector<HeadScan> scans(scan_count(q, k));
   detail::parallel_for(scans.size(), 1, [&](std::size_t i0, std::size_t i1) {
     std::vector<float> buf;
     for (std::size_t item = i0; item < i1; ++item) {
@@ -325,7 +325,7 @@ void check_values(const char* op, const ConstBatchedTensor& q, const ConstBatche
     }
   });
   std::vector<float> buf;
-  judge_scans(op, q, k, v, o, scans, [&](std::size_t item, BatchedHeadScan& s) {
+  judge_scans(op, q, k, v, o, scans, [&](std::size_t item, HeadScan& s) {
     const ScanItem it = scan_item(item, q, k, v, o);
     complete_scan(head_rows(*it.t, it.b, it.h, it.rows, buf), s);
   });
@@ -485,13 +485,13 @@ void batched_attention_forward(Device device, Memory memory, ConstBatchedTensor 
 }
 
 void check_batched_attention_values(const char* op, ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor v,
-                                    const BatchedAttentionOptions& options, const std::vector<BatchedHeadScan>& scans) {
+                                    const BatchedAttentionOptions& options, const std::vector<HeadScan>& scans) {
   if (scans.size() != scan_count(q, k))
     throw Error(at_op(op) + cpp_name("scans") + " has the wrong size (got " + num(scans.size()) + ", expected " +
                 num(scan_count(q, k)) + ": one per head of q, k and v)");
   check_both_lengths(op, q, k, options);
-  std::vector<BatchedHeadScan> complete = scans;
-  judge_scans(op, q, k, v, options, complete, [](std::size_t, BatchedHeadScan&) {});
+  std::vector<HeadScan> complete = scans;
+  judge_scans(op, q, k, v, options, complete, [](std::size_t, HeadScan&) {});
 }
 
 }  // namespace entgraph

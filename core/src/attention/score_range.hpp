@@ -48,12 +48,12 @@ double largest_row_norm(ConstMatrix<T> x, std::size_t& row) {
   return best;
 }
 
-// Throws unless headroom * max(1, |scale|) * max_i |q_i| * max_j |k_j| fits in T.
+// Throws unless headroom * max(1, |scale|) * qn * kn fits in T, where qn and
+// kn are the largest row norms of q and k (rows qi and kj), as
+// largest_row_norm computes them.
 template <class T>
-void check_score_range(const char* op, ConstMatrix<T> q, ConstMatrix<T> k, double scale, const char* scale_name,
-                       double headroom) {
-  std::size_t qi = 0, kj = 0;
-  const double qn = largest_row_norm<T>(q, qi), kn = largest_row_norm<T>(k, kj);
+void check_score_norms(const char* op, double qn, std::size_t qi, double kn, std::size_t kj, double scale,
+                       const char* scale_name, double headroom) {
   const double bound = std::max(1.0, std::abs(scale)) * qn * kn;  // inf in double: certainly too large
   const double limit = static_cast<double>(std::numeric_limits<T>::max()) / headroom;
   if (bound <= limit) return;
@@ -65,11 +65,32 @@ void check_score_range(const char* op, ConstMatrix<T> q, ConstMatrix<T> k, doubl
               ErrorCode::bad_value);
 }
 
+// Throws unless headroom * max(1, |scale|) * max_i |q_i| * max_j |k_j| fits in T.
+template <class T>
+void check_score_range(const char* op, ConstMatrix<T> q, ConstMatrix<T> k, double scale, const char* scale_name,
+                       double headroom) {
+  std::size_t qi = 0, kj = 0;
+  const double qn = largest_row_norm<T>(q, qi), kn = largest_row_norm<T>(k, kj);
+  check_score_norms<T>(op, qn, qi, kn, kj, scale, scale_name, headroom);
+}
+
 // Throws if an output row sum_j p_j v_j could overflow T. With weights summing
 // to 1 within rounding, any summation order gives |o| <= max |v| (1 + 4 m u)
 // for m keys and unit roundoff u, so only values within that factor of T's
 // maximum are refused (issue 29: values at FLT_MAX gave infinite outputs that
-// exact mode still counted as exact rows).
+// exact mode still counted as exact rows). `big` is the largest |v| over
+// `keys` rows, first found at (row, col).
+template <class T>
+void check_value_largest(const char* op, double big, std::size_t row, std::size_t col, std::size_t keys) {
+  const double u = std::numeric_limits<T>::epsilon() / 2;
+  const double limit = static_cast<double>(std::numeric_limits<T>::max()) / (1.0 + 4.0 * static_cast<double>(keys) * u);
+  if (big <= limit) return;
+  throw Error(at_op(op) + "v may make the output overflow " +
+              (std::is_same_v<T, float> ? "float" : "double") + ": |v[" + num(row) + "][" + num(col) + "]| = " +
+              num(big) + " (expected at most " + num(limit) + " for " + num(keys) + " keys); scale v down",
+              ErrorCode::bad_value);
+}
+
 template <class T>
 void check_value_range(const char* op, ConstMatrix<T> v) {
   std::size_t row = 0, col = 0;
@@ -81,13 +102,7 @@ void check_value_range(const char* op, ConstMatrix<T> v) {
         row = i;
         col = j;
       }
-  const double u = std::numeric_limits<T>::epsilon() / 2;
-  const double limit = static_cast<double>(std::numeric_limits<T>::max()) / (1.0 + 4.0 * static_cast<double>(v.rows) * u);
-  if (big <= limit) return;
-  throw Error(at_op(op) + "v may make the output overflow " +
-              (std::is_same_v<T, float> ? "float" : "double") + ": |v[" + num(row) + "][" + num(col) + "]| = " +
-              num(big) + " (expected at most " + num(limit) + " for " + num(v.rows) + " keys); scale v down",
-              ErrorCode::bad_value);
+  check_value_largest<T>(op, big, row, col, v.rows);
 }
 
 }  // namespace entgraph::detail

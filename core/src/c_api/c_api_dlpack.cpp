@@ -176,6 +176,16 @@ eg_status eg_transform_backward_dlpack(const eg_transform* transform, const eg_d
   });
 }
 
+eg_status eg_attention_forward_dlpack(const eg_dl_tensor* q, const eg_dl_tensor* k, const eg_dl_tensor* v,
+                                      const eg_dl_tensor* out, const eg_attention_options* options) {
+  return guard(__func__, [&](const char* fn) {
+    const Place p = common_place(fn, "q", q, {{"k", k}, {"v", v}, {"out", out}});
+    attention_forward(p.device, p.memory, view_of<const float>(fn, "q", q, kDLFloat),
+                      view_of<const float>(fn, "k", k, kDLFloat), view_of<const float>(fn, "v", v, kDLFloat),
+                      view_of<float>(fn, "out", out, kDLFloat), to_attention_options(fn, options));
+  });
+}
+
 eg_status eg_batched_attention_forward_dlpack(const eg_dl_tensor* q, const eg_dl_tensor* k, const eg_dl_tensor* v,
                                               const eg_dl_tensor* out, const eg_batched_attention_options* options) {
   return guard(__func__, [&](const char* fn) {

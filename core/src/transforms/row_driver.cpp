@@ -61,15 +61,19 @@ void check_rows(const char* op, const char* arg, ConstMatrix<T> m, MaskView mask
   });
   for (std::size_t r = 0; r < m.rows; ++r) {
     if (bad_col[r] == none) continue;
-    const T x = m(r, bad_col[r]);
-    throw Error(at_op(op) + cpp_name(arg) + " has a non-finite entry at (" + std::to_string(r) + ", " +
-                std::to_string(bad_col[r]) + ") (got " + (std::isnan(x) ? "NaN" : (x > 0 ? "+inf" : "-inf")) +
-                (allow_neg_inf ? ", expected a finite number or -inf)" : ", expected a finite number)"),
-                ErrorCode::bad_value);
+    throw_non_finite(op, arg, r, bad_col[r], static_cast<double>(m(r, bad_col[r])), allow_neg_inf);
   }
 }
 
 }  // namespace
+
+void throw_non_finite(const char* op, const char* arg, std::size_t row, std::size_t col, double x,
+                      bool allow_neg_inf) {
+  throw Error(at_op(op) + cpp_name(arg) + " has a non-finite entry at (" + std::to_string(row) + ", " +
+                  std::to_string(col) + ") (got " + (std::isnan(x) ? "NaN" : (x > 0 ? "+inf" : "-inf")) +
+                  (allow_neg_inf ? ", expected a finite number or -inf)" : ", expected a finite number)"),
+              ErrorCode::bad_value);
+}
 
 template <class T>
 void check_scores(const char* op, const char* arg, ConstMatrix<T> scores, MaskView mask) {

@@ -73,6 +73,10 @@ void check_scores(const char* op, const char* arg, ConstMatrix<T> scores, MaskVi
 // Throws if any entry (masked or not) is NaN or +/-inf.
 template <class T>
 void check_finite(const char* op, const char* arg, ConstMatrix<T> values);
+// The error of check_scores (allow_neg_inf) and check_finite for entry
+// (row, col) of `arg`, whose value is x.
+[[noreturn]] void throw_non_finite(const char* op, const char* arg, std::size_t row, std::size_t col, double x,
+                                   bool allow_neg_inf);
 
 // Per-thread scratch of at least n elements, reused across calls.
 template <class T>

@@ -61,6 +61,7 @@ void register_backend() {
   table.transform_forward_on_device = detail::device_transform_forward;
   table.transform_backward_on_device = detail::device_transform_backward;
   table.attention_forward = detail::host_attention_forward;
+  table.attention_forward_on_device = detail::device_attention_forward;
   table.batched_attention_forward = detail::host_batched_attention_forward;
   table.batched_attention_forward_on_device = detail::device_batched_attention_forward;
   table.graph_attention_forward = detail::host_graph_attention_forward;

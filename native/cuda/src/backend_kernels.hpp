@@ -23,6 +23,10 @@ void device_transform_backward(const Transform& t, ConstMatrix<float> probs, Con
                                MatrixView<float> grad_scores);
 void host_attention_forward(ConstMatrix<float> q, ConstMatrix<float> k, ConstMatrix<float> v, MatrixView<float> out,
                             const AttentionOptions<float>& options);
+// The same on device memory (Memory::device): q, k, v, out and key_padding
+// there, rows contiguous; the values are scanned here.
+void device_attention_forward(ConstMatrix<float> q, ConstMatrix<float> k, ConstMatrix<float> v, MatrixView<float> out,
+                              const AttentionOptions<float>& options);
 void host_batched_attention_forward(ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor v,
                                    BatchedTensor out, const BatchedAttentionOptions& options);
 // The same on device memory (Memory::device), lengths included: no copies;

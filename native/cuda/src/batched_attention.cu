@@ -17,7 +17,7 @@
 #include "attention_common.cuh"
 #include "backend_kernels.hpp"
 #include "batched_attention_traits.cuh"
-#include "batched_head_scan.hpp"
+#include "head_scan.hpp"
 #include "checks.cuh"
 #include "entgraph/backend.hpp"
 #include "entgraph/batched_attention.hpp"
@@ -427,7 +427,8 @@ void detail::device_batched_attention_forward(ConstBatchedTensor q, ConstBatched
   on_host.key_lengths = lengths.key_data();
   check_batched_attention_values(
       "batched_attention_forward", q, k, v, on_host,
-      detail::scan_batched_heads(q, k, v, on_host.query_lengths, on_host.key_lengths, nullptr));
+      detail::scan_batched_heads("batched_attention_forward", q, k, v, on_host.query_lengths, on_host.key_lengths,
+                                 nullptr));
   const BatchedAttentionTuning tuning;
   if (sixteen_bit(q.dtype))
     run_sixteen_bit(q, k, v, out, options, tuning, w, nullptr, 0, nullptr);

@@ -20,6 +20,17 @@ namespace entgraph::cuda::detail {
   throw Error(std::string(op) + ": " + what);
 }
 
+// Device memory is read as rows x cols, contiguous: a view with a wider row
+// stride is refused as unsupported (the core accepts it, the GPU kernels do
+// not).
+template <class View>
+void check_contiguous(const char* op, const char* arg, const View& view) {
+  if (view.rows > 1 && view.stride != view.cols)
+    throw Error(std::string(op) + ": " + arg + " in device memory must have contiguous rows on device cuda (got stride " +
+                    std::to_string(view.stride) + ", expected " + std::to_string(view.cols) + ")",
+                ErrorCode::unsupported);
+}
+
 // Whether a pointer suits 16-byte vector loads.
 inline bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
 

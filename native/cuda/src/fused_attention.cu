@@ -9,9 +9,11 @@
 #include <cstdint>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "attention_common.cuh"
 #include "backend_kernels.hpp"
+#include "head_scan.hpp"
 #include "entgraph/cuda/attention.hpp"
 #include "fused_attention_traits.cuh"
 #include "staging.cuh"
@@ -146,6 +148,33 @@ void detail::host_attention_forward(ConstMatrix<float> q, ConstMatrix<float> k, 
   attention_forward(staged.q.data(), staged.k.data(), staged.v.data(), staged.out.data(), n, m, d, dv,
                     staged.options, nullptr);
   staged.finish(out, "attention_forward");
+}
+
+// The backend's kernel on device memory (Memory::device): the core has
+// checked all but the values; q, k and v are scanned here and the core's
+// check_attention_values decides with the CPU's messages before the launch.
+void detail::device_attention_forward(ConstMatrix<float> q, ConstMatrix<float> k, ConstMatrix<float> v,
+                                      MatrixView<float> out, const AttentionOptions<float>& options) {
+  const std::size_t n = q.rows, m = k.rows, d = q.cols, dv = v.cols;
+  check_sizes(n, m, d, dv);
+  detail::make_weighting(options.transform, options.scale, d, kOp, "options.transform");
+  detail::check_contiguous("attention_forward", "q", q);
+  detail::check_contiguous("attention_forward", "k", k);
+  detail::check_contiguous("attention_forward", "v", v);
+  detail::check_contiguous("attention_forward", "out", out);
+  const auto one_head = [](ConstMatrix<float> x) {
+    return ConstBatchedTensor{x.data, DType::float32, 1, 1, x.rows, x.cols, x.rows * x.cols, x.rows * x.cols, x.cols};
+  };
+  const std::vector<HeadScan> scans =
+      detail::scan_batched_heads("attention_forward", one_head(q), one_head(k), one_head(v), nullptr, nullptr, nullptr);
+  check_attention_values("attention_forward", q, k, v, options, scans[0], scans[1], scans[2]);
+  FusedAttentionOptions fo;
+  fo.transform = options.transform;
+  fo.scale = options.scale;
+  fo.causal = options.causal;
+  fo.key_padding = options.key_padding;
+  attention_forward(q.data, k.data, v.data, out.data, n, m, d, dv, fo, nullptr);
+  synchronize(nullptr);  // the op returns with its outputs written
 }
 
 }  // namespace entgraph::cuda

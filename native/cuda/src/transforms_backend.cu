@@ -24,15 +24,6 @@ void check_capacity(const char* op, const Transform& t, std::size_t cols) {
                 ", expected n <= " + std::to_string(kMaxTransformCols) + ")");
 }
 
-// Device memory is read as rows x cols, contiguous.
-template <class T>
-void check_contiguous(const char* op, const char* arg, const T& view) {
-  if (view.rows > 1 && view.stride != view.cols)
-    throw Error(std::string(op) + ": " + arg + " in device memory must have contiguous rows on device cuda (got stride " +
-                    std::to_string(view.stride) + ", expected " + std::to_string(view.cols) + ")",
-                ErrorCode::unsupported);
-}
-
 }  // namespace
 
 void device_transform_forward(const Transform& t, ConstMatrix<float> scores, MatrixView<float> probs, MaskView mask) {

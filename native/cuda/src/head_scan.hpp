@@ -1,5 +1,5 @@
 // The scan of batched attention's heads in device memory
-// (batched_head_scan.cu): what the core's check_batched_attention_values
+// (head_scan.cu): what the core's check_batched_attention_values
 // (entgraph/backend.hpp) decides from, found on the GPU so that nothing but
 // one small record per head crosses to the host.
 #pragma once
@@ -13,13 +13,13 @@
 
 namespace entgraph::cuda::detail {
 
-// One BatchedHeadScan per head of q, k and v in the core's order (q's
+// One HeadScan per head of q, k and v in the core's order (q's
 // (b, h), k's (b, g), v's (b, g)), over each head's valid rows: the first
 // query_lengths[b] / key_lengths[b] (host copies, clamped to [0, rows];
 // null: all). The tensors are device memory, shapes checked by the core.
 // Waits for the scan on `stream`.
-std::vector<BatchedHeadScan> scan_batched_heads(ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor v,
-                                                const std::int32_t* query_lengths, const std::int32_t* key_lengths,
-                                                cudaStream_t stream);
+std::vector<HeadScan> scan_batched_heads(const char* op, ConstBatchedTensor q, ConstBatchedTensor k,
+                                         ConstBatchedTensor v, const std::int32_t* query_lengths,
+                                         const std::int32_t* key_lengths, cudaStream_t stream);
 
 }  // namespace entgraph::cuda::detail

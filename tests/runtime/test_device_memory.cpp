@@ -1,11 +1,12 @@
-// Batched attention on a device's own memory (Memory::device): the core
-// checks shapes, strides and parameters and never reads the data; the
-// backend's kernel reads the lengths and scans the heads, and the core's
-// check_batched_attention_values decides on that scan with the CPU's
-// messages. A recording backend stands in for the GPU: its "device memory"
-// is host memory, and it scans with a plain reference written here from
-// BatchedHeadScan's definition, so the test proves that a backend scanning
-// by the documented rules gets exactly the CPU's errors and results.
+// Attention on a device's own memory (Memory::device): the core checks
+// shapes, strides and parameters and never reads the data; the backend's
+// kernel reads the lengths and scans the heads (HeadScan), and the core's
+// check_attention_values / check_batched_attention_values decide on the
+// scans with the CPU's messages. A recording backend stands in for the GPU:
+// its "device memory" is host memory, and it scans with a plain reference
+// written here from HeadScan's definition, so the tests prove that a
+// backend scanning by the documented rules gets exactly the CPU's errors
+// and results.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -15,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "entgraph/attention.hpp"
 #include "entgraph/backend.hpp"
 #include "entgraph/batched_attention.hpp"
 #include "entgraph/device.hpp"
@@ -25,7 +27,7 @@ using namespace entgraph;
 
 namespace {
 
-int kernel_calls = 0, host_calls = 0;
+int kernel_calls = 0, host_calls = 0, dense_calls = 0;
 bool switched_on = false;
 
 // Entry (b, h, i, c) widened to float, as attention reads it.
@@ -41,10 +43,10 @@ float element(const ConstBatchedTensor& t, std::size_t b, std::size_t h, std::si
   }
 }
 
-// BatchedHeadScan of head (b, h) over its first `rows` rows, from the
+// HeadScan of head (b, h) over its first `rows` rows, from the
 // definition in entgraph/backend.hpp, in plain scalar code.
-BatchedHeadScan reference_scan(const ConstBatchedTensor& t, std::size_t b, std::size_t h, std::size_t rows) {
-  BatchedHeadScan s;
+HeadScan reference_scan(const ConstBatchedTensor& t, std::size_t b, std::size_t h, std::size_t rows) {
+  HeadScan s;
   for (std::size_t i = 0; i < rows; ++i)
     for (std::size_t c = 0; c < t.cols; ++c) {
       const float x = element(t, b, h, i, c);
@@ -73,6 +75,10 @@ std::size_t clamp_length(const std::int32_t* lengths, std::size_t b, std::size_t
   return lengths[b] < 0 ? 0 : std::min(static_cast<std::size_t>(lengths[b]), full);
 }
 
+ConstBatchedTensor one_head(ConstMatrix<float> x) {
+  return {x.data, DType::float32, 1, 1, x.rows, x.cols, x.rows * x.stride, x.rows * x.stride, x.stride};
+}
+
 BackendKernels recording_table() {
   BackendKernels k;
   k.available = [](std::string* why) {
@@ -87,7 +93,7 @@ BackendKernels recording_table() {
   k.batched_attention_forward_on_device = [](ConstBatchedTensor q, ConstBatchedTensor kk, ConstBatchedTensor v,
                                              BatchedTensor out, const BatchedAttentionOptions& o) {
     ++kernel_calls;
-    std::vector<BatchedHeadScan> scans;
+    std::vector<HeadScan> scans;
     for (std::size_t b = 0; b < q.batch; ++b)
       for (std::size_t h = 0; h < q.heads; ++h)
         scans.push_back(reference_scan(q, b, h, clamp_length(o.query_lengths, b, q.rows)));
@@ -98,12 +104,19 @@ BackendKernels recording_table() {
     check_batched_attention_values("batched_attention_forward", q, kk, v, o, scans);
     batched_attention_forward(q, kk, v, out, o);  // the "device" runs the CPU's attention
   };
+  k.attention_forward_on_device = [](ConstMatrix<float> q, ConstMatrix<float> kk, ConstMatrix<float> v,
+                                     MatrixView<float> out, const AttentionOptions<float>& o) {
+    ++dense_calls;
+    check_attention_values("attention_forward", q, kk, v, o, reference_scan(one_head(q), 0, 0, q.rows),
+                           reference_scan(one_head(kk), 0, 0, kk.rows), reference_scan(one_head(v), 0, 0, v.rows));
+    attention_forward<float>(q, kk, v, out, o);
+  };
   return k;
 }
 
 struct RecordingBackend {
   RecordingBackend() {
-    kernel_calls = host_calls = 0;
+    kernel_calls = host_calls = dense_calls = 0;
     switched_on = true;
     register_backend(Device::cuda, recording_table());
   }
@@ -243,5 +256,59 @@ TEST_SUITE("runtime") {
     CHECK(test::error_code_of([&] {
             batched_attention_forward(Device::cuda, Memory::device, q.view(), k.view(), v.view(), out.out(), o);
           }) == ErrorCode::unsupported);
+  }
+
+  TEST_CASE("devices: dense attention on the device's own memory gets the CPU's results and the CPU's errors") {
+    RecordingBackend backend;
+    const std::size_t n = 6, m = 9, d = 5, dv = 3;
+    const auto q = test::random_matrix<float>(n, d, 1.0, 21), k = test::random_matrix<float>(m, d, 1.0, 22),
+               v = test::random_matrix<float>(m, dv, 1.0, 23);
+    const std::vector<std::uint8_t> padding = {1, 1, 0, 1, 1, 1, 0, 1, 1};
+    AttentionOptions<float> o;
+    o.transform = Transform::entmax(1.25);
+    o.causal = true;
+    o.key_padding = padding.data();
+    test::Matrix<float> cpu(n, dv), dev(n, dv, 7.0f);
+    attention_forward(Device::cpu, q.view(), k.view(), v.view(), cpu.view(), o);
+    attention_forward(Device::cuda, Memory::device, q.view(), k.view(), v.view(), dev.view(), o);
+    CHECK(dev.data == cpu.data);
+    CHECK(dense_calls == 1);
+
+    test::Matrix<float> out(n, dv, 7.0f), narrow(n, dv - 1, 7.0f);
+    const auto expect_cpu_error = [&](const char* what, const test::Matrix<float>& qq, const test::Matrix<float>& kk,
+                                      const test::Matrix<float>& vv, MatrixView<float> oo,
+                                      const AttentionOptions<float>& opts, int kernel_calls_expected) {
+      const std::string call = what;
+      CAPTURE(call);
+      const std::string on_cpu =
+          message_of([&] { attention_forward(Device::cpu, qq.view(), kk.view(), vv.view(), oo, opts); });
+      CAPTURE(on_cpu);
+      CHECK(!on_cpu.empty());
+      const int before = dense_calls;
+      CHECK(message_of([&] {
+              attention_forward(Device::cuda, Memory::device, qq.view(), kk.view(), vv.view(), oo, opts);
+            }) == on_cpu);
+      CHECK(dense_calls - before == kernel_calls_expected);
+      for (float x : out.data) CHECK(x == 7.0f);
+    };
+    expect_cpu_error("out.cols", q, k, v, narrow.view(), o, 0);
+    AttentionOptions<float> bad_scale = o;
+    bad_scale.scale = std::numeric_limits<double>::infinity();
+    expect_cpu_error("scale", q, k, v, out.view(), bad_scale, 0);
+    test::Matrix<float> k_nan = k, q_big = q, k_big = k, v_big = v;
+    k_nan(4, 2) = std::numeric_limits<float>::quiet_NaN();
+    expect_cpu_error("NaN", q, k_nan, v, out.view(), o, 1);
+    q_big(3, 1) = 3e19f;
+    k_big(7, 4) = -3e19f;
+    expect_cpu_error("scores", q_big, k_big, v, out.view(), o, 1);
+    v_big(5, 2) = std::numeric_limits<float>::max();
+    v_big(8, 0) = -std::numeric_limits<float>::max();
+    expect_cpu_error("v", q, k, v_big, out.view(), o, 1);
+
+    // The options' arrays lie in device memory too: the core checks that
+    // they are there, not what they hold.
+    AttentionOptions<float> constrained = o;
+    constrained.transform = Transform::of(TransformKind::constrained_softmax, 1.0, 0);
+    expect_cpu_error("upper missing", q, k, v, out.view(), constrained, 0);
   }
 }

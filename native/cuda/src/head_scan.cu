@@ -1,4 +1,4 @@
-// The scan of batched attention's heads (batched_head_scan.hpp): one block
+// The scan of batched attention's heads (head_scan.hpp): one block
 // per head; each thread walks its rows (first non-finite entry, largest
 // |entry|, row norm computed as the CPU's largest_row_norm does, in double
 // with correctly rounded operations and no fused multiply-adds), thread 0
@@ -12,9 +12,9 @@
 #include <cstring>
 #include <string>
 
-#include "batched_head_scan.hpp"
 #include "checks.cuh"
 #include "entgraph/cuda/device.hpp"
+#include "head_scan.hpp"
 
 namespace entgraph::cuda {
 namespace {
@@ -30,7 +30,7 @@ struct HeadRef {
   unsigned long long rows;
 };
 
-// What a block writes for its head (BatchedHeadScan, in fixed-width fields).
+// What a block writes for its head (HeadScan, in fixed-width fields).
 struct ScanRecord {
   unsigned long long bad_row, bad_col;  // kNone: no bad entry
   float bad_value;
@@ -131,10 +131,11 @@ std::size_t valid(const std::int32_t* lengths, std::size_t b, std::size_t full) 
 
 }  // namespace
 
-std::vector<BatchedHeadScan> detail::scan_batched_heads(ConstBatchedTensor q, ConstBatchedTensor k,
-                                                        ConstBatchedTensor v, const std::int32_t* query_lengths,
-                                                        const std::int32_t* key_lengths, cudaStream_t stream) {
-  constexpr const char* kWhat = "batched_attention_forward: scanning q, k and v";
+std::vector<HeadScan> detail::scan_batched_heads(const char* op, ConstBatchedTensor q, ConstBatchedTensor k,
+                                                 ConstBatchedTensor v, const std::int32_t* query_lengths,
+                                                 const std::int32_t* key_lengths, cudaStream_t stream) {
+  const std::string what = std::string(op) + ": scanning q, k and v";
+  const char* kWhat = what.c_str();
   const std::size_t B = q.batch, Hq = q.heads, Hkv = k.heads, size = dtype_size(q.dtype);
   std::vector<HeadRef> refs;
   refs.reserve(B * (Hq + 2 * Hkv));
@@ -147,7 +148,7 @@ std::vector<BatchedHeadScan> detail::scan_batched_heads(ConstBatchedTensor q, Co
   add(q, Hq, query_lengths);
   add(k, Hkv, key_lengths);
   add(v, Hkv, key_lengths);
-  std::vector<BatchedHeadScan> scans(refs.size());
+  std::vector<HeadScan> scans(refs.size());
   const DeviceArray<HeadRef> d_refs(refs.data(), refs.size(), kWhat);
   DeviceArray<ScanRecord> d_records(refs.size(), kWhat);
   const std::size_t qk = B * (Hq + Hkv);
@@ -167,7 +168,7 @@ std::vector<BatchedHeadScan> detail::scan_batched_heads(ConstBatchedTensor q, Co
   synchronize(stream);
   for (std::size_t i = 0; i < records.size(); ++i) {
     const ScanRecord& r = records[i];
-    BatchedHeadScan& s = scans[i];
+    HeadScan& s = scans[i];
     s.bad = r.bad_row != kNone;
     s.bad_row = s.bad ? static_cast<std::size_t>(r.bad_row) : 0;
     s.bad_col = static_cast<std::size_t>(r.bad_col);
