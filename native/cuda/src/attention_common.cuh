@@ -193,6 +193,17 @@ __device__ inline Tau warp_entmax_tau(const float* x, std::size_t count, float m
 // A host-memory attention call's inputs on the device (q, k, v, the key
 // padding) and its output buffer, with the options of the device API: what
 // the backend's kernels (dense and graph attention) share.
+// The core's options as the fused kernels' (key_padding: where the kernel
+// reads the flags).
+inline FusedAttentionOptions fused_options(const AttentionOptions<float>& o, const std::uint8_t* key_padding) {
+  FusedAttentionOptions fo;
+  fo.transform = o.transform;
+  fo.scale = o.scale;
+  fo.causal = o.causal;
+  fo.key_padding = key_padding;
+  return fo;
+}
+
 struct StagedAttention {
   DeviceArray<float> q, k, v, out;
   DeviceArray<std::uint8_t> padding;
@@ -205,10 +216,7 @@ struct StagedAttention {
         v(upload(hv, op + ": uploading v")),
         out(hq.rows * hv.cols, (op + ": out").c_str()) {
     if (o.key_padding) padding = DeviceArray<std::uint8_t>(o.key_padding, hk.rows, (op + ": key_padding").c_str());
-    options.transform = o.transform;
-    options.scale = o.scale;
-    options.causal = o.causal;
-    options.key_padding = o.key_padding ? padding.data() : nullptr;
+    options = fused_options(o, o.key_padding ? padding.data() : nullptr);
   }
   // Waits for the default stream's work, then copies the output into `to`.
   void finish(MatrixView<float> to, const std::string& op) {

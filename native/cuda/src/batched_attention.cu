@@ -380,7 +380,7 @@ ConstBatchedTensor contiguous(const ConstBatchedTensor& t, const void* data) {
 // included); what the GPU cannot run is refused before anything is copied.
 void detail::host_batched_attention_forward(ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor v,
                                             BatchedTensor out, const BatchedAttentionOptions& options) {
-  detail::make_weighting(options.transform, options.scale, q.cols, kOp, "options.transform");
+  const Weighting w = detail::make_weighting(options.transform, options.scale, q.cols, kOp, "options.transform");
   check_supported(q.dtype, q.batch, q.heads, q.rows, k.rows, q.cols, v.cols, kOp);
   const DeviceArray<unsigned char> dq = upload_tensor(q, "batched_attention_forward: uploading q");
   const DeviceArray<unsigned char> dk = upload_tensor(k, "batched_attention_forward: uploading k");
@@ -388,22 +388,32 @@ void detail::host_batched_attention_forward(ConstBatchedTensor q, ConstBatchedTe
   const ConstBatchedTensor co = as_const(out);
   DeviceArray<unsigned char> dout(out.batch * out.heads * out.rows * out.cols * dtype_size(out.dtype),
                                   "batched_attention_forward: out");
-  BatchedAttentionOptions o = options;
-  DeviceArray<std::int32_t> ql, kl;
-  if (options.query_lengths) {
-    ql = DeviceArray<std::int32_t>(options.query_lengths, q.batch, "batched_attention_forward: query_lengths");
-    o.query_lengths = ql.data();
-  }
-  if (options.key_lengths) {
-    kl = DeviceArray<std::int32_t>(options.key_lengths, q.batch, "batched_attention_forward: key_lengths");
-    o.key_lengths = kl.data();
-  }
   const ConstBatchedTensor out_dev = contiguous(co, dout.data());
-  batched_attention_forward(contiguous(q, dq.data()), contiguous(k, dk.data()), contiguous(v, dv.data()),
-                            BatchedTensor{dout.data(), out_dev.dtype, out_dev.batch, out_dev.heads, out_dev.rows,
-                                          out_dev.cols, out_dev.batch_stride, out_dev.head_stride, out_dev.row_stride},
-                            o, nullptr, 0, nullptr);
-  synchronize(nullptr);
+  const BatchedTensor out_copy{dout.data(),        out_dev.dtype,       out_dev.batch,     out_dev.heads,
+                               out_dev.rows,       out_dev.cols,        out_dev.batch_stride,
+                               out_dev.head_stride, out_dev.row_stride};
+  // The core has validated everything (the copies are contiguous and
+  // cudaMalloc-aligned): straight to the launch.
+  const BatchedAttentionTuning tuning;
+  if (sixteen_bit(q.dtype)) {
+    BatchedAttentionOptions o = options;  // the kernel reads the lengths on the GPU
+    DeviceArray<std::int32_t> ql, kl;
+    if (options.query_lengths) {
+      ql = DeviceArray<std::int32_t>(options.query_lengths, q.batch, "batched_attention_forward: query_lengths");
+      o.query_lengths = ql.data();
+    }
+    if (options.key_lengths) {
+      kl = DeviceArray<std::int32_t>(options.key_lengths, q.batch, "batched_attention_forward: key_lengths");
+      o.key_lengths = kl.data();
+    }
+    run_sixteen_bit(contiguous(q, dq.data()), contiguous(k, dk.data()), contiguous(v, dv.data()), out_copy, o, tuning,
+                    w, nullptr, 0, nullptr);
+    synchronize(nullptr);
+  } else {
+    run_float32(contiguous(q, dq.data()), contiguous(k, dk.data()), contiguous(v, dv.data()), out_copy, options,
+                options.query_lengths, options.key_lengths, tuning, w, nullptr, 0, nullptr);
+    synchronize(nullptr);
+  }
   const std::size_t size = dtype_size(out.dtype), width = out.cols * size;
   for (std::size_t b = 0; b < out.batch; ++b)
     for (std::size_t h = 0; h < out.heads; ++h)

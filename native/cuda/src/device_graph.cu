@@ -1,17 +1,13 @@
 #include <cuda_runtime.h>
 
 #include "entgraph/cuda/device_graph.hpp"
+#include "staging.cuh"
 
 namespace entgraph::cuda {
 
 DeviceGraph DeviceGraph::upload(const Graph& g) {
   g.validate("DeviceGraph::upload");
-  DeviceGraph d;
-  d.queries = g.queries;
-  d.keys = g.keys;
-  d.offsets = DeviceArray<std::size_t>(g.offsets.data(), g.offsets.size(), "DeviceGraph::upload (offsets)");
-  d.indices = DeviceArray<std::uint32_t>(g.indices.data(), g.indices.size(), "DeviceGraph::upload (indices)");
-  return d;
+  return detail::upload_valid(g, "DeviceGraph::upload");
 }
 
 Graph DeviceGraph::download() const {

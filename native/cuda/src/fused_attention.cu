@@ -94,16 +94,13 @@ std::size_t attention_workspace_bytes(std::size_t n, std::size_t m, const FusedA
   return n * capacity(m, options) * sizeof(float);
 }
 
-void attention_forward(const float* q, const float* k, const float* v, float* out, std::size_t n, std::size_t m,
-                       std::size_t d, std::size_t dv, const FusedAttentionOptions& options, cudaStream_t stream) {
-  check_sizes(n, m, d, dv);
-  detail::check_device_pointer(q, kOp, "q");
-  detail::check_device_pointer(k, kOp, "k");
-  detail::check_device_pointer(v, kOp, "v");
-  detail::check_device_pointer(out, kOp, "out");
-  if (options.key_padding) detail::check_device_pointer(options.key_padding, kOp, "options.key_padding", false);
-  const Weighting w = detail::make_weighting(options.transform, options.scale, d, kOp, "options.transform");
+namespace {
 
+// The launch, arguments checked by the caller (sizes, head dimensions,
+// pointers): the public entry below or a backend kernel.
+void launch_attention(const float* q, const float* k, const float* v, float* out, std::size_t n, std::size_t m,
+                      std::size_t d, std::size_t dv, const Weighting& w, const FusedAttentionOptions& options,
+                      cudaStream_t stream) {
   FusedParams p{};
   p.q = q;
   p.k = k;
@@ -137,16 +134,30 @@ void attention_forward(const float* q, const float* k, const float* v, float* ou
   });
 }
 
+}  // namespace
+
+void attention_forward(const float* q, const float* k, const float* v, float* out, std::size_t n, std::size_t m,
+                       std::size_t d, std::size_t dv, const FusedAttentionOptions& options, cudaStream_t stream) {
+  check_sizes(n, m, d, dv);
+  detail::check_device_pointer(q, kOp, "q");
+  detail::check_device_pointer(k, kOp, "k");
+  detail::check_device_pointer(v, kOp, "v");
+  detail::check_device_pointer(out, kOp, "out");
+  if (options.key_padding) detail::check_device_pointer(options.key_padding, kOp, "options.key_padding", false);
+  const Weighting w = detail::make_weighting(options.transform, options.scale, d, kOp, "options.transform");
+  launch_attention(q, k, v, out, n, m, d, dv, w, options, stream);
+}
+
 // The backend's kernel: the core has validated the arguments; left to check
 // is what the fused kernels cannot do (head dimensions, sizes, transforms).
 void detail::host_attention_forward(ConstMatrix<float> q, ConstMatrix<float> k, ConstMatrix<float> v,
                                     MatrixView<float> out, const AttentionOptions<float>& options) {
   const std::size_t n = q.rows, m = k.rows, d = q.cols, dv = v.cols;
   check_sizes(n, m, d, dv);
-  detail::make_weighting(options.transform, options.scale, d, kOp, "options.transform");
+  const Weighting w = detail::make_weighting(options.transform, options.scale, d, kOp, "options.transform");
   detail::StagedAttention staged(q, k, v, options, "attention_forward");
-  attention_forward(staged.q.data(), staged.k.data(), staged.v.data(), staged.out.data(), n, m, d, dv,
-                    staged.options, nullptr);
+  launch_attention(staged.q.data(), staged.k.data(), staged.v.data(), staged.out.data(), n, m, d, dv, w,
+                   staged.options, nullptr);
   staged.finish(out, "attention_forward");
 }
 
@@ -157,7 +168,12 @@ void detail::device_attention_forward(ConstMatrix<float> q, ConstMatrix<float> k
                                       MatrixView<float> out, const AttentionOptions<float>& options) {
   const std::size_t n = q.rows, m = k.rows, d = q.cols, dv = v.cols;
   check_sizes(n, m, d, dv);
-  detail::make_weighting(options.transform, options.scale, d, kOp, "options.transform");
+  const Weighting w = detail::make_weighting(options.transform, options.scale, d, kOp, "options.transform");
+  detail::check_device_pointer(q.data, kOp, "q");
+  detail::check_device_pointer(k.data, kOp, "k");
+  detail::check_device_pointer(v.data, kOp, "v");
+  detail::check_device_pointer(out.data, kOp, "out");
+  if (options.key_padding) detail::check_device_pointer(options.key_padding, kOp, "options.key_padding", false);
   detail::check_contiguous("attention_forward", "q", q);
   detail::check_contiguous("attention_forward", "k", k);
   detail::check_contiguous("attention_forward", "v", v);
@@ -168,12 +184,8 @@ void detail::device_attention_forward(ConstMatrix<float> q, ConstMatrix<float> k
   const std::vector<HeadScan> scans =
       detail::scan_batched_heads("attention_forward", one_head(q), one_head(k), one_head(v), nullptr, nullptr, nullptr);
   check_attention_values("attention_forward", q, k, v, options, scans[0], scans[1], scans[2]);
-  FusedAttentionOptions fo;
-  fo.transform = options.transform;
-  fo.scale = options.scale;
-  fo.causal = options.causal;
-  fo.key_padding = options.key_padding;
-  attention_forward(q.data, k.data, v.data, out.data, n, m, d, dv, fo, nullptr);
+  launch_attention(q.data, k.data, v.data, out.data, n, m, d, dv, w, detail::fused_options(options, options.key_padding),
+                   nullptr);
   synchronize(nullptr);  // the op returns with its outputs written
 }
 

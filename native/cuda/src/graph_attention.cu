@@ -22,6 +22,7 @@
 
 #include "attention_common.cuh"
 #include "backend_kernels.hpp"
+#include "staging.cuh"
 #include "entgraph/cuda/graph_attention.hpp"
 #include "entgraph/error.hpp"
 #include "predictors_common.cuh"
@@ -172,20 +173,13 @@ void check_graph_sizes(std::size_t n, std::size_t m, std::size_t d, std::size_t 
 
 std::size_t graph_attention_workspace_bytes(std::size_t edges) { return edges * sizeof(float); }
 
-void graph_attention_forward(const float* q, const float* k, const float* v, const std::size_t* offsets,
-                             const std::uint32_t* indices, std::size_t edges, float* out, std::size_t n,
-                             std::size_t m, std::size_t d, std::size_t dv, const FusedAttentionOptions& options,
-                             cudaStream_t stream) {
-  check_graph_sizes(n, m, d, dv);
-  detail::check_device_pointer(q, kOp, "q", false);
-  detail::check_device_pointer(k, kOp, "k", false);
-  detail::check_device_pointer(v, kOp, "v", false);
-  detail::check_device_pointer(out, kOp, "out", false);
-  detail::check_device_pointer(offsets, kOp, "offsets", false);
-  if (edges > 0) detail::check_device_pointer(indices, kOp, "indices", false);
-  if (options.key_padding) detail::check_device_pointer(options.key_padding, kOp, "options.key_padding", false);
-  const Weighting w = detail::make_weighting(options.transform, options.scale, d, kOp, "options.transform");
+namespace {
 
+// The launch, arguments checked by the caller (sizes, pointers).
+void launch_graph_attention(const float* q, const float* k, const float* v, const std::size_t* offsets,
+                            const std::uint32_t* indices, std::size_t edges, float* out, std::size_t n, std::size_t m,
+                            std::size_t d, std::size_t dv, const Weighting& w, const FusedAttentionOptions& options,
+                            cudaStream_t stream) {
   GraphParams p{};
   p.q = q;
   p.k = k;
@@ -218,6 +212,24 @@ void graph_attention_forward(const float* q, const float* k, const float* v, con
   check(cudaGetLastError(), "cuda::graph_attention_forward (launch)");
 }
 
+}  // namespace
+
+void graph_attention_forward(const float* q, const float* k, const float* v, const std::size_t* offsets,
+                             const std::uint32_t* indices, std::size_t edges, float* out, std::size_t n,
+                             std::size_t m, std::size_t d, std::size_t dv, const FusedAttentionOptions& options,
+                             cudaStream_t stream) {
+  check_graph_sizes(n, m, d, dv);
+  detail::check_device_pointer(q, kOp, "q", false);
+  detail::check_device_pointer(k, kOp, "k", false);
+  detail::check_device_pointer(v, kOp, "v", false);
+  detail::check_device_pointer(out, kOp, "out", false);
+  detail::check_device_pointer(offsets, kOp, "offsets", false);
+  if (edges > 0) detail::check_device_pointer(indices, kOp, "indices", false);
+  if (options.key_padding) detail::check_device_pointer(options.key_padding, kOp, "options.key_padding", false);
+  const Weighting w = detail::make_weighting(options.transform, options.scale, d, kOp, "options.transform");
+  launch_graph_attention(q, k, v, offsets, indices, edges, out, n, m, d, dv, w, options, stream);
+}
+
 void graph_attention_forward(const float* q, const float* k, const float* v, const DeviceGraph& graph, float* out,
                              std::size_t d, std::size_t dv, const FusedAttentionOptions& options,
                              cudaStream_t stream) {
@@ -234,11 +246,12 @@ void detail::host_graph_attention_forward(ConstMatrix<float> q, ConstMatrix<floa
                                           const AttentionOptions<float>& options) {
   const std::size_t n = q.rows, m = k.rows, d = q.cols, dv = v.cols;
   check_graph_sizes(n, m, d, dv);
-  detail::make_weighting(options.transform, options.scale, d, kOp, "options.attention.transform");
-  const DeviceGraph dg = DeviceGraph::upload(graph);
+  const Weighting w =
+      detail::make_weighting(options.transform, options.scale, d, kOp, "options.attention.transform");
+  const DeviceGraph dg = detail::upload_valid(graph, "graph_attention_forward: uploading graph");
   detail::StagedAttention staged(q, k, v, options, "graph_attention_forward");
-  graph_attention_forward(staged.q.data(), staged.k.data(), staged.v.data(), dg, staged.out.data(), d, dv,
-                          staged.options, nullptr);
+  launch_graph_attention(staged.q.data(), staged.k.data(), staged.v.data(), dg.offsets.data(), dg.indices.data(),
+                         dg.edges(), staged.out.data(), n, m, d, dv, w, staged.options, nullptr);
   staged.finish(out, "graph_attention_forward");
 }
 

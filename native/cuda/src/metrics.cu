@@ -3,6 +3,7 @@
 
 #include "entgraph/attention.hpp"
 #include "backend_kernels.hpp"
+#include "staging.cuh"
 #include "entgraph/cuda/predictors.hpp"
 #include "predictors_common.cuh"
 #include "reduce.cuh"
@@ -53,17 +54,12 @@ __global__ void graph_metrics_kernel(const std::size_t* pred_offsets, const std:
 
 }  // namespace
 
-GraphMetrics compare_graphs(const DeviceGraph& predicted, const DeviceGraph& gold, bool causal, cudaStream_t stream) {
-  constexpr const char* op = "cuda::compare_graphs";
-  if (predicted.queries != gold.queries || predicted.keys != gold.keys)
-    detail::argument_error(op, "graphs of different shapes (" + std::to_string(predicted.queries) + " x " +
-                                   std::to_string(predicted.keys) + " and " + std::to_string(gold.queries) + " x " +
-                                   std::to_string(gold.keys) + ")");
+namespace {
+
+// The count, the graphs' shapes checked by the caller.
+GraphMetrics count_metrics(const DeviceGraph& predicted, const DeviceGraph& gold, bool causal, cudaStream_t stream,
+                           const char* op) {
   const std::size_t n = predicted.queries, m = predicted.keys;
-  for (const DeviceGraph* g : {&predicted, &gold})
-    if (g->offsets.size() != n + 1)
-      detail::argument_error(op, "a graph's offsets hold " + std::to_string(g->offsets.size()) +
-                                     " values, expected queries + 1 = " + std::to_string(n + 1));
   GraphMetrics metrics;
   metrics.allowed = allowed_pair_count(n, m, causal);
   metrics.queries = n;
@@ -84,12 +80,27 @@ GraphMetrics compare_graphs(const DeviceGraph& predicted, const DeviceGraph& gol
   return metrics;
 }
 
+}  // namespace
+
+GraphMetrics compare_graphs(const DeviceGraph& predicted, const DeviceGraph& gold, bool causal, cudaStream_t stream) {
+  constexpr const char* op = "cuda::compare_graphs";
+  if (predicted.queries != gold.queries || predicted.keys != gold.keys)
+    detail::argument_error(op, "graphs of different shapes (" + std::to_string(predicted.queries) + " x " +
+                                   std::to_string(predicted.keys) + " and " + std::to_string(gold.queries) + " x " +
+                                   std::to_string(gold.keys) + ")");
+  for (const DeviceGraph* g : {&predicted, &gold})
+    if (g->offsets.size() != predicted.queries + 1)
+      detail::argument_error(op, "a graph's offsets hold " + std::to_string(g->offsets.size()) +
+                                     " values, expected queries + 1 = " + std::to_string(predicted.queries + 1));
+  return count_metrics(predicted, gold, causal, stream, op);
+}
+
 // The backend's kernel: the core has checked the shapes and validated both
-// graphs (the upload validates them again, as every DeviceGraph::upload does).
+// graphs, which go up as they are.
 GraphMetrics detail::host_compare_graphs(const Graph& predicted, const Graph& gold, bool causal) {
-  const DeviceGraph p = DeviceGraph::upload(predicted);
-  const DeviceGraph g = DeviceGraph::upload(gold);
-  return compare_graphs(p, g, causal);
+  const DeviceGraph p = detail::upload_valid(predicted, "compare_graphs: uploading predicted");
+  const DeviceGraph g = detail::upload_valid(gold, "compare_graphs: uploading gold");
+  return count_metrics(p, g, causal, nullptr, "compare_graphs");
 }
 
 }  // namespace entgraph::cuda

@@ -9,6 +9,8 @@
 #include <string>
 
 #include "entgraph/cuda/device.hpp"
+#include "entgraph/cuda/device_graph.hpp"
+#include "entgraph/graph.hpp"
 #include "entgraph/matrix_view.hpp"
 
 namespace entgraph::cuda::detail {
@@ -37,6 +39,17 @@ void download(const DeviceArray<T>& from, MatrixView<T> to, const std::string& w
   const std::size_t width = to.cols * sizeof(T);
   check(cudaMemcpy2D(to.data, pitch_of(to), from.data(), width, width, to.rows, cudaMemcpyDeviceToHost),
         what.c_str());
+}
+
+// A device copy of a graph the core has validated (DeviceGraph::upload, the
+// public entry, validates again).
+inline DeviceGraph upload_valid(const Graph& g, const std::string& what) {
+  DeviceGraph d;
+  d.queries = g.queries;
+  d.keys = g.keys;
+  d.offsets = DeviceArray<std::size_t>(g.offsets.data(), g.offsets.size(), (what + " (offsets)").c_str());
+  d.indices = DeviceArray<std::uint32_t>(g.indices.data(), g.indices.size(), (what + " (indices)").c_str());
+  return d;
 }
 
 }  // namespace entgraph::cuda::detail

@@ -32,6 +32,10 @@ void device_transform_forward(const Transform& t, ConstMatrix<float> scores, Mat
   check_contiguous("transform_forward", "probs", probs);
   if (!mask.empty()) check_contiguous("transform_forward", "mask", mask);
   if (scores.rows == 0) return;
+  // A host pointer would fault inside a kernel and poison the context.
+  check_device_pointer(scores.data, "transform_forward", "scores", false);
+  check_device_pointer(probs.data, "transform_forward", "probs", false);
+  if (!mask.empty()) check_device_pointer(mask.data, "transform_forward", "mask", false);
   const std::uint8_t* keep = mask.empty() ? nullptr : mask.data;
   // The CPU's scan and message ("<transform>: scores has a non-finite entry at (r, c) ...").
   check_device_values(t.info().name, "scores", scores.data, keep, scores.rows, scores.cols, true, nullptr);
@@ -46,6 +50,9 @@ void device_transform_backward(const Transform& t, ConstMatrix<float> probs, Con
   check_contiguous("transform_backward", "grad_probs", grad_probs);
   check_contiguous("transform_backward", "grad_scores", grad_scores);
   if (probs.rows == 0) return;
+  check_device_pointer(probs.data, "transform_backward", "probs", false);
+  check_device_pointer(grad_probs.data, "transform_backward", "grad_probs", false);
+  check_device_pointer(grad_scores.data, "transform_backward", "grad_scores", false);
   check_device_values(t.info().backward_name, "grad_probs", grad_probs.data, nullptr, probs.rows, probs.cols, false,
                       nullptr);
   launch_transform_backward("transform_backward", t, probs.data, grad_probs.data, grad_scores.data, probs.rows,
