@@ -762,6 +762,21 @@ static void test_graph_attention(void) {
   CHECK(report.graph_pairs == 0 && report.repair_pairs > 0);
   for (i = 0; i < 3; ++i) CHECK(settled[i] == EG_ROW_REPAIRED || settled[i] == EG_ROW_DENSE);
 
+  /* The same call on DLPack tensors gives the same bits. */
+  {
+    float again[6];
+    int64_t q_shape[2] = {3, 2}, kv_shape[2] = {4, 2};
+    eg_dl_tensor tq = dl_tensor((void*)q, 2, 32, q_shape, NULL), tk = dl_tensor((void*)k, 2, 32, kv_shape, NULL);
+    eg_dl_tensor tv = dl_tensor((void*)v, 2, 32, kv_shape, NULL), tout = dl_tensor(again, 2, 32, q_shape, NULL);
+    CHECK_OK(eg_graph_attention_forward_dlpack(&tq, &tk, &tv, empty, &tout, &options));
+    for (i = 0; i < 6; ++i) CHECK(again[i] == exact[i]);
+    CHECK_FAILS(eg_graph_attention_forward_dlpack(&tq, &tk, &tv, NULL, &tout, &options), EG_ERROR_ARGUMENT,
+                "graph is NULL");
+    tout.device.device_type = EG_DL_CUDA;
+    CHECK_FAILS(eg_graph_attention_forward_dlpack(&tq, &tk, &tv, empty, &tout, &options), EG_ERROR_ARGUMENT,
+                "out.device differs from q's");
+  }
+
   options.mode = EG_GRAPH_ATTENTION_FAST;
   CHECK_OK(eg_graph_attention_forward(EG_DEVICE_CPU, cmat(q, 3, 2), cmat(k, 4, 2), cmat(v, 4, 2), empty,
                                       mat(fast, 3, 2), &options, &report));

@@ -4,6 +4,8 @@
 #include <doctest/doctest.h>
 
 #include <cstdint>
+#include <limits>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -11,6 +13,7 @@
 #include "entgraph/cuda/attention.hpp"
 #include "entgraph/cuda/device.hpp"
 #include "entgraph/cuda/device_graph.hpp"
+#include "entgraph/device.hpp"
 #include "entgraph/cuda/graph_attention.hpp"
 #include "entgraph/error.hpp"
 #include "entgraph/graph.hpp"
@@ -114,6 +117,46 @@ TEST_SUITE("cuda") {
             o.causal = causal;
             CHECK(test::max_abs_diff(gpu_graph_attention(q, k, v, g, o), cpu_graph_attention(q, k, v, g, o)) <= kTol);
           }
+  }
+
+  TEST_CASE("graph attention: through the core's Device::cuda call on device memory") {
+    const std::size_t n = 90, m = 120, d = 64, width = 48;
+    const Matrix<float> q = random_matrix<float>(n, d, 1.0, 701), k = random_matrix<float>(m, d, 1.0, 702),
+                        v = random_matrix<float>(m, width, 1.0, 703);
+    const Graph g = window_graph(n, m, 9);
+    DeviceArray<float> dq(q.data.data(), q.data.size()), dk(k.data.data(), k.data.size()),
+        dv(v.data.data(), v.data.size());
+    GraphAttentionOptions<float> go;
+    go.attention.transform = Transform::entmax15();
+    go.attention.causal = true;
+    Matrix<float> out(n, width, -7.0f);
+    DeviceArray<float> dout(out.data.data(), out.data.size());
+    entgraph::graph_attention_forward(Device::cuda, Memory::device, ConstMatrix<float>(dq.data(), n, d),
+                                      ConstMatrix<float>(dk.data(), m, d), ConstMatrix<float>(dv.data(), m, width), g,
+                                      MatrixView<float>(dout.data(), n, width), go);
+    dout.download(out.data.data());
+    CHECK(test::max_abs_diff(out.cast<double>(), cpu_graph_attention(q, k, v, g, go.attention)) <= kTol);
+    // An infinity in device memory: the CPU's message, out untouched.
+    Matrix<float> bad = v;
+    bad(33, 7) = std::numeric_limits<float>::infinity();
+    std::string on_cpu;
+    try {
+      Matrix<float> host_out(n, width);
+      entgraph::graph_attention_forward(Device::cpu, q.view(), k.view(), bad.view(), g, host_out.view(), go);
+    } catch (const Error& e) {
+      on_cpu = e.what();
+    }
+    REQUIRE(!on_cpu.empty());
+    const std::vector<float> sentinel(n * width, -7.0f);
+    DeviceArray<float> dbad(bad.data.data(), bad.data.size()), dsentinel(sentinel.data(), sentinel.size());
+    CHECK_THROWS_WITH_AS(entgraph::graph_attention_forward(
+                             Device::cuda, Memory::device, ConstMatrix<float>(dq.data(), n, d),
+                             ConstMatrix<float>(dk.data(), m, d), ConstMatrix<float>(dbad.data(), m, width), g,
+                             MatrixView<float>(dsentinel.data(), n, width), go),
+                         on_cpu.c_str(), Error);
+    std::vector<float> back(sentinel.size());
+    dsentinel.download(back.data());
+    CHECK(back == sentinel);
   }
 
   TEST_CASE("graph attention: the full graph gives dense attention (CPU and the fused GPU kernel)") {

@@ -20,6 +20,8 @@
 #include "entgraph/backend.hpp"
 #include "entgraph/batched_attention.hpp"
 #include "entgraph/device.hpp"
+#include "entgraph/graph.hpp"
+#include "entgraph/graph_attention.hpp"
 #include "io/io_test_support.hpp"
 #include "support.hpp"
 
@@ -27,7 +29,7 @@ using namespace entgraph;
 
 namespace {
 
-int kernel_calls = 0, host_calls = 0, dense_calls = 0;
+int kernel_calls = 0, host_calls = 0, dense_calls = 0, graph_calls = 0;
 bool switched_on = false;
 
 // Entry (b, h, i, c) widened to float, as attention reads it.
@@ -111,12 +113,22 @@ BackendKernels recording_table() {
                            reference_scan(one_head(kk), 0, 0, kk.rows), reference_scan(one_head(v), 0, 0, v.rows));
     attention_forward<float>(q, kk, v, out, o);
   };
+  k.graph_attention_forward_on_device = [](ConstMatrix<float> q, ConstMatrix<float> kk, ConstMatrix<float> v,
+                                           const Graph& g, MatrixView<float> out, const AttentionOptions<float>& o) {
+    ++graph_calls;
+    check_graph_attention_values("graph_attention_forward", q, kk, v, o, reference_scan(one_head(q), 0, 0, q.rows),
+                                 reference_scan(one_head(kk), 0, 0, kk.rows),
+                                 reference_scan(one_head(v), 0, 0, v.rows));
+    GraphAttentionOptions<float> go;
+    go.attention = o;
+    graph_attention_forward<float>(q, kk, v, g, out, go);
+  };
   return k;
 }
 
 struct RecordingBackend {
   RecordingBackend() {
-    kernel_calls = host_calls = dense_calls = 0;
+    kernel_calls = host_calls = dense_calls = graph_calls = 0;
     switched_on = true;
     register_backend(Device::cuda, recording_table());
   }
@@ -310,5 +322,46 @@ TEST_SUITE("runtime") {
     AttentionOptions<float> constrained = o;
     constrained.transform = Transform::of(TransformKind::constrained_softmax, 1.0, 0);
     expect_cpu_error("upper missing", q, k, v, out.view(), constrained, 0);
+  }
+
+  TEST_CASE("devices: graph attention on the device's own memory gets the CPU's results and the CPU's errors") {
+    RecordingBackend backend;
+    const std::size_t n = 7, m = 7, d = 4;
+    const auto q = test::random_matrix<float>(n, d, 1.0, 31), k = test::random_matrix<float>(m, d, 1.0, 32),
+               v = test::random_matrix<float>(m, d, 1.0, 33);
+    const Graph window = Graph::full(n, m, true);
+    GraphAttentionOptions<float> o;
+    o.attention.transform = Transform::entmax15();
+    test::Matrix<float> cpu(n, d), dev(n, d, 7.0f);
+    graph_attention_forward(Device::cpu, q.view(), k.view(), v.view(), window, cpu.view(), o);
+    graph_attention_forward(Device::cuda, Memory::device, q.view(), k.view(), v.view(), window, dev.view(), o);
+    CHECK(dev.data == cpu.data);
+    CHECK(graph_calls == 1);
+
+    test::Matrix<float> out(n, d, 7.0f);
+    const auto expect_cpu_error = [&](const char* what, const test::Matrix<float>& qq, const test::Matrix<float>& kk,
+                                      const test::Matrix<float>& vv, const Graph& g, int calls) {
+      const std::string call = what;
+      CAPTURE(call);
+      const std::string on_cpu = message_of(
+          [&] { graph_attention_forward(Device::cpu, qq.view(), kk.view(), vv.view(), g, out.view(), o); });
+      CAPTURE(on_cpu);
+      CHECK(!on_cpu.empty());
+      const int before = graph_calls;
+      CHECK(message_of([&] {
+              graph_attention_forward(Device::cuda, Memory::device, qq.view(), kk.view(), vv.view(), g, out.view(), o);
+            }) == on_cpu);
+      CHECK(graph_calls - before == calls);
+      for (float x : out.data) CHECK(x == 7.0f);
+    };
+    Graph broken = window;
+    broken.indices[2] = 99;  // a key out of range: the core's own check
+    expect_cpu_error("graph", q, k, v, broken, 0);
+    test::Matrix<float> v_inf = v, q_big = q, k_big = k;
+    v_inf(6, 3) = -std::numeric_limits<float>::infinity();
+    expect_cpu_error("-inf", q, k, v_inf, window, 1);
+    q_big(2, 0) = 1e19f;  // past graph attention's headroom of 16, within dense attention's 2
+    k_big(5, 0) = 5e18f;
+    expect_cpu_error("scores", q_big, k_big, v, window, 1);
   }
 }

@@ -111,6 +111,12 @@ struct BackendKernels {
   void (*graph_attention_forward)(ConstMatrix<float> q, ConstMatrix<float> k, ConstMatrix<float> v,
                                   const Graph& graph, MatrixView<float> out,
                                   const AttentionOptions<float>& options) = nullptr;
+  // The same on the device's own memory (q, k, v, out, key_padding; the
+  // graph is host memory): the kernel scans q, k and v and hands the scans
+  // to check_graph_attention_values before it writes.
+  void (*graph_attention_forward_on_device)(ConstMatrix<float> q, ConstMatrix<float> k, ConstMatrix<float> v,
+                                            const Graph& graph, MatrixView<float> out,
+                                            const AttentionOptions<float>& options) = nullptr;
   GraphMetrics (*compare_graphs)(const Graph& predicted, const Graph& gold, bool causal) = nullptr;
   // A Sparsefinder head's graph before the union with extra_window /
   // extra_global edges: q is n x d, k is m x d.
@@ -163,6 +169,12 @@ void check_batched_attention_values(const char* op, ConstBatchedTensor q, ConstB
 void check_attention_values(const char* op, ConstMatrix<float> q, ConstMatrix<float> k, ConstMatrix<float> v,
                             const AttentionOptions<float>& options, const HeadScan& q_scan, const HeadScan& k_scan,
                             const HeadScan& v_scan);
+
+// The same for graph_attention_forward_on_device (graph attention's scale
+// name and its larger score headroom).
+void check_graph_attention_values(const char* op, ConstMatrix<float> q, ConstMatrix<float> k, ConstMatrix<float> v,
+                                  const AttentionOptions<float>& options, const HeadScan& q_scan,
+                                  const HeadScan& k_scan, const HeadScan& v_scan);
 
 // Makes `kernels` the table of `device` (replacing any earlier one). Throws
 // entgraph::Error for Device::cpu, whose kernels are the core's own.

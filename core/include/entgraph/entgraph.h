@@ -448,6 +448,15 @@ eg_status eg_graph_attention_forward(eg_device device, eg_const_matrix q, eg_con
                                      const eg_graph* graph, eg_matrix out,
                                      const eg_graph_attention_options* options, eg_graph_attention_report* report);
 
+/* eg_graph_attention_forward on DLPack tensors (float32, 2-D), without a
+ * report; the graph is a handle in host memory. On EG_DL_CUDA
+ * options->attention.key_padding is a device pointer too, rows must be
+ * contiguous, the mode fast, and the GPU scans the values before it writes
+ * (the CPU's messages). */
+eg_status eg_graph_attention_forward_dlpack(const eg_dl_tensor* q, const eg_dl_tensor* k, const eg_dl_tensor* v,
+                                            const eg_graph* graph, const eg_dl_tensor* out,
+                                            const eg_graph_attention_options* options);
+
 /* ------------------------------------------------------------------------
  * Captures: a model's Q, K (and V) per layer, head and token, read from a
  * folder holding capture.json and .npy files (docs/FORMATS.md).

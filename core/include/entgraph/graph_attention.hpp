@@ -133,6 +133,14 @@ void graph_attention_forward(ConstMatrix<T> q, ConstMatrix<T> k, ConstMatrix<T> 
 // (certify and exact need the CPU's score bounds) and give no report.
 void graph_attention_forward(Device device, ConstMatrix<float> q, ConstMatrix<float> k, ConstMatrix<float> v,
                              const Graph& graph, MatrixView<float> out, const GraphAttentionOptions<float>& options);
+// The same with q, k, v, out and options.attention.key_padding in `memory`
+// (device.hpp; the graph is host memory, CSR arrays the device copies).
+// Memory::device: nothing but the graph is copied; the core checks shapes,
+// parameters and the graph, the device's kernel scans q, k and v (the CPU's
+// messages). Device::cpu takes host memory either way.
+void graph_attention_forward(Device device, Memory memory, ConstMatrix<float> q, ConstMatrix<float> k,
+                             ConstMatrix<float> v, const Graph& graph, MatrixView<float> out,
+                             const GraphAttentionOptions<float>& options);
 
 // The backward of graph_attention_forward with the same arguments: given
 // dL/dO (n x dv), writes dL/dQ (n x d), dL/dK (m x d), dL/dV (m x dv) of the

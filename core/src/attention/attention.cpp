@@ -619,13 +619,8 @@ void check_attention_values(const char* op, ConstMatrix<float> q, ConstMatrix<fl
                             const AttentionOptions<float>& options, const HeadScan& q_scan, const HeadScan& k_scan,
                             const HeadScan& v_scan) {
   (void)q, (void)k;  // their shapes were checked by the core; the scans stand for their values
-  // validate()'s order: q, k, v finite; the score range; the value range.
-  for (const auto& [name, s] : {std::pair<const char*, const HeadScan*>{"q", &q_scan}, {"k", &k_scan}, {"v", &v_scan}})
-    if (s->bad) detail::throw_non_finite(op, name, s->bad_row, s->bad_col, static_cast<double>(s->bad_value), false);
-  detail::check_score_norms<float>(op, q_scan.norm, q_scan.norm_row, k_scan.norm, k_scan.norm_row, options.scale,
-                                   "options.scale", 2.0);
-  detail::check_value_largest<float>(op, static_cast<double>(v_scan.largest), v_scan.largest_row, v_scan.largest_col,
-                                     v.rows);
+  // validate()'s order and headroom: q, k, v finite; the score range; the value range.
+  detail::judge_attention_scans(op, v.rows, options.scale, "options.scale", 2.0, q_scan, k_scan, v_scan);
 }
 
 void attention_backward(Device device, ConstMatrix<float> q, ConstMatrix<float> k, ConstMatrix<float> v,

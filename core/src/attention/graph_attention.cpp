@@ -61,9 +61,17 @@ void check_transform(const char* op, const Transform& t) {
          op);
 }
 
+// values = false: q, k and v lie in a device's memory, whose kernel scans
+// them (check_graph_attention_values).
+// The scale's name in messages, and the headroom of the score range: 16,
+// since certify and exact mode's bounds add up to a few terms of that size
+// (q . mu, the projected part, the residual and its rounding margin).
+constexpr const char* kScaleName = "options.attention.scale";
+constexpr double kScoreHeadroom = 16.0;
+
 template <class T>
 void validate(const char* op, ConstMatrix<T> q, ConstMatrix<T> k, ConstMatrix<T> v, const Graph& graph,
-              const GraphAttentionOptions<T>& options) {
+              const GraphAttentionOptions<T>& options, bool values = true) {
   const AttentionOptions<T>& o = options.attention;
   if (q.rows == 0) fail(cpp_name("q.rows") + " is 0 (got 0 queries, expected n >= 1)", op);
   if (k.rows == 0) fail(cpp_name("k.rows") + " is 0 (got 0 keys, expected m >= 1)", op);
@@ -86,12 +94,11 @@ void validate(const char* op, ConstMatrix<T> q, ConstMatrix<T> k, ConstMatrix<T>
   if (graph.keys != k.rows)
     fail(cpp_name("graph.keys") + " does not match " + cpp_name("k.rows") + " (got " + num(graph.keys) + ", expected " + num(k.rows) + ")", op);
   graph.validate((std::string(op) + ": graph").c_str());
+  if (!values) return;
   detail::check_finite<T>(op, "q", q);
   detail::check_finite<T>(op, "k", k);
   detail::check_finite<T>(op, "v", v);
-  // 16: certify and exact mode's bounds add up to a few terms of that size
-  // (q . mu, the projected part, the residual and its rounding margin).
-  detail::check_score_range<T>(op, q, k, o.scale, "options.attention.scale", 16.0);
+  detail::check_score_range<T>(op, q, k, o.scale, kScaleName, kScoreHeadroom);
   detail::check_value_range<T>(op, v);
 }
 
@@ -562,9 +569,26 @@ void graph_attention_backward(ConstMatrix<T> q, ConstMatrix<T> k, ConstMatrix<T>
 
 void graph_attention_forward(Device device, ConstMatrix<float> q, ConstMatrix<float> k, ConstMatrix<float> v,
                              const Graph& graph, MatrixView<float> out, const GraphAttentionOptions<float>& options) {
+  graph_attention_forward(device, Memory::host, q, k, v, graph, out, options);
+}
+
+void check_graph_attention_values(const char* op, ConstMatrix<float> q, ConstMatrix<float> k, ConstMatrix<float> v,
+                                  const AttentionOptions<float>& options, const HeadScan& q_scan,
+                                  const HeadScan& k_scan, const HeadScan& v_scan) {
+  (void)q, (void)k;
+  detail::judge_attention_scans(op, v.rows, options.scale, kScaleName, kScoreHeadroom, q_scan, k_scan, v_scan);
+}
+
+void graph_attention_forward(Device device, Memory memory, ConstMatrix<float> q, ConstMatrix<float> k,
+                             ConstMatrix<float> v, const Graph& graph, MatrixView<float> out,
+                             const GraphAttentionOptions<float>& options) {
   if (device == Device::cpu) return graph_attention_forward<float>(q, k, v, graph, out, options);
-  const auto kernel = detail::backend_kernel(device, kOp, &BackendKernels::graph_attention_forward);
-  validate<float>(kOp, q, k, v, graph, options);
+  const bool on_device = memory == Memory::device;
+  const auto kernel = detail::backend_kernel(
+      device, kOp,
+      on_device ? &BackendKernels::graph_attention_forward_on_device : &BackendKernels::graph_attention_forward,
+      on_device);
+  validate<float>(kOp, q, k, v, graph, options, /*values=*/!on_device);
   detail::check_shape(kOp, "out", out, q.rows, v.cols);
   validate_mode<float>(kOp, options);
   if (options.mode != GraphAttentionMode::fast)

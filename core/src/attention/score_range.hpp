@@ -16,7 +16,9 @@
 #include <limits>
 #include <string>
 #include <type_traits>
+#include <utility>
 
+#include "entgraph/backend.hpp"
 #include "entgraph/error.hpp"
 #include "entgraph/matrix_view.hpp"
 #include "transforms/row_driver.hpp"
@@ -103,6 +105,18 @@ void check_value_range(const char* op, ConstMatrix<T> v) {
         col = j;
       }
   check_value_largest<T>(op, big, row, col, v.rows);
+}
+
+// A device's scans of one head's q, k and v (HeadScan, entgraph/backend.hpp)
+// judged as the CPU judges the arrays: q, k, v finite, the score range with
+// `headroom`, the value range over v's `keys` rows.
+inline void judge_attention_scans(const char* op, std::size_t keys, double scale, const char* scale_name,
+                                  double headroom, const HeadScan& q, const HeadScan& k, const HeadScan& v) {
+  const std::pair<const char*, const HeadScan*> scans[] = {{"q", &q}, {"k", &k}, {"v", &v}};
+  for (const auto& [name, s] : scans)
+    if (s->bad) throw_non_finite(op, name, s->bad_row, s->bad_col, static_cast<double>(s->bad_value), false);
+  check_score_norms<float>(op, q.norm, q.norm_row, k.norm, k.norm_row, scale, scale_name, headroom);
+  check_value_largest<float>(op, static_cast<double>(v.largest), v.largest_row, v.largest_col, keys);
 }
 
 }  // namespace entgraph::detail

@@ -17,8 +17,6 @@ AttentionOptions<float> to_attention_options(const char* function, const eg_atte
   return a;
 }
 
-namespace {
-
 GraphAttentionOptions<float> to_graph_attention_options(const char* function,
                                                         const eg_graph_attention_options* options) {
   GraphAttentionOptions<float> g;
@@ -36,7 +34,6 @@ GraphAttentionOptions<float> to_graph_attention_options(const char* function,
   return g;
 }
 
-}  // namespace
 }  // namespace entgraph::c_api
 
 using namespace entgraph;

@@ -186,6 +186,18 @@ eg_status eg_attention_forward_dlpack(const eg_dl_tensor* q, const eg_dl_tensor*
   });
 }
 
+eg_status eg_graph_attention_forward_dlpack(const eg_dl_tensor* q, const eg_dl_tensor* k, const eg_dl_tensor* v,
+                                            const eg_graph* graph, const eg_dl_tensor* out,
+                                            const eg_graph_attention_options* options) {
+  return guard(__func__, [&](const char* fn) {
+    const Place p = common_place(fn, "q", q, {{"k", k}, {"v", v}, {"out", out}});
+    graph_attention_forward(p.device, p.memory, view_of<const float>(fn, "q", q, kDLFloat),
+                            view_of<const float>(fn, "k", k, kDLFloat), view_of<const float>(fn, "v", v, kDLFloat),
+                            graph_of(fn, graph, "graph"), view_of<float>(fn, "out", out, kDLFloat),
+                            to_graph_attention_options(fn, options));
+  });
+}
+
 eg_status eg_batched_attention_forward_dlpack(const eg_dl_tensor* q, const eg_dl_tensor* k, const eg_dl_tensor* v,
                                               const eg_dl_tensor* out, const eg_batched_attention_options* options) {
   return guard(__func__, [&](const char* fn) {

@@ -16,6 +16,7 @@
 #include "entgraph/device.hpp"
 #include "entgraph/entgraph.h"
 #include "entgraph/graph.hpp"
+#include "entgraph/graph_attention.hpp"
 #include "entgraph/io/capture.hpp"
 #include "entgraph/matrix_view.hpp"
 #include "entgraph/transforms.hpp"
@@ -97,6 +98,9 @@ Transform to_transform(const char* function, const eg_transform* transform, cons
 eg_transform to_c(const Transform& transform);
 // options NULL: the defaults of eg_attention_options_default().
 AttentionOptions<float> to_attention_options(const char* function, const eg_attention_options* options);
+// The same for graph attention (eg_graph_attention_options_default()).
+GraphAttentionOptions<float> to_graph_attention_options(const char* function,
+                                                        const eg_graph_attention_options* options);
 // The same for batched attention (eg_batched_attention_options_default()).
 BatchedAttentionOptions to_batched_options(const char* function, const eg_batched_attention_options* options);
 

@@ -65,6 +65,7 @@ void register_backend() {
   table.batched_attention_forward = detail::host_batched_attention_forward;
   table.batched_attention_forward_on_device = detail::device_batched_attention_forward;
   table.graph_attention_forward = detail::host_graph_attention_forward;
+  table.graph_attention_forward_on_device = detail::device_graph_attention_forward;
   table.compare_graphs = detail::host_compare_graphs;
   table.sparsefinder_pattern = detail::host_sparsefinder_pattern;
   entgraph::register_backend(Device::cuda, table);

@@ -35,6 +35,10 @@ void device_batched_attention_forward(ConstBatchedTensor q, ConstBatchedTensor k
                                       BatchedTensor out, const BatchedAttentionOptions& options);
 void host_graph_attention_forward(ConstMatrix<float> q, ConstMatrix<float> k, ConstMatrix<float> v,
                                   const Graph& graph, MatrixView<float> out, const AttentionOptions<float>& options);
+// The same on device memory (Memory::device): q, k, v, out and key_padding
+// there, rows contiguous; the graph is copied, the values scanned here.
+void device_graph_attention_forward(ConstMatrix<float> q, ConstMatrix<float> k, ConstMatrix<float> v,
+                                    const Graph& graph, MatrixView<float> out, const AttentionOptions<float>& options);
 GraphMetrics host_compare_graphs(const Graph& predicted, const Graph& gold, bool causal);
 Graph host_sparsefinder_pattern(const SparsefinderHead& head, ConstMatrix<float> q, ConstMatrix<float> k,
                                 bool causal);

@@ -178,11 +178,8 @@ void detail::device_attention_forward(ConstMatrix<float> q, ConstMatrix<float> k
   detail::check_contiguous("attention_forward", "k", k);
   detail::check_contiguous("attention_forward", "v", v);
   detail::check_contiguous("attention_forward", "out", out);
-  const auto one_head = [](ConstMatrix<float> x) {
-    return ConstBatchedTensor{x.data, DType::float32, 1, 1, x.rows, x.cols, x.rows * x.cols, x.rows * x.cols, x.cols};
-  };
-  const std::vector<HeadScan> scans =
-      detail::scan_batched_heads("attention_forward", one_head(q), one_head(k), one_head(v), nullptr, nullptr, nullptr);
+  const std::vector<HeadScan> scans = detail::scan_batched_heads(
+      "attention_forward", detail::one_head(q), detail::one_head(k), detail::one_head(v), nullptr, nullptr, nullptr);
   check_attention_values("attention_forward", q, k, v, options, scans[0], scans[1], scans[2]);
   launch_attention(q.data, k.data, v.data, out.data, n, m, d, dv, w, detail::fused_options(options, options.key_padding),
                    nullptr);

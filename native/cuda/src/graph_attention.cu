@@ -19,9 +19,11 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "attention_common.cuh"
 #include "backend_kernels.hpp"
+#include "head_scan.hpp"
 #include "staging.cuh"
 #include "entgraph/cuda/graph_attention.hpp"
 #include "entgraph/error.hpp"
@@ -253,6 +255,36 @@ void detail::host_graph_attention_forward(ConstMatrix<float> q, ConstMatrix<floa
   launch_graph_attention(staged.q.data(), staged.k.data(), staged.v.data(), dg.offsets.data(), dg.indices.data(),
                          dg.edges(), staged.out.data(), n, m, d, dv, w, staged.options, nullptr);
   staged.finish(out, "graph_attention_forward");
+}
+
+// The backend's kernel on device memory (Memory::device): the core has
+// checked all but q's, k's and v's values (the graph included); they are
+// scanned here and judged by the core's check_graph_attention_values before
+// the launch. Only the graph is copied.
+void detail::device_graph_attention_forward(ConstMatrix<float> q, ConstMatrix<float> k, ConstMatrix<float> v,
+                                            const Graph& graph, MatrixView<float> out,
+                                            const AttentionOptions<float>& options) {
+  const std::size_t n = q.rows, m = k.rows, d = q.cols, dv = v.cols;
+  check_graph_sizes(n, m, d, dv);
+  const Weighting w =
+      detail::make_weighting(options.transform, options.scale, d, kOp, "options.attention.transform");
+  detail::check_device_pointer(q.data, kOp, "q", false);
+  detail::check_device_pointer(k.data, kOp, "k", false);
+  detail::check_device_pointer(v.data, kOp, "v", false);
+  detail::check_device_pointer(out.data, kOp, "out", false);
+  if (options.key_padding) detail::check_device_pointer(options.key_padding, kOp, "options.key_padding", false);
+  detail::check_contiguous("graph_attention_forward", "q", q);
+  detail::check_contiguous("graph_attention_forward", "k", k);
+  detail::check_contiguous("graph_attention_forward", "v", v);
+  detail::check_contiguous("graph_attention_forward", "out", out);
+  const std::vector<HeadScan> scans = detail::scan_batched_heads(
+      "graph_attention_forward", detail::one_head(q), detail::one_head(k), detail::one_head(v), nullptr, nullptr,
+      nullptr);
+  check_graph_attention_values("graph_attention_forward", q, k, v, options, scans[0], scans[1], scans[2]);
+  const DeviceGraph dg = detail::upload_valid(graph, "graph_attention_forward: uploading graph");
+  launch_graph_attention(q.data, k.data, v.data, dg.offsets.data(), dg.indices.data(), dg.edges(), out.data, n, m, d,
+                         dv, w, detail::fused_options(options, options.key_padding), nullptr);
+  synchronize(nullptr);  // the op returns with its outputs written
 }
 
 }  // namespace entgraph::cuda

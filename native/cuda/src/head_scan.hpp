@@ -22,4 +22,9 @@ std::vector<HeadScan> scan_batched_heads(const char* op, ConstBatchedTensor q, C
                                          ConstBatchedTensor v, const std::int32_t* query_lengths,
                                          const std::int32_t* key_lengths, cudaStream_t stream);
 
+// A float32 matrix (contiguous rows) as a (1, 1, rows, cols) tensor.
+inline ConstBatchedTensor one_head(ConstMatrix<float> x) {
+  return {x.data, DType::float32, 1, 1, x.rows, x.cols, x.rows * x.cols, x.rows * x.cols, x.cols};
+}
+
 }  // namespace entgraph::cuda::detail
