@@ -854,6 +854,20 @@ static void test_predictors(void) {
   CHECK_OK(eg_graph_get_csr(g2, &csr2));
   CHECK(csr2.edges == csr.edges && memcmp(csr2.indices, csr.indices, csr.edges * sizeof *csr.indices) == 0);
   eg_string_free(json);
+  {
+    /* On DLPack tensors: the same graph. */
+    eg_graph* g3 = NULL;
+    eg_graph_csr csr3;
+    int64_t shape[2] = {4, 2};
+    eg_dl_tensor tq = dl_tensor((void*)q, 2, 32, shape, NULL), tk = dl_tensor((void*)q, 2, 32, shape, NULL);
+    CHECK_OK(eg_predictor_predict_dlpack(p, &tq, &tk, 0, 0, 1, &g3));
+    CHECK_OK(eg_graph_get_csr(g3, &csr3));
+    CHECK(csr3.edges == csr.edges && memcmp(csr3.indices, csr.indices, csr.edges * sizeof *csr.indices) == 0);
+    eg_graph_free(g3);
+    tk.dtype.code = 1;
+    CHECK_FAILS(eg_predictor_predict_dlpack(p, &tq, &tk, 0, 0, 1, &g3), EG_ERROR_ARGUMENT, "k.dtype is not float32");
+    CHECK_FAILS(eg_predictor_predict_dlpack(p, &tq, &tk, 0, 0, 1, NULL), EG_ERROR_ARGUMENT, "out is NULL");
+  }
 
   CHECK_FAILS(eg_predictor_make("window", bad_key, 1, &bad), EG_ERROR_ARGUMENT, "nonsense");
   CHECK_FAILS(eg_predictor_make("window", no_eq, 1, &bad), EG_ERROR_ARGUMENT,

@@ -432,6 +432,17 @@ TEST_SUITE("cuda") {
           const Graph got = cpu->predict(Device::cuda, q, k, 0, 1, causal);
           check_same_graph(got, want);
           check_same_graph(loaded->predict(Device::cuda, q, k, 0, 1, causal), want);
+          // q and k already on the GPU: read in place, the same graph.
+          const auto on_gpu = [](MatrixView<const float> x) {
+            std::vector<float> rows(x.rows * x.cols);
+            for (std::size_t i = 0; i < x.rows; ++i)
+              for (std::size_t c = 0; c < x.cols; ++c) rows[i * x.cols + c] = x(i, c);
+            return DeviceArray<float>(rows.data(), rows.size());
+          };
+          const DeviceArray<float> dq = on_gpu(q), dk = on_gpu(k);
+          check_same_graph(cpu->predict(Device::cuda, Memory::device, ConstMatrix<float>(dq.data(), q.rows, q.cols),
+                                        ConstMatrix<float>(dk.data(), k.rows, k.cols), 0, 1, causal),
+                           want);
           const Graph gold = gold_graph(capture, 0, 1, s);
           const GraphMetrics gm = entgraph::compare_graphs(Device::cuda, got, gold, causal),
                              cm = entgraph::compare_graphs(want, gold, causal);

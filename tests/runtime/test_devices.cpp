@@ -30,7 +30,7 @@ namespace {
 
 struct Calls {
   int transform_forward = 0, transform_backward = 0, attention_forward = 0, graph_attention = 0, compare = 0,
-      pattern = 0, forward_on_device = 0, backward_on_device = 0, attention_backward = 0;
+      pattern = 0, forward_on_device = 0, backward_on_device = 0, attention_backward = 0, pattern_on_device = 0;
   SparsefinderHead last_head;
 };
 Calls calls;
@@ -79,6 +79,12 @@ BackendKernels recording_backend() {
   };
   k.sparsefinder_pattern = [](const SparsefinderHead& h, ConstMatrix<float> q, ConstMatrix<float> kk, bool) {
     ++calls.pattern;
+    calls.last_head = h;
+    return Graph::empty(q.rows, kk.rows);
+  };
+  k.sparsefinder_pattern_on_device = [](const SparsefinderHead& h, ConstMatrix<float> q, ConstMatrix<float> kk,
+                                        bool) {
+    ++calls.pattern_on_device;
     calls.last_head = h;
     return Graph::empty(q.rows, kk.rows);
   };
@@ -428,5 +434,23 @@ TEST_SUITE("runtime") {
     CHECK(h.top == 2);
     // The device's graph was empty: what is left is the union window, added on the host.
     CHECK(g.edges() == window_global_graph(q.rows, k.rows, 1, 0, false).edges());
+
+    // q and k in the device's own memory: the other entry, the same head, the same checks first.
+    CHECK_THROWS_WITH_AS(sf->predict(Device::cuda, Memory::device, q, k, 0, 7, false),
+                         doctest::Contains("out of range"), Error);
+    CHECK(calls.pattern_on_device == 0);
+    const Graph on_device = sf->predict(Device::cuda, Memory::device, q, k, 0, 1, false);
+    CHECK(calls.pattern_on_device == 1);
+    CHECK(calls.pattern == 1);
+    CHECK(calls.last_head.centroids.rows == 3);
+    CHECK(on_device.edges() == g.edges());
+    BackendKernels host_only = recording_backend();
+    host_only.sparsefinder_pattern_on_device = nullptr;
+    register_backend(Device::cuda, host_only);
+    CHECK(error_code_of([&] { sf->predict(Device::cuda, Memory::device, q, k, 0, 1, false); }) ==
+          ErrorCode::unsupported);
+    // Device::cpu: its memory is the host's.
+    CHECK(sf->predict(Device::cpu, Memory::device, q, k, 0, 1, false).indices ==
+          sf->predict(q, k, 0, 1, false).indices);
   }
 }

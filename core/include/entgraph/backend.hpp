@@ -122,6 +122,10 @@ struct BackendKernels {
   // extra_global edges: q is n x d, k is m x d.
   Graph (*sparsefinder_pattern)(const SparsefinderHead& head, ConstMatrix<float> q, ConstMatrix<float> k,
                                 bool causal) = nullptr;
+  // The same with q and k in the device's own memory (the head's parameters
+  // and the graph are host memory).
+  Graph (*sparsefinder_pattern_on_device)(const SparsefinderHead& head, ConstMatrix<float> q, ConstMatrix<float> k,
+                                          bool causal) = nullptr;
 };
 
 // For a backend's own entry points on device memory, which the core's op

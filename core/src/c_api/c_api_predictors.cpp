@@ -5,6 +5,7 @@
 #include <new>
 #include <string>
 
+#include "c_api/c_api_dlpack.hpp"
 #include "c_api/c_api_types.hpp"
 #include "entgraph/predictors/predictor.hpp"
 
@@ -107,6 +108,17 @@ eg_status eg_predictor_predict(eg_device device, const eg_predictor* predictor, 
     const Predictor& p = predictor_of(fn, predictor);
     require(fn, out, "out");
     emit(out, p.predict(to_device(fn, device), to_view(fn, "q", q), to_view(fn, "k", k), layer, head, causal != 0));
+  });
+}
+
+eg_status eg_predictor_predict_dlpack(const eg_predictor* predictor, const eg_dl_tensor* q, const eg_dl_tensor* k,
+                                      size_t layer, size_t head, int causal, eg_graph** out) {
+  return guard(__func__, [&](const char* fn) {
+    const Predictor& p = predictor_of(fn, predictor);
+    require(fn, out, "out");
+    const Place place = common_place(fn, "q", q, {{"k", k}});
+    emit(out, p.predict(place.device, place.memory, view_of<const float>(fn, "q", q, kDLFloat),
+                        view_of<const float>(fn, "k", k, kDLFloat), layer, head, causal != 0));
   });
 }
 

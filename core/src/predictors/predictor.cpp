@@ -173,13 +173,21 @@ Graph Predictor::predict(MatrixView<const float> q, MatrixView<const float> k, s
 
 Graph Predictor::predict(Device device, MatrixView<const float> q, MatrixView<const float> k, std::size_t layer,
                          std::size_t head, bool causal) const {
+  return predict(device, Memory::host, q, k, layer, head, causal);
+}
+
+Graph Predictor::predict(Device device, Memory memory, MatrixView<const float> q, MatrixView<const float> k,
+                         std::size_t layer, std::size_t head, bool causal) const {
   if (q.cols != k.cols)
     throw Error(method() + ": predict: q has " + std::to_string(q.cols) + " columns, k has " + std::to_string(k.cols));
   Graph g;
   if (device == Device::cpu) {
     g = predict_pattern(q, k, layer, head, causal);
   } else {
-    const auto kernel = detail::backend_kernel(device, "predict", &BackendKernels::sparsefinder_pattern);
+    const bool on_device = memory == Memory::device;
+    const auto kernel = detail::backend_kernel(
+        device, "predict", on_device ? &BackendKernels::sparsefinder_pattern_on_device : &BackendKernels::sparsefinder_pattern,
+        on_device);
     SparsefinderHead h;
     if (!sparsefinder_head(q, k, layer, head, h))
       throw Error(method() + ": predict: device " + device_name(device) + " has no kernel for this method; run it on cpu",

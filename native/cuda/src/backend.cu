@@ -68,6 +68,7 @@ void register_backend() {
   table.graph_attention_forward_on_device = detail::device_graph_attention_forward;
   table.compare_graphs = detail::host_compare_graphs;
   table.sparsefinder_pattern = detail::host_sparsefinder_pattern;
+  table.sparsefinder_pattern_on_device = detail::device_sparsefinder_pattern;
   entgraph::register_backend(Device::cuda, table);
 }
 

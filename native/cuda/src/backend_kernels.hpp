@@ -42,5 +42,8 @@ void device_graph_attention_forward(ConstMatrix<float> q, ConstMatrix<float> k, 
 GraphMetrics host_compare_graphs(const Graph& predicted, const Graph& gold, bool causal);
 Graph host_sparsefinder_pattern(const SparsefinderHead& head, ConstMatrix<float> q, ConstMatrix<float> k,
                                 bool causal);
+// The same with q and k in device memory (contiguous rows), not copied.
+Graph device_sparsefinder_pattern(const SparsefinderHead& head, ConstMatrix<float> q, ConstMatrix<float> k,
+                                  bool causal);
 
 }  // namespace entgraph::cuda::detail

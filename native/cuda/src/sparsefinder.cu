@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include "backend_kernels.hpp"
+#include "checks.cuh"
 #include "entgraph/cuda/predictors.hpp"
 #include "predictors_common.cuh"
 
@@ -19,7 +20,10 @@ struct Projected {
   std::size_t n = 0, m = 0, r = 0;
 };
 
-Projected project_both(MatrixView<const float> q, MatrixView<const float> k, const SparsefinderHead& head) {
+// q and k in host memory (copied up first) or, on_device, the GPU's own
+// (contiguous rows, read in place).
+Projected project_both(MatrixView<const float> q, MatrixView<const float> k, const SparsefinderHead& head,
+                       bool on_device) {
   check_view(kOp, "q", q);
   check_view(kOp, "k", k);
   detail::check_graph_size(q.rows, k.rows, kOp);
@@ -27,12 +31,23 @@ Projected project_both(MatrixView<const float> q, MatrixView<const float> k, con
   p.n = q.rows;
   p.m = k.rows;
   p.r = head.wq.cols;
-  const DeviceArray<float> dq = detail::upload(q, kOp), dk = detail::upload(k, kOp);
+  DeviceArray<float> dq, dk;
+  const float *q_data = q.data, *k_data = k.data;
+  if (on_device) {
+    detail::check_contiguous(kOp, "q", q);
+    detail::check_contiguous(kOp, "k", k);
+  } else {
+    dq = detail::upload(q, kOp);
+    dk = detail::upload(k, kOp);
+    q_data = dq.data();
+    k_data = dk.data();
+  }
   const DeviceArray<float> dwq = detail::upload(head.wq, kOp), dwk = detail::upload(head.wk, kOp);
   p.qp = DeviceArray<float>(p.n * p.r, kOp);
   p.kp = DeviceArray<float>(p.m * p.r, kOp);
-  project(dq.data(), p.n, q.cols, dwq.data(), p.r, p.qp.data());
-  project(dk.data(), p.m, k.cols, dwk.data(), p.r, p.kp.data());
+  // project() asks the driver whether q_data and k_data are the GPU's.
+  project(q_data, p.n, q.cols, dwq.data(), p.r, p.qp.data());
+  project(k_data, p.m, k.cols, dwk.data(), p.r, p.kp.data());
   return p;
 }
 
@@ -60,15 +75,29 @@ Graph predict_quantization(const Projected& p, MatrixView<const float> edges) {
 
 }  // namespace
 
-Graph detail::host_sparsefinder_pattern(const SparsefinderHead& head, ConstMatrix<float> q, ConstMatrix<float> k,
-                                        bool causal) {
-  const Projected p = project_both(q, k, head);
+namespace {
+
+Graph sparsefinder_pattern(const SparsefinderHead& head, ConstMatrix<float> q, ConstMatrix<float> k, bool causal,
+                           bool on_device) {
+  const Projected p = project_both(q, k, head, on_device);
   switch (head.method) {
     case SparsefinderHead::Method::distance: return predict_distance(p, head.threshold, causal);
     case SparsefinderHead::Method::kmeans: return predict_kmeans(p, head.centroids, head.top);
     case SparsefinderHead::Method::quantization: return predict_quantization(p, head.edges);
   }
   throw Error("predict: unknown Sparsefinder method on device cuda");
+}
+
+}  // namespace
+
+Graph detail::host_sparsefinder_pattern(const SparsefinderHead& head, ConstMatrix<float> q, ConstMatrix<float> k,
+                                        bool causal) {
+  return sparsefinder_pattern(head, q, k, causal, false);
+}
+
+Graph detail::device_sparsefinder_pattern(const SparsefinderHead& head, ConstMatrix<float> q, ConstMatrix<float> k,
+                                          bool causal) {
+  return sparsefinder_pattern(head, q, k, causal, true);
 }
 
 }  // namespace entgraph::cuda

@@ -99,6 +99,11 @@ class Predictor {
   // cuda these are the Sparsefinder methods.
   Graph predict(Device device, MatrixView<const float> q, MatrixView<const float> k, std::size_t layer,
                 std::size_t head, bool causal) const;
+  // The same with q and k in `memory` (entgraph/device.hpp). Memory::device:
+  // q and k lie in the device's memory and are not copied (the parameters
+  // and the graph are host memory). Device::cpu takes host memory either way.
+  Graph predict(Device device, Memory memory, MatrixView<const float> q, MatrixView<const float> k,
+                std::size_t layer, std::size_t head, bool causal) const;
   // The parameter file: {"format": "entgraph-predictor", "version": 1,
   // "method": ..., "settings": {...}, "parameters": {...}}.
   std::string to_json() const;
