@@ -29,7 +29,7 @@ using namespace entgraph;
 
 namespace {
 
-int kernel_calls = 0, host_calls = 0, dense_calls = 0, graph_calls = 0;
+int kernel_calls = 0, host_calls = 0, dense_calls = 0, graph_calls = 0, backward_calls = 0;
 bool switched_on = false;
 
 // Entry (b, h, i, c) widened to float, as attention reads it.
@@ -113,6 +113,16 @@ BackendKernels recording_table() {
                            reference_scan(one_head(kk), 0, 0, kk.rows), reference_scan(one_head(v), 0, 0, v.rows));
     attention_forward<float>(q, kk, v, out, o);
   };
+  k.attention_backward_on_device = [](ConstMatrix<float> q, ConstMatrix<float> kk, ConstMatrix<float> v,
+                                      ConstMatrix<float> g, MatrixView<float> gq, MatrixView<float> gk,
+                                      MatrixView<float> gv, const AttentionOptions<float>& o) {
+    ++backward_calls;
+    check_attention_backward_values("attention_backward", q, kk, v, o, reference_scan(one_head(q), 0, 0, q.rows),
+                                    reference_scan(one_head(kk), 0, 0, kk.rows),
+                                    reference_scan(one_head(v), 0, 0, v.rows),
+                                    reference_scan(one_head(g), 0, 0, g.rows));
+    attention_backward<float>(q, kk, v, g, gq, gk, gv, o);
+  };
   k.graph_attention_forward_on_device = [](ConstMatrix<float> q, ConstMatrix<float> kk, ConstMatrix<float> v,
                                            const Graph& g, MatrixView<float> out, const AttentionOptions<float>& o) {
     ++graph_calls;
@@ -128,7 +138,7 @@ BackendKernels recording_table() {
 
 struct RecordingBackend {
   RecordingBackend() {
-    kernel_calls = host_calls = dense_calls = graph_calls = 0;
+    kernel_calls = host_calls = dense_calls = graph_calls = backward_calls = 0;
     switched_on = true;
     register_backend(Device::cuda, recording_table());
   }
@@ -363,5 +373,47 @@ TEST_SUITE("runtime") {
     q_big(2, 0) = 1e19f;  // past graph attention's headroom of 16, within dense attention's 2
     k_big(5, 0) = 5e18f;
     expect_cpu_error("scores", q_big, k_big, v, window, 1);
+  }
+
+  TEST_CASE("devices: attention backward on the device's own memory gets the CPU's results and the CPU's errors") {
+    RecordingBackend backend;
+    const std::size_t n = 5, m = 6, d = 4;
+    const auto q = test::random_matrix<float>(n, d, 1.0, 41), k = test::random_matrix<float>(m, d, 1.0, 42),
+               v = test::random_matrix<float>(m, d, 1.0, 43), g = test::random_matrix<float>(n, d, 1.0, 44);
+    AttentionOptions<float> o;
+    o.transform = Transform::sparsemax();
+    test::Matrix<float> cq(n, d), ck(m, d), cv(m, d), dq(n, d), dk(m, d), dv(m, d);
+    attention_backward(Device::cpu, q.view(), k.view(), v.view(), g.view(), cq.view(), ck.view(), cv.view(), o);
+    attention_backward(Device::cuda, Memory::device, q.view(), k.view(), v.view(), g.view(), dq.view(), dk.view(),
+                       dv.view(), o);
+    CHECK(dq.data == cq.data);
+    CHECK(dk.data == ck.data);
+    CHECK(dv.data == cv.data);
+    CHECK(backward_calls == 1);
+
+    test::Matrix<float> out(n, d, 7.0f), narrow(m, d - 1);
+    const auto expect_cpu_error = [&](const char* what, const test::Matrix<float>& qq, const test::Matrix<float>& gg,
+                                      MatrixView<float> grad_k, int calls) {
+      const std::string call = what;
+      CAPTURE(call);
+      const std::string on_cpu = message_of([&] {
+        attention_backward(Device::cpu, qq.view(), k.view(), v.view(), gg.view(), out.view(), grad_k, dv.view(), o);
+      });
+      CAPTURE(on_cpu);
+      CHECK(!on_cpu.empty());
+      const int before = backward_calls;
+      CHECK(message_of([&] {
+              attention_backward(Device::cuda, Memory::device, qq.view(), k.view(), v.view(), gg.view(), out.view(),
+                                 grad_k, dv.view(), o);
+            }) == on_cpu);
+      CHECK(backward_calls - before == calls);
+      for (float x : out.data) CHECK(x == 7.0f);
+    };
+    expect_cpu_error("grad_k.cols", q, g, narrow.view(), 0);
+    test::Matrix<float> q_nan = q, g_nan = g;
+    q_nan(1, 1) = std::numeric_limits<float>::quiet_NaN();
+    g_nan(4, 3) = std::numeric_limits<float>::infinity();
+    expect_cpu_error("q NaN", q_nan, g, dk.view(), 1);
+    expect_cpu_error("grad_out inf", q, g_nan, dk.view(), 1);
   }
 }

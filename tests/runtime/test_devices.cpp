@@ -374,6 +374,11 @@ TEST_SUITE("runtime") {
     CHECK(error_code_of([&] {
             attention_backward(Device::cuda, q.view(), k.view(), v.view(), q.view(), gq.view(), gk.view(), gv.view(), o);
           }) == ErrorCode::unsupported);
+    // Nor on its own memory: then the device has no kernel at all, and the message says so.
+    CHECK(message_of([&] {
+            attention_backward(Device::cuda, Memory::device, q.view(), k.view(), v.view(), q.view(), gq.view(),
+                               gk.view(), gv.view(), o);
+          }) == "attention_backward: device cuda has no kernel for this op; run it on cpu");
     // A bad value on a device that can run: the CPU's code.
     CHECK(error_code_of([&] { attention_forward(Device::cuda, qbad.view(), k.view(), v.view(), out.view(), o); }) ==
           ErrorCode::bad_value);

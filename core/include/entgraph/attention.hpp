@@ -83,6 +83,11 @@ void attention_forward(Device device, Memory memory, ConstMatrix<float> q, Const
 void attention_backward(Device device, ConstMatrix<float> q, ConstMatrix<float> k, ConstMatrix<float> v,
                         ConstMatrix<float> grad_out, MatrixView<float> grad_q, MatrixView<float> grad_k,
                         MatrixView<float> grad_v, const AttentionOptions<float>& options);
+// The backward with its arrays in `memory`, as attention_forward above
+// (the device's kernel scans q, k, v and grad_out).
+void attention_backward(Device device, Memory memory, ConstMatrix<float> q, ConstMatrix<float> k,
+                        ConstMatrix<float> v, ConstMatrix<float> grad_out, MatrixView<float> grad_q,
+                        MatrixView<float> grad_k, MatrixView<float> grad_v, const AttentionOptions<float>& options);
 
 // A contiguous [heads, rows, cols] tensor.
 template <class T>

@@ -98,6 +98,12 @@ struct BackendKernels {
   void (*attention_backward)(ConstMatrix<float> q, ConstMatrix<float> k, ConstMatrix<float> v,
                              ConstMatrix<float> grad_out, MatrixView<float> grad_q, MatrixView<float> grad_k,
                              MatrixView<float> grad_v, const AttentionOptions<float>& options) = nullptr;
+  // The same on the device's own memory; the kernel scans q, k, v and
+  // grad_out and hands the scans to check_attention_backward_values.
+  void (*attention_backward_on_device)(ConstMatrix<float> q, ConstMatrix<float> k, ConstMatrix<float> v,
+                                       ConstMatrix<float> grad_out, MatrixView<float> grad_q,
+                                       MatrixView<float> grad_k, MatrixView<float> grad_v,
+                                       const AttentionOptions<float>& options) = nullptr;
   // Batched attention (batched_attention.hpp) on host tensors of any dtype;
   // the kernel refuses, as such, what the device cannot run.
   void (*batched_attention_forward)(ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor v,
@@ -173,6 +179,13 @@ void check_batched_attention_values(const char* op, ConstBatchedTensor q, ConstB
 void check_attention_values(const char* op, ConstMatrix<float> q, ConstMatrix<float> k, ConstMatrix<float> v,
                             const AttentionOptions<float>& options, const HeadScan& q_scan, const HeadScan& k_scan,
                             const HeadScan& v_scan);
+
+// The same for attention_backward_on_device: the forward's checks, then
+// grad_out's scan (finite).
+void check_attention_backward_values(const char* op, ConstMatrix<float> q, ConstMatrix<float> k,
+                                     ConstMatrix<float> v, const AttentionOptions<float>& options,
+                                     const HeadScan& q_scan, const HeadScan& k_scan, const HeadScan& v_scan,
+                                     const HeadScan& grad_out_scan);
 
 // The same for graph_attention_forward_on_device (graph attention's scale
 // name and its larger score headroom).

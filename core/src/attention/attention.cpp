@@ -501,13 +501,14 @@ Dims validate_forward(const char* op, ConstMatrix<T> q, ConstMatrix<T> k, ConstM
 
 template <class T>
 Dims validate_backward(const char* op, ConstMatrix<T> q, ConstMatrix<T> k, ConstMatrix<T> v, ConstMatrix<T> grad_out,
-                       MatrixView<T> grad_q, MatrixView<T> grad_k, MatrixView<T> grad_v, const AttentionOptions<T>& o) {
-  const Dims dims = validate<T>(op, q, k, v, o);
+                       MatrixView<T> grad_q, MatrixView<T> grad_k, MatrixView<T> grad_v, const AttentionOptions<T>& o,
+                       bool values = true) {
+  const Dims dims = validate<T>(op, q, k, v, o, values);
   detail::check_shape(op, "grad_out", grad_out, dims.n, dims.dv);
   detail::check_shape(op, "grad_q", grad_q, dims.n, dims.d);
   detail::check_shape(op, "grad_k", grad_k, dims.m, dims.d);
   detail::check_shape(op, "grad_v", grad_v, dims.m, dims.dv);
-  detail::check_finite<T>(op, "grad_out", grad_out);
+  if (values) detail::check_finite<T>(op, "grad_out", grad_out);
   return dims;
 }
 
@@ -607,11 +608,9 @@ void attention_forward(Device device, ConstMatrix<float> q, ConstMatrix<float> k
 void attention_forward(Device device, Memory memory, ConstMatrix<float> q, ConstMatrix<float> k, ConstMatrix<float> v,
                        MatrixView<float> out, const AttentionOptions<float>& options) {
   if (device == Device::cpu) return attention_forward<float>(q, k, v, out, options);  // its memory is the host's
-  const bool on_device = memory == Memory::device;
-  const auto kernel = detail::backend_kernel(
-      device, kForward, on_device ? &BackendKernels::attention_forward_on_device : &BackendKernels::attention_forward,
-      on_device);
-  validate_forward<float>(kForward, q, k, v, out, options, {}, /*values=*/!on_device);
+  const auto kernel = detail::backend_kernel(device, kForward, memory, &BackendKernels::attention_forward,
+                                             &BackendKernels::attention_forward_on_device);
+  validate_forward<float>(kForward, q, k, v, out, options, {}, /*values=*/memory == Memory::host);
   kernel(q, k, v, out, options);
 }
 
@@ -626,10 +625,28 @@ void check_attention_values(const char* op, ConstMatrix<float> q, ConstMatrix<fl
 void attention_backward(Device device, ConstMatrix<float> q, ConstMatrix<float> k, ConstMatrix<float> v,
                         ConstMatrix<float> grad_out, MatrixView<float> grad_q, MatrixView<float> grad_k,
                         MatrixView<float> grad_v, const AttentionOptions<float>& options) {
+  attention_backward(device, Memory::host, q, k, v, grad_out, grad_q, grad_k, grad_v, options);
+}
+
+void attention_backward(Device device, Memory memory, ConstMatrix<float> q, ConstMatrix<float> k,
+                        ConstMatrix<float> v, ConstMatrix<float> grad_out, MatrixView<float> grad_q,
+                        MatrixView<float> grad_k, MatrixView<float> grad_v, const AttentionOptions<float>& options) {
   if (device == Device::cpu) return attention_backward<float>(q, k, v, grad_out, grad_q, grad_k, grad_v, options);
-  const auto kernel = detail::backend_kernel(device, kBackward, &BackendKernels::attention_backward);
-  validate_backward<float>(kBackward, q, k, v, grad_out, grad_q, grad_k, grad_v, options);
+  const auto kernel = detail::backend_kernel(device, kBackward, memory, &BackendKernels::attention_backward,
+                                             &BackendKernels::attention_backward_on_device);
+  validate_backward<float>(kBackward, q, k, v, grad_out, grad_q, grad_k, grad_v, options, /*values=*/memory == Memory::host);
   kernel(q, k, v, grad_out, grad_q, grad_k, grad_v, options);
+}
+
+void check_attention_backward_values(const char* op, ConstMatrix<float> q, ConstMatrix<float> k,
+                                     ConstMatrix<float> v, const AttentionOptions<float>& options,
+                                     const HeadScan& q_scan, const HeadScan& k_scan, const HeadScan& v_scan,
+                                     const HeadScan& grad_out_scan) {
+  check_attention_values(op, q, k, v, options, q_scan, k_scan, v_scan);
+  // validate_backward's last check: grad_out finite.
+  if (grad_out_scan.bad)
+    detail::throw_non_finite(op, "grad_out", grad_out_scan.bad_row, grad_out_scan.bad_col,
+                             static_cast<double>(grad_out_scan.bad_value), false);
 }
 
 #define ENTGRAPH_INSTANTIATE_ATTENTION(T)                                                                             \

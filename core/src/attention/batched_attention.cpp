@@ -475,12 +475,9 @@ void batched_attention_forward(Device device, ConstBatchedTensor q, ConstBatched
 void batched_attention_forward(Device device, Memory memory, ConstBatchedTensor q, ConstBatchedTensor k,
                                ConstBatchedTensor v, BatchedTensor out, const BatchedAttentionOptions& options) {
   if (device == Device::cpu) return batched_attention_forward(q, k, v, out, options);  // its memory is the host's
-  const bool on_device = memory == Memory::device;
-  const auto kernel = detail::backend_kernel(
-      device, kOp,
-      on_device ? &BackendKernels::batched_attention_forward_on_device : &BackendKernels::batched_attention_forward,
-      on_device);
-  check_batched_attention(q, k, v, out, options, kOp, /*check_values_too=*/!on_device);
+  const auto kernel = detail::backend_kernel(device, kOp, memory, &BackendKernels::batched_attention_forward,
+                                             &BackendKernels::batched_attention_forward_on_device);
+  check_batched_attention(q, k, v, out, options, kOp, /*check_values_too=*/memory == Memory::host);
   kernel(q, k, v, out, options);
 }
 

@@ -583,12 +583,9 @@ void graph_attention_forward(Device device, Memory memory, ConstMatrix<float> q,
                              ConstMatrix<float> v, const Graph& graph, MatrixView<float> out,
                              const GraphAttentionOptions<float>& options) {
   if (device == Device::cpu) return graph_attention_forward<float>(q, k, v, graph, out, options);
-  const bool on_device = memory == Memory::device;
-  const auto kernel = detail::backend_kernel(
-      device, kOp,
-      on_device ? &BackendKernels::graph_attention_forward_on_device : &BackendKernels::graph_attention_forward,
-      on_device);
-  validate<float>(kOp, q, k, v, graph, options, /*values=*/!on_device);
+  const auto kernel = detail::backend_kernel(device, kOp, memory, &BackendKernels::graph_attention_forward,
+                                             &BackendKernels::graph_attention_forward_on_device);
+  validate<float>(kOp, q, k, v, graph, options, /*values=*/memory == Memory::host);
   detail::check_shape(kOp, "out", out, q.rows, v.cols);
   validate_mode<float>(kOp, options);
   if (options.mode != GraphAttentionMode::fast)

@@ -184,10 +184,8 @@ Graph Predictor::predict(Device device, Memory memory, MatrixView<const float> q
   if (device == Device::cpu) {
     g = predict_pattern(q, k, layer, head, causal);
   } else {
-    const bool on_device = memory == Memory::device;
-    const auto kernel = detail::backend_kernel(
-        device, "predict", on_device ? &BackendKernels::sparsefinder_pattern_on_device : &BackendKernels::sparsefinder_pattern,
-        on_device);
+    const auto kernel = detail::backend_kernel(device, "predict", memory, &BackendKernels::sparsefinder_pattern,
+                                               &BackendKernels::sparsefinder_pattern_on_device);
     SparsefinderHead h;
     if (!sparsefinder_head(q, k, layer, head, h))
       throw Error(method() + ": predict: device " + device_name(device) + " has no kernel for this method; run it on cpu",

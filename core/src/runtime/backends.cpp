@@ -112,8 +112,8 @@ const BackendKernels& backend_for(Device device, const char* op) {
   return r.tables[index_of(device)];
 }
 
-void throw_no_kernel(Device device, const char* op, bool device_memory) {
-  if (device_memory)
+void throw_no_kernel(Device device, const char* op, bool host_kernel_exists) {
+  if (host_kernel_exists)
     throw Error(at_op(op) + "device " + device_name(device) +
                     " has no kernel for this op on its own memory; pass host memory (Memory::host)",
                 ErrorCode::unsupported);

@@ -162,22 +162,18 @@ void transform_backward(Device device, const Transform& t, ConstMatrix<float> pr
 void transform_forward(Device device, Memory memory, const Transform& t, ConstMatrix<float> scores,
                        MatrixView<float> probs, MaskView mask) {
   if (device == Device::cpu) return transform_forward<float>(t, scores, probs, mask);  // its memory is the host's
-  const bool on_device = memory == Memory::device;
-  const auto kernel = detail::backend_kernel(
-      device, "transform_forward",
-      on_device ? &BackendKernels::transform_forward_on_device : &BackendKernels::transform_forward, on_device);
-  detail::check_transform_forward(t, scores, probs, mask, /*values=*/!on_device);
+  const auto kernel = detail::backend_kernel(device, "transform_forward", memory, &BackendKernels::transform_forward,
+                                             &BackendKernels::transform_forward_on_device);
+  detail::check_transform_forward(t, scores, probs, mask, /*values=*/memory == Memory::host);
   kernel(t, scores, probs, mask);
 }
 
 void transform_backward(Device device, Memory memory, const Transform& t, ConstMatrix<float> probs,
                         ConstMatrix<float> grad_probs, MatrixView<float> grad_scores) {
   if (device == Device::cpu) return transform_backward<float>(t, probs, grad_probs, grad_scores);
-  const bool on_device = memory == Memory::device;
-  const auto kernel = detail::backend_kernel(
-      device, "transform_backward",
-      on_device ? &BackendKernels::transform_backward_on_device : &BackendKernels::transform_backward, on_device);
-  detail::check_transform_backward(t, probs, grad_probs, grad_scores, /*values=*/!on_device);
+  const auto kernel = detail::backend_kernel(device, "transform_backward", memory, &BackendKernels::transform_backward,
+                                             &BackendKernels::transform_backward_on_device);
+  detail::check_transform_backward(t, probs, grad_probs, grad_scores, /*values=*/memory == Memory::host);
   kernel(t, probs, grad_probs, grad_scores);
 }
 
