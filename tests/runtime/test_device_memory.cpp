@@ -145,16 +145,6 @@ struct RecordingBackend {
   ~RecordingBackend() { switched_on = false; }
 };
 
-template <class Fn>
-std::string message_of(Fn fn) {
-  try {
-    fn();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
-}
-
 constexpr std::uint16_t kSentinel = 0x1234;
 
 // A bhnd tensor of bfloat16 bit patterns.
@@ -204,11 +194,11 @@ TEST_SUITE("runtime") {
                                       const BatchedAttentionOptions& opts, bool reaches_kernel) {
       const std::string call = what;
       CAPTURE(call);
-      const std::string on_cpu = message_of([&] { batched_attention_forward(Device::cpu, qq, kk, vv, oo, opts); });
+      const std::string on_cpu = test::thrown([&] { batched_attention_forward(Device::cpu, qq, kk, vv, oo, opts); });
       CAPTURE(on_cpu);
-      CHECK(!on_cpu.empty());
+      CHECK(on_cpu != "(no error)");
       const int before = kernel_calls;
-      CHECK(message_of([&] { batched_attention_forward(Device::cuda, Memory::device, qq, kk, vv, oo, opts); }) ==
+      CHECK(test::thrown([&] { batched_attention_forward(Device::cuda, Memory::device, qq, kk, vv, oo, opts); }) ==
             on_cpu);
       CHECK(test::error_code_of([&] {
               batched_attention_forward(Device::cuda, Memory::device, qq, kk, vv, oo, opts);
@@ -248,12 +238,12 @@ TEST_SUITE("runtime") {
       return ConstBatchedTensor::bhnd(x.data(), DType::float32, 1, 1, rows, 4);
     };
     BatchedAttentionOptions plain;
-    const std::string v_on_cpu = message_of([&] {
+    const std::string v_on_cpu = test::thrown([&] {
       batched_attention_forward(Device::cpu, t32(q32, 2), t32(k32, 3), t32(v32, 3),
                                 BatchedTensor::bhnd(out32.data(), DType::float32, 1, 1, 2, 4), plain);
     });
     CHECK(v_on_cpu.find("|v[0, 0, 1, 2]| = ") != std::string::npos);
-    CHECK(message_of([&] {
+    CHECK(test::thrown([&] {
             batched_attention_forward(Device::cuda, Memory::device, t32(q32, 2), t32(k32, 3), t32(v32, 3),
                                       BatchedTensor::bhnd(out32.data(), DType::float32, 1, 1, 2, 4), plain);
           }) == v_on_cpu);
@@ -303,11 +293,11 @@ TEST_SUITE("runtime") {
       const std::string call = what;
       CAPTURE(call);
       const std::string on_cpu =
-          message_of([&] { attention_forward(Device::cpu, qq.view(), kk.view(), vv.view(), oo, opts); });
+          test::thrown([&] { attention_forward(Device::cpu, qq.view(), kk.view(), vv.view(), oo, opts); });
       CAPTURE(on_cpu);
-      CHECK(!on_cpu.empty());
+      CHECK(on_cpu != "(no error)");
       const int before = dense_calls;
-      CHECK(message_of([&] {
+      CHECK(test::thrown([&] {
               attention_forward(Device::cuda, Memory::device, qq.view(), kk.view(), vv.view(), oo, opts);
             }) == on_cpu);
       CHECK(dense_calls - before == kernel_calls_expected);
@@ -353,12 +343,12 @@ TEST_SUITE("runtime") {
                                       const test::Matrix<float>& vv, const Graph& g, int calls) {
       const std::string call = what;
       CAPTURE(call);
-      const std::string on_cpu = message_of(
+      const std::string on_cpu = test::thrown(
           [&] { graph_attention_forward(Device::cpu, qq.view(), kk.view(), vv.view(), g, out.view(), o); });
       CAPTURE(on_cpu);
-      CHECK(!on_cpu.empty());
+      CHECK(on_cpu != "(no error)");
       const int before = graph_calls;
-      CHECK(message_of([&] {
+      CHECK(test::thrown([&] {
               graph_attention_forward(Device::cuda, Memory::device, qq.view(), kk.view(), vv.view(), g, out.view(), o);
             }) == on_cpu);
       CHECK(graph_calls - before == calls);
@@ -396,13 +386,13 @@ TEST_SUITE("runtime") {
                                       MatrixView<float> grad_k, int calls) {
       const std::string call = what;
       CAPTURE(call);
-      const std::string on_cpu = message_of([&] {
+      const std::string on_cpu = test::thrown([&] {
         attention_backward(Device::cpu, qq.view(), k.view(), v.view(), gg.view(), out.view(), grad_k, dv.view(), o);
       });
       CAPTURE(on_cpu);
-      CHECK(!on_cpu.empty());
+      CHECK(on_cpu != "(no error)");
       const int before = backward_calls;
-      CHECK(message_of([&] {
+      CHECK(test::thrown([&] {
               attention_backward(Device::cuda, Memory::device, qq.view(), k.view(), v.view(), gg.view(), out.view(),
                                  grad_k, dv.view(), o);
             }) == on_cpu);

@@ -169,17 +169,8 @@ void detail::device_attention_forward(ConstMatrix<float> q, ConstMatrix<float> k
   const std::size_t n = q.rows, m = k.rows, d = q.cols, dv = v.cols;
   check_sizes(n, m, d, dv);
   const Weighting w = detail::make_weighting(options.transform, options.scale, d, kOp, "options.transform");
-  detail::check_device_pointer(q.data, kOp, "q");
-  detail::check_device_pointer(k.data, kOp, "k");
-  detail::check_device_pointer(v.data, kOp, "v");
-  detail::check_device_pointer(out.data, kOp, "out");
-  if (options.key_padding) detail::check_device_pointer(options.key_padding, kOp, "options.key_padding", false);
-  detail::check_contiguous("attention_forward", "q", q);
-  detail::check_contiguous("attention_forward", "k", k);
-  detail::check_contiguous("attention_forward", "v", v);
-  detail::check_contiguous("attention_forward", "out", out);
-  const std::vector<HeadScan> scans = detail::scan_batched_heads(
-      "attention_forward", detail::one_head(q), detail::one_head(k), detail::one_head(v), nullptr, nullptr, nullptr);
+  const std::vector<HeadScan> scans =
+      detail::scan_one_head("attention_forward", kOp, q, k, v, out, options.key_padding, /*aligned=*/true);
   check_attention_values("attention_forward", q, k, v, options, scans[0], scans[1], scans[2]);
   launch_attention(q.data, k.data, v.data, out.data, n, m, d, dv, w, detail::fused_options(options, options.key_padding),
                    nullptr);

@@ -242,14 +242,24 @@ void graph_attention_forward(const float* q, const float* k, const float* v, con
                           graph.keys, d, dv, options, stream);
 }
 
+namespace {
+
+// What the GPU cannot run, for the backend's kernels (the core has checked
+// the rest); the resolved transform.
+Weighting check_backend_call(std::size_t n, std::size_t m, std::size_t d, std::size_t dv,
+                             const AttentionOptions<float>& options) {
+  check_graph_sizes(n, m, d, dv);
+  return detail::make_weighting(options.transform, options.scale, d, kOp, "options.attention.transform");
+}
+
+}  // namespace
+
 // The backend's kernel: the core has validated the arguments and the graph.
 void detail::host_graph_attention_forward(ConstMatrix<float> q, ConstMatrix<float> k, ConstMatrix<float> v,
                                           const Graph& graph, MatrixView<float> out,
                                           const AttentionOptions<float>& options) {
   const std::size_t n = q.rows, m = k.rows, d = q.cols, dv = v.cols;
-  check_graph_sizes(n, m, d, dv);
-  const Weighting w =
-      detail::make_weighting(options.transform, options.scale, d, kOp, "options.attention.transform");
+  const Weighting w = check_backend_call(n, m, d, dv, options);
   const DeviceGraph dg = detail::upload_valid(graph, "graph_attention_forward: uploading graph");
   detail::StagedAttention staged(q, k, v, options, "graph_attention_forward");
   launch_graph_attention(staged.q.data(), staged.k.data(), staged.v.data(), dg.offsets.data(), dg.indices.data(),
@@ -265,21 +275,9 @@ void detail::device_graph_attention_forward(ConstMatrix<float> q, ConstMatrix<fl
                                             const Graph& graph, MatrixView<float> out,
                                             const AttentionOptions<float>& options) {
   const std::size_t n = q.rows, m = k.rows, d = q.cols, dv = v.cols;
-  check_graph_sizes(n, m, d, dv);
-  const Weighting w =
-      detail::make_weighting(options.transform, options.scale, d, kOp, "options.attention.transform");
-  detail::check_device_pointer(q.data, kOp, "q", false);
-  detail::check_device_pointer(k.data, kOp, "k", false);
-  detail::check_device_pointer(v.data, kOp, "v", false);
-  detail::check_device_pointer(out.data, kOp, "out", false);
-  if (options.key_padding) detail::check_device_pointer(options.key_padding, kOp, "options.key_padding", false);
-  detail::check_contiguous("graph_attention_forward", "q", q);
-  detail::check_contiguous("graph_attention_forward", "k", k);
-  detail::check_contiguous("graph_attention_forward", "v", v);
-  detail::check_contiguous("graph_attention_forward", "out", out);
-  const std::vector<HeadScan> scans = detail::scan_batched_heads(
-      "graph_attention_forward", detail::one_head(q), detail::one_head(k), detail::one_head(v), nullptr, nullptr,
-      nullptr);
+  const Weighting w = check_backend_call(n, m, d, dv, options);
+  const std::vector<HeadScan> scans = detail::scan_one_head("graph_attention_forward", kOp, q, k, v, out,
+                                                           options.key_padding, /*aligned=*/false);
   check_graph_attention_values("graph_attention_forward", q, k, v, options, scans[0], scans[1], scans[2]);
   const DeviceGraph dg = detail::upload_valid(graph, "graph_attention_forward: uploading graph");
   launch_graph_attention(q.data, k.data, v.data, dg.offsets.data(), dg.indices.data(), dg.edges(), out.data, n, m, d,

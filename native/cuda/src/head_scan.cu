@@ -182,4 +182,23 @@ std::vector<HeadScan> detail::scan_batched_heads(const char* op, ConstBatchedTen
   return scans;
 }
 
+std::vector<HeadScan> detail::scan_one_head(const char* op, const char* pointer_op, ConstMatrix<float> q,
+                                            ConstMatrix<float> k, ConstMatrix<float> v, MatrixView<float> out,
+                                            const std::uint8_t* key_padding, bool aligned) {
+  check_device_pointer(q.data, pointer_op, "q", aligned);
+  check_device_pointer(k.data, pointer_op, "k", aligned);
+  check_device_pointer(v.data, pointer_op, "v", aligned);
+  check_device_pointer(out.data, pointer_op, "out", aligned);
+  if (key_padding) check_device_pointer(key_padding, pointer_op, "options.key_padding", false);
+  check_contiguous(op, "q", q);
+  check_contiguous(op, "k", k);
+  check_contiguous(op, "v", v);
+  check_contiguous(op, "out", out);
+  // A float32 matrix with contiguous rows as a (1, 1, rows, cols) tensor.
+  const auto one_head = [](ConstMatrix<float> x) {
+    return ConstBatchedTensor{x.data, DType::float32, 1, 1, x.rows, x.cols, x.rows * x.cols, x.rows * x.cols, x.cols};
+  };
+  return scan_batched_heads(op, one_head(q), one_head(k), one_head(v), nullptr, nullptr, nullptr);
+}
+
 }  // namespace entgraph::cuda

@@ -22,9 +22,12 @@ std::vector<HeadScan> scan_batched_heads(const char* op, ConstBatchedTensor q, C
                                          ConstBatchedTensor v, const std::int32_t* query_lengths,
                                          const std::int32_t* key_lengths, cudaStream_t stream);
 
-// A float32 matrix (contiguous rows) as a (1, 1, rows, cols) tensor.
-inline ConstBatchedTensor one_head(ConstMatrix<float> x) {
-  return {x.data, DType::float32, 1, 1, x.rows, x.cols, x.rows * x.cols, x.rows * x.cols, x.cols};
-}
+// A one-head attention call on device memory (dense or graph attention):
+// throws unless q, k, v, out and key_padding (if set) are the GPU's
+// (`aligned`: 16-byte aligned too; messages name `pointer_op`) and q, k, v
+// and out have contiguous rows (unsupported); then scans q, k and v.
+std::vector<HeadScan> scan_one_head(const char* op, const char* pointer_op, ConstMatrix<float> q,
+                                    ConstMatrix<float> k, ConstMatrix<float> v, MatrixView<float> out,
+                                    const std::uint8_t* key_padding, bool aligned);
 
 }  // namespace entgraph::cuda::detail
