@@ -557,6 +557,16 @@ static void test_batched_attention(void) {
   }
 }
 
+static void test_device_stream(void) {
+  int queue = 0; /* any address stands for a stream: nothing runs on it here */
+  CHECK_OK(eg_set_device_stream(EG_DEVICE_CUDA, &queue));
+  CHECK_OK(eg_set_device_stream(EG_DEVICE_CUDA, NULL));
+  CHECK_FAILS(eg_set_device_stream(EG_DEVICE_CPU, &queue), EG_ERROR_ARGUMENT,
+              "set_device_stream: device is cpu, which has no stream");
+  CHECK_OK(eg_set_device_stream(EG_DEVICE_CPU, NULL));
+  CHECK_FAILS(eg_set_device_stream((eg_device)9, NULL), EG_ERROR_ARGUMENT, "device is out of range");
+}
+
 static void test_attention_dlpack(void) {
   /* One head as eg_matrix and as DLPack tensors (q read with row stride 4) gives the same bits. */
   float q[3 * 4], k[5 * 2], v[5 * 2], expect[6], got[6];
@@ -1097,6 +1107,7 @@ int main(void) {
   test_devices();
   test_attention();
   test_batched_attention();
+  test_device_stream();
   test_attention_dlpack();
   test_batched_attention_dlpack();
   test_graphs();

@@ -19,6 +19,7 @@
 #include "entgraph/batched_attention.hpp"
 #include "entgraph/cuda/batched_attention.hpp"
 #include "entgraph/cuda/device.hpp"
+#include "entgraph/device.hpp"
 #include "entgraph/error.hpp"
 #include "entgraph/transforms.hpp"
 #include "support.hpp"
@@ -482,6 +483,29 @@ TEST_SUITE("cuda") {
         on_device(q, k, v, out, o);
         check_close(out, reference(q, k, v, o.transform, true, 0.0, {ql, kl}), {ql, kl});
       }
+
+    // On a stream of the caller's (DeviceStreamScope): enqueued there; the
+    // outputs are there once the stream is done.
+    {
+      cudaStream_t stream = nullptr;
+      check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "test: cudaStreamCreate");
+      const HostTensor q = random_tensor(DType::bfloat16, Layout::bhnd, B, Hq, n, d, 1.0, 107);
+      const HostTensor k = random_tensor(DType::bfloat16, Layout::bhnd, B, Hkv, m, d, 1.0, 108);
+      const HostTensor v = random_tensor(DType::bfloat16, Layout::bhnd, B, Hkv, m, d, 1.0, 109);
+      HostTensor out(DType::bfloat16, Layout::bhnd, B, Hq, n, d);
+      DeviceArray<unsigned char> dq(q.bytes.data(), q.bytes.size()), dk(k.bytes.data(), k.bytes.size()),
+          dv(v.bytes.data(), v.bytes.size()), dout(out.bytes.data(), out.bytes.size());
+      {
+        const DeviceStreamScope scope(Device::cuda, stream);
+        entgraph::batched_attention_forward(Device::cuda, Memory::device, q.view<const void*>(dq.data()),
+                                            k.view<const void*>(dk.data()), v.view<const void*>(dv.data()),
+                                            out.view<void*>(dout.data()), o);
+      }
+      synchronize(stream);
+      dout.download(out.bytes.data());
+      check_close(out, reference(q, k, v, o.transform, true, 0.0, {ql, kl}), {ql, kl});
+      cudaStreamDestroy(stream);
+    }
 
     // Bad values in device memory: the GPU scans, the core decides, with the
     // CPU's message for the same host arrays; out untouched.

@@ -14,6 +14,7 @@
 #include <functional>
 #include <limits>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "entgraph/attention.hpp"
@@ -30,6 +31,7 @@ using namespace entgraph;
 namespace {
 
 int kernel_calls = 0, host_calls = 0, dense_calls = 0, graph_calls = 0, backward_calls = 0;
+void* stream_seen = nullptr;  // the calling thread's stream when the last batched kernel ran
 bool switched_on = false;
 
 // Entry (b, h, i, c) widened to float, as attention reads it.
@@ -95,6 +97,7 @@ BackendKernels recording_table() {
   k.batched_attention_forward_on_device = [](ConstBatchedTensor q, ConstBatchedTensor kk, ConstBatchedTensor v,
                                              BatchedTensor out, const BatchedAttentionOptions& o) {
     ++kernel_calls;
+    stream_seen = device_stream(Device::cuda);
     std::vector<HeadScan> scans;
     for (std::size_t b = 0; b < q.batch; ++b)
       for (std::size_t h = 0; h < q.heads; ++h)
@@ -405,5 +408,35 @@ TEST_SUITE("runtime") {
     g_nan(4, 3) = std::numeric_limits<float>::infinity();
     expect_cpu_error("q NaN", q_nan, g, dk.view(), 1);
     expect_cpu_error("grad_out inf", q, g_nan, dk.view(), 1);
+  }
+
+  TEST_CASE("devices: a thread's stream per device reaches the kernels on device memory") {
+    RecordingBackend backend;
+    CHECK(device_stream(Device::cuda) == nullptr);
+    int queue_a = 0, queue_b = 0;  // any address stands for a stream here
+    const std::size_t B = 1, H = 1, n = 3, m = 4, d = 8;
+    Tensor16 q(B, H, n, d, 51), k(B, H, m, d, 52), v(B, H, m, d, 53), out(B, H, n, d, 54);
+    {
+      const DeviceStreamScope scope(Device::cuda, &queue_a);
+      CHECK(device_stream(Device::cuda) == &queue_a);
+      {
+        const DeviceStreamScope inner(Device::cuda, &queue_b);
+        batched_attention_forward(Device::cuda, Memory::device, q.view(), k.view(), v.view(), out.out(), {});
+        CHECK(stream_seen == &queue_b);
+      }
+      CHECK(device_stream(Device::cuda) == &queue_a);  // restored
+      // Streams are per thread: another thread starts with none.
+      void* elsewhere = &queue_b;
+      std::thread([&] { elsewhere = device_stream(Device::cuda); }).join();
+      CHECK(elsewhere == nullptr);
+    }
+    CHECK(device_stream(Device::cuda) == nullptr);
+    batched_attention_forward(Device::cuda, Memory::device, q.view(), k.view(), v.view(), out.out(), {});
+    CHECK(stream_seen == nullptr);
+    // The CPU has no stream.
+    CHECK(device_stream(Device::cpu) == nullptr);
+    CHECK_THROWS_WITH_AS(set_device_stream(Device::cpu, &queue_a),
+                         "set_device_stream: device is cpu, which has no stream (got a stream for it)", Error);
+    set_device_stream(Device::cpu, nullptr);
   }
 }

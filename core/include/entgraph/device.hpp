@@ -23,6 +23,33 @@ enum class Device { cpu, cuda };
 // device's kernel scans the values). Ops that take a Memory say so.
 enum class Memory { host, device };
 
+// A device's queue of work (CUDA: a cudaStream_t; torch's
+// torch.cuda.current_stream().cuda_stream), opaque to the core, set per
+// thread and device. Ops on the device's own memory (Memory::device) run in
+// that queue's order: after the work already in it, before the work added
+// after. Without one (null, the default) they return when their outputs are
+// written; with one they return once their work is enqueued, except that
+// they wait for what they must read on the host first (their value scans,
+// batched attention's lengths, a predicted graph), so an error is still
+// thrown before anything is written. Host-memory ops always return with
+// their outputs written. Device::cpu has no stream (setting one throws).
+void set_device_stream(Device device, void* stream);
+void* device_stream(Device device);
+// Sets the calling thread's stream for `device` while it lives.
+class DeviceStreamScope {
+ public:
+  DeviceStreamScope(Device device, void* stream) : device_(device), previous_(device_stream(device)) {
+    set_device_stream(device, stream);
+  }
+  ~DeviceStreamScope() { set_device_stream(device_, previous_); }
+  DeviceStreamScope(const DeviceStreamScope&) = delete;
+  DeviceStreamScope& operator=(const DeviceStreamScope&) = delete;
+
+ private:
+  Device device_;
+  void* previous_;
+};
+
 // "cpu" or "cuda"; anything else throws entgraph::Error naming the argument
 // ("device: unknown device (got 'tpu', expected cpu or cuda)").
 Device parse_device(const std::string& name);

@@ -119,6 +119,14 @@ typedef enum eg_device { EG_DEVICE_CPU = 0, EG_DEVICE_CUDA = 1 } eg_device;
  * truncated to why_size - 1 bytes and NUL-terminated. Never fails. */
 int eg_device_available(eg_device device, char* why, size_t why_size);
 
+/* The calling thread's stream for device (CUDA: a cudaStream_t; NULL, the
+ * default: none). The calls on a device's own memory (the _dlpack calls
+ * with EG_DL_CUDA tensors) run in its order and return once enqueued, after
+ * their value checks; without one they return with their outputs written
+ * (entgraph/device.hpp, set_device_stream). EG_ERROR_ARGUMENT for a stream
+ * on EG_DEVICE_CPU. */
+eg_status eg_set_device_stream(eg_device device, void* stream);
+
 /* ------------------------------------------------------------------------
  * Matrices (borrowed, never owned; see the conventions above)
  */

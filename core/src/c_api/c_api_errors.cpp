@@ -146,6 +146,12 @@ const char* eg_version(void) { return ENTGRAPH_VERSION; }
 
 void eg_string_free(char* string) { std::free(string); }
 
+eg_status eg_set_device_stream(eg_device device, void* stream) {
+  return entgraph::c_api::guard(__func__, [&](const char* fn) {
+    entgraph::set_device_stream(entgraph::c_api::to_device(fn, device), stream);
+  });
+}
+
 int eg_device_available(eg_device device, char* why, size_t why_size) {
   // Never fails: an unknown device is "not available", with the reason.
   std::string reason;

@@ -34,6 +34,25 @@ Device parse_device(const std::string& name) {
 
 const char* device_name(Device device) { return device == Device::cuda ? "cuda" : "cpu"; }
 
+namespace {
+thread_local void* streams[kDevices] = {};
+}  // namespace
+
+void set_device_stream(Device device, void* stream) {
+  if (device == Device::cpu) {
+    if (stream == nullptr) return;  // nothing to set: a scope's restore
+    throw Error(at_op("set_device_stream") + cpp_name("device") + " is cpu, which has no stream (got a stream for it)");
+  }
+  if (index_of(device) >= kDevices)
+    throw Error(at_op("set_device_stream") + cpp_name("device") + " is not a Device (got " +
+                std::to_string(index_of(device)) + ")");
+  streams[index_of(device)] = stream;
+}
+
+void* device_stream(Device device) {
+  return index_of(device) < kDevices ? streams[index_of(device)] : nullptr;
+}
+
 void register_backend(Device device, const BackendKernels& kernels) {
   if (device == Device::cpu) throw Error(at_op("register_backend") + "device cpu runs the core's own kernels");
   if (kernels.available == nullptr)

@@ -6,8 +6,21 @@
 #pragma once
 
 #include "entgraph/backend.hpp"
+#include "entgraph/cuda/device.hpp"
+#include "entgraph/device.hpp"
 
 namespace entgraph::cuda::detail {
+
+// The calling thread's stream for Device::cuda (set_device_stream,
+// entgraph/device.hpp; null: the default stream), where the kernels on
+// device memory enqueue their work.
+inline cudaStream_t current_stream() { return static_cast<cudaStream_t>(device_stream(Device::cuda)); }
+// The end of a kernel on device memory: without a stream of the caller's,
+// wait until the outputs are written (with one, the caller's stream orders
+// what follows).
+inline void finish_on_device(cudaStream_t stream) {
+  if (stream == nullptr) synchronize(nullptr);
+}
 
 // The head dimensions (d and dv) the fused attention kernels are built for: 32, 64, 128.
 bool supported_head_dim(std::size_t d);

@@ -431,20 +431,21 @@ void detail::host_batched_attention_forward(ConstBatchedTensor q, ConstBatchedTe
 void detail::device_batched_attention_forward(ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor v,
                                               BatchedTensor out, const BatchedAttentionOptions& options) {
   const Weighting w = check_device_call(q, k, v, out, options);
-  const HostLengths lengths = read_lengths(options, q.batch, nullptr);
+  const cudaStream_t stream = detail::current_stream();
+  const HostLengths lengths = read_lengths(options, q.batch, stream);
   BatchedAttentionOptions on_host = options;
   on_host.query_lengths = lengths.query_data();
   on_host.key_lengths = lengths.key_data();
   check_batched_attention_values(
       "batched_attention_forward", q, k, v, on_host,
       detail::scan_batched_heads("batched_attention_forward", q, k, v, on_host.query_lengths, on_host.key_lengths,
-                                 nullptr));
+                                 stream));
   const BatchedAttentionTuning tuning;
   if (sixteen_bit(q.dtype))
-    run_sixteen_bit(q, k, v, out, options, tuning, w, nullptr, 0, nullptr);
+    run_sixteen_bit(q, k, v, out, options, tuning, w, nullptr, 0, stream);
   else
-    run_float32(q, k, v, out, options, on_host.query_lengths, on_host.key_lengths, tuning, w, nullptr, 0, nullptr);
-  synchronize(nullptr);  // the op returns with its outputs written
+    run_float32(q, k, v, out, options, on_host.query_lengths, on_host.key_lengths, tuning, w, nullptr, 0, stream);
+  detail::finish_on_device(stream);
 }
 
 }  // namespace entgraph::cuda

@@ -169,12 +169,13 @@ void detail::device_attention_forward(ConstMatrix<float> q, ConstMatrix<float> k
   const std::size_t n = q.rows, m = k.rows, d = q.cols, dv = v.cols;
   check_sizes(n, m, d, dv);
   const Weighting w = detail::make_weighting(options.transform, options.scale, d, kOp, "options.transform");
+  const cudaStream_t stream = detail::current_stream();
   const std::vector<HeadScan> scans =
-      detail::scan_one_head("attention_forward", kOp, q, k, v, out, options.key_padding, /*aligned=*/true);
+      detail::scan_one_head("attention_forward", kOp, q, k, v, out, options.key_padding, /*aligned=*/true, stream);
   check_attention_values("attention_forward", q, k, v, options, scans[0], scans[1], scans[2]);
   launch_attention(q.data, k.data, v.data, out.data, n, m, d, dv, w, detail::fused_options(options, options.key_padding),
-                   nullptr);
-  synchronize(nullptr);  // the op returns with its outputs written
+                   stream);
+  detail::finish_on_device(stream);
 }
 
 }  // namespace entgraph::cuda

@@ -276,13 +276,15 @@ void detail::device_graph_attention_forward(ConstMatrix<float> q, ConstMatrix<fl
                                             const AttentionOptions<float>& options) {
   const std::size_t n = q.rows, m = k.rows, d = q.cols, dv = v.cols;
   const Weighting w = check_backend_call(n, m, d, dv, options);
+  const cudaStream_t stream = detail::current_stream();
   const std::vector<HeadScan> scans = detail::scan_one_head("graph_attention_forward", kOp, q, k, v, out,
-                                                           options.key_padding, /*aligned=*/false);
+                                                           options.key_padding, /*aligned=*/false, stream);
   check_graph_attention_values("graph_attention_forward", q, k, v, options, scans[0], scans[1], scans[2]);
   const DeviceGraph dg = detail::upload_valid(graph, "graph_attention_forward: uploading graph");
   launch_graph_attention(q.data, k.data, v.data, dg.offsets.data(), dg.indices.data(), dg.edges(), out.data, n, m, d,
-                         dv, w, detail::fused_options(options, options.key_padding), nullptr);
-  synchronize(nullptr);  // the op returns with its outputs written
+                         dv, w, detail::fused_options(options, options.key_padding), stream);
+  // The graph's copy is freed below: cudaFree waits for the kernel that reads it.
+  detail::finish_on_device(stream);
 }
 
 }  // namespace entgraph::cuda

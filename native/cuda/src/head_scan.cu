@@ -184,7 +184,7 @@ std::vector<HeadScan> detail::scan_batched_heads(const char* op, ConstBatchedTen
 
 std::vector<HeadScan> detail::scan_one_head(const char* op, const char* pointer_op, ConstMatrix<float> q,
                                             ConstMatrix<float> k, ConstMatrix<float> v, MatrixView<float> out,
-                                            const std::uint8_t* key_padding, bool aligned) {
+                                            const std::uint8_t* key_padding, bool aligned, cudaStream_t stream) {
   check_device_pointer(q.data, pointer_op, "q", aligned);
   check_device_pointer(k.data, pointer_op, "k", aligned);
   check_device_pointer(v.data, pointer_op, "v", aligned);
@@ -198,7 +198,7 @@ std::vector<HeadScan> detail::scan_one_head(const char* op, const char* pointer_
   const auto one_head = [](ConstMatrix<float> x) {
     return ConstBatchedTensor{x.data, DType::float32, 1, 1, x.rows, x.cols, x.rows * x.cols, x.rows * x.cols, x.cols};
   };
-  return scan_batched_heads(op, one_head(q), one_head(k), one_head(v), nullptr, nullptr, nullptr);
+  return scan_batched_heads(op, one_head(q), one_head(k), one_head(v), nullptr, nullptr, stream);
 }
 
 }  // namespace entgraph::cuda

@@ -25,9 +25,10 @@ std::vector<HeadScan> scan_batched_heads(const char* op, ConstBatchedTensor q, C
 // A one-head attention call on device memory (dense or graph attention):
 // throws unless q, k, v, out and key_padding (if set) are the GPU's
 // (`aligned`: 16-byte aligned too; messages name `pointer_op`) and q, k, v
-// and out have contiguous rows (unsupported); then scans q, k and v.
+// and out have contiguous rows (unsupported); then scans q, k and v on
+// `stream` (and waits for the scan).
 std::vector<HeadScan> scan_one_head(const char* op, const char* pointer_op, ConstMatrix<float> q,
                                     ConstMatrix<float> k, ConstMatrix<float> v, MatrixView<float> out,
-                                    const std::uint8_t* key_padding, bool aligned);
+                                    const std::uint8_t* key_padding, bool aligned, cudaStream_t stream);
 
 }  // namespace entgraph::cuda::detail

@@ -97,6 +97,9 @@ Graph detail::host_sparsefinder_pattern(const SparsefinderHead& head, ConstMatri
 
 Graph detail::device_sparsefinder_pattern(const SparsefinderHead& head, ConstMatrix<float> q, ConstMatrix<float> k,
                                           bool causal) {
+  // The graph comes back to the host: wait for the caller's stream to have
+  // written q and k, then run to the end.
+  if (const cudaStream_t stream = current_stream()) synchronize(stream);
   return sparsefinder_pattern(head, q, k, causal, true);
 }
 

@@ -37,10 +37,11 @@ void device_transform_forward(const Transform& t, ConstMatrix<float> scores, Mat
   check_device_pointer(probs.data, "transform_forward", "probs", false);
   if (!mask.empty()) check_device_pointer(mask.data, "transform_forward", "mask", false);
   const std::uint8_t* keep = mask.empty() ? nullptr : mask.data;
+  const cudaStream_t stream = current_stream();
   // The CPU's scan and message ("<transform>: scores has a non-finite entry at (r, c) ...").
-  check_device_values(t.info().name, "scores", scores.data, keep, scores.rows, scores.cols, true, nullptr);
-  launch_transform_forward("transform_forward", t, scores.data, probs.data, keep, scores.rows, scores.cols, nullptr);
-  synchronize(nullptr);  // entgraph/cuda/device.hpp: the op returns with its outputs written
+  check_device_values(t.info().name, "scores", scores.data, keep, scores.rows, scores.cols, true, stream);
+  launch_transform_forward("transform_forward", t, scores.data, probs.data, keep, scores.rows, scores.cols, stream);
+  finish_on_device(stream);
 }
 
 void device_transform_backward(const Transform& t, ConstMatrix<float> probs, ConstMatrix<float> grad_probs,
@@ -53,11 +54,12 @@ void device_transform_backward(const Transform& t, ConstMatrix<float> probs, Con
   check_device_pointer(probs.data, "transform_backward", "probs", false);
   check_device_pointer(grad_probs.data, "transform_backward", "grad_probs", false);
   check_device_pointer(grad_scores.data, "transform_backward", "grad_scores", false);
+  const cudaStream_t stream = current_stream();
   check_device_values(t.info().backward_name, "grad_probs", grad_probs.data, nullptr, probs.rows, probs.cols, false,
-                      nullptr);
+                      stream);
   launch_transform_backward("transform_backward", t, probs.data, grad_probs.data, grad_scores.data, probs.rows,
-                            probs.cols, nullptr);
-  synchronize(nullptr);
+                            probs.cols, stream);
+  finish_on_device(stream);
 }
 
 void host_transform_forward(const Transform& t, ConstMatrix<float> scores, MatrixView<float> probs, MaskView mask) {
