@@ -141,6 +141,14 @@ TEST_SUITE("runtime") {
     CHECK(device_supports(Device::cuda, BackendOp::transform_forward, args));
     CHECK_FALSE(device_supports(Device::cuda, BackendOp::attention_backward, args, &why));
     CHECK(why == "device cuda has no kernel for this op");
+    // On the device's own memory: the _on_device entries (the recording
+    // backend has them for the transforms, not for attention).
+    OpArguments on_device = args;
+    on_device.memory = Memory::device;
+    CHECK(device_supports(Device::cuda, BackendOp::transform_forward, on_device));
+    CHECK_FALSE(device_supports(Device::cuda, BackendOp::attention_forward, on_device, &why));
+    CHECK(why == "device cuda has no kernel for this op on its own memory");
+    CHECK_FALSE(device_supports(Device::cuda, BackendOp::compare_graphs, on_device));
     // A backend that takes head dimension 64 only, and no top-k.
     BackendKernels table = recording_backend();
     table.supports = [](BackendOp op, const OpArguments& a, std::string* reason) {

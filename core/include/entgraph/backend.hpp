@@ -58,8 +58,9 @@ enum class BackendOp {
   sparsefinder_pattern,
 };
 struct OpArguments {
-  Transform transform;       // the transform ops, attention
-  std::size_t d = 0, dv = 0;  // attention: the head dimensions of q/k and of v
+  Transform transform;          // the transform ops, attention
+  std::size_t d = 0, dv = 0;    // attention: the head dimensions of q/k and of v
+  Memory memory = Memory::host;  // where the arrays lie: asks for the _on_device kernel
 };
 
 struct BackendKernels {

@@ -85,17 +85,25 @@ bool device_available(Device device, std::string* why) {
 
 namespace {
 
-// Whether the table has a kernel for op.
-bool has_kernel(const BackendKernels& t, BackendOp op) {
+// Whether the table has a kernel for op on that memory.
+bool has_kernel(const BackendKernels& t, BackendOp op, Memory memory) {
+  const bool host = memory == Memory::host;
   switch (op) {
-    case BackendOp::transform_forward: return t.transform_forward != nullptr;
-    case BackendOp::transform_backward: return t.transform_backward != nullptr;
-    case BackendOp::attention_forward: return t.attention_forward != nullptr;
-    case BackendOp::attention_backward: return t.attention_backward != nullptr;
-    case BackendOp::batched_attention_forward: return t.batched_attention_forward != nullptr;
-    case BackendOp::graph_attention_forward: return t.graph_attention_forward != nullptr;
-    case BackendOp::compare_graphs: return t.compare_graphs != nullptr;
-    case BackendOp::sparsefinder_pattern: return t.sparsefinder_pattern != nullptr;
+    case BackendOp::transform_forward:
+      return (host ? t.transform_forward : t.transform_forward_on_device) != nullptr;
+    case BackendOp::transform_backward:
+      return (host ? t.transform_backward : t.transform_backward_on_device) != nullptr;
+    case BackendOp::attention_forward:
+      return (host ? t.attention_forward : t.attention_forward_on_device) != nullptr;
+    case BackendOp::attention_backward:
+      return (host ? t.attention_backward : t.attention_backward_on_device) != nullptr;
+    case BackendOp::batched_attention_forward:
+      return (host ? t.batched_attention_forward : t.batched_attention_forward_on_device) != nullptr;
+    case BackendOp::graph_attention_forward:
+      return (host ? t.graph_attention_forward : t.graph_attention_forward_on_device) != nullptr;
+    case BackendOp::compare_graphs: return host && t.compare_graphs != nullptr;  // graphs are host objects
+    case BackendOp::sparsefinder_pattern:
+      return (host ? t.sparsefinder_pattern : t.sparsefinder_pattern_on_device) != nullptr;
   }
   return false;
 }
@@ -111,8 +119,10 @@ bool device_supports(Device device, BackendOp op, const OpArguments& arguments, 
     const std::lock_guard<std::mutex> lock(r.mutex);
     table = r.tables[index_of(device)];
   }
-  if (!has_kernel(table, op)) {
-    if (why) *why = std::string("device ") + device_name(device) + " has no kernel for this op";
+  if (!has_kernel(table, op, arguments.memory)) {
+    if (why)
+      *why = std::string("device ") + device_name(device) + " has no kernel for this op" +
+             (arguments.memory == Memory::device ? " on its own memory" : "");
     return false;
   }
   return table.supports == nullptr || table.supports(op, arguments, why);
