@@ -25,7 +25,7 @@ for d in 64 128; do
   for arch in 80 90; do
     ptx=$work/batched_attention_hdim${d}_sm${arch}.ptx
     if ! "$nvcc" -ptx -arch=compute_$arch -std=c++17 -O3 -DNDEBUG --expt-relaxed-constexpr \
-        -I"$src/native/cuda/include" -I"$src/native/cuda/src" -I"$src/core/include" \
+        -I"$src/native/cuda/include" -I"$src/native/cuda/internal" -I"$src/native/cuda/src" -I"$src/core/include" \
         "$src/native/cuda/src/batched_attention_hdim$d.cu" -o "$ptx"; then
       echo "FAILED: nvcc -ptx of batched_attention_hdim$d.cu for sm_$arch"
       status=1

@@ -149,7 +149,7 @@ inline void target_attention_backward(const Target& target, ConstMatrix<float> q
 // Attention outputs are convex combinations of V's rows: the largest
 // difference from the float64 attention allowed, relative to max(1, max |O|).
 // CPU kernels: 2e-5. CUDA sums a row's weights in a different order, over
-// tiles, and renormalises them (native/cuda/include/entgraph/cuda/attention.hpp): 1e-4.
+// tiles, and renormalises them (native/cuda/internal/entgraph/cuda/attention.hpp): 1e-4.
 inline double attention_tolerance(const Target& target) { return target.device == Device::cpu ? 2e-5 : 1e-4; }
 
 }  // namespace entgraph::test

@@ -2,6 +2,8 @@
 // parameter files and the method registry (see predictors/predictor.hpp).
 #include "entgraph/predictors/predictor.hpp"
 
+#include "entgraph/view_checks.hpp"
+
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
@@ -184,6 +186,9 @@ Graph Predictor::predict(Device device, Memory memory, MatrixView<const float> q
   if (device == Device::cpu) {
     g = predict_pattern(q, k, layer, head, causal);
   } else {
+    // The views as every Device op checks them, so that the device never does.
+    check_view("predict", "q", q);
+    check_view("predict", "k", k);
     const auto kernel = detail::backend_kernel(device, "predict", memory, &BackendKernels::sparsefinder_pattern,
                                                &BackendKernels::sparsefinder_pattern_on_device);
     SparsefinderHead h;

@@ -224,7 +224,14 @@ DeviceGraph bucket_graph(const std::uint32_t* query_buckets, std::size_t n, std:
   detail::check_pointer(key_buckets, m * rk, op, "key_buckets");
   detail::check_graph_size(n, m, op);
   check_bucket_ids(query_buckets, n, rq, key_buckets, m, rk, num_buckets, stream, op);
-  return detail::build_rows(BucketRows{query_buckets, rq, key_buckets, rk}, n, m, causal, stream, op);
+  return detail::bucket_graph_of_valid_ids(query_buckets, n, rq, key_buckets, m, rk, causal, stream);
+}
+
+DeviceGraph detail::bucket_graph_of_valid_ids(const std::uint32_t* query_buckets, std::size_t n, std::size_t rq,
+                                              const std::uint32_t* key_buckets, std::size_t m, std::size_t rk,
+                                              bool causal, cudaStream_t stream) {
+  return detail::build_rows(BucketRows{query_buckets, rq, key_buckets, rk}, n, m, causal, stream,
+                            "cuda::bucket_graph");
 }
 
 Graph bucket_graph(MatrixView<const std::uint32_t> query_buckets, MatrixView<const std::uint32_t> key_buckets,

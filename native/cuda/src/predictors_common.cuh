@@ -13,6 +13,7 @@
 
 #include "checks.cuh"
 #include "entgraph/cuda/device.hpp"
+#include "entgraph/cuda/device_graph.hpp"
 #include "entgraph/view_checks.hpp"
 #include "entgraph/error.hpp"
 #include "entgraph/matrix_view.hpp"
@@ -47,6 +48,12 @@ inline void check_pointer(const void* p, std::size_t count, const char* op, cons
   if (p == nullptr && count > 0)
     argument_error(op, std::string(name) + " is null but holds " + std::to_string(count) + " values");
 }
+
+// bucket_graph (predictors.hpp) of ids this library's kernels made, all
+// below the bucket count: the same graph without the scan of the ids.
+DeviceGraph bucket_graph_of_valid_ids(const std::uint32_t* query_buckets, std::size_t n, std::size_t rq,
+                                      const std::uint32_t* key_buckets, std::size_t m, std::size_t rk, bool causal,
+                                      cudaStream_t stream);
 
 // Graphs index queries and keys with 32-bit integers (Graph::empty).
 inline void check_graph_size(std::size_t n, std::size_t m, const char* op) {

@@ -24,9 +24,7 @@ struct Projected {
 // (contiguous rows, read in place).
 Projected project_both(MatrixView<const float> q, MatrixView<const float> k, const SparsefinderHead& head,
                        bool on_device) {
-  check_view(kOp, "q", q);
-  check_view(kOp, "k", k);
-  detail::check_graph_size(q.rows, k.rows, kOp);
+  detail::check_graph_size(q.rows, k.rows, kOp);  // what the GPU's graphs hold (the core checked the views)
   Projected p;
   p.n = q.rows;
   p.m = k.rows;
@@ -61,7 +59,7 @@ Graph predict_kmeans(const Projected& p, MatrixView<const float> centroids, std:
   DeviceArray<std::uint32_t> qb(p.n * top, kOp), kb(p.m * top, kOp);
   nearest_centroids(p.qp.data(), p.n, p.r, dc.data(), centroids.rows, top, qb.data());
   nearest_centroids(p.kp.data(), p.m, p.r, dc.data(), centroids.rows, top, kb.data());
-  return bucket_graph(qb.data(), p.n, top, kb.data(), p.m, top, centroids.rows, false).download();
+  return detail::bucket_graph_of_valid_ids(qb.data(), p.n, top, kb.data(), p.m, top, false, nullptr).download();
 }
 
 Graph predict_quantization(const Projected& p, MatrixView<const float> edges) {
@@ -70,7 +68,7 @@ Graph predict_quantization(const Projected& p, MatrixView<const float> edges) {
   DeviceArray<std::uint32_t> qb(p.n * p.r, kOp), kb(p.m * p.r, kOp);
   quantize_buckets(p.qp.data(), p.n, p.r, de.data(), bins, qb.data());
   quantize_buckets(p.kp.data(), p.m, p.r, de.data(), bins, kb.data());
-  return bucket_graph(qb.data(), p.n, p.r, kb.data(), p.m, p.r, p.r * bins, false).download();
+  return detail::bucket_graph_of_valid_ids(qb.data(), p.n, p.r, kb.data(), p.m, p.r, false, nullptr).download();
 }
 
 }  // namespace
