@@ -230,13 +230,13 @@ std::size_t scan_count(const ConstBatchedTensor& q, const ConstBatchedTensor& k)
 // NaN and inf within the valid lengths, and the score and value ranges that
 // attention_forward<float> refuses (attention/score_range.hpp), decided from
 // the heads' scans on the same numbers with the same bounds, so that no
-// head's attention call can throw once this passes. `complete(item, scan)`
-// fills a scan's position and norm fields where a decision needs them (a
-// device's scans come complete). Errors in a fixed order (q, k, v;
+// head's attention call can throw once this passes. `complete(item)` gives
+// scans[item] with its position and norm fields, where a decision needs
+// them (a device's scans come complete). Errors in a fixed order (q, k, v;
 // sequence, head, row).
 template <class Complete>
 void judge_scans(const char* op, const ConstBatchedTensor& q, const ConstBatchedTensor& k, const ConstBatchedTensor& v,
-                 const BatchedAttentionOptions& o, std::vector<HeadScan>& scans, Complete&& complete) {
+                 const BatchedAttentionOptions& o, const std::vector<HeadScan>& scans, Complete&& complete) {
   const std::size_t B = q.batch, Hq = q.heads, Hkv = k.heads;
   for (std::size_t item = 0; item < scans.size(); ++item) {
     const HeadScan& s = scans[item];
@@ -264,14 +264,13 @@ void judge_scans(const char* op, const ConstBatchedTensor& q, const ConstBatched
               margin <=
           score_limit)
         continue;
-      complete(qi, scans[qi]);
-      complete(ki, scans[ki]);
-      const double qn = scans[qi].norm, kn = scans[ki].norm;
+      const HeadScan qs = complete(qi), ks = complete(ki);
+      const double qn = qs.norm, kn = ks.norm;
       const double bound = scale_factor * qn * kn;
       if (bound <= score_limit) continue;
-      fail(op, "the scores options.scale * q . k may overflow float: q" + at(b, h) + " row " +
-                   num(scans[qi].norm_row) + " has norm " + num(qn) + ", k" + at(b, g) + " row " +
-                   num(scans[ki].norm_row) + " has norm " + num(kn) + " and options.scale is " + num(o.scale) +
+      fail(op, "the scores options.scale * q . k may overflow float: q" + at(b, h) + " row " + num(qs.norm_row) +
+                   " has norm " + num(qn) + ", k" + at(b, g) + " row " + num(ks.norm_row) + " has norm " +
+                   num(kn) + " and options.scale is " + num(o.scale) +
                    ", so max(1, |scale|) |q| |k| = " + num(bound) + " (expected at most " + num(score_limit) +
                    "); scale q, k or options.scale down",
            ErrorCode::bad_value);
@@ -287,9 +286,9 @@ void judge_scans(const char* op, const ConstBatchedTensor& q, const ConstBatched
       const double limit =
           static_cast<double>(std::numeric_limits<float>::max()) / (1.0 + 4.0 * static_cast<double>(m_b) * u);
       if (static_cast<double>(big) <= limit) continue;
-      complete(vi, scans[vi]);
-      fail(op, "v may make the output overflow float: |v[" + num(b) + ", " + num(g) + ", " +
-                   num(scans[vi].largest_row) + ", " + num(scans[vi].largest_col) +
+      const HeadScan vs = complete(vi);
+      fail(op, "v may make the output overflow float: |v[" + num(b) + ", " + num(g) + ", " + num(vs.largest_row) +
+                   ", " + num(vs.largest_col) +
                    "]| = " + num(static_cast<double>(big)) + " (expected at most " + num(limit) + " for " +
                    num(m_b) + " keys); scale v down",
            ErrorCode::bad_value);
@@ -325,9 +324,11 @@ void check_values(const char* op, const ConstBatchedTensor& q, const ConstBatche
     }
   });
   std::vector<float> buf;
-  judge_scans(op, q, k, v, o, scans, [&](std::size_t item, HeadScan& s) {
+  judge_scans(op, q, k, v, o, scans, [&](std::size_t item) {
     const ScanItem it = scan_item(item, q, k, v, o);
+    HeadScan s = scans[item];
     complete_scan(head_rows(*it.t, it.b, it.h, it.rows, buf), s);
+    return s;
   });
 }
 
@@ -337,7 +338,6 @@ void check_transform(const char* op, const Transform& t) {
                  ", which needs per-head inputs that batched attention does not take (expected " +
                  transform_names(takes_scores_only, " or ") + ")");
 }
-
 
 // ---------------------------------------------------------------------------
 // Computation.
@@ -487,8 +487,7 @@ void check_batched_attention_values(const char* op, ConstBatchedTensor q, ConstB
     throw Error(at_op(op) + cpp_name("scans") + " has the wrong size (got " + num(scans.size()) + ", expected " +
                 num(scan_count(q, k)) + ": one per head of q, k and v)");
   check_both_lengths(op, q, k, options);
-  std::vector<HeadScan> complete = scans;
-  judge_scans(op, q, k, v, options, complete, [](std::size_t, HeadScan&) {});
+  judge_scans(op, q, k, v, options, scans, [&](std::size_t item) { return scans[item]; });
 }
 
 }  // namespace entgraph

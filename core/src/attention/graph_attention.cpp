@@ -61,14 +61,14 @@ void check_transform(const char* op, const Transform& t) {
          op);
 }
 
-// values = false: q, k and v lie in a device's memory, whose kernel scans
-// them (check_graph_attention_values).
 // The scale's name in messages, and the headroom of the score range: 16,
 // since certify and exact mode's bounds add up to a few terms of that size
 // (q . mu, the projected part, the residual and its rounding margin).
 constexpr const char* kScaleName = "options.attention.scale";
 constexpr double kScoreHeadroom = 16.0;
 
+// values = false: q, k and v lie in a device's memory, whose kernel scans
+// them (check_graph_attention_values).
 template <class T>
 void validate(const char* op, ConstMatrix<T> q, ConstMatrix<T> k, ConstMatrix<T> v, const Graph& graph,
               const GraphAttentionOptions<T>& options, bool values = true) {

@@ -48,7 +48,6 @@ BatchedTensor to_tensor(const char* function, const char* name, const eg_tensor4
   return v;
 }
 
-
 }  // namespace
 
 BatchedAttentionOptions to_batched_options(const char* function, const eg_batched_attention_options* options) {

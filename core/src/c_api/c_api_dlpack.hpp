@@ -71,7 +71,7 @@ MatrixView<T> view_of(const char* fn, const char* name, const eg_dl_tensor* t, s
 
 // The one place of a call's tensors (mask may be null).
 inline Place common_place(const char* fn, const char* first_name, const eg_dl_tensor* first,
-                   std::initializer_list<std::pair<const char*, const eg_dl_tensor*>> others) {
+                          std::initializer_list<std::pair<const char*, const eg_dl_tensor*>> others) {
   require(fn, first, first_name);
   const Place p = place_of(fn, first_name, *first);
   for (const auto& [name, t] : others) {

@@ -2,8 +2,6 @@
 // parameter files and the method registry (see predictors/predictor.hpp).
 #include "entgraph/predictors/predictor.hpp"
 
-#include "entgraph/view_checks.hpp"
-
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
@@ -11,6 +9,7 @@
 #include <cstdlib>
 
 #include "entgraph/error.hpp"
+#include "entgraph/view_checks.hpp"
 #include "io/binary.hpp"
 #include "io/json_strict.hpp"
 #include "predictors/registry.hpp"

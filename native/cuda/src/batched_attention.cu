@@ -408,7 +408,7 @@ void detail::host_batched_attention_forward(ConstBatchedTensor q, ConstBatchedTe
     }
     run_sixteen_bit(contiguous(q, dq.data()), contiguous(k, dk.data()), contiguous(v, dv.data()), out_copy, o, tuning,
                     w, nullptr, 0, nullptr);
-    synchronize(nullptr);
+    synchronize(nullptr);  // before the lengths' copies are freed
   } else {
     run_float32(contiguous(q, dq.data()), contiguous(k, dk.data()), contiguous(v, dv.data()), out_copy, options,
                 options.query_lengths, options.key_lengths, tuning, w, nullptr, 0, nullptr);
