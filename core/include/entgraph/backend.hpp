@@ -53,6 +53,7 @@ enum class BackendOp {
   attention_forward,
   attention_backward,
   batched_attention_forward,
+  batched_attention_backward,
   graph_attention_forward,
   compare_graphs,
   sparsefinder_pattern,
@@ -114,6 +115,11 @@ struct BackendKernels {
   // heads and hands both to check_batched_attention_values before it writes.
   void (*batched_attention_forward_on_device)(ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor v,
                                               BatchedTensor out, const BatchedAttentionOptions& options) = nullptr;
+  // Its gradients (batched_attention_backward) on host tensors; no device
+  // memory form until a device has a kernel for it.
+  void (*batched_attention_backward)(ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor v,
+                                     ConstBatchedTensor grad_out, BatchedTensor grad_q, BatchedTensor grad_k,
+                                     BatchedTensor grad_v, const BatchedAttentionOptions& options) = nullptr;
   // Attention on the graph's edges only (GraphAttentionMode::fast).
   void (*graph_attention_forward)(ConstMatrix<float> q, ConstMatrix<float> k, ConstMatrix<float> v,
                                   const Graph& graph, MatrixView<float> out,

@@ -130,6 +130,42 @@ void batched_attention_forward(Device device, ConstBatchedTensor q, ConstBatched
 void batched_attention_forward(Device device, Memory memory, ConstBatchedTensor q, ConstBatchedTensor k,
                                ConstBatchedTensor v, BatchedTensor out, const BatchedAttentionOptions& options);
 
+// The gradients of batched attention: given dL/dout (grad_out, (B, Hq, n,
+// dv)), writes dL/dq (grad_q, (B, Hq, n, d)), dL/dk (grad_k, (B, Hkv, m, d))
+// and dL/dv (grad_v, (B, Hkv, m, dv)) of out = attention(q, k, v) as
+// batched_attention_forward defines it (same options; the forward is
+// recomputed, nothing is saved between the calls).
+//
+// A key/value head's gradients sum over the query heads that share it
+// (grouped-query attention), in float32, in the order of the query heads,
+// and are rounded once into their dtype. Each head's gradients are those of
+// attention_backward<float> on the head's widened valid rows
+// (attention.hpp), so float32 tensors get its bits. Rows past a sequence's
+// lengths (query rows i >= query_lengths[b] of grad_q, key rows j >=
+// key_lengths[b] of grad_k and grad_v) are written as zeros, as are the
+// gradients of a sequence without queries or without keys.
+//
+// dtype: q, k, v as in the forward; grad_out and each gradient have q's
+// dtype or float32 (each its own choice). 16-bit gradients are rounded to
+// nearest even, and a gradient past the format's range becomes +-inf (as
+// PyTorch's conversions do: a mixed-precision loss scaler looks for it);
+// grad_out's entries are widened exactly.
+//
+// Errors: those of the forward for q, k, v and the options; grad_out and the
+// gradients are checked like out (data, dtype, shape against q, k and v,
+// strides); no gradient may share memory with an input (grad_out included)
+// or with another gradient; NaN or inf in grad_out's valid rows. Nothing is
+// written when one is thrown.
+void batched_attention_backward(ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor v,
+                                ConstBatchedTensor grad_out, BatchedTensor grad_q, BatchedTensor grad_k,
+                                BatchedTensor grad_v, const BatchedAttentionOptions& options);
+// The same on `device` (host memory): checked in the core, then run by the
+// device's kernel (BackendKernels::batched_attention_backward; a device
+// without one refuses the call). Device::cpu runs the function above.
+void batched_attention_backward(Device device, ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor v,
+                                ConstBatchedTensor grad_out, BatchedTensor grad_q, BatchedTensor grad_k,
+                                BatchedTensor grad_v, const BatchedAttentionOptions& options);
+
 // The checks above alone (for backends' own entry points, which call it
 // before they launch anything). `op` names the caller in messages.
 // check_values = false skips every check that reads the memory of the
@@ -137,5 +173,10 @@ void batched_attention_forward(Device device, Memory memory, ConstBatchedTensor 
 // values), for device pointers; shapes, strides and addresses are checked.
 void check_batched_attention(ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor v, BatchedTensor out,
                              const BatchedAttentionOptions& options, const char* op, bool check_values = true);
+// The backward's checks alone, as check_batched_attention.
+void check_batched_attention_backward(ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor v,
+                                      ConstBatchedTensor grad_out, BatchedTensor grad_q, BatchedTensor grad_k,
+                                      BatchedTensor grad_v, const BatchedAttentionOptions& options, const char* op,
+                                      bool check_values = true);
 
 }  // namespace entgraph

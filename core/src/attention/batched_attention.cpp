@@ -1,7 +1,9 @@
 // Batched attention over (batch, heads, rows, cols) tensors of float32,
 // bfloat16 or float16 (entgraph/batched_attention.hpp): the checks, the
 // device dispatch, and the CPU path, which runs the float32 attention of
-// attention.hpp on each (sequence, head) pair.
+// attention.hpp on each (sequence, head) pair, forward and backward (the
+// backward per key/value head group, whose query heads' key and value
+// gradients it sums).
 //
 // A pair's valid rows become a head of their own: n_b queries and the first
 // m_b keys, so attention's causal rule j <= i + (m - n) is the per-sequence
@@ -13,6 +15,7 @@
 #include "entgraph/batched_attention.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -35,6 +38,7 @@ namespace entgraph {
 namespace {
 
 constexpr const char* kOp = "batched_attention_forward";
+constexpr const char* kBackwardOp = "batched_attention_backward";
 
 using detail::num;
 
@@ -206,6 +210,13 @@ void complete_scan(ConstMatrix<float> x, HeadScan& s) {
       }
 }
 
+[[noreturn]] void fail_non_finite(const char* op, const char* name, std::size_t b, std::size_t h, const HeadScan& s) {
+  fail(op, std::string(name) + " has a non-finite entry at [" + num(b) + ", " + num(h) + ", " + num(s.bad_row) + ", " +
+               num(s.bad_col) + "] (got " + (std::isnan(s.bad_value) ? "NaN" : (s.bad_value > 0 ? "+inf" : "-inf")) +
+               ", expected a finite number)",
+       ErrorCode::bad_value);
+}
+
 // A head of the scan order (q's (b, h), then k's (b, g), then v's (b, g)).
 struct ScanItem {
   const ConstBatchedTensor* t;
@@ -242,11 +253,7 @@ void judge_scans(const char* op, const ConstBatchedTensor& q, const ConstBatched
     const HeadScan& s = scans[item];
     if (!s.bad) continue;
     const ScanItem it = scan_item(item, q, k, v, o);
-    fail(op, std::string(it.name) + " has a non-finite entry at [" + num(it.b) + ", " + num(it.h) + ", " +
-                 num(s.bad_row) + ", " + num(s.bad_col) + "] (got " +
-                 (std::isnan(s.bad_value) ? "NaN" : (s.bad_value > 0 ? "+inf" : "-inf")) +
-                 ", expected a finite number)",
-         ErrorCode::bad_value);
+    fail_non_finite(op, it.name, it.b, it.h, s);
   }
   // check_score_range<float> with attention's headroom of 2, per pair. Row
   // norms are at most sqrt(d) times the largest entry, and largest_row_norm
@@ -339,6 +346,99 @@ void check_transform(const char* op, const Transform& t) {
                  transform_names(takes_scores_only, " or ") + ")");
 }
 
+// A tensor's name and its bytes, first element to last.
+struct Range {
+  const char* name;
+  std::uintptr_t begin, end;
+};
+using Extents = std::array<Range, 3>;
+
+Range range_of(const char* name, const ConstBatchedTensor& t, std::size_t extent) {
+  const auto begin = reinterpret_cast<std::uintptr_t>(t.data);
+  return {name, begin, begin + extent * dtype_size(t.dtype)};
+}
+
+// q, k and v: pointers, dtypes, sizes, the shapes they share, strides.
+Extents check_inputs(const char* op, const ConstBatchedTensor& q, const ConstBatchedTensor& k,
+                     const ConstBatchedTensor& v) {
+  check_data(op, "q", q);
+  check_data(op, "k", k);
+  check_data(op, "v", v);
+  check_nonzero(op, "q.batch", q.batch, "batch");
+  check_nonzero(op, "q.heads", q.heads, "Hq");
+  check_nonzero(op, "q.rows", q.rows, "n");
+  check_nonzero(op, "q.cols", q.cols, "d");
+  check_nonzero(op, "k.heads", k.heads, "Hkv");
+  check_nonzero(op, "k.rows", k.rows, "m");
+  check_nonzero(op, "v.cols", v.cols, "dv");
+  check_same(op, "k.batch", k.batch, "q.batch", q.batch);
+  check_same(op, "v.batch", v.batch, "q.batch", q.batch);
+  check_same(op, "k.cols", k.cols, "q.cols", q.cols);
+  check_same(op, "v.heads", v.heads, "k.heads", k.heads);
+  check_same(op, "v.rows", v.rows, "k.rows", k.rows);
+  if (q.heads % k.heads != 0)
+    fail(op, "q.heads is not a multiple of k.heads (got " + num(q.heads) + " query heads and " + num(k.heads) +
+                 " key/value heads, expected Hq a multiple of Hkv)");
+  for (const auto& [name, dtype] : {std::pair<const char*, DType>{"k", k.dtype}, {"v", v.dtype}})
+    if (dtype != q.dtype)
+      fail(op, std::string(name) + ".dtype does not match q.dtype (got " + dtype_name(dtype) + ", expected " +
+                   dtype_name(q.dtype) + ")");
+  return {range_of("q", q, check_layout(op, "q", q)), range_of("k", k, check_layout(op, "k", k)),
+          range_of("v", v, check_layout(op, "v", v))};
+}
+
+// A size a result must have, and the field it comes from ("q.batch").
+struct SizeOf {
+  std::size_t value;
+  const char* field;
+};
+
+// A result-shaped tensor (out, grad_out, a gradient): its data, its shape
+// (batch, heads, rows, cols), q's dtype or float32, its strides.
+Range check_result(const char* op, const char* name, const ConstBatchedTensor& t, DType q_dtype, SizeOf batch,
+                   SizeOf heads, SizeOf rows, SizeOf cols) {
+  const std::string n = name;
+  check_data(op, n, t);
+  check_same(op, n + ".batch", t.batch, batch.field, batch.value);
+  check_same(op, n + ".heads", t.heads, heads.field, heads.value);
+  check_same(op, n + ".rows", t.rows, rows.field, rows.value);
+  check_same(op, n + ".cols", t.cols, cols.field, cols.value);
+  if (t.dtype != q_dtype && t.dtype != DType::float32)
+    fail(op, n + ".dtype is neither q.dtype nor float32 (got " + dtype_name(t.dtype) + ", q.dtype " +
+                 dtype_name(q_dtype) + ")");
+  return range_of(name, t, check_layout(op, n, t));
+}
+
+// A written tensor must share no byte with another it reads or writes:
+// heads run in parallel, so one head's writes could reach another's inputs
+// before they are read.
+void check_apart(const char* op, const Range& written, const Range& other) {
+  if (written.begin < other.end && other.begin < written.end)
+    fail(op, std::string(written.name) + " overlaps " + other.name +
+                 " (their memory ranges, first element to last, share bytes; expected " + written.name +
+                 " in memory of its own)");
+}
+
+void check_options(const char* op, const BatchedAttentionOptions& o) {
+  check_attention_scale(o.scale, op, "options.scale");
+  check_transform(op, o.transform);
+}
+
+// NaN and inf in grad_out's valid rows (the first query_lengths[b] of each
+// sequence), scanned in parallel, reported in (sequence, head, row) order.
+void check_grad_out_values(const char* op, const ConstBatchedTensor& grad_out, const BatchedAttentionOptions& o) {
+  std::vector<HeadScan> scans(grad_out.batch * grad_out.heads);
+  detail::parallel_for(scans.size(), 1, [&](std::size_t i0, std::size_t i1) {
+    std::vector<float> buf;
+    for (std::size_t item = i0; item < i1; ++item) {
+      const std::size_t b = item / grad_out.heads, h = item % grad_out.heads, rows = query_length(o, b, grad_out.rows);
+      if (rows > 0) scans[item] = scan_head(head_rows(grad_out, b, h, rows, buf));
+    }
+  });
+  for (std::size_t item = 0; item < scans.size(); ++item)
+    if (scans[item].bad) fail_non_finite(op, "grad_out", item / grad_out.heads, item % grad_out.heads, scans[item]);
+}
+
 // ---------------------------------------------------------------------------
 // Computation.
 
@@ -400,65 +500,133 @@ void run(const ConstBatchedTensor& q, const ConstBatchedTensor& k, const ConstBa
   }
 }
 
+// Rows [0, rows) of head (b, h) of t from src (rows x t.cols, float32),
+// rounded to t's dtype (16-bit: nearest even, past the range +-inf), and
+// rows [rows, t.rows) as zeros.
+void store_head(const BatchedTensor& t, std::size_t b, std::size_t h, const float* src, std::size_t rows) {
+  const ConstBatchedTensor ct = as_const(t);
+  const std::size_t size = dtype_size(t.dtype), cols = t.cols;
+  for (std::size_t i = 0; i < t.rows; ++i) {
+    unsigned char* dst = static_cast<unsigned char*>(t.data) + row_offset(ct, b, h, i) * size;
+    if (i >= rows) {
+      std::memset(dst, 0, cols * size);
+      continue;
+    }
+    const float* row = src + i * cols;
+    auto* dst16 = reinterpret_cast<std::uint16_t*>(dst);
+    switch (t.dtype) {
+      case DType::float32:
+        std::memcpy(dst, row, cols * sizeof(float));
+        break;
+      case DType::bfloat16:
+        for (std::size_t c = 0; c < cols; ++c) dst16[c] = detail::round_to_bfloat16(row[c]);
+        break;
+      case DType::float16:
+        for (std::size_t c = 0; c < cols; ++c) dst16[c] = detail::round_to_float16(row[c]);
+        break;
+    }
+  }
+}
+
+struct GradTensors {
+  ConstBatchedTensor q, k, v, grad_out;
+  BatchedTensor grad_q, grad_k, grad_v;
+};
+
+struct GradBuffers {
+  std::vector<float> q, k, v, grad_out, gq, gk, gv, gk_sum, gv_sum;
+};
+
+// The gradients of key/value head (b, g) and of the query heads that share
+// it: each query head's attention_backward, its grad_q stored at once, its
+// grad_k and grad_v added to the group's sums in head order.
+void run_backward_group(const GradTensors& t, const BatchedAttentionOptions& o, const AttentionOptions<float>& ao,
+                        std::size_t b, std::size_t g, GradBuffers& s) {
+  const std::size_t per = t.q.heads / t.k.heads, d = t.q.cols, dv = t.v.cols;
+  const std::size_t n_b = query_length(o, b, t.q.rows), m_b = key_length(o, b, t.k.rows);
+  const bool live = n_b > 0 && m_b > 0;
+  ConstMatrix<float> km, vm;
+  if (live) {
+    km = head_rows(t.k, b, g, m_b, s.k);
+    vm = head_rows(t.v, b, g, m_b, s.v);
+  }
+  s.gk_sum.assign(live ? m_b * d : 0, 0.0f);
+  s.gv_sum.assign(live ? m_b * dv : 0, 0.0f);
+  for (std::size_t h = g * per; h < (g + 1) * per; ++h) {
+    if (!live) {
+      store_head(t.grad_q, b, h, nullptr, 0);
+      continue;
+    }
+    s.gq.resize(n_b * d);
+    s.gk.resize(m_b * d);
+    s.gv.resize(m_b * dv);
+    attention_backward<float>(head_rows(t.q, b, h, n_b, s.q), km, vm, head_rows(t.grad_out, b, h, n_b, s.grad_out),
+                              MatrixView<float>(s.gq.data(), n_b, d), MatrixView<float>(s.gk.data(), m_b, d),
+                              MatrixView<float>(s.gv.data(), m_b, dv), ao);
+    store_head(t.grad_q, b, h, s.gq.data(), n_b);
+    for (std::size_t x = 0; x < s.gk.size(); ++x) s.gk_sum[x] += s.gk[x];
+    for (std::size_t x = 0; x < s.gv.size(); ++x) s.gv_sum[x] += s.gv[x];
+  }
+  store_head(t.grad_k, b, g, s.gk_sum.data(), live ? m_b : 0);
+  store_head(t.grad_v, b, g, s.gv_sum.data(), live ? m_b : 0);
+}
+
+void run_backward(const GradTensors& t, const BatchedAttentionOptions& o) {
+  AttentionOptions<float> ao;
+  ao.transform = o.transform;
+  ao.scale = o.scale;
+  ao.causal = o.causal;
+  const std::size_t groups = t.k.heads, units = t.q.batch * groups;
+  // As run(): groups on the pool when there are enough, else each on the
+  // whole pool; the result is the same.
+  if (units > 1 && units >= num_threads()) {
+    detail::parallel_for(units, 1, [&](std::size_t u0, std::size_t u1) {
+      GradBuffers s;
+      for (std::size_t u = u0; u < u1; ++u) run_backward_group(t, o, ao, u / groups, u % groups, s);
+    });
+  } else {
+    GradBuffers s;
+    for (std::size_t u = 0; u < units; ++u) run_backward_group(t, o, ao, u / groups, u % groups, s);
+  }
+}
+
 }  // namespace
 
 void check_batched_attention(ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor v, BatchedTensor out,
                              const BatchedAttentionOptions& options, const char* op, bool check_values_too) {
-  const ConstBatchedTensor co = as_const(out);
-  check_data(op, "q", q);
-  check_data(op, "k", k);
-  check_data(op, "v", v);
-  check_data(op, "out", co);
-
-  check_nonzero(op, "q.batch", q.batch, "batch");
-  check_nonzero(op, "q.heads", q.heads, "Hq");
-  check_nonzero(op, "q.rows", q.rows, "n");
-  check_nonzero(op, "q.cols", q.cols, "d");
-  check_nonzero(op, "k.heads", k.heads, "Hkv");
-  check_nonzero(op, "k.rows", k.rows, "m");
-  check_nonzero(op, "v.cols", v.cols, "dv");
-  check_same(op, "k.batch", k.batch, "q.batch", q.batch);
-  check_same(op, "v.batch", v.batch, "q.batch", q.batch);
-  check_same(op, "out.batch", out.batch, "q.batch", q.batch);
-  check_same(op, "k.cols", k.cols, "q.cols", q.cols);
-  check_same(op, "v.heads", v.heads, "k.heads", k.heads);
-  check_same(op, "v.rows", v.rows, "k.rows", k.rows);
-  check_same(op, "out.heads", out.heads, "q.heads", q.heads);
-  check_same(op, "out.rows", out.rows, "q.rows", q.rows);
-  check_same(op, "out.cols", out.cols, "v.cols", v.cols);
-  if (q.heads % k.heads != 0)
-    fail(op, "q.heads is not a multiple of k.heads (got " + num(q.heads) + " query heads and " + num(k.heads) +
-                 " key/value heads, expected Hq a multiple of Hkv)");
-  for (const auto& [name, dtype] : {std::pair<const char*, DType>{"k", k.dtype}, {"v", v.dtype}})
-    if (dtype != q.dtype)
-      fail(op, std::string(name) + ".dtype does not match q.dtype (got " + dtype_name(dtype) + ", expected " +
-                   dtype_name(q.dtype) + ")");
-  if (out.dtype != q.dtype && out.dtype != DType::float32)
-    fail(op, std::string("out.dtype is neither q.dtype nor float32 (got ") + dtype_name(out.dtype) + ", q.dtype " +
-                 dtype_name(q.dtype) + ")");
-
-  const std::size_t extents[] = {check_layout(op, "q", q), check_layout(op, "k", k), check_layout(op, "v", v)};
-  const std::size_t out_extent = check_layout(op, "out", co);
-  // Byte ranges, first element to last: out must share none with an input
-  // (heads run in parallel, so a head's output could overwrite another's
-  // input before it is read).
-  const std::size_t size = dtype_size(q.dtype);
-  const auto out_begin = reinterpret_cast<std::uintptr_t>(out.data),
-             out_end = out_begin + out_extent * dtype_size(out.dtype);
-  const ConstBatchedTensor* inputs[] = {&q, &k, &v};
-  const char* names[] = {"q", "k", "v"};
-  for (std::size_t x = 0; x < 3; ++x) {
-    const auto begin = reinterpret_cast<std::uintptr_t>(inputs[x]->data), end = begin + extents[x] * size;
-    const char* name = names[x];
-    if (begin < out_end && out_begin < end)
-      fail(op, std::string("out overlaps ") + name +
-                   " (their memory ranges, first element to last, share bytes; "
-                   "expected out in memory of its own)");
-  }
-
-  check_attention_scale(options.scale, op, "options.scale");
-  check_transform(op, options.transform);
+  const Extents inputs = check_inputs(op, q, k, v);
+  const Range out_range = check_result(op, "out", as_const(out), q.dtype, {q.batch, "q.batch"}, {q.heads, "q.heads"},
+                                       {q.rows, "q.rows"}, {v.cols, "v.cols"});
+  for (const Range& input : inputs) check_apart(op, out_range, input);
+  check_options(op, options);
   if (check_values_too) check_values(op, q, k, v, options);
+}
+
+void check_batched_attention_backward(ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor v,
+                                      ConstBatchedTensor grad_out, BatchedTensor grad_q, BatchedTensor grad_k,
+                                      BatchedTensor grad_v, const BatchedAttentionOptions& options, const char* op,
+                                      bool check_values_too) {
+  const Extents inputs = check_inputs(op, q, k, v);
+  const Range go = check_result(op, "grad_out", grad_out, q.dtype, {q.batch, "q.batch"}, {q.heads, "q.heads"},
+                                {q.rows, "q.rows"}, {v.cols, "v.cols"});
+  const Range grads[] = {
+      check_result(op, "grad_q", as_const(grad_q), q.dtype, {q.batch, "q.batch"}, {q.heads, "q.heads"},
+                   {q.rows, "q.rows"}, {q.cols, "q.cols"}),
+      check_result(op, "grad_k", as_const(grad_k), q.dtype, {q.batch, "q.batch"}, {k.heads, "k.heads"},
+                   {k.rows, "k.rows"}, {k.cols, "k.cols"}),
+      check_result(op, "grad_v", as_const(grad_v), q.dtype, {q.batch, "q.batch"}, {v.heads, "v.heads"},
+                   {v.rows, "v.rows"}, {v.cols, "v.cols"})};
+  // Gradients are written while other heads still read the inputs, and each
+  // gradient once per key/value head group: no sharing with either.
+  for (std::size_t x = 0; x < 3; ++x) {
+    for (const Range& input : inputs) check_apart(op, grads[x], input);
+    check_apart(op, grads[x], go);
+    for (std::size_t y = 0; y < x; ++y) check_apart(op, grads[x], grads[y]);
+  }
+  check_options(op, options);
+  if (!check_values_too) return;
+  check_values(op, q, k, v, options);
+  check_grad_out_values(op, grad_out, options);
 }
 
 void batched_attention_forward(ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor v, BatchedTensor out,
@@ -479,6 +647,22 @@ void batched_attention_forward(Device device, Memory memory, ConstBatchedTensor 
                                              &BackendKernels::batched_attention_forward_on_device);
   check_batched_attention(q, k, v, out, options, kOp, /*check_values_too=*/memory == Memory::host);
   kernel(q, k, v, out, options);
+}
+
+void batched_attention_backward(ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor v,
+                                ConstBatchedTensor grad_out, BatchedTensor grad_q, BatchedTensor grad_k,
+                                BatchedTensor grad_v, const BatchedAttentionOptions& options) {
+  check_batched_attention_backward(q, k, v, grad_out, grad_q, grad_k, grad_v, options, kBackwardOp);
+  run_backward({q, k, v, grad_out, grad_q, grad_k, grad_v}, options);
+}
+
+void batched_attention_backward(Device device, ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor v,
+                                ConstBatchedTensor grad_out, BatchedTensor grad_q, BatchedTensor grad_k,
+                                BatchedTensor grad_v, const BatchedAttentionOptions& options) {
+  if (device == Device::cpu) return batched_attention_backward(q, k, v, grad_out, grad_q, grad_k, grad_v, options);
+  const auto kernel = detail::backend_kernel(device, kBackwardOp, &BackendKernels::batched_attention_backward);
+  check_batched_attention_backward(q, k, v, grad_out, grad_q, grad_k, grad_v, options, kBackwardOp);
+  kernel(q, k, v, grad_out, grad_q, grad_k, grad_v, options);
 }
 
 void check_batched_attention_values(const char* op, ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor v,
