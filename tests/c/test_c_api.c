@@ -557,6 +557,88 @@ static void test_batched_attention(void) {
   }
 }
 
+static void test_batched_attention_backward(void) {
+  /* B = 1, Hq = 2 query heads sharing Hkv = 1 key/value head, n = 3, m = 4,
+   * d = dv = 2, float32 contiguous: grad_q is each head's
+   * eg_attention_backward, grad_k and grad_v their sum over the two heads
+   * (float32, head 0 first), bit for bit; then the same call as bfloat16
+   * DLPack tensors and as eg_tensor4 give the same bits. */
+  float q[12], k[8], v[8], go[12], gq[12], gk[8], gv[8];
+  float hq[6], hk[2][8], hv[2][8];
+  uint16_t q16[12], k16[8], v16[8], go16[12], gq16[2][12], gk16[2][8], gv16[2][8];
+  int64_t q_shape[4] = {1, 2, 3, 2}, kv_shape[4] = {1, 1, 4, 2};
+  eg_batched_attention_options options = eg_batched_attention_options_default();
+  eg_attention_options head_options = eg_attention_options_default();
+  size_t x, h;
+  for (x = 0; x < 12; ++x) q[x] = (float)((int)(x * 7 % 9) - 4) / 4.0f, go[x] = (float)((int)(x * 5 % 11) - 5) / 8.0f;
+  for (x = 0; x < 8; ++x) k[x] = (float)((int)(x * 5 % 7) - 3) / 4.0f, v[x] = (float)((int)(x * 3 % 11) - 5) / 4.0f;
+  options.transform = head_options.transform = transform_named("entmax15");
+  options.causal = head_options.causal = 1;
+  {
+    eg_tensor4 tq = {q, EG_DTYPE_FLOAT32, 1, 2, 3, 2, 0, 0, 0}, tk = {k, EG_DTYPE_FLOAT32, 1, 1, 4, 2, 0, 0, 0};
+    eg_tensor4 tv = {v, EG_DTYPE_FLOAT32, 1, 1, 4, 2, 0, 0, 0}, tgo = {go, EG_DTYPE_FLOAT32, 1, 2, 3, 2, 0, 0, 0};
+    eg_tensor4 tgq = {gq, EG_DTYPE_FLOAT32, 1, 2, 3, 2, 0, 0, 0}, tgk = {gk, EG_DTYPE_FLOAT32, 1, 1, 4, 2, 0, 0, 0};
+    eg_tensor4 tgv = {gv, EG_DTYPE_FLOAT32, 1, 1, 4, 2, 0, 0, 0};
+    CHECK_OK(eg_batched_attention_backward(EG_DEVICE_CPU, &tq, &tk, &tv, &tgo, &tgq, &tgk, &tgv, &options));
+    for (h = 0; h < 2; ++h) {
+      CHECK_OK(eg_attention_backward(EG_DEVICE_CPU, cmat(q + 6 * h, 3, 2), cmat(k, 4, 2), cmat(v, 4, 2),
+                                     cmat(go + 6 * h, 3, 2), mat(hq, 3, 2), mat(hk[h], 4, 2), mat(hv[h], 4, 2),
+                                     &head_options));
+      for (x = 0; x < 6; ++x) CHECK(gq[6 * h + x] == hq[x]);
+    }
+    for (x = 0; x < 8; ++x) CHECK(gk[x] == hk[0][x] + hk[1][x] && gv[x] == hv[0][x] + hv[1][x]);
+
+    /* Errors: the C layer's and the C++ API's, gradients untouched. */
+    for (x = 0; x < 8; ++x) gk[x] = -7.0f;
+    CHECK_FAILS(eg_batched_attention_backward(EG_DEVICE_CPU, &tq, &tk, &tv, &tgo, &tgq, &tgk, NULL, &options),
+                EG_ERROR_ARGUMENT, "eg_batched_attention_backward: grad_v is NULL");
+    tgk.data = k;
+    CHECK_FAILS(eg_batched_attention_backward(EG_DEVICE_CPU, &tq, &tk, &tv, &tgo, &tgq, &tgk, &tgv, &options),
+                EG_ERROR_ARGUMENT, "batched_attention_backward: grad_k overlaps k");
+    tgk.data = gk;
+    tgk.heads = 2;
+    CHECK_FAILS(eg_batched_attention_backward(EG_DEVICE_CPU, &tq, &tk, &tv, &tgo, &tgq, &tgk, &tgv, &options),
+                EG_ERROR_ARGUMENT, "batched_attention_backward: grad_k.heads does not match k.heads (got 2, expected 1)");
+    tgk.heads = 1;
+    {
+      const float kept = go[7];
+      go[7] = NAN;
+      CHECK_FAILS(eg_batched_attention_backward(EG_DEVICE_CPU, &tq, &tk, &tv, &tgo, &tgq, &tgk, &tgv, &options),
+                  EG_ERROR_ARGUMENT,
+                  "batched_attention_backward: grad_out has a non-finite entry at [0, 1, 0, 1] (got NaN");
+      go[7] = kept;
+    }
+    for (x = 0; x < 8; ++x) CHECK(gk[x] == -7.0f);
+    if (!eg_device_available(EG_DEVICE_CUDA, NULL, 0))
+      CHECK_FAILS(eg_batched_attention_backward(EG_DEVICE_CUDA, &tq, &tk, &tv, &tgo, &tgq, &tgk, &tgv, &options),
+                  EG_ERROR_DEVICE, "batched_attention_backward: device cuda is not available (");
+  }
+  for (x = 0; x < 12; ++x) q16[x] = eg_float_to_bfloat16(q[x]), go16[x] = eg_float_to_bfloat16(go[x]);
+  for (x = 0; x < 8; ++x) k16[x] = eg_float_to_bfloat16(k[x]), v16[x] = eg_float_to_bfloat16(v[x]);
+  {
+    eg_tensor4 tq = {q16, EG_DTYPE_BFLOAT16, 1, 2, 3, 2, 0, 0, 0}, tk = {k16, EG_DTYPE_BFLOAT16, 1, 1, 4, 2, 0, 0, 0};
+    eg_tensor4 tv = {v16, EG_DTYPE_BFLOAT16, 1, 1, 4, 2, 0, 0, 0};
+    eg_tensor4 tgo = {go16, EG_DTYPE_BFLOAT16, 1, 2, 3, 2, 0, 0, 0};
+    eg_tensor4 tgq = {gq16[0], EG_DTYPE_BFLOAT16, 1, 2, 3, 2, 0, 0, 0};
+    eg_tensor4 tgk = {gk16[0], EG_DTYPE_BFLOAT16, 1, 1, 4, 2, 0, 0, 0};
+    eg_tensor4 tgv = {gv16[0], EG_DTYPE_BFLOAT16, 1, 1, 4, 2, 0, 0, 0};
+    eg_dl_tensor dq = dl_tensor(q16, 4, 16, q_shape, NULL), dk = dl_tensor(k16, 4, 16, kv_shape, NULL);
+    eg_dl_tensor dv = dl_tensor(v16, 4, 16, kv_shape, NULL), dgo = dl_tensor(go16, 4, 16, q_shape, NULL);
+    eg_dl_tensor dgq = dl_tensor(gq16[1], 4, 16, q_shape, NULL), dgk = dl_tensor(gk16[1], 4, 16, kv_shape, NULL);
+    eg_dl_tensor dgv = dl_tensor(gv16[1], 4, 16, kv_shape, NULL);
+    dq.ndim = dk.ndim = dv.ndim = dgo.ndim = dgq.ndim = dgk.ndim = dgv.ndim = 4;
+    CHECK_OK(eg_batched_attention_backward(EG_DEVICE_CPU, &tq, &tk, &tv, &tgo, &tgq, &tgk, &tgv, &options));
+    CHECK_OK(eg_batched_attention_backward_dlpack(&dq, &dk, &dv, &dgo, &dgq, &dgk, &dgv, &options));
+    for (x = 0; x < 12; ++x) CHECK(gq16[0][x] == gq16[1][x]);
+    for (x = 0; x < 8; ++x) CHECK(gk16[0][x] == gk16[1][x] && gv16[0][x] == gv16[1][x]);
+    /* within bfloat16's rounding of the float32 gradients of the same (exactly representable) inputs */
+    for (x = 0; x < 8; ++x) CHECK_NEAR(eg_bfloat16_to_float(gv16[0][x]), gv[x], fabs(gv[x]) / 128.0 + 1e-6);
+    dgv.device.device_id = 1;
+    CHECK_FAILS(eg_batched_attention_backward_dlpack(&dq, &dk, &dv, &dgo, &dgq, &dgk, &dgv, &options),
+                EG_ERROR_ARGUMENT, "grad_v.device differs from q's");
+  }
+}
+
 static void test_device_stream(void) {
   int queue = 0; /* any address stands for a stream: nothing runs on it here */
   CHECK_OK(eg_set_device_stream(EG_DEVICE_CUDA, &queue));
@@ -1107,6 +1189,7 @@ int main(void) {
   test_devices();
   test_attention();
   test_batched_attention();
+  test_batched_attention_backward();
   test_device_stream();
   test_attention_dlpack();
   test_batched_attention_dlpack();

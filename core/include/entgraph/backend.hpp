@@ -115,11 +115,17 @@ struct BackendKernels {
   // heads and hands both to check_batched_attention_values before it writes.
   void (*batched_attention_forward_on_device)(ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor v,
                                               BatchedTensor out, const BatchedAttentionOptions& options) = nullptr;
-  // Its gradients (batched_attention_backward) on host tensors; no device
-  // memory form until a device has a kernel for it.
+  // Its gradients (batched_attention_backward) on host tensors.
   void (*batched_attention_backward)(ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor v,
                                      ConstBatchedTensor grad_out, BatchedTensor grad_q, BatchedTensor grad_k,
                                      BatchedTensor grad_v, const BatchedAttentionOptions& options) = nullptr;
+  // The same on the device's own memory: the kernel reads the lengths, scans
+  // the heads of q, k, v and grad_out and hands them to
+  // check_batched_attention_backward_values before it writes.
+  void (*batched_attention_backward_on_device)(ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor v,
+                                               ConstBatchedTensor grad_out, BatchedTensor grad_q,
+                                               BatchedTensor grad_k, BatchedTensor grad_v,
+                                               const BatchedAttentionOptions& options) = nullptr;
   // Attention on the graph's edges only (GraphAttentionMode::fast).
   void (*graph_attention_forward)(ConstMatrix<float> q, ConstMatrix<float> k, ConstMatrix<float> v,
                                   const Graph& graph, MatrixView<float> out,
@@ -179,6 +185,13 @@ struct HeadScan {
 // when it has the wrong size.
 void check_batched_attention_values(const char* op, ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor v,
                                     const BatchedAttentionOptions& options, const std::vector<HeadScan>& scans);
+// The same for batched_attention_backward_on_device: `scans` as above, then
+// one per head of grad_out ((b, h), b major, over its first query_lengths[b]
+// rows).
+void check_batched_attention_backward_values(const char* op, ConstBatchedTensor q, ConstBatchedTensor k,
+                                             ConstBatchedTensor v, ConstBatchedTensor grad_out,
+                                             const BatchedAttentionOptions& options,
+                                             const std::vector<HeadScan>& scans);
 
 // The same for dense attention_forward_on_device: NaN and inf in q, k, v,
 // scores and outputs that may overflow float, decided from the scans of q,

@@ -165,6 +165,10 @@ void batched_attention_backward(ConstBatchedTensor q, ConstBatchedTensor k, Cons
 void batched_attention_backward(Device device, ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor v,
                                 ConstBatchedTensor grad_out, BatchedTensor grad_q, BatchedTensor grad_k,
                                 BatchedTensor grad_v, const BatchedAttentionOptions& options);
+// The same with the tensors and lengths in `memory`, as the forward.
+void batched_attention_backward(Device device, Memory memory, ConstBatchedTensor q, ConstBatchedTensor k,
+                                ConstBatchedTensor v, ConstBatchedTensor grad_out, BatchedTensor grad_q,
+                                BatchedTensor grad_k, BatchedTensor grad_v, const BatchedAttentionOptions& options);
 
 // The checks above alone (for backends' own entry points, which call it
 // before they launch anything). `op` names the caller in messages.

@@ -331,6 +331,26 @@ eg_status eg_batched_attention_forward(eg_device device, const eg_tensor4* q, co
 eg_status eg_batched_attention_forward_dlpack(const eg_dl_tensor* q, const eg_dl_tensor* k, const eg_dl_tensor* v,
                                               const eg_dl_tensor* out, const eg_batched_attention_options* options);
 
+/* The gradients of eg_batched_attention_forward for dL/dout = grad_out
+ * (B, Hq, n, dv): grad_q (B, Hq, n, d), grad_k (B, Hkv, m, d) and grad_v
+ * (B, Hkv, m, dv), the forward recomputed with the same options. A
+ * key/value head's gradients sum over the query heads sharing it (float32,
+ * in head order, rounded once); rows past the lengths are written as zeros.
+ * grad_out and each gradient have q's dtype or float32; a 16-bit gradient
+ * past the format's range is +-inf. EG_ERROR_ARGUMENT as the forward, and
+ * for a gradient sharing memory with an input, grad_out or another gradient,
+ * or NaN or inf in grad_out's valid rows; nothing is written then. */
+eg_status eg_batched_attention_backward(eg_device device, const eg_tensor4* q, const eg_tensor4* k,
+                                        const eg_tensor4* v, const eg_tensor4* grad_out, const eg_tensor4* grad_q,
+                                        const eg_tensor4* grad_k, const eg_tensor4* grad_v,
+                                        const eg_batched_attention_options* options);
+
+/* eg_batched_attention_backward on DLPack tensors, as the forward's. */
+eg_status eg_batched_attention_backward_dlpack(const eg_dl_tensor* q, const eg_dl_tensor* k, const eg_dl_tensor* v,
+                                               const eg_dl_tensor* grad_out, const eg_dl_tensor* grad_q,
+                                               const eg_dl_tensor* grad_k, const eg_dl_tensor* grad_v,
+                                               const eg_batched_attention_options* options);
+
 /* float32 <-> bfloat16 / float16 bit patterns: exact widening, and rounding
  * to nearest even (overflow to +-inf, NaN stays NaN). Never fail. */
 float eg_bfloat16_to_float(uint16_t bits);

@@ -424,6 +424,13 @@ void check_options(const char* op, const BatchedAttentionOptions& o) {
   check_transform(op, o.transform);
 }
 
+// The first head of grad_out whose scan found NaN or inf, in (sequence,
+// head) order; scans holds batch x heads.
+void judge_grad_out_scans(const char* op, const ConstBatchedTensor& grad_out, const HeadScan* scans) {
+  for (std::size_t item = 0; item < grad_out.batch * grad_out.heads; ++item)
+    if (scans[item].bad) fail_non_finite(op, "grad_out", item / grad_out.heads, item % grad_out.heads, scans[item]);
+}
+
 // NaN and inf in grad_out's valid rows (the first query_lengths[b] of each
 // sequence), scanned in parallel, reported in (sequence, head, row) order.
 void check_grad_out_values(const char* op, const ConstBatchedTensor& grad_out, const BatchedAttentionOptions& o) {
@@ -435,8 +442,7 @@ void check_grad_out_values(const char* op, const ConstBatchedTensor& grad_out, c
       if (rows > 0) scans[item] = scan_head(head_rows(grad_out, b, h, rows, buf));
     }
   });
-  for (std::size_t item = 0; item < scans.size(); ++item)
-    if (scans[item].bad) fail_non_finite(op, "grad_out", item / grad_out.heads, item % grad_out.heads, scans[item]);
+  judge_grad_out_scans(op, grad_out, scans.data());
 }
 
 // ---------------------------------------------------------------------------
@@ -659,9 +665,17 @@ void batched_attention_backward(ConstBatchedTensor q, ConstBatchedTensor k, Cons
 void batched_attention_backward(Device device, ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor v,
                                 ConstBatchedTensor grad_out, BatchedTensor grad_q, BatchedTensor grad_k,
                                 BatchedTensor grad_v, const BatchedAttentionOptions& options) {
+  batched_attention_backward(device, Memory::host, q, k, v, grad_out, grad_q, grad_k, grad_v, options);
+}
+
+void batched_attention_backward(Device device, Memory memory, ConstBatchedTensor q, ConstBatchedTensor k,
+                                ConstBatchedTensor v, ConstBatchedTensor grad_out, BatchedTensor grad_q,
+                                BatchedTensor grad_k, BatchedTensor grad_v, const BatchedAttentionOptions& options) {
   if (device == Device::cpu) return batched_attention_backward(q, k, v, grad_out, grad_q, grad_k, grad_v, options);
-  const auto kernel = detail::backend_kernel(device, kBackwardOp, &BackendKernels::batched_attention_backward);
-  check_batched_attention_backward(q, k, v, grad_out, grad_q, grad_k, grad_v, options, kBackwardOp);
+  const auto kernel = detail::backend_kernel(device, kBackwardOp, memory, &BackendKernels::batched_attention_backward,
+                                             &BackendKernels::batched_attention_backward_on_device);
+  check_batched_attention_backward(q, k, v, grad_out, grad_q, grad_k, grad_v, options, kBackwardOp,
+                                   /*check_values_too=*/memory == Memory::host);
   kernel(q, k, v, grad_out, grad_q, grad_k, grad_v, options);
 }
 
@@ -672,6 +686,19 @@ void check_batched_attention_values(const char* op, ConstBatchedTensor q, ConstB
                 num(scan_count(q, k)) + ": one per head of q, k and v)");
   check_both_lengths(op, q, k, options);
   judge_scans(op, q, k, v, options, scans, [&](std::size_t item) { return scans[item]; });
+}
+
+void check_batched_attention_backward_values(const char* op, ConstBatchedTensor q, ConstBatchedTensor k,
+                                             ConstBatchedTensor v, ConstBatchedTensor grad_out,
+                                             const BatchedAttentionOptions& options,
+                                             const std::vector<HeadScan>& scans) {
+  const std::size_t forward = scan_count(q, k), grads = q.batch * q.heads;
+  if (scans.size() != forward + grads)
+    throw Error(at_op(op) + cpp_name("scans") + " has the wrong size (got " + num(scans.size()) + ", expected " +
+                num(forward + grads) + ": one per head of q, k, v and grad_out)");
+  const std::vector<HeadScan> inputs(scans.begin(), scans.begin() + static_cast<std::ptrdiff_t>(forward));
+  check_batched_attention_values(op, q, k, v, options, inputs);
+  judge_grad_out_scans(op, grad_out, scans.data() + forward);
 }
 
 }  // namespace entgraph

@@ -1,5 +1,5 @@
-// The C API's batched attention (eg_tensor4, eg_batched_attention_forward)
-// and the 16-bit conversions.
+// The C API's batched attention (eg_tensor4, eg_batched_attention_forward
+// and _backward) and the 16-bit conversions.
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -80,6 +80,19 @@ eg_status eg_batched_attention_forward(eg_device device, const eg_tensor4* q, co
   return guard(__func__, [&](const char* fn) {
     batched_attention_forward(to_device(fn, device), as_const(to_tensor(fn, "q", q)), as_const(to_tensor(fn, "k", k)),
                               as_const(to_tensor(fn, "v", v)), to_tensor(fn, "out", out), to_batched_options(fn, options));
+  });
+}
+
+eg_status eg_batched_attention_backward(eg_device device, const eg_tensor4* q, const eg_tensor4* k,
+                                        const eg_tensor4* v, const eg_tensor4* grad_out, const eg_tensor4* grad_q,
+                                        const eg_tensor4* grad_k, const eg_tensor4* grad_v,
+                                        const eg_batched_attention_options* options) {
+  return guard(__func__, [&](const char* fn) {
+    batched_attention_backward(to_device(fn, device), as_const(to_tensor(fn, "q", q)),
+                               as_const(to_tensor(fn, "k", k)), as_const(to_tensor(fn, "v", v)),
+                               as_const(to_tensor(fn, "grad_out", grad_out)), to_tensor(fn, "grad_q", grad_q),
+                               to_tensor(fn, "grad_k", grad_k), to_tensor(fn, "grad_v", grad_v),
+                               to_batched_options(fn, options));
   });
 }
 

@@ -130,4 +130,20 @@ eg_status eg_batched_attention_forward_dlpack(const eg_dl_tensor* q, const eg_dl
   });
 }
 
+eg_status eg_batched_attention_backward_dlpack(const eg_dl_tensor* q, const eg_dl_tensor* k, const eg_dl_tensor* v,
+                                               const eg_dl_tensor* grad_out, const eg_dl_tensor* grad_q,
+                                               const eg_dl_tensor* grad_k, const eg_dl_tensor* grad_v,
+                                               const eg_batched_attention_options* options) {
+  return guard(__func__, [&](const char* fn) {
+    const Place p = common_place(fn, "q", q,
+                                 {{"k", k}, {"v", v}, {"grad_out", grad_out}, {"grad_q", grad_q}, {"grad_k", grad_k},
+                                  {"grad_v", grad_v}});
+    batched_attention_backward(p.device, p.memory, as_const(tensor4_of(fn, "q", q)),
+                               as_const(tensor4_of(fn, "k", k)), as_const(tensor4_of(fn, "v", v)),
+                               as_const(tensor4_of(fn, "grad_out", grad_out)), tensor4_of(fn, "grad_q", grad_q),
+                               tensor4_of(fn, "grad_k", grad_k), tensor4_of(fn, "grad_v", grad_v),
+                               to_batched_options(fn, options));
+  });
+}
+
 }  // extern "C"

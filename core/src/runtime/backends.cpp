@@ -99,7 +99,8 @@ bool has_kernel(const BackendKernels& t, BackendOp op, Memory memory) {
       return (host ? t.attention_backward : t.attention_backward_on_device) != nullptr;
     case BackendOp::batched_attention_forward:
       return (host ? t.batched_attention_forward : t.batched_attention_forward_on_device) != nullptr;
-    case BackendOp::batched_attention_backward: return host && t.batched_attention_backward != nullptr;
+    case BackendOp::batched_attention_backward:
+      return (host ? t.batched_attention_backward : t.batched_attention_backward_on_device) != nullptr;
     case BackendOp::graph_attention_forward:
       return (host ? t.graph_attention_forward : t.graph_attention_forward_on_device) != nullptr;
     case BackendOp::compare_graphs: return host && t.compare_graphs != nullptr;  // graphs are host objects
