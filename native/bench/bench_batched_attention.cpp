@@ -1,12 +1,16 @@
 // Benchmarks of batched attention (batched_attention.hpp) on the CPU:
 //   BM_batched_attention_forward/<transform>/dtype:<f32|bf16>/B:<B>/H:<Hq>/Hkv:<Hkv>/n:<n>/d:64/causal:<0|1>/threads:<t>
+//   BM_batched_attention_backward/... (the same names; gradients of q, k and
+//   v for grad_out ~ N(0, 1), at n = 1024)
 // with n = m, d = dv = 64, contiguous [B, H, n, d] tensors, Q, K, V ~ N(0, 1)
 // (rounded to bfloat16 for dtype:bf16) and the default scale 1/sqrt(d). The
 // shapes are the GPU targets of issue 30 scaled down to a CPU: (B, H) =
 // (1, 16) at n = 1024 and 4096, and (4, 32) with 8 key/value heads at
 // n = 1024. float32 and bfloat16 run in the same process, so their ratio
 // compares like with like. items/s counts visible (query, key) pairs over
-// all heads; `flops` counts 4 d per visible pair (Q K^T and P V).
+// all heads; `flops` counts 4 d per visible pair for the forward (Q K^T and
+// P V) and 10 d for the backward (it recomputes Q K^T, then dO V^T, dS K,
+// dS^T Q and P^T dO).
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
@@ -27,27 +31,31 @@ struct Shape {
 };
 constexpr Shape kShapes[] = {{1, 16, 16, 1024}, {1, 16, 16, 4096}, {4, 32, 8, 1024}};
 
-// Q, K, V and out of one shape in one dtype; the values are float32 samples
-// (bench_common.hpp's gaussian), rounded for bfloat16.
+// Q, K, V, out, grad_out and the three gradients of one shape in one dtype;
+// the values are float32 samples (bench_common.hpp's gaussian), rounded for
+// bfloat16.
 struct Tensors {
+  static constexpr int kCount = 8;  // q, k, v, out, grad_out, grad_q, grad_k, grad_v
   DType dtype;
-  std::vector<float> f32[4];
-  std::vector<std::uint16_t> b16[4];
-  ConstBatchedTensor q, k, v;
-  BatchedTensor out;
+  std::vector<float> f32[kCount];
+  std::vector<std::uint16_t> b16[kCount];
+  ConstBatchedTensor q, k, v, grad_out;
+  BatchedTensor out, grad_q, grad_k, grad_v;
 
   Tensors(const Shape& s, DType t) : dtype(t) {
-    const std::size_t counts[4] = {s.batch * s.heads * s.n * kHeadDim, s.batch * s.kv_heads * s.n * kHeadDim,
-                                   s.batch * s.kv_heads * s.n * kHeadDim, s.batch * s.heads * s.n * kHeadDim};
-    const std::uint64_t seeds[3] = {kSeedQuery, kSeedKey, kSeedValue};
-    void* data[4];
-    for (int x = 0; x < 4; ++x) {
+    const std::size_t query = s.batch * s.heads * s.n * kHeadDim, key = s.batch * s.kv_heads * s.n * kHeadDim;
+    const std::size_t counts[kCount] = {query, key, key, query, query, query, key, key};
+    // Inputs get samples (grad_out: the upstream gradients' seed); outputs start as zeros.
+    const std::uint64_t seeds[kCount] = {kSeedQuery, kSeedKey, kSeedValue, 0, kSeedGrad, 0, 0, 0};
+    void* data[kCount];
+    for (int x = 0; x < kCount; ++x) {
+      const bool input = seeds[x] != 0;
       if (t == DType::float32) {
-        f32[x] = x < 3 ? gaussian(counts[x], seeds[x]) : std::vector<float>(counts[x]);
+        f32[x] = input ? gaussian(counts[x], seeds[x]) : std::vector<float>(counts[x]);
         data[x] = f32[x].data();
       } else {
         b16[x].resize(counts[x]);
-        if (x < 3) {
+        if (input) {
           const std::vector<float>& g = gaussian(counts[x], seeds[x]);
           for (std::size_t i = 0; i < counts[x]; ++i) b16[x][i] = float_to_bfloat16(g[i]);
         }
@@ -58,32 +66,43 @@ struct Tensors {
     k = ConstBatchedTensor::bhnd(data[1], t, s.batch, s.kv_heads, s.n, kHeadDim);
     v = ConstBatchedTensor::bhnd(data[2], t, s.batch, s.kv_heads, s.n, kHeadDim);
     out = BatchedTensor::bhnd(data[3], t, s.batch, s.heads, s.n, kHeadDim);
+    grad_out = ConstBatchedTensor::bhnd(data[4], t, s.batch, s.heads, s.n, kHeadDim);
+    grad_q = BatchedTensor::bhnd(data[5], t, s.batch, s.heads, s.n, kHeadDim);
+    grad_k = BatchedTensor::bhnd(data[6], t, s.batch, s.kv_heads, s.n, kHeadDim);
+    grad_v = BatchedTensor::bhnd(data[7], t, s.batch, s.kv_heads, s.n, kHeadDim);
   }
 };
 
-void run_forward(benchmark::State& state, const Shape& s, const Transform& t, DType dtype, bool causal,
-                 std::size_t threads) {
+void run(benchmark::State& state, const Shape& s, const Transform& t, DType dtype, bool causal, std::size_t threads,
+         bool backward) {
   ScopedRuntime runtime(threads, default_isa());
   const Tensors x(s, dtype);
   BatchedAttentionOptions options;
   options.transform = t;
   options.causal = causal;
+  auto call = [&] {
+    if (backward)
+      batched_attention_backward(x.q, x.k, x.v, x.grad_out, x.grad_q, x.grad_k, x.grad_v, options);
+    else
+      batched_attention_forward(x.q, x.k, x.v, x.out, options);
+  };
   try {
-    batched_attention_forward(x.q, x.k, x.v, x.out, options);
+    call();
   } catch (const std::exception& e) {
     state.SkipWithError(e.what());
     return;
   }
   for (auto _ : state) {
-    batched_attention_forward(x.q, x.k, x.v, x.out, options);
+    call();
     benchmark::DoNotOptimize(x.out.data);
+    benchmark::DoNotOptimize(x.grad_q.data);
     benchmark::ClobberMemory();
   }
   const double per_head = causal ? double(s.n) * double(s.n + 1) / 2 : double(s.n) * double(s.n);
   const double pairs = per_head * double(s.batch * s.heads);
   state.SetItemsProcessed(static_cast<std::int64_t>(double(state.iterations()) * pairs));
-  state.counters["flops"] =
-      benchmark::Counter(4.0 * double(kHeadDim) * pairs, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["flops"] = benchmark::Counter((backward ? 10.0 : 4.0) * double(kHeadDim) * pairs,
+                                               benchmark::Counter::kIsIterationInvariantRate);
 }
 
 }  // namespace
@@ -95,23 +114,27 @@ void register_batched_attention_benchmarks() {
     const char* name;
     Transform transform;
   } transforms[] = {{"softmax", Transform::softmax()}, {"entmax15", Transform::entmax15()}};
-  for (const Shape& s : kShapes)
-    for (const auto& tr : transforms)
-      for (bool causal : {false, true})
-        for (DType dtype : {DType::float32, DType::bfloat16}) {
-          const std::string name = "BM_batched_attention_forward/" + std::string(tr.name) +
-                                   "/dtype:" + (dtype == DType::float32 ? "f32" : "bf16") +
-                                   "/B:" + std::to_string(s.batch) + "/H:" + std::to_string(s.heads) +
-                                   "/Hkv:" + std::to_string(s.kv_heads) + "/n:" + std::to_string(s.n) +
-                                   "/d:" + std::to_string(kHeadDim) + "/causal:" + (causal ? "1" : "0") +
-                                   "/threads:" + std::to_string(threads);
-          const Transform t = tr.transform;
-          benchmark::RegisterBenchmark(
-              name.c_str(),
-              [s, t, dtype, causal, threads](benchmark::State& st) { run_forward(st, s, t, dtype, causal, threads); })
-              ->UseRealTime()
-              ->Unit(benchmark::kMillisecond);
-        }
+  for (bool backward : {false, true})
+    for (const Shape& s : kShapes) {
+      if (backward && s.n > 1024) continue;  // about 2.5 times the forward: n = 1024 shows the ratio
+      for (const auto& tr : transforms)
+        for (bool causal : {false, true})
+          for (DType dtype : {DType::float32, DType::bfloat16}) {
+            const std::string name = std::string(backward ? "BM_batched_attention_backward/" : "BM_batched_attention_forward/") +
+                                     tr.name + "/dtype:" + (dtype == DType::float32 ? "f32" : "bf16") +
+                                     "/B:" + std::to_string(s.batch) + "/H:" + std::to_string(s.heads) +
+                                     "/Hkv:" + std::to_string(s.kv_heads) + "/n:" + std::to_string(s.n) +
+                                     "/d:" + std::to_string(kHeadDim) + "/causal:" + (causal ? "1" : "0") +
+                                     "/threads:" + std::to_string(threads);
+            const Transform t = tr.transform;
+            benchmark::RegisterBenchmark(name.c_str(),
+                                         [s, t, dtype, causal, threads, backward](benchmark::State& st) {
+                                           run(st, s, t, dtype, causal, threads, backward);
+                                         })
+                ->UseRealTime()
+                ->Unit(benchmark::kMillisecond);
+          }
+    }
 }
 
 }  // namespace entgraph::bench
