@@ -24,6 +24,7 @@
 #include <utility>
 #include <vector>
 
+#include "attention/batched_heads.hpp"
 #include "attention/score_range.hpp"
 #include "entgraph/attention.hpp"
 #include "entgraph/backend.hpp"
@@ -39,6 +40,9 @@ namespace {
 
 constexpr const char* kOp = "batched_attention_forward";
 constexpr const char* kBackwardOp = "batched_attention_backward";
+// attention_forward's score headroom (score_range.hpp): the checks here
+// decide what each head's call would.
+constexpr double kAttentionHeadroom = 2.0;
 
 using detail::num;
 
@@ -247,7 +251,8 @@ std::size_t scan_count(const ConstBatchedTensor& q, const ConstBatchedTensor& k)
 // sequence, head, row).
 template <class Complete>
 void judge_scans(const char* op, const ConstBatchedTensor& q, const ConstBatchedTensor& k, const ConstBatchedTensor& v,
-                 const BatchedAttentionOptions& o, const std::vector<HeadScan>& scans, Complete&& complete) {
+                 const BatchedAttentionOptions& o, double headroom, const std::vector<HeadScan>& scans,
+                 Complete&& complete) {
   const std::size_t B = q.batch, Hq = q.heads, Hkv = k.heads;
   for (std::size_t item = 0; item < scans.size(); ++item) {
     const HeadScan& s = scans[item];
@@ -255,13 +260,13 @@ void judge_scans(const char* op, const ConstBatchedTensor& q, const ConstBatched
     const ScanItem it = scan_item(item, q, k, v, o);
     fail_non_finite(op, it.name, it.b, it.h, s);
   }
-  // check_score_range<float> with attention's headroom of 2, per pair. Row
+  // check_score_range<float> with the per-head op's headroom, per pair. Row
   // norms are at most sqrt(d) times the largest entry, and largest_row_norm
   // computes them within (d + 3) double roundings, so a pair whose bound
   // from the largest entries clears the limit with that margin passes
   // attention's check too; the others get attention's own computation.
   const double scale_factor = std::max(1.0, std::abs(o.scale));
-  const double score_limit = static_cast<double>(std::numeric_limits<float>::max()) / 2.0;
+  const double score_limit = static_cast<double>(std::numeric_limits<float>::max()) / headroom;
   const double d = static_cast<double>(q.cols);
   const double margin = 1.0 + (2.0 * d + 20.0) * std::numeric_limits<double>::epsilon();
   for (std::size_t b = 0; b < B; ++b)
@@ -320,7 +325,7 @@ void check_both_lengths(const char* op, const ConstBatchedTensor& q, const Const
 // The value checks on host memory: the lengths, then the heads scanned in
 // parallel and judged.
 void check_values(const char* op, const ConstBatchedTensor& q, const ConstBatchedTensor& k, const ConstBatchedTensor& v,
-                  const BatchedAttentionOptions& o) {
+                  const BatchedAttentionOptions& o, double headroom) {
   check_both_lengths(op, q, k, o);
   std::vector<HeadScan> scans(scan_count(q, k));
   detail::parallel_for(scans.size(), 1, [&](std::size_t i0, std::size_t i1) {
@@ -331,7 +336,7 @@ void check_values(const char* op, const ConstBatchedTensor& q, const ConstBatche
     }
   });
   std::vector<float> buf;
-  judge_scans(op, q, k, v, o, scans, [&](std::size_t item) {
+  judge_scans(op, q, k, v, o, headroom, scans, [&](std::size_t item) {
     const ScanItem it = scan_item(item, q, k, v, o);
     HeadScan s = scans[item];
     complete_scan(head_rows(*it.t, it.b, it.h, it.rows, buf), s);
@@ -453,7 +458,7 @@ struct Buffers {
 };
 
 void run_pair(const ConstBatchedTensor& q, const ConstBatchedTensor& k, const ConstBatchedTensor& v,
-              const BatchedTensor& out, const BatchedAttentionOptions& o, const AttentionOptions<float>& ao,
+              const BatchedTensor& out, const BatchedAttentionOptions& o, const detail::HeadForward& head,
               std::size_t b, std::size_t h, Buffers& s) {
   const ConstBatchedTensor co = as_const(out);
   const std::size_t n = q.rows, dv = out.cols, g = h / (q.heads / k.heads);
@@ -465,11 +470,10 @@ void run_pair(const ConstBatchedTensor& q, const ConstBatchedTensor& k, const Co
     const ConstMatrix<float> qm = head_rows(q, b, h, n_b, s.q), km = head_rows(k, b, g, m_b, s.k),
                              vm = head_rows(v, b, g, m_b, s.v);
     if (out.dtype == DType::float32) {
-      const MatrixView<float> om(reinterpret_cast<float*>(out_row(0)), n_b, dv, n_b > 1 ? out.row_stride : dv);
-      attention_forward<float>(qm, km, vm, om, ao);
+      head(b, h, qm, km, vm, MatrixView<float>(reinterpret_cast<float*>(out_row(0)), n_b, dv, n_b > 1 ? out.row_stride : dv));
     } else {
       s.out.resize(n_b * dv);
-      attention_forward<float>(qm, km, vm, MatrixView<float>(s.out.data(), n_b, dv), ao);
+      head(b, h, qm, km, vm, MatrixView<float>(s.out.data(), n_b, dv));
       const bool bf16 = out.dtype == DType::bfloat16;
       for (std::size_t i = 0; i < n_b; ++i) {
         auto* dst = reinterpret_cast<std::uint16_t*>(out_row(i));
@@ -484,26 +488,29 @@ void run_pair(const ConstBatchedTensor& q, const ConstBatchedTensor& k, const Co
   for (std::size_t i = computed; i < n; ++i) std::memset(out_row(i), 0, dv * size);
 }
 
-void run(const ConstBatchedTensor& q, const ConstBatchedTensor& k, const ConstBatchedTensor& v,
-         const BatchedTensor& out, const BatchedAttentionOptions& o) {
+// Runs units [0, count) with fn(unit, scratch): on the pool when there are
+// at least as many as threads (each head's own blocks then run serially
+// inside its task), else one after the other, each on the whole pool. A
+// head's result does not depend on that, so neither does the batch's.
+template <class Scratch, class Fn>
+void for_each_unit(std::size_t count, Fn&& fn) {
+  if (count > 1 && count >= num_threads()) {
+    detail::parallel_for(count, 1, [&](std::size_t u0, std::size_t u1) {
+      Scratch s;
+      for (std::size_t u = u0; u < u1; ++u) fn(u, s);
+    });
+  } else {
+    Scratch s;
+    for (std::size_t u = 0; u < count; ++u) fn(u, s);
+  }
+}
+
+AttentionOptions<float> head_options(const BatchedAttentionOptions& o) {
   AttentionOptions<float> ao;
   ao.transform = o.transform;
   ao.scale = o.scale;
   ao.causal = o.causal;
-  const std::size_t heads = q.heads, pairs = q.batch * heads;
-  // Pairs run on the pool when there are at least as many as threads (each
-  // head's own blocks then run serially inside its task); else one after the
-  // other, each on the whole pool. Attention's result does not depend on
-  // that, so neither does this.
-  if (pairs > 1 && pairs >= num_threads()) {
-    detail::parallel_for(pairs, 1, [&](std::size_t p0, std::size_t p1) {
-      Buffers s;
-      for (std::size_t p = p0; p < p1; ++p) run_pair(q, k, v, out, o, ao, p / heads, p % heads, s);
-    });
-  } else {
-    Buffers s;
-    for (std::size_t p = 0; p < pairs; ++p) run_pair(q, k, v, out, o, ao, p / heads, p % heads, s);
-  }
+  return ao;
 }
 
 // Rows [0, rows) of head (b, h) of t from src (rows x t.cols, float32),
@@ -534,11 +541,6 @@ void store_head(const BatchedTensor& t, std::size_t b, std::size_t h, const floa
   }
 }
 
-struct GradTensors {
-  ConstBatchedTensor q, k, v, grad_out;
-  BatchedTensor grad_q, grad_k, grad_v;
-};
-
 struct GradBuffers {
   std::vector<float> q, k, v, grad_out, gq, gk, gv, gk_sum, gv_sum;
 };
@@ -546,7 +548,7 @@ struct GradBuffers {
 // The gradients of key/value head (b, g) and of the query heads that share
 // it: each query head's attention_backward, its grad_q stored at once, its
 // grad_k and grad_v added to the group's sums in head order.
-void run_backward_group(const GradTensors& t, const BatchedAttentionOptions& o, const AttentionOptions<float>& ao,
+void run_backward_group(const detail::GradTensors& t, const BatchedAttentionOptions& o, const detail::HeadBackward& head,
                         std::size_t b, std::size_t g, GradBuffers& s) {
   const std::size_t per = t.q.heads / t.k.heads, d = t.q.cols, dv = t.v.cols;
   const std::size_t n_b = query_length(o, b, t.q.rows), m_b = key_length(o, b, t.k.rows);
@@ -566,9 +568,9 @@ void run_backward_group(const GradTensors& t, const BatchedAttentionOptions& o, 
     s.gq.resize(n_b * d);
     s.gk.resize(m_b * d);
     s.gv.resize(m_b * dv);
-    attention_backward<float>(head_rows(t.q, b, h, n_b, s.q), km, vm, head_rows(t.grad_out, b, h, n_b, s.grad_out),
-                              MatrixView<float>(s.gq.data(), n_b, d), MatrixView<float>(s.gk.data(), m_b, d),
-                              MatrixView<float>(s.gv.data(), m_b, dv), ao);
+    head(b, h, head_rows(t.q, b, h, n_b, s.q), km, vm, head_rows(t.grad_out, b, h, n_b, s.grad_out),
+         MatrixView<float>(s.gq.data(), n_b, d), MatrixView<float>(s.gk.data(), m_b, d),
+         MatrixView<float>(s.gv.data(), m_b, dv));
     store_head(t.grad_q, b, h, s.gq.data(), n_b);
     for (std::size_t x = 0; x < s.gk.size(); ++x) s.gk_sum[x] += s.gk[x];
     for (std::size_t x = 0; x < s.gv.size(); ++x) s.gv_sum[x] += s.gv[x];
@@ -577,50 +579,52 @@ void run_backward_group(const GradTensors& t, const BatchedAttentionOptions& o, 
   store_head(t.grad_v, b, g, s.gv_sum.data(), live ? m_b : 0);
 }
 
-void run_backward(const GradTensors& t, const BatchedAttentionOptions& o) {
-  AttentionOptions<float> ao;
-  ao.transform = o.transform;
-  ao.scale = o.scale;
-  ao.causal = o.causal;
-  const std::size_t groups = t.k.heads, units = t.q.batch * groups;
-  // As run(): groups on the pool when there are enough, else each on the
-  // whole pool; the result is the same.
-  if (units > 1 && units >= num_threads()) {
-    detail::parallel_for(units, 1, [&](std::size_t u0, std::size_t u1) {
-      GradBuffers s;
-      for (std::size_t u = u0; u < u1; ++u) run_backward_group(t, o, ao, u / groups, u % groups, s);
-    });
-  } else {
-    GradBuffers s;
-    for (std::size_t u = 0; u < units; ++u) run_backward_group(t, o, ao, u / groups, u % groups, s);
-  }
-}
-
 }  // namespace
 
-void check_batched_attention(ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor v, BatchedTensor out,
-                             const BatchedAttentionOptions& options, const char* op, bool check_values_too) {
+namespace detail {
+
+void run_heads_forward(ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor v, BatchedTensor out,
+                       const BatchedAttentionOptions& o, const HeadForward& head) {
+  const std::size_t heads = q.heads;
+  for_each_unit<Buffers>(q.batch * heads, [&](std::size_t p, Buffers& s) {
+    run_pair(q, k, v, out, o, head, p / heads, p % heads, s);
+  });
+}
+
+void run_heads_backward(const GradTensors& t, const BatchedAttentionOptions& o, const HeadBackward& head) {
+  const std::size_t groups = t.k.heads;
+  for_each_unit<GradBuffers>(t.q.batch * groups, [&](std::size_t u, GradBuffers& s) {
+    run_backward_group(t, o, head, u / groups, u % groups, s);
+  });
+}
+
+}  // namespace detail
+
+namespace detail {
+
+void check_batched_forward(ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor v, BatchedTensor out,
+                           const BatchedAttentionOptions& options, const char* op, double headroom,
+                           bool check_values_too) {
   const Extents inputs = check_inputs(op, q, k, v);
   const Range out_range = check_result(op, "out", as_const(out), q.dtype, {q.batch, "q.batch"}, {q.heads, "q.heads"},
                                        {q.rows, "q.rows"}, {v.cols, "v.cols"});
   for (const Range& input : inputs) check_apart(op, out_range, input);
   check_options(op, options);
-  if (check_values_too) check_values(op, q, k, v, options);
+  if (check_values_too) check_values(op, q, k, v, options, headroom);
 }
 
-void check_batched_attention_backward(ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor v,
-                                      ConstBatchedTensor grad_out, BatchedTensor grad_q, BatchedTensor grad_k,
-                                      BatchedTensor grad_v, const BatchedAttentionOptions& options, const char* op,
-                                      bool check_values_too) {
+void check_batched_backward(const GradTensors& t, const BatchedAttentionOptions& options, const char* op,
+                            double headroom, bool check_values_too) {
+  const ConstBatchedTensor &q = t.q, &k = t.k, &v = t.v;
   const Extents inputs = check_inputs(op, q, k, v);
-  const Range go = check_result(op, "grad_out", grad_out, q.dtype, {q.batch, "q.batch"}, {q.heads, "q.heads"},
+  const Range go = check_result(op, "grad_out", t.grad_out, q.dtype, {q.batch, "q.batch"}, {q.heads, "q.heads"},
                                 {q.rows, "q.rows"}, {v.cols, "v.cols"});
   const Range grads[] = {
-      check_result(op, "grad_q", as_const(grad_q), q.dtype, {q.batch, "q.batch"}, {q.heads, "q.heads"},
+      check_result(op, "grad_q", as_const(t.grad_q), q.dtype, {q.batch, "q.batch"}, {q.heads, "q.heads"},
                    {q.rows, "q.rows"}, {q.cols, "q.cols"}),
-      check_result(op, "grad_k", as_const(grad_k), q.dtype, {q.batch, "q.batch"}, {k.heads, "k.heads"},
+      check_result(op, "grad_k", as_const(t.grad_k), q.dtype, {q.batch, "q.batch"}, {k.heads, "k.heads"},
                    {k.rows, "k.rows"}, {k.cols, "k.cols"}),
-      check_result(op, "grad_v", as_const(grad_v), q.dtype, {q.batch, "q.batch"}, {v.heads, "v.heads"},
+      check_result(op, "grad_v", as_const(t.grad_v), q.dtype, {q.batch, "q.batch"}, {v.heads, "v.heads"},
                    {v.rows, "v.rows"}, {v.cols, "v.cols"})};
   // Gradients are written while other heads still read the inputs, and each
   // gradient once per key/value head group: no sharing with either.
@@ -631,14 +635,32 @@ void check_batched_attention_backward(ConstBatchedTensor q, ConstBatchedTensor k
   }
   check_options(op, options);
   if (!check_values_too) return;
-  check_values(op, q, k, v, options);
-  check_grad_out_values(op, grad_out, options);
+  check_values(op, q, k, v, options, headroom);
+  check_grad_out_values(op, t.grad_out, options);
+}
+
+}  // namespace detail
+
+void check_batched_attention(ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor v, BatchedTensor out,
+                             const BatchedAttentionOptions& options, const char* op, bool check_values_too) {
+  detail::check_batched_forward(q, k, v, out, options, op, kAttentionHeadroom, check_values_too);
+}
+
+void check_batched_attention_backward(ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor v,
+                                      ConstBatchedTensor grad_out, BatchedTensor grad_q, BatchedTensor grad_k,
+                                      BatchedTensor grad_v, const BatchedAttentionOptions& options, const char* op,
+                                      bool check_values_too) {
+  detail::check_batched_backward({q, k, v, grad_out, grad_q, grad_k, grad_v}, options, op, kAttentionHeadroom,
+                                 check_values_too);
 }
 
 void batched_attention_forward(ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor v, BatchedTensor out,
                                const BatchedAttentionOptions& options) {
   check_batched_attention(q, k, v, out, options, kOp);
-  run(q, k, v, out, options);
+  const AttentionOptions<float> ao = head_options(options);
+  detail::run_heads_forward(q, k, v, out, options,
+                            [&](std::size_t, std::size_t, ConstMatrix<float> qm, ConstMatrix<float> km,
+                                ConstMatrix<float> vm, MatrixView<float> om) { attention_forward<float>(qm, km, vm, om, ao); });
 }
 
 void batched_attention_forward(Device device, ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor v,
@@ -659,7 +681,13 @@ void batched_attention_backward(ConstBatchedTensor q, ConstBatchedTensor k, Cons
                                 ConstBatchedTensor grad_out, BatchedTensor grad_q, BatchedTensor grad_k,
                                 BatchedTensor grad_v, const BatchedAttentionOptions& options) {
   check_batched_attention_backward(q, k, v, grad_out, grad_q, grad_k, grad_v, options, kBackwardOp);
-  run_backward({q, k, v, grad_out, grad_q, grad_k, grad_v}, options);
+  const AttentionOptions<float> ao = head_options(options);
+  detail::run_heads_backward({q, k, v, grad_out, grad_q, grad_k, grad_v}, options,
+                             [&](std::size_t, std::size_t, ConstMatrix<float> qm, ConstMatrix<float> km,
+                                 ConstMatrix<float> vm, ConstMatrix<float> gom, MatrixView<float> gq,
+                                 MatrixView<float> gk, MatrixView<float> gv) {
+                               attention_backward<float>(qm, km, vm, gom, gq, gk, gv, ao);
+                             });
 }
 
 void batched_attention_backward(Device device, ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor v,
@@ -685,7 +713,7 @@ void check_batched_attention_values(const char* op, ConstBatchedTensor q, ConstB
     throw Error(at_op(op) + cpp_name("scans") + " has the wrong size (got " + num(scans.size()) + ", expected " +
                 num(scan_count(q, k)) + ": one per head of q, k and v)");
   check_both_lengths(op, q, k, options);
-  judge_scans(op, q, k, v, options, scans, [&](std::size_t item) { return scans[item]; });
+  judge_scans(op, q, k, v, options, kAttentionHeadroom, scans, [&](std::size_t item) { return scans[item]; });
 }
 
 void check_batched_attention_backward_values(const char* op, ConstBatchedTensor q, ConstBatchedTensor k,
