@@ -1,8 +1,7 @@
 // Batched attention's gradients (batched_attention_backward,
-// entgraph/batched_attention.hpp) against a float64 reference written here:
-// the transforms' Jacobians in closed form (dS_j = g_j (dP_j - sum g dP /
-// sum g), g_j = p_j^(2 - alpha) on the support; top-k softmax: softmax's on
-// its k keys), itself checked by central differences of a float64 forward.
+// entgraph/batched_attention.hpp) against the float64 reference of
+// attention/batched_reference.hpp (the transforms' Jacobians in closed
+// form), itself checked here by central differences of a float64 forward.
 // Every CPU instruction set; float32, bfloat16 and float16 inputs and
 // gradients; bhnd, bnhd and padded views; grouped-query heads, whose key and
 // value gradients sum; per-sequence lengths (0 included); causal and not;
@@ -20,6 +19,7 @@
 #include <vector>
 
 #include "attention/attention_support.hpp"
+#include "attention/batched_reference.hpp"
 #include "attention/batched_support.hpp"
 #include "entgraph/attention.hpp"
 #include "entgraph/backend.hpp"
@@ -33,216 +33,6 @@ using namespace entgraph::test;
 
 namespace {
 
-struct Shape {
-  std::size_t batch = 3, hq = 4, hkv = 2, n = 21, m = 26, d = 8, dv = 6;
-  std::vector<std::int32_t> qlen, klen;  // empty: full lengths
-  std::size_t n_of(std::size_t b) const { return qlen.empty() ? n : static_cast<std::size_t>(qlen[b]); }
-  std::size_t m_of(std::size_t b) const { return klen.empty() ? m : static_cast<std::size_t>(klen[b]); }
-};
-
-// Dense float64 arrays [b][h][i][c] of the inputs, and the options.
-struct Problem64 {
-  Shape s;
-  Transform t = Transform::entmax15();
-  double scale = 0.5;
-  bool causal = false;
-  std::vector<double> q, k, v, grad_out;
-  std::size_t qi(std::size_t b, std::size_t h, std::size_t i, std::size_t c) const {
-    return ((b * s.hq + h) * s.n + i) * s.d + c;
-  }
-  std::size_t ki(std::size_t b, std::size_t g, std::size_t j, std::size_t c) const {
-    return ((b * s.hkv + g) * s.m + j) * s.d + c;
-  }
-  std::size_t vi(std::size_t b, std::size_t g, std::size_t j, std::size_t c) const {
-    return ((b * s.hkv + g) * s.m + j) * s.dv + c;
-  }
-  std::size_t oi(std::size_t b, std::size_t h, std::size_t i, std::size_t c) const {
-    return ((b * s.hq + h) * s.n + i) * s.dv + c;
-  }
-  // Keys query i of sequence b sees: a prefix.
-  std::size_t visible(std::size_t b, std::size_t i) const {
-    const std::size_t nb = s.n_of(b), mb = s.m_of(b);
-    if (!causal) return mb;
-    const long long last = static_cast<long long>(i) + static_cast<long long>(mb) - static_cast<long long>(nb);
-    return last < 0 ? 0 : std::min<std::size_t>(mb, static_cast<std::size_t>(last) + 1);
-  }
-  double alpha() const {
-    switch (t.kind) {
-      case TransformKind::softmax:
-      case TransformKind::topk_softmax:
-        return 1.0;
-      case TransformKind::sparsemax:
-        return 2.0;
-      case TransformKind::entmax15:
-        return 1.5;
-      default:
-        return t.alpha;
-    }
-  }
-};
-
-// Row (b, h, i)'s weights over its visible keys (the core's float64
-// transform as the oracle of the forward).
-std::vector<double> weights(const Problem64& p, std::size_t b, std::size_t h, std::size_t i) {
-  const std::size_t g = h / (p.s.hq / p.s.hkv), vis = p.visible(b, i);
-  std::vector<double> z(vis), w(vis);
-  for (std::size_t j = 0; j < vis; ++j) {
-    double dot = 0.0;
-    for (std::size_t c = 0; c < p.s.d; ++c) dot += p.q[p.qi(b, h, i, c)] * p.k[p.ki(b, g, j, c)];
-    z[j] = p.scale * dot;
-  }
-  if (vis > 0)
-    transform_forward<double>(p.t, MatrixView<const double>(z.data(), 1, vis), MatrixView<double>(w.data(), 1, vis));
-  return w;
-}
-
-// L = sum grad_out . out over the valid rows, in float64.
-double loss(const Problem64& p) {
-  double l = 0.0;
-  for (std::size_t b = 0; b < p.s.batch; ++b)
-    for (std::size_t h = 0; h < p.s.hq; ++h)
-      for (std::size_t i = 0; i < p.s.n_of(b); ++i) {
-        const std::vector<double> w = weights(p, b, h, i);
-        const std::size_t g = h / (p.s.hq / p.s.hkv);
-        for (std::size_t j = 0; j < w.size(); ++j)
-          for (std::size_t c = 0; c < p.s.dv; ++c) l += p.grad_out[p.oi(b, h, i, c)] * w[j] * p.v[p.vi(b, g, j, c)];
-      }
-  return l;
-}
-
-struct Grads64 {
-  std::vector<double> q, k, v;
-};
-
-// The gradients of loss(p) in closed form.
-Grads64 reference_grads(const Problem64& p) {
-  Grads64 out{std::vector<double>(p.q.size(), 0.0), std::vector<double>(p.k.size(), 0.0),
-              std::vector<double>(p.v.size(), 0.0)};
-  const double a = p.alpha();
-  for (std::size_t b = 0; b < p.s.batch; ++b)
-    for (std::size_t h = 0; h < p.s.hq; ++h)
-      for (std::size_t i = 0; i < p.s.n_of(b); ++i) {
-        const std::size_t g = h / (p.s.hq / p.s.hkv);
-        const std::vector<double> w = weights(p, b, h, i);
-        const std::size_t vis = w.size();
-        std::vector<double> dp(vis, 0.0), gw(vis, 0.0);
-        double sum_g = 0.0, sum_gdp = 0.0;
-        for (std::size_t j = 0; j < vis; ++j) {
-          for (std::size_t c = 0; c < p.s.dv; ++c) dp[j] += p.grad_out[p.oi(b, h, i, c)] * p.v[p.vi(b, g, j, c)];
-          gw[j] = w[j] > 0.0 ? std::pow(w[j], 2.0 - a) : 0.0;
-          sum_g += gw[j];
-          sum_gdp += gw[j] * dp[j];
-        }
-        for (std::size_t j = 0; j < vis; ++j) {
-          const double ds = sum_g > 0.0 ? gw[j] * (dp[j] - sum_gdp / sum_g) : 0.0;
-          for (std::size_t c = 0; c < p.s.d; ++c) {
-            out.q[p.qi(b, h, i, c)] += p.scale * ds * p.k[p.ki(b, g, j, c)];
-            out.k[p.ki(b, g, j, c)] += p.scale * ds * p.q[p.qi(b, h, i, c)];
-          }
-          for (std::size_t c = 0; c < p.s.dv; ++c) out.v[p.vi(b, g, j, c)] += w[j] * p.grad_out[p.oi(b, h, i, c)];
-        }
-      }
-  return out;
-}
-
-// The library's problem: tensors in a dtype and layout, NaN outside the
-// valid rows, and float64 copies of what the call reads.
-struct Batched {
-  Shape s;
-  BatchedAttentionOptions o;
-  Tensor4 q, k, v, grad_out, grad_q, grad_k, grad_v;
-  Batched(const Shape& shape, DType dtype, DType grad_dtype, Layout layout)
-      : s(shape),
-        q(dtype, s.batch, s.hq, s.n, s.d, layout),
-        k(dtype, s.batch, s.hkv, s.m, s.d, layout),
-        v(dtype, s.batch, s.hkv, s.m, s.dv, layout),
-        grad_out(grad_dtype, s.batch, s.hq, s.n, s.dv, layout),
-        grad_q(grad_dtype, s.batch, s.hq, s.n, s.d, layout),
-        grad_k(grad_dtype, s.batch, s.hkv, s.m, s.d, layout),
-        grad_v(grad_dtype, s.batch, s.hkv, s.m, s.dv, layout) {
-    o.query_lengths = s.qlen.empty() ? nullptr : s.qlen.data();
-    o.key_lengths = s.klen.empty() ? nullptr : s.klen.data();
-  }
-  void fill(std::uint64_t seed) {
-    std::mt19937_64 rng(seed);
-    std::normal_distribution<double> dist(0.0, 1.0);
-    auto rows = [&](Tensor4& t, bool queries) {
-      for (std::size_t b = 0; b < t.batch; ++b)
-        for (std::size_t h = 0; h < t.heads; ++h)
-          for (std::size_t i = 0; i < (queries ? s.n_of(b) : s.m_of(b)); ++i)
-            for (std::size_t c = 0; c < t.cols; ++c) t.set(b, h, i, c, static_cast<float>(dist(rng)));
-    };
-    rows(q, true);
-    rows(k, false);
-    rows(v, false);
-    rows(grad_out, true);
-  }
-  void run() {
-    batched_attention_backward(q.cview(), k.cview(), v.cview(), grad_out.cview(), grad_q.view(), grad_k.view(),
-                               grad_v.view(), o);
-  }
-  Problem64 as_float64() const {
-    Problem64 p;
-    p.s = s;
-    p.t = o.transform;
-    p.scale = o.scale == 0.0 ? 1.0 / std::sqrt(static_cast<double>(s.d)) : o.scale;
-    p.causal = o.causal;
-    auto dense = [&](const Tensor4& t, bool queries) {
-      std::vector<double> x(t.batch * t.heads * t.rows * t.cols, 0.0);
-      for (std::size_t b = 0; b < t.batch; ++b)
-        for (std::size_t h = 0; h < t.heads; ++h)
-          for (std::size_t i = 0; i < (queries ? s.n_of(b) : s.m_of(b)); ++i)
-            for (std::size_t c = 0; c < t.cols; ++c) x[((b * t.heads + h) * t.rows + i) * t.cols + c] = t.get(b, h, i, c);
-      return x;
-    };
-    p.q = dense(q, true);
-    p.k = dense(k, false);
-    p.v = dense(v, false);
-    p.grad_out = dense(grad_out, true);
-    return p;
-  }
-};
-
-// got (a gradient tensor) against want (dense [b][h][i][c]): valid rows
-// within rel of the largest |want| plus one rounding of a 16-bit format;
-// rows past the lengths +0 exactly; gaps untouched.
-void check_grad(const char* name, const Tensor4& got, const std::vector<double>& want, const Shape& s, bool queries,
-                double rel) {
-  CAPTURE(name);
-  double biggest = 0.0;
-  for (double x : want) biggest = std::max(biggest, std::abs(x));
-  const double tol = rel * std::max(biggest, 1e-30);
-  std::size_t bad = 0, nonzero_padded = 0;
-  double worst = 0.0;
-  for (std::size_t b = 0; b < got.batch; ++b)
-    for (std::size_t h = 0; h < got.heads; ++h)
-      for (std::size_t i = 0; i < got.rows; ++i)
-        for (std::size_t c = 0; c < got.cols; ++c) {
-          const double g = got.get(b, h, i, c);
-          if (i >= (queries ? s.n_of(b) : s.m_of(b))) {
-            nonzero_padded += !(g == 0.0 && !std::signbit(g));
-            continue;
-          }
-          const double w = want[((b * got.heads + h) * got.rows + i) * got.cols + c];
-          const double err = std::abs(g - w);
-          if (!(err <= tol + half_ulp(got.dtype, std::abs(w) + tol))) ++bad;
-          if (!(err <= worst)) worst = err;
-        }
-  CAPTURE(biggest);
-  CAPTURE(worst);
-  CHECK(biggest > 0.0);
-  CHECK(bad == 0);
-  CHECK(nonzero_padded == 0);
-  CHECK(touched_gaps(got) == 0);
-}
-
-void check_against_reference(const Batched& p, double rel) {
-  const Grads64 want = reference_grads(p.as_float64());
-  check_grad("grad_q", p.grad_q, want.q, p.s, true, rel);
-  check_grad("grad_k", p.grad_k, want.k, p.s, false, rel);
-  check_grad("grad_v", p.grad_v, want.v, p.s, false, rel);
-}
-
 const Transform kTransforms[] = {Transform::softmax(),    Transform::sparsemax(), Transform::entmax15(),
                                  Transform::entmax(1.25), Transform::entmax(3.0), Transform::topk_softmax(4)};
 
@@ -250,8 +40,8 @@ std::string message_of(const std::function<void()>& f) { return error_message(f)
 
 // Lengths with a sequence of no queries, one of no keys, and n_b > m_b
 // (causal hides every key from the first queries).
-Shape varlen_shape() {
-  Shape s;
+BatchedShape varlen_shape() {
+  BatchedShape s;
   s.batch = 4;
   s.qlen = {21, 0, 13, 9};
   s.klen = {10, 26, 26, 0};
@@ -266,7 +56,7 @@ TEST_SUITE("attention") {
       for (bool causal : {false, true}) {
         CAPTURE(describe(t));
         CAPTURE(causal);
-        Shape s;
+        BatchedShape s;
         s.batch = 2;
         s.n = 7;
         s.m = 9;
@@ -305,7 +95,7 @@ TEST_SUITE("attention") {
   }
 
   TEST_CASE("batched attention backward: every transform, dtype and layout matches float64 on every ISA") {
-    const Shape s = varlen_shape();
+    const BatchedShape s = varlen_shape();
     for (CpuIsa isa : available_cpu_isas()) {
       IsaScope scope(isa);
       const std::string isa_name = scope.name();
@@ -327,8 +117,8 @@ TEST_SUITE("attention") {
                 p.o.causal = causal;
                 p.o.scale = 2.0 / std::sqrt(static_cast<double>(s.d));  // sparse transforms sparse
                 p.fill(17);
-                p.run();
-                check_against_reference(p, 1e-4);
+                p.backward();
+                check_grad_reference(p, 1e-4);
               }
     }
   }
@@ -340,7 +130,7 @@ TEST_SUITE("attention") {
           CAPTURE(hkv);
           CAPTURE(describe(t));
           CAPTURE(causal);
-          Shape s;
+          BatchedShape s;
           s.batch = 1;
           s.hkv = hkv;
           s.n = s.m = 130;  // two query blocks and a part
@@ -349,18 +139,18 @@ TEST_SUITE("attention") {
           p.o.transform = t;
           p.o.causal = causal;
           p.fill(23);
-          p.run();
-          check_against_reference(p, 1e-4);
+          p.backward();
+          check_grad_reference(p, 1e-4);
         }
   }
 
   TEST_CASE("batched attention backward: float32 gradients are attention_backward's, key/value ones summed in head order") {
-    Shape s = varlen_shape();
+    BatchedShape s = varlen_shape();
     Batched p(s, DType::float32, DType::float32, Layout::bhnd);
     p.o.transform = Transform::entmax15();
     p.o.causal = true;
     p.fill(29);
-    p.run();
+    p.backward();
     const std::size_t per = s.hq / s.hkv;
     std::size_t mismatched = 0;
     auto same = [&](float a, double b) { mismatched += !(a == static_cast<float>(b) && std::signbit(a) == std::signbit(b)); };
@@ -400,13 +190,13 @@ TEST_SUITE("attention") {
       CAPTURE(dtype_text);
       // 8 key/value groups (on the pool, one task each, up to 8 threads; one
       // after the other, each on the pool, with 40).
-      const Shape s = varlen_shape();
+      const BatchedShape s = varlen_shape();
       Batched one(s, dtype, dtype, Layout::padded);
       one.o.causal = true;
       one.fill(31);
       {
         ThreadsScope threads(1);
-        one.run();
+        one.backward();
       }
       for (std::size_t count : {2, 3, 40}) {
         CAPTURE(count);
@@ -414,7 +204,7 @@ TEST_SUITE("attention") {
         more.o.causal = true;
         more.fill(31);
         ThreadsScope threads(count);
-        more.run();
+        more.backward();
         CHECK(one.grad_q.same_bits(more.grad_q));
         CHECK(one.grad_k.same_bits(more.grad_k));
         CHECK(one.grad_v.same_bits(more.grad_v));
@@ -425,7 +215,7 @@ TEST_SUITE("attention") {
   TEST_CASE("batched attention backward: 16-bit gradients past the format's range are +-inf") {
     // One key, softmax: p = 1, so grad_v = grad_out (summed over 4 query
     // heads in fp16's largest 65504: 4 x 65504 is past the range).
-    Shape s;
+    BatchedShape s;
     s.batch = 1;
     s.hq = 4;
     s.hkv = 1;
@@ -440,7 +230,7 @@ TEST_SUITE("attention") {
       p.grad_out.set(0, h, 0, 0, 65504.0f);
       p.grad_out.set(0, h, 0, 1, -65504.0f);
     }
-    p.run();
+    p.backward();
     CHECK(p.grad_v.get(0, 0, 0, 0) == std::numeric_limits<double>::infinity());
     CHECK(p.grad_v.get(0, 0, 0, 1) == -std::numeric_limits<double>::infinity());
     // grad_q and grad_k are 0 with one key (the softmax of one score is 1).
@@ -449,7 +239,7 @@ TEST_SUITE("attention") {
   }
 
   TEST_CASE("batched attention backward: bad input throws an error naming the argument and writes nothing") {
-    Shape s;
+    BatchedShape s;
     s.batch = 2;
     s.hq = 4;
     s.hkv = 2;
@@ -542,7 +332,7 @@ TEST_SUITE("attention") {
   }
 
   TEST_CASE("batched attention backward: the Device overload checks in the core and runs the backend's kernel") {
-    Shape s;
+    BatchedShape s;
     s.batch = 1;
     s.hq = s.hkv = 1;
     s.n = s.m = 4;

@@ -1,0 +1,45 @@
+// entgraph: block-sparse attention — batched attention (batched_attention.hpp)
+// restricted to the blocks of a BlockGraph (block_graph.hpp), forward and
+// backward, on the CPU.
+//
+// q, k, v, out and the options are batched attention's: (B, Hq, n, d)
+// queries, (B, Hkv, m, d) keys, (B, Hkv, m, dv) values, grouped-query heads,
+// per-sequence lengths, causal, float32 / bfloat16 / float16. Query i of
+// head h of sequence b attends to key j iff
+//   - j's key block is in the block row of i's query block in graph (b, h)
+//     (graph.batch and graph.heads are B and Hq, or 1 for a graph that all
+//     sequences or all heads share), and
+//   - batched attention lets it (j < key_lengths[b], i < query_lengths[b],
+//     causal: j <= i + (m_b - n_b)).
+// The transform runs over those keys only, as graph attention's fast mode
+// does on the key-level graph (graph_attention.hpp); a query that attends to
+// no key gets a zero row. With every block kept this is batched attention.
+//
+// The CPU runs each (sequence, head) pair's valid rows through
+// graph_attention_forward<float> / graph_attention_backward<float> on the
+// key-level graph of its blocks (BlockGraph::expand); gradients as
+// batched_attention_backward's (key/value ones summed over the query heads
+// sharing them, in float32, in head order, rounded once). Tensor-core
+// kernels on block rows are the GPU's part (issue 33); this is their
+// reference.
+//
+// Errors: batched attention's (with graph attention's score headroom, 16),
+// the graph's invariants (BlockGraph::validate), and a graph whose batch,
+// heads, queries or keys do not fit the tensors; nothing is written then.
+#pragma once
+
+#include "entgraph/batched_attention.hpp"
+#include "entgraph/block_graph.hpp"
+
+namespace entgraph {
+
+void block_sparse_attention_forward(ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor v,
+                                    const BlockGraph& graph, BatchedTensor out, const BatchedAttentionOptions& options);
+
+// The gradients of block_sparse_attention_forward for dL/dout = grad_out, as
+// batched_attention_backward's (dtypes, zeros past the lengths, errors).
+void block_sparse_attention_backward(ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor v,
+                                     const BlockGraph& graph, ConstBatchedTensor grad_out, BatchedTensor grad_q,
+                                     BatchedTensor grad_k, BatchedTensor grad_v, const BatchedAttentionOptions& options);
+
+}  // namespace entgraph
