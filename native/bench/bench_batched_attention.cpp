@@ -2,6 +2,10 @@
 //   BM_batched_attention_forward/<transform>/dtype:<f32|bf16>/B:<B>/H:<Hq>/Hkv:<Hkv>/n:<n>/d:64/causal:<0|1>/threads:<t>
 //   BM_batched_attention_backward/... (the same names; gradients of q, k and
 //   v for grad_out ~ N(0, 1), at n = 1024)
+//   BM_block_sparse_attention_{forward,backward}/entmax15/.../keep:0.05 (the
+//   (1, 16, 16) shapes, causal, on 64 x 64 blocks: each block row keeps the
+//   diagonal block and 5% of the others at random; flops count the kept
+//   pairs)
 // with n = m, d = dv = 64, contiguous [B, H, n, d] tensors, Q, K, V ~ N(0, 1)
 // (rounded to bfloat16 for dtype:bf16) and the default scale 1/sqrt(d). The
 // shapes are the GPU targets of issue 30 scaled down to a CPU: (B, H) =
@@ -13,13 +17,16 @@
 // dS^T Q and P^T dO).
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <exception>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "bench_common.hpp"
 #include "entgraph/batched_attention.hpp"
+#include "entgraph/block_sparse_attention.hpp"
 
 namespace entgraph::bench {
 namespace {
@@ -73,15 +80,52 @@ struct Tensors {
   }
 };
 
+// 64 x 64 blocks of a causal n x n head shared by every head: the diagonal
+// block and a fraction `keep` of the blocks below it, drawn with a fixed seed.
+BlockGraph causal_blocks(std::size_t n, double keep) {
+  constexpr std::size_t kBlock = 64;
+  std::mt19937_64 rng(kSeedScores);
+  std::bernoulli_distribution kept(keep);
+  BlockGraph g;
+  g.queries = g.keys = n;
+  g.query_block = g.key_block = kBlock;
+  g.offsets.assign(1, 0);
+  for (std::size_t row = 0; row < g.query_blocks(); ++row) {
+    for (std::size_t j = 0; j < row; ++j)
+      if (kept(rng)) g.blocks.push_back(static_cast<std::uint32_t>(j));
+    g.blocks.push_back(static_cast<std::uint32_t>(row));
+    g.offsets.push_back(g.blocks.size());
+  }
+  return g;
+}
+
+// Visible (query, key) pairs of one head: causal, and within the graph's
+// blocks if there is one.
+double visible_pairs(std::size_t n, bool causal, const BlockGraph* graph) {
+  if (graph == nullptr) return causal ? double(n) * double(n + 1) / 2 : double(n) * double(n);
+  double pairs = 0;
+  for (std::size_t row = 0; row < graph->query_blocks(); ++row)
+    for (const std::uint32_t* p = graph->row_begin(row); p != graph->row_end(row); ++p)
+      for (std::size_t i = row * graph->query_block; i < std::min(n, (row + 1) * graph->query_block); ++i) {
+        const std::size_t j0 = std::size_t{*p} * graph->key_block, j1 = std::min(n, j0 + graph->key_block);
+        pairs += double(j1 <= i + 1 ? j1 - j0 : (i + 1 > j0 ? i + 1 - j0 : 0));
+      }
+  return pairs;
+}
+
 void run(benchmark::State& state, const Shape& s, const Transform& t, DType dtype, bool causal, std::size_t threads,
-         bool backward) {
+         bool backward, const BlockGraph* graph = nullptr) {
   ScopedRuntime runtime(threads, default_isa());
   const Tensors x(s, dtype);
   BatchedAttentionOptions options;
   options.transform = t;
   options.causal = causal;
   auto call = [&] {
-    if (backward)
+    if (graph != nullptr && backward)
+      block_sparse_attention_backward(x.q, x.k, x.v, *graph, x.grad_out, x.grad_q, x.grad_k, x.grad_v, options);
+    else if (graph != nullptr)
+      block_sparse_attention_forward(x.q, x.k, x.v, *graph, x.out, options);
+    else if (backward)
       batched_attention_backward(x.q, x.k, x.v, x.grad_out, x.grad_q, x.grad_k, x.grad_v, options);
     else
       batched_attention_forward(x.q, x.k, x.v, x.out, options);
@@ -98,7 +142,7 @@ void run(benchmark::State& state, const Shape& s, const Transform& t, DType dtyp
     benchmark::DoNotOptimize(x.grad_q.data);
     benchmark::ClobberMemory();
   }
-  const double per_head = causal ? double(s.n) * double(s.n + 1) / 2 : double(s.n) * double(s.n);
+  const double per_head = visible_pairs(s.n, causal, graph);
   const double pairs = per_head * double(s.batch * s.heads);
   state.SetItemsProcessed(static_cast<std::int64_t>(double(state.iterations()) * pairs));
   state.counters["flops"] = benchmark::Counter((backward ? 10.0 : 4.0) * double(kHeadDim) * pairs,
@@ -135,6 +179,25 @@ void register_batched_attention_benchmarks() {
                 ->Unit(benchmark::kMillisecond);
           }
     }
+  // Block-sparse attention at 95% block sparsity beside the dense runs above.
+  static const BlockGraph graphs[] = {causal_blocks(kShapes[0].n, 0.05), causal_blocks(kShapes[1].n, 0.05)};
+  for (bool backward : {false, true})
+    for (std::size_t x = 0; x < 2; ++x)
+      for (DType dtype : {DType::float32, DType::bfloat16}) {
+        const Shape s = kShapes[x];
+        const BlockGraph* g = &graphs[x];
+        const std::string name = std::string(backward ? "BM_block_sparse_attention_backward" : "BM_block_sparse_attention_forward") +
+                                 "/entmax15/dtype:" + (dtype == DType::float32 ? "f32" : "bf16") +
+                                 "/B:1/H:" + std::to_string(s.heads) + "/Hkv:" + std::to_string(s.kv_heads) +
+                                 "/n:" + std::to_string(s.n) + "/d:" + std::to_string(kHeadDim) +
+                                 "/causal:1/keep:0.05/threads:" + std::to_string(threads);
+        benchmark::RegisterBenchmark(name.c_str(),
+                                     [s, dtype, threads, backward, g](benchmark::State& st) {
+                                       run(st, s, Transform::entmax15(), dtype, true, threads, backward, g);
+                                     })
+            ->UseRealTime()
+            ->Unit(benchmark::kMillisecond);
+      }
 }
 
 }  // namespace entgraph::bench
