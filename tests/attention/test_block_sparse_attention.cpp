@@ -31,14 +31,8 @@ BlockGraph random_blocks(std::size_t batch, std::size_t heads, std::size_t n, st
                          std::size_t kb, double keep, std::uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::bernoulli_distribution kept(keep);
-  BlockGraph g;
-  g.batch = batch;
-  g.heads = heads;
-  g.queries = n;
-  g.keys = m;
-  g.query_block = qb;
-  g.key_block = kb;
-  g.offsets.assign(1, 0);
+  BlockGraph g = BlockGraph::empty(batch, heads, n, m, qb, kb);
+  g.offsets.assign(1, 0);  // rows are appended below
   for (std::size_t r = 0; r < batch * heads * g.query_blocks(); ++r) {
     for (std::size_t j = 0; j < g.key_blocks(); ++j)
       if (kept(rng)) g.blocks.push_back(static_cast<std::uint32_t>(j));
@@ -177,10 +171,7 @@ TEST_SUITE("attention") {
     // A graph without blocks: every row attends to nothing.
     Batched p(s, DType::float32, DType::float32, Layout::bhnd);
     p.fill(8);
-    BlockGraph none = BlockGraph::full(1, 1, s.n, s.m, 4, 4, false);
-    none.blocks.clear();
-    std::fill(none.offsets.begin(), none.offsets.end(), 0);
-    run_forward(p, none);
+    run_forward(p, BlockGraph::empty(1, 1, s.n, s.m, 4, 4));
     std::size_t nonzero = 0;
     for (std::size_t b = 0; b < s.batch; ++b)
       for (std::size_t h = 0; h < s.hq; ++h)

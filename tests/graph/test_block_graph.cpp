@@ -163,6 +163,10 @@ TEST_SUITE("graph") {
     CHECK_THROWS_WITH_AS(BlockGraph::cover({Graph::empty(3, 4), Graph::empty(3, 5)}, 1, 2, 4, 4),
                          "BlockGraph::cover: graphs[1] is 3 x 5, expected the size of graphs[0], 3 x 4", Error);
     CHECK_THROWS_WITH_AS(BlockGraph::full(1, 1, 3, 3, 0, 4, false),
-                         "BlockGraph::full: query_block and key_block must be >= 1 (got 0 and 4)", Error);
+                         "BlockGraph: query_block and key_block must be >= 1 (got 0 and 4)", Error);
+    const BlockGraph none = BlockGraph::empty(2, 3, 10, 7, 4, 4);
+    none.validate();
+    CHECK(none.kept() == 0);
+    CHECK(none.offsets.size() == 2 * 3 * 3 + 1);
   }
 }

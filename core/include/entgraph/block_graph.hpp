@@ -47,6 +47,10 @@ struct BlockGraph {
   // blocks of its block row.
   Graph expand(std::size_t b, std::size_t h, std::size_t n, std::size_t m) const;
 
+  // batch x heads graphs of n x m without a block (every query attends to
+  // nothing); throws entgraph::Error for a block size of 0.
+  static BlockGraph empty(std::size_t batch, std::size_t heads, std::size_t n, std::size_t m, std::size_t query_block,
+                          std::size_t key_block);
   // The blocks holding at least one edge of g (the graph rounded up to
   // blocks): a one-graph BlockGraph.
   static BlockGraph cover(const Graph& g, std::size_t query_block, std::size_t key_block);

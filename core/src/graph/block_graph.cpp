@@ -65,6 +65,22 @@ Graph BlockGraph::expand(std::size_t b, std::size_t h, std::size_t n, std::size_
   return g;
 }
 
+BlockGraph BlockGraph::empty(std::size_t batch, std::size_t heads, std::size_t n, std::size_t m,
+                             std::size_t query_block, std::size_t key_block) {
+  if (query_block == 0 || key_block == 0)
+    throw Error(at_op("BlockGraph") + "query_block and key_block must be >= 1 (got " + text(query_block) + " and " +
+                text(key_block) + ")");
+  BlockGraph out;
+  out.batch = batch;
+  out.heads = heads;
+  out.queries = n;
+  out.keys = m;
+  out.query_block = query_block;
+  out.key_block = key_block;
+  out.offsets.assign(batch * heads * out.query_blocks() + 1, 0);
+  return out;
+}
+
 BlockGraph BlockGraph::cover(const Graph& g, std::size_t query_block, std::size_t key_block) {
   return cover(std::vector<Graph>{g}, 1, 1, query_block, key_block);
 }
@@ -75,17 +91,8 @@ BlockGraph BlockGraph::cover(const std::vector<Graph>& graphs, std::size_t batch
   if (graphs.empty() || graphs.size() != batch * heads)
     throw Error(at_op(op) + "graphs has " + text(graphs.size()) + " entries, expected batch x heads = " +
                 text(batch * heads) + " >= 1");
-  BlockGraph out;
-  out.batch = batch;
-  out.heads = heads;
-  out.queries = graphs[0].queries;
-  out.keys = graphs[0].keys;
-  out.query_block = query_block;
-  out.key_block = key_block;
-  if (query_block == 0 || key_block == 0)
-    throw Error(at_op(op) + "query_block and key_block must be >= 1 (got " + text(query_block) + " and " +
-                text(key_block) + ")");
-  out.offsets.assign(1, 0);
+  BlockGraph out = empty(batch, heads, graphs[0].queries, graphs[0].keys, query_block, key_block);
+  out.offsets.assign(1, 0);  // rows are appended below
   std::vector<std::uint32_t> row;
   for (std::size_t x = 0; x < graphs.size(); ++x) {
     const Graph& g = graphs[x];
@@ -110,17 +117,8 @@ BlockGraph BlockGraph::cover(const std::vector<Graph>& graphs, std::size_t batch
 
 BlockGraph BlockGraph::full(std::size_t batch, std::size_t heads, std::size_t n, std::size_t m,
                             std::size_t query_block, std::size_t key_block, bool causal) {
-  BlockGraph out;
-  out.batch = batch;
-  out.heads = heads;
-  out.queries = n;
-  out.keys = m;
-  out.query_block = query_block;
-  out.key_block = key_block;
-  if (query_block == 0 || key_block == 0)
-    throw Error(at_op("BlockGraph::full") + "query_block and key_block must be >= 1 (got " + text(query_block) +
-                " and " + text(key_block) + ")");
-  out.offsets.assign(1, 0);
+  BlockGraph out = empty(batch, heads, n, m, query_block, key_block);
+  out.offsets.assign(1, 0);  // rows are appended below
   for (std::size_t x = 0; x < batch * heads; ++x)
     for (std::size_t block = 0; block < out.query_blocks(); ++block) {
       // The block's last query sees keys j <= i + (m - n): the blocks up to it.
