@@ -51,7 +51,8 @@ TEST_SUITE("graph") {
     const std::size_t n = 37, m = 50;
     std::vector<Graph> graphs;
     for (std::uint64_t seed = 1; seed <= 6; ++seed) graphs.push_back(random_graph(n, m, 0.02 * double(seed), seed));
-    for (const auto& [qb, kb] : {std::pair<std::size_t, std::size_t>{8, 16}, {1, 1}, {64, 64}, {5, 7}, {37, 50}}) {
+    for (const auto& sizes : {std::pair<std::size_t, std::size_t>{8, 16}, {1, 1}, {64, 64}, {5, 7}, {37, 50}}) {
+      const std::size_t qb = sizes.first, kb = sizes.second;  // not bindings: CAPTURE's lambdas take them (clang 14)
       CAPTURE(qb);
       CAPTURE(kb);
       const BlockGraph bg = BlockGraph::cover(graphs, 2, 3, qb, kb);
@@ -87,7 +88,8 @@ TEST_SUITE("graph") {
 
   TEST_CASE("BlockGraph::expand links each query to every key of its row's blocks, over the first n x m") {
     const BlockGraph bg = BlockGraph::cover(random_graph(30, 41, 0.03, 9), 4, 6);
-    for (const auto& [n, m] : {std::pair<std::size_t, std::size_t>{30, 41}, {17, 41}, {30, 20}, {1, 1}}) {
+    for (const auto& size : {std::pair<std::size_t, std::size_t>{30, 41}, {17, 41}, {30, 20}, {1, 1}}) {
+      const std::size_t n = size.first, m = size.second;
       CAPTURE(n);
       CAPTURE(m);
       const Graph e = bg.expand(0, 0, n, m);
@@ -106,8 +108,9 @@ TEST_SUITE("graph") {
   }
 
   TEST_CASE("BlockGraph::full keeps the blocks that hold an allowed pair, causal with n != m too") {
-    for (const auto& [n, m] : {std::pair<std::size_t, std::size_t>{40, 40}, {13, 40}, {40, 13}, {1, 9}})
+    for (const auto& size : {std::pair<std::size_t, std::size_t>{40, 40}, {13, 40}, {40, 13}, {1, 9}})
       for (bool causal : {false, true}) {
+        const std::size_t n = size.first, m = size.second;
         CAPTURE(n);
         CAPTURE(m);
         CAPTURE(causal);
