@@ -595,7 +595,13 @@ TEST_SUITE("attention") {
     expect(
         "out overlaps q (their memory ranges, first element to last, share bytes; expected out in memory of its "
         "own)");
-    out = BatchedTensor::bhnd(const_cast<float*>(p.v.f32.data()), DType::float32, 2, 4, 5, 2);
+    // v and an out that starts inside it, in one allocation: out's range
+    // (80 floats) is longer than v's (48), and past its own allocation it
+    // could reach q or k's, whose turn comes first.
+    std::vector<float> v_then_out(24 + 80);
+    std::copy(p.v.f32.begin(), p.v.f32.end(), v_then_out.begin());
+    v = ConstBatchedTensor::bhnd(v_then_out.data(), DType::float32, 2, 2, 6, 2);
+    out = BatchedTensor::bhnd(v_then_out.data() + 24, DType::float32, 2, 4, 5, 2);
     expect(
         "out overlaps v (their memory ranges, first element to last, share bytes; expected out in memory of its "
         "own)");
