@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <functional>
 #include <limits>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -178,6 +179,40 @@ TEST_SUITE("attention") {
         for (std::size_t i = 0; i < s.n; ++i)
           for (std::size_t c = 0; c < s.d; ++c) nonzero += p.grad_q.get(b, h, i, c) != 0.0;
     CHECK(nonzero == 0);
+  }
+
+  // The name matches tests/wasm/main.cpp's "*2 and 3 threads*" filter: that
+  // build has no threads.
+  TEST_CASE("block-sparse attention: forward and backward are the same with 1, 2 and 3 threads") {
+    // One sequence and one head (its query blocks on the pool) and the whole batch (its heads on the pool).
+    for (std::size_t heads : {std::size_t{1}, std::size_t{4}}) {
+      CAPTURE(heads);
+      BatchedShape s = shape();
+      s.batch = heads == 1 ? 1 : s.batch;
+      s.hq = heads;
+      s.hkv = heads == 1 ? 1 : s.hkv;
+      s.qlen.resize(s.batch);
+      s.klen.resize(s.batch);
+      s.klen[0] = 26;
+      const BlockGraph g = random_blocks(1, 1, s.n, s.m, 4, 4, 0.6, 12);
+      auto run = [&](std::size_t threads) {
+        ThreadsScope scope(threads);
+        auto p = std::make_unique<Batched>(s, DType::bfloat16, DType::bfloat16, Layout::bnhd);
+        p->o.causal = true;
+        p->fill(13);
+        run_backward(*p, g);
+        run_forward(*p, g);  // grad_q then holds the forward's output, grad_k and grad_v the backward's
+        return p;
+      };
+      const auto one = run(1);
+      for (std::size_t threads : {2, 3}) {
+        CAPTURE(threads);
+        const auto more = run(threads);
+        CHECK(one->grad_q.same_bits(more->grad_q));
+        CHECK(one->grad_k.same_bits(more->grad_k));
+        CHECK(one->grad_v.same_bits(more->grad_v));
+      }
+    }
   }
 
   TEST_CASE("block-sparse attention: a graph that does not fit is refused, naming it, and nothing is written") {

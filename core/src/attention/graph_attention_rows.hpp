@@ -21,6 +21,7 @@
 #include "kernels/matmul_kernels.hpp"
 #include "kernels/reference/transforms_reference.hpp"
 #include "kernels/transform_kernels.hpp"
+#include "transforms/row_kernel.hpp"
 
 namespace entgraph {
 namespace {
@@ -79,34 +80,11 @@ struct Row {
   double missed = 0.0;  // certify: the bound on the row's missed mass (NaN: none known)
 };
 
-// The transform's row kernel and its parameters. Every path of graph
-// attention runs rows through it, straight: the scores come from finite Q and
-// K, so transform_forward's checks and thread-pool dispatch (which dominate on
-// short rows) are not needed, and fast, certified and exact rows get the same
-// bits (transform_forward may batch short rows through another kernel).
+// The transform's row kernel and its parameters (transforms/row_kernel.hpp):
+// fast, certified and exact rows of graph attention get the same bits.
 template <class T>
 auto row_kernel(const Transform& t, detail::RowParams& params) {
-  const auto& kernels = detail::kernels_for<T>();
-  params.alpha = t.alpha;
-  params.k = t.k;
-  // No default: -Wswitch names a kind added to transform_list.hpp without its row kernel here.
-  switch (t.kind) {
-    case TransformKind::softmax:
-      return kernels.softmax;
-    case TransformKind::sparsemax:
-      return kernels.sparsemax;
-    case TransformKind::entmax15:
-      return kernels.entmax15;
-    case TransformKind::entmax:
-      return t.alpha == 1.0 ? kernels.softmax : kernels.entmax;
-    case TransformKind::topk_softmax:
-      return kernels.topk_softmax;
-    case TransformKind::adaptive_span:
-    case TransformKind::constrained_softmax:
-    case TransformKind::constrained_sparsemax:
-      break;  // refused before any row runs (check_transform: extra inputs)
-  }
-  throw Error(at_op("graph_attention_forward") + "no row kernel for " + t.name());
+  return detail::row_kernel<T>(t, params, "graph_attention_forward");
 }
 
 template <class T>
