@@ -639,6 +639,70 @@ static void test_batched_attention_backward(void) {
   }
 }
 
+static void test_block_sparse_attention(void) {
+  /* B = 1, Hq = 2, Hkv = 1, n = 3, m = 4, d = dv = 2, float32, causal softmax; blocks of 2 x 2. Every block kept
+   * is batched attention; head 1's graph without its first key block sees keys 2 and 3 only. */
+  float q[12], k[8], v[8], dense[12], sparse[12], go[12], gq[12], gk[8], gv[8];
+  const size_t all_offsets[5] = {0, 2, 4, 6, 8}; /* (head, query block): {0, 1} each */
+  const uint32_t all_blocks[8] = {0, 1, 0, 1, 0, 1, 0, 1};
+  const size_t part_offsets[5] = {0, 2, 4, 4, 5}; /* head 1: block row 0 empty, row 1 = {1} */
+  const uint32_t part_blocks[5] = {0, 1, 0, 1, 1};
+  eg_block_graph graph = {1, 2, 3, 4, 2, 2, all_offsets, all_blocks};
+  eg_batched_attention_options options = eg_batched_attention_options_default();
+  eg_tensor4 tq = {q, EG_DTYPE_FLOAT32, 1, 2, 3, 2, 0, 0, 0}, tk = {k, EG_DTYPE_FLOAT32, 1, 1, 4, 2, 0, 0, 0};
+  eg_tensor4 tv = {v, EG_DTYPE_FLOAT32, 1, 1, 4, 2, 0, 0, 0}, tout = {dense, EG_DTYPE_FLOAT32, 1, 2, 3, 2, 0, 0, 0};
+  eg_tensor4 tgo = {go, EG_DTYPE_FLOAT32, 1, 2, 3, 2, 0, 0, 0}, tgq = {gq, EG_DTYPE_FLOAT32, 1, 2, 3, 2, 0, 0, 0};
+  eg_tensor4 tgk = {gk, EG_DTYPE_FLOAT32, 1, 1, 4, 2, 0, 0, 0}, tgv = {gv, EG_DTYPE_FLOAT32, 1, 1, 4, 2, 0, 0, 0};
+  size_t x;
+  for (x = 0; x < 12; ++x) q[x] = (float)((int)(x * 7 % 9) - 4) / 4.0f, go[x] = (float)((int)(x * 5 % 11) - 5) / 8.0f;
+  for (x = 0; x < 8; ++x) k[x] = (float)((int)(x * 5 % 7) - 3) / 4.0f, v[x] = (float)((int)(x * 3 % 11) - 5) / 4.0f;
+  options.transform = transform_named("softmax");
+  options.causal = 1;
+  CHECK_OK(eg_batched_attention_forward(EG_DEVICE_CPU, &tq, &tk, &tv, &tout, &options));
+  tout.data = sparse;
+  CHECK_OK(eg_block_sparse_attention_forward(EG_DEVICE_CPU, &tq, &tk, &tv, &graph, &tout, &options));
+  for (x = 0; x < 12; ++x) CHECK_NEAR(sparse[x], dense[x], 1e-6);
+  CHECK_OK(eg_block_sparse_attention_backward(EG_DEVICE_CPU, &tq, &tk, &tv, &graph, &tgo, &tgq, &tgk, &tgv, &options));
+  graph.offsets = part_offsets;
+  graph.blocks = part_blocks;
+  CHECK_OK(eg_block_sparse_attention_forward(EG_DEVICE_CPU, &tq, &tk, &tv, &graph, &tout, &options));
+  for (x = 0; x < 6; ++x) CHECK_NEAR(sparse[x], dense[x], 1e-6); /* head 0 unchanged */
+  /* head 1: queries 0 and 1 (block row 0) see nothing; query 2 sees keys 2 and 3 (causal: j <= 2 + 1) */
+  for (x = 6; x < 10; ++x) CHECK(sparse[x] == 0.0f);
+  {
+    const double s2 = (q[10] * k[4] + q[11] * k[5]) / sqrt(2.0), s3 = (q[10] * k[6] + q[11] * k[7]) / sqrt(2.0);
+    const double p2 = 1.0 / (1.0 + exp(s3 - s2));
+    CHECK_NEAR(sparse[10], p2 * v[4] + (1.0 - p2) * v[6], 1e-6);
+    CHECK_NEAR(sparse[11], p2 * v[5] + (1.0 - p2) * v[7], 1e-6);
+  }
+  /* Errors: the graph's, named; out untouched. */
+  for (x = 0; x < 12; ++x) sparse[x] = -7.0f;
+  CHECK_FAILS(eg_block_sparse_attention_forward(EG_DEVICE_CPU, &tq, &tk, &tv, NULL, &tout, &options), EG_ERROR_ARGUMENT,
+              "eg_block_sparse_attention_forward: graph is NULL");
+  graph.heads = 3;
+  CHECK_FAILS(eg_block_sparse_attention_forward(EG_DEVICE_CPU, &tq, &tk, &tv, &graph, &tout, &options),
+              EG_ERROR_ARGUMENT,
+              "block_sparse_attention_forward: graph.heads does not match q.heads (got 3, expected 2 or 1)");
+  graph.heads = 2;
+  graph.key_block = 0;
+  CHECK_FAILS(eg_block_sparse_attention_backward(EG_DEVICE_CPU, &tq, &tk, &tv, &graph, &tgo, &tgq, &tgk, &tgv, &options),
+              EG_ERROR_ARGUMENT,
+              "block_sparse_attention_backward: graph: query_block and key_block must be >= 1 (got 2 and 0)");
+  graph.key_block = 2;
+  graph.blocks = NULL;
+  CHECK_FAILS(eg_block_sparse_attention_forward(EG_DEVICE_CPU, &tq, &tk, &tv, &graph, &tout, &options), EG_ERROR_ARGUMENT,
+              "graph->blocks is NULL");
+  graph.blocks = part_blocks;
+  graph.batch = 2;
+  CHECK_FAILS(eg_block_sparse_attention_forward(EG_DEVICE_CPU, &tq, &tk, &tv, &graph, &tout, &options), EG_ERROR_ARGUMENT,
+              "graph.batch does not match q.batch (got 2, expected 1)");
+  graph.batch = 1;
+  for (x = 0; x < 12; ++x) CHECK(sparse[x] == -7.0f);
+  if (!eg_device_available(EG_DEVICE_CUDA, NULL, 0))
+    CHECK_FAILS(eg_block_sparse_attention_forward(EG_DEVICE_CUDA, &tq, &tk, &tv, &graph, &tout, &options),
+                EG_ERROR_DEVICE, "device cuda is not available");
+}
+
 static void test_device_stream(void) {
   int queue = 0; /* any address stands for a stream: nothing runs on it here */
   CHECK_OK(eg_set_device_stream(EG_DEVICE_CUDA, &queue));
@@ -1190,6 +1254,7 @@ int main(void) {
   test_attention();
   test_batched_attention();
   test_batched_attention_backward();
+  test_block_sparse_attention();
   test_device_stream();
   test_attention_dlpack();
   test_batched_attention_dlpack();

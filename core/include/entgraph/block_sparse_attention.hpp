@@ -44,4 +44,9 @@ void block_sparse_attention_backward(ConstBatchedTensor q, ConstBatchedTensor k,
                                      const BlockGraph& graph, ConstBatchedTensor grad_out, BatchedTensor grad_q,
                                      BatchedTensor grad_k, BatchedTensor grad_v, const BatchedAttentionOptions& options);
 
+// The ops' check of the graph's shape alone (batch, heads, queries, keys
+// against q and k; its block sizes), naming `op`, without reading offsets or
+// blocks: for bindings that must know the graph's size before they copy it.
+void check_block_graph_shape(const BlockGraph& graph, ConstBatchedTensor q, ConstBatchedTensor k, const char* op);
+
 }  // namespace entgraph

@@ -351,6 +351,36 @@ eg_status eg_batched_attention_backward_dlpack(const eg_dl_tensor* q, const eg_d
                                                const eg_dl_tensor* grad_k, const eg_dl_tensor* grad_v,
                                                const eg_batched_attention_options* options);
 
+/* Block-sparse attention (docs: core/include/entgraph/block_sparse_attention.hpp):
+ * batched attention restricted, per sequence and query head, to the key
+ * blocks each query block attends to. A block graph, borrowed: queries in
+ * blocks of query_block rows, keys in blocks of key_block; block row I of
+ * graph (b, h) is blocks[offsets[r]] ... blocks[offsets[r + 1] - 1] (key
+ * block indices, ascending) with r = (b * heads + h) * ceil(queries /
+ * query_block) + I; offsets holds batch x heads x ceil(queries /
+ * query_block) + 1 entries and blocks offsets[last] of them. batch and heads
+ * are the tensors' B and Hq, or 1 for a graph they share. */
+typedef struct eg_block_graph {
+  size_t batch, heads, queries, keys, query_block, key_block;
+  const size_t* offsets;
+  const uint32_t* blocks;
+} eg_block_graph;
+
+/* out = attention of each query over the keys of its block row that the
+ * options allow (lengths, causal); tensors and options as
+ * eg_batched_attention_forward. CPU only (EG_ERROR_DEVICE otherwise).
+ * EG_ERROR_ARGUMENT as the batched forward, and for a graph that breaks its
+ * invariants or does not fit the tensors. */
+eg_status eg_block_sparse_attention_forward(eg_device device, const eg_tensor4* q, const eg_tensor4* k,
+                                            const eg_tensor4* v, const eg_block_graph* graph, const eg_tensor4* out,
+                                            const eg_batched_attention_options* options);
+/* Its gradients, as eg_batched_attention_backward's. */
+eg_status eg_block_sparse_attention_backward(eg_device device, const eg_tensor4* q, const eg_tensor4* k,
+                                             const eg_tensor4* v, const eg_block_graph* graph,
+                                             const eg_tensor4* grad_out, const eg_tensor4* grad_q,
+                                             const eg_tensor4* grad_k, const eg_tensor4* grad_v,
+                                             const eg_batched_attention_options* options);
+
 /* float32 <-> bfloat16 / float16 bit patterns: exact widening, and rounding
  * to nearest even (overflow to +-inf, NaN stays NaN). Never fail. */
 float eg_bfloat16_to_float(uint16_t bits);

@@ -33,10 +33,17 @@ using detail::num;
 
 void check_graph_fits(const char* op, const BlockGraph& graph, const ConstBatchedTensor& q,
                       const ConstBatchedTensor& k) {
+  check_block_graph_shape(graph, q, k, op);
+  graph.validate((std::string(op) + ": graph").c_str());
+}
+
+}  // namespace
+
+void check_block_graph_shape(const BlockGraph& graph, ConstBatchedTensor q, ConstBatchedTensor k, const char* op) {
   auto fits = [&](const char* field, std::size_t got, const char* tensor_field, std::size_t expected, bool shared) {
     if (got == expected || (shared && got == 1)) return;
     throw Error(at_op(op) + cpp_name(std::string("graph.") + field) + " does not match " + cpp_name(tensor_field) +
-                " (got " + num(got) + ", expected " + num(expected) + (shared ? " or 1" : "") + ")");
+                " (got " + num(got) + ", expected " + num(expected) + (shared && expected != 1 ? " or 1" : "") + ")");
   };
   fits("batch", graph.batch, "q.batch", q.batch, true);
   fits("heads", graph.heads, "q.heads", q.heads, true);
@@ -45,8 +52,12 @@ void check_graph_fits(const char* op, const BlockGraph& graph, const ConstBatche
   if (k.rows > std::numeric_limits<std::uint32_t>::max())
     throw Error(at_op(op) + cpp_name("k.rows") + " is too large for a graph (got " + num(k.rows) + ", expected < 2^32)",
                 ErrorCode::limit);
-  graph.validate((std::string(op) + ": graph").c_str());
+  if (graph.query_block == 0 || graph.key_block == 0)
+    throw Error(at_op(op) + "graph: query_block and key_block must be >= 1 (got " + num(graph.query_block) + " and " +
+                num(graph.key_block) + ")");
 }
+
+namespace {
 
 GraphAttentionOptions<float> graph_options(const BatchedAttentionOptions& o) {
   GraphAttentionOptions<float> g;

@@ -1,20 +1,23 @@
 // The C API's batched attention (eg_tensor4, eg_batched_attention_forward
-// and _backward) and the 16-bit conversions.
+// and _backward), block-sparse attention (eg_block_graph) and the 16-bit
+// conversions.
 #include <cstdint>
 #include <limits>
 #include <string>
 
 #include "c_api/c_api_types.hpp"
 #include "entgraph/batched_attention.hpp"
+#include "entgraph/block_sparse_attention.hpp"
 
 namespace entgraph::c_api {
 namespace {
 
-// a * b, or an Error naming the tensor when it overflows.
-std::size_t product(const char* function, const char* name, std::size_t a, std::size_t b) {
+// a * b, or an Error naming the argument and what overflows.
+std::size_t product(const char* function, const char* name, std::size_t a, std::size_t b,
+                    const char* what = "a zero stride's packed size") {
   if (a != 0 && b > std::numeric_limits<std::size_t>::max() / a)
-    throw Error(at_op(function) + cpp_name(name) + ": a zero stride's packed size overflows (" +
-                std::to_string(a) + " x " + std::to_string(b) + ")");
+    throw Error(at_op(function) + cpp_name(name) + ": " + what + " overflows (" + std::to_string(a) + " x " +
+                std::to_string(b) + ")");
   return a * b;
 }
 
@@ -46,6 +49,37 @@ BatchedTensor to_tensor(const char* function, const char* name, const eg_tensor4
   v.head_stride = t->head_stride != 0 ? t->head_stride : product(function, name, t->rows, v.row_stride);
   v.batch_stride = t->batch_stride != 0 ? t->batch_stride : product(function, name, t->heads, v.head_stride);
   return v;
+}
+
+// A borrowed C block graph copied into a BlockGraph, which the C++ call
+// validates. Its shape is checked against q and k first (op: the C++ op's
+// name, for its messages), so that no more offsets are read than a shape
+// that fits the tensors says.
+BlockGraph to_block_graph(const char* function, const eg_block_graph* g, const ConstBatchedTensor& q,
+                          const ConstBatchedTensor& k, const char* op) {
+  require(function, g, "graph");
+  BlockGraph shape;
+  shape.batch = g->batch;
+  shape.heads = g->heads;
+  shape.queries = g->queries;
+  shape.keys = g->keys;
+  shape.query_block = g->query_block;
+  shape.key_block = g->key_block;
+  check_block_graph_shape(shape, q, k, op);
+  const std::size_t blocks = g->queries / g->query_block + (g->queries % g->query_block != 0);
+  const char* what = "batch x heads x query blocks";
+  const std::size_t rows =
+      product(function, "graph", product(function, "graph", g->batch, g->heads, what), blocks, what);
+  if (rows == std::numeric_limits<std::size_t>::max())
+    throw Error(at_op(function) + cpp_name("graph") + ": too many block rows (" + std::to_string(rows) + ")");
+  require(function, g->offsets, "graph->offsets");
+  BlockGraph out = BlockGraph::empty(g->batch, g->heads, g->queries, g->keys, g->query_block, g->key_block);
+  out.offsets.assign(g->offsets, g->offsets + rows + 1);
+  if (out.offsets.back() > 0) {
+    require(function, g->blocks, "graph->blocks");
+    out.blocks.assign(g->blocks, g->blocks + out.offsets.back());
+  }
+  return out;
 }
 
 }  // namespace
@@ -93,6 +127,34 @@ eg_status eg_batched_attention_backward(eg_device device, const eg_tensor4* q, c
                                as_const(to_tensor(fn, "grad_out", grad_out)), to_tensor(fn, "grad_q", grad_q),
                                to_tensor(fn, "grad_k", grad_k), to_tensor(fn, "grad_v", grad_v),
                                to_batched_options(fn, options));
+  });
+}
+
+eg_status eg_block_sparse_attention_forward(eg_device device, const eg_tensor4* q, const eg_tensor4* k,
+                                            const eg_tensor4* v, const eg_block_graph* graph, const eg_tensor4* out,
+                                            const eg_batched_attention_options* options) {
+  return guard(__func__, [&](const char* fn) {
+    require_cpu(fn, device);
+    const ConstBatchedTensor cq = as_const(to_tensor(fn, "q", q)), ck = as_const(to_tensor(fn, "k", k));
+    block_sparse_attention_forward(cq, ck, as_const(to_tensor(fn, "v", v)),
+                                   to_block_graph(fn, graph, cq, ck, "block_sparse_attention_forward"),
+                                   to_tensor(fn, "out", out), to_batched_options(fn, options));
+  });
+}
+
+eg_status eg_block_sparse_attention_backward(eg_device device, const eg_tensor4* q, const eg_tensor4* k,
+                                             const eg_tensor4* v, const eg_block_graph* graph,
+                                             const eg_tensor4* grad_out, const eg_tensor4* grad_q,
+                                             const eg_tensor4* grad_k, const eg_tensor4* grad_v,
+                                             const eg_batched_attention_options* options) {
+  return guard(__func__, [&](const char* fn) {
+    require_cpu(fn, device);
+    const ConstBatchedTensor cq = as_const(to_tensor(fn, "q", q)), ck = as_const(to_tensor(fn, "k", k));
+    block_sparse_attention_backward(cq, ck, as_const(to_tensor(fn, "v", v)),
+                                    to_block_graph(fn, graph, cq, ck, "block_sparse_attention_backward"),
+                                    as_const(to_tensor(fn, "grad_out", grad_out)), to_tensor(fn, "grad_q", grad_q),
+                                    to_tensor(fn, "grad_k", grad_k), to_tensor(fn, "grad_v", grad_v),
+                                    to_batched_options(fn, options));
   });
 }
 
