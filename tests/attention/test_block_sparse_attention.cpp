@@ -11,6 +11,7 @@
 #include <functional>
 #include <limits>
 #include <memory>
+#include <utility>
 #include <random>
 #include <string>
 #include <vector>
@@ -179,6 +180,32 @@ TEST_SUITE("attention") {
         for (std::size_t i = 0; i < s.n; ++i)
           for (std::size_t c = 0; c < s.d; ++c) nonzero += p.grad_q.get(b, h, i, c) != 0.0;
     CHECK(nonzero == 0);
+  }
+
+  TEST_CASE("block-sparse attention: a head whose kept pairs fill several backward groups has batched attention's gradients") {
+    // Every block of a 2100 x 2100 head: 4.4 million pairs, past the 2^22 a
+    // group of the backward holds, so the key gradients add up over groups.
+    BatchedShape s;
+    s.batch = s.hq = s.hkv = 1;
+    s.n = s.m = 2100;
+    s.d = s.dv = 4;
+    Batched dense(s, DType::float32, DType::float32, Layout::bhnd), blocks(s, DType::float32, DType::float32,
+                                                                         Layout::bhnd);
+    dense.fill(21);
+    blocks.fill(21);
+    dense.backward();
+    run_backward(blocks, BlockGraph::full(1, 1, s.n, s.m, 64, 64, false));
+    for (const auto& pair : {std::make_pair(&dense.grad_q, &blocks.grad_q), std::make_pair(&dense.grad_k, &blocks.grad_k),
+                             std::make_pair(&dense.grad_v, &blocks.grad_v)}) {
+      double biggest = 0.0, worst = 0.0;
+      for (std::size_t i = 0; i < s.n; ++i)
+        for (std::size_t c = 0; c < s.d; ++c) {
+          biggest = std::max(biggest, std::abs(pair.first->get(0, 0, i, c)));
+          worst = std::max(worst, std::abs(pair.first->get(0, 0, i, c) - pair.second->get(0, 0, i, c)));
+        }
+      CAPTURE(biggest);
+      CHECK(worst <= 1e-4 * biggest);
+    }
   }
 
   // The name matches tests/wasm/main.cpp's "*2 and 3 threads*" filter: that

@@ -15,15 +15,16 @@
 // does on the key-level graph (graph_attention.hpp); a query that attends to
 // no key gets a zero row. With every block kept this is batched attention.
 //
-// The CPU runs each (sequence, head) pair's valid rows in float32: the
-// forward a GEMM per kept key block (scores and P V; the products' rounding
-// is graph attention's up to their order), the backward
-// graph_attention_backward<float> on the key-level graph of its blocks
-// (BlockGraph::expand); gradients as batched_attention_backward's (key/value
-// ones summed over the query heads sharing them, in float32, in head order,
-// rounded once). Query blocks of one head run on the thread pool; results do
-// not depend on the thread count. Tensor-core kernels on block rows are the
-// GPU's part (issue 33); this is their reference.
+// The CPU runs each (sequence, head) pair's valid rows in float32, a GEMM
+// per kept key block for every product (the products' rounding is graph
+// attention's on the expanded graph, BlockGraph::expand, up to their order);
+// the backward keeps P and dS of at most 2^22 pairs at a time (32 MiB) and
+// adds the key gradients up over query blocks in a fixed order. Gradients as
+// batched_attention_backward's (key/value ones summed over the query heads
+// sharing them, in float32, in head order, rounded once). Query and key
+// blocks of one head run on the thread pool; results do not depend on the
+// thread count. Tensor-core kernels on block rows are the GPU's part (issue
+// 33); this is their reference.
 //
 // Errors: batched attention's (with graph attention's score headroom, 16),
 // the graph's invariants (BlockGraph::validate), and a graph whose batch,

@@ -40,4 +40,28 @@ auto row_kernel(const Transform& t, RowParams& params, const char* op) {
   throw Error(at_op(op) + "no row kernel for " + t.name());
 }
 
+// The backward row kernel of t (dz from p and dp), as row_kernel.
+template <class T>
+auto row_backward_kernel(const Transform& t, RowParams& params, const char* op) {
+  const auto& kernels = kernels_for<T>();
+  params.alpha = t.alpha;
+  params.k = t.k;
+  switch (t.kind) {
+    case TransformKind::softmax:
+    case TransformKind::topk_softmax:  // softmax's on its support: p is 0 off it
+      return kernels.softmax_backward;
+    case TransformKind::sparsemax:
+      return kernels.sparsemax_backward;
+    case TransformKind::entmax15:
+      return kernels.entmax15_backward;
+    case TransformKind::entmax:
+      return t.alpha == 1.0 ? kernels.softmax_backward : kernels.entmax_backward;
+    case TransformKind::adaptive_span:
+    case TransformKind::constrained_softmax:
+    case TransformKind::constrained_sparsemax:
+      break;
+  }
+  throw Error(at_op(op) + "no row kernel for " + t.name());
+}
+
 }  // namespace entgraph::detail
