@@ -254,7 +254,7 @@ void judge_scans(const char* op, const ConstBatchedTensor& q, const ConstBatched
                  const BatchedAttentionOptions& o, double headroom, const std::vector<HeadScan>& scans,
                  Complete&& complete) {
   const std::size_t B = q.batch, Hq = q.heads, Hkv = k.heads;
-  for (std::size_t item = 0; item < scans.size(); ++item) {
+  for (std::size_t item = 0; item < scan_count(q, k); ++item) {  // a backward's grad_out scans follow
     const HeadScan& s = scans[item];
     if (!s.bad) continue;
     const ScanItem it = scan_item(item, q, k, v, o);
@@ -453,6 +453,38 @@ void check_grad_out_values(const char* op, const ConstBatchedTensor& grad_out, c
 // ---------------------------------------------------------------------------
 // Computation.
 
+// What a 16-bit store does with a finite value that rounds past the
+// format's range: the forward's output becomes the largest finite value
+// (round_output); gradients have no such bound and become +-inf, as
+// PyTorch's conversions do.
+enum class Overflow { largest, infinity };
+
+// Rows [from, rows) of head (b, h) of t from src (row i at src + i x t.cols,
+// float32), rounded once into t's dtype, and rows [rows, t.rows) as zeros
+// (all bits zero is +0 in each dtype).
+void store_head(const BatchedTensor& t, std::size_t b, std::size_t h, const float* src, std::size_t rows,
+                Overflow overflow, std::size_t from = 0) {
+  const ConstBatchedTensor ct = as_const(t);
+  const std::size_t size = dtype_size(t.dtype), cols = t.cols;
+  for (std::size_t i = from; i < t.rows; ++i) {
+    unsigned char* dst = static_cast<unsigned char*>(t.data) + row_offset(ct, b, h, i) * size;
+    if (i >= rows) {
+      std::memset(dst, 0, cols * size);
+      continue;
+    }
+    const float* row = src + i * cols;
+    auto* dst16 = reinterpret_cast<std::uint16_t*>(dst);
+    const bool bf16 = t.dtype == DType::bfloat16;
+    if (t.dtype == DType::float32)
+      std::memcpy(dst, row, cols * sizeof(float));
+    else if (overflow == Overflow::largest)
+      for (std::size_t c = 0; c < cols; ++c) dst16[c] = round_output(row[c], bf16);
+    else
+      for (std::size_t c = 0; c < cols; ++c)
+        dst16[c] = bf16 ? detail::round_to_bfloat16(row[c]) : detail::round_to_float16(row[c]);
+  }
+}
+
 struct Buffers {
   std::vector<float> q, k, v, out;
 };
@@ -460,32 +492,20 @@ struct Buffers {
 void run_pair(const ConstBatchedTensor& q, const ConstBatchedTensor& k, const ConstBatchedTensor& v,
               const BatchedTensor& out, const BatchedAttentionOptions& o, const detail::HeadForward& head,
               std::size_t b, std::size_t h, Buffers& s) {
-  const ConstBatchedTensor co = as_const(out);
   const std::size_t n = q.rows, dv = out.cols, g = h / (q.heads / k.heads);
   const std::size_t n_b = query_length(o, b, n), m_b = key_length(o, b, k.rows);
-  const std::size_t size = dtype_size(out.dtype);
-  auto out_row = [&](std::size_t i) { return static_cast<unsigned char*>(out.data) + row_offset(co, b, h, i) * size; };
-  std::size_t computed = 0;  // rows of out written by attention
-  if (n_b > 0 && m_b > 0) {
-    const ConstMatrix<float> qm = head_rows(q, b, h, n_b, s.q), km = head_rows(k, b, g, m_b, s.k),
-                             vm = head_rows(v, b, g, m_b, s.v);
-    if (out.dtype == DType::float32) {
-      head(b, h, qm, km, vm, MatrixView<float>(reinterpret_cast<float*>(out_row(0)), n_b, dv, n_b > 1 ? out.row_stride : dv));
-    } else {
-      s.out.resize(n_b * dv);
-      head(b, h, qm, km, vm, MatrixView<float>(s.out.data(), n_b, dv));
-      const bool bf16 = out.dtype == DType::bfloat16;
-      for (std::size_t i = 0; i < n_b; ++i) {
-        auto* dst = reinterpret_cast<std::uint16_t*>(out_row(i));
-        const float* src = s.out.data() + i * dv;
-        for (std::size_t c = 0; c < dv; ++c) dst[c] = round_output(src[c], bf16);
-      }
-    }
-    computed = n_b;
+  if (n_b == 0 || m_b == 0) return store_head(out, b, h, nullptr, 0, Overflow::largest);  // every row zeros
+  const ConstMatrix<float> qm = head_rows(q, b, h, n_b, s.q), km = head_rows(k, b, g, m_b, s.k),
+                           vm = head_rows(v, b, g, m_b, s.v);
+  if (out.dtype == DType::float32) {  // in place; then the padded rows
+    const std::size_t stride = n_b > 1 ? out.row_stride : dv;
+    head(b, h, qm, km, vm, MatrixView<float>(static_cast<float*>(out.data) + row_offset(as_const(out), b, h, 0), n_b, dv,
+                                             stride));
+    return store_head(out, b, h, nullptr, n_b, Overflow::largest, n_b);
   }
-  // Padded query rows, and every row of a sequence without keys: zeros (all
-  // bits zero is +0 in each dtype).
-  for (std::size_t i = computed; i < n; ++i) std::memset(out_row(i), 0, dv * size);
+  s.out.resize(n_b * dv);
+  head(b, h, qm, km, vm, MatrixView<float>(s.out.data(), n_b, dv));
+  store_head(out, b, h, s.out.data(), n_b, Overflow::largest);
 }
 
 // Runs units [0, count) with fn(unit, scratch): on the pool when there are
@@ -513,34 +533,6 @@ AttentionOptions<float> head_options(const BatchedAttentionOptions& o) {
   return ao;
 }
 
-// Rows [0, rows) of head (b, h) of t from src (rows x t.cols, float32),
-// rounded to t's dtype (16-bit: nearest even, past the range +-inf), and
-// rows [rows, t.rows) as zeros.
-void store_head(const BatchedTensor& t, std::size_t b, std::size_t h, const float* src, std::size_t rows) {
-  const ConstBatchedTensor ct = as_const(t);
-  const std::size_t size = dtype_size(t.dtype), cols = t.cols;
-  for (std::size_t i = 0; i < t.rows; ++i) {
-    unsigned char* dst = static_cast<unsigned char*>(t.data) + row_offset(ct, b, h, i) * size;
-    if (i >= rows) {
-      std::memset(dst, 0, cols * size);
-      continue;
-    }
-    const float* row = src + i * cols;
-    auto* dst16 = reinterpret_cast<std::uint16_t*>(dst);
-    switch (t.dtype) {
-      case DType::float32:
-        std::memcpy(dst, row, cols * sizeof(float));
-        break;
-      case DType::bfloat16:
-        for (std::size_t c = 0; c < cols; ++c) dst16[c] = detail::round_to_bfloat16(row[c]);
-        break;
-      case DType::float16:
-        for (std::size_t c = 0; c < cols; ++c) dst16[c] = detail::round_to_float16(row[c]);
-        break;
-    }
-  }
-}
-
 struct GradBuffers {
   std::vector<float> q, k, v, grad_out, gq, gk, gv, gk_sum, gv_sum;
 };
@@ -562,7 +554,7 @@ void run_backward_group(const detail::GradTensors& t, const BatchedAttentionOpti
   s.gv_sum.assign(live ? m_b * dv : 0, 0.0f);
   for (std::size_t h = g * per; h < (g + 1) * per; ++h) {
     if (!live) {
-      store_head(t.grad_q, b, h, nullptr, 0);
+      store_head(t.grad_q, b, h, nullptr, 0, Overflow::infinity);
       continue;
     }
     s.gq.resize(n_b * d);
@@ -571,12 +563,12 @@ void run_backward_group(const detail::GradTensors& t, const BatchedAttentionOpti
     head(b, h, head_rows(t.q, b, h, n_b, s.q), km, vm, head_rows(t.grad_out, b, h, n_b, s.grad_out),
          MatrixView<float>(s.gq.data(), n_b, d), MatrixView<float>(s.gk.data(), m_b, d),
          MatrixView<float>(s.gv.data(), m_b, dv));
-    store_head(t.grad_q, b, h, s.gq.data(), n_b);
+    store_head(t.grad_q, b, h, s.gq.data(), n_b, Overflow::infinity);
     for (std::size_t x = 0; x < s.gk.size(); ++x) s.gk_sum[x] += s.gk[x];
     for (std::size_t x = 0; x < s.gv.size(); ++x) s.gv_sum[x] += s.gv[x];
   }
-  store_head(t.grad_k, b, g, s.gk_sum.data(), live ? m_b : 0);
-  store_head(t.grad_v, b, g, s.gv_sum.data(), live ? m_b : 0);
+  store_head(t.grad_k, b, g, s.gk_sum.data(), live ? m_b : 0, Overflow::infinity);
+  store_head(t.grad_v, b, g, s.gv_sum.data(), live ? m_b : 0, Overflow::infinity);
 }
 
 }  // namespace
@@ -597,10 +589,6 @@ void run_heads_backward(const GradTensors& t, const BatchedAttentionOptions& o, 
     run_backward_group(t, o, head, u / groups, u % groups, s);
   });
 }
-
-}  // namespace detail
-
-namespace detail {
 
 void check_batched_forward(ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor v, BatchedTensor out,
                            const BatchedAttentionOptions& options, const char* op, double headroom,
@@ -724,8 +712,8 @@ void check_batched_attention_backward_values(const char* op, ConstBatchedTensor 
   if (scans.size() != forward + grads)
     throw Error(at_op(op) + cpp_name("scans") + " has the wrong size (got " + num(scans.size()) + ", expected " +
                 num(forward + grads) + ": one per head of q, k, v and grad_out)");
-  const std::vector<HeadScan> inputs(scans.begin(), scans.begin() + static_cast<std::ptrdiff_t>(forward));
-  check_batched_attention_values(op, q, k, v, options, inputs);
+  check_both_lengths(op, q, k, options);
+  judge_scans(op, q, k, v, options, kAttentionHeadroom, scans, [&](std::size_t item) { return scans[item]; });
   judge_grad_out_scans(op, grad_out, scans.data() + forward);
 }
 
