@@ -15,8 +15,8 @@
 #include "kernels/matmul_kernels.hpp"
 #include "kernels/transform_kernels.hpp"
 #include "runtime/parallel.hpp"
+#include "transforms/row_driver.hpp"  // num
 #include "transforms/row_kernel.hpp"
-#include "transforms/row_driver.hpp"
 
 namespace entgraph {
 namespace {
@@ -71,9 +71,11 @@ struct KeyRange {
 
 class HeadBlocks {
  public:
-  HeadBlocks(const BlockGraph& g, std::size_t gb, std::size_t gh, ConstMatrix<float> q, ConstMatrix<float> k,
+  // Query head h of sequence b (a graph that every sequence or head shares
+  // has batch or heads 1).
+  HeadBlocks(const BlockGraph& g, std::size_t b, std::size_t h, ConstMatrix<float> q, ConstMatrix<float> k,
              const BatchedAttentionOptions& o)
-      : g_(g), gb_(gb), gh_(gh), q_(q), k_(k), o_(o), n_(q.rows), m_(k.rows) {
+      : g_(g), gb_(g.batch == 1 ? 0 : b), gh_(g.heads == 1 ? 0 : h), o_(o), n_(q.rows), m_(k.rows) {
     const double s = o.scale == 0.0 ? 1.0 / std::sqrt(static_cast<double>(q.cols)) : o.scale;
     scale_ = static_cast<float>(s);
   }
@@ -147,7 +149,6 @@ class HeadBlocks {
  private:
   const BlockGraph& g_;
   std::size_t gb_, gh_;
-  ConstMatrix<float> q_, k_;
   const BatchedAttentionOptions& o_;
   std::size_t n_, m_;
   float scale_ = 1.0f;
@@ -160,25 +161,25 @@ struct BlockScratch {
 };
 
 // P of query block blk (rows x u, zeros past each query's keys) from S^T
-// (s.st, u x rows).
-void block_probs(const HeadBlocks& h, std::size_t blk, std::size_t u, const detail::ForwardRow kernel,
-                 const detail::RowParams& params, BlockScratch& s, float* probs) {
+// (s.st, u x rows) over the block's key ranges.
+void block_probs(const HeadBlocks& h, std::size_t blk, const std::vector<KeyRange>& ranges, std::size_t u,
+                 const detail::ForwardRow kernel, const detail::RowParams& params, BlockScratch& s, float* probs) {
   const std::size_t rows = h.rows(blk), i0 = h.first_row(blk);
   std::fill_n(probs, rows * u, 0.0f);
   s.row.resize(u);
   s.scratch.resize(detail::scratch_floats(u));
   for (std::size_t x = 0; x < rows; ++x) {
-    const std::size_t count = h.seen(s.ranges, i0 + x);
+    const std::size_t count = h.seen(ranges, i0 + x);
     if (count == 0) continue;  // a zero row of P
     for (std::size_t y = 0; y < count; ++y) s.row[y] = s.st[y * rows + x];
     kernel(s.row.data(), probs + x * u, count, params, s.scratch.data());
   }
 }
 
-void block_head_forward(const BlockGraph& g, std::size_t gb, std::size_t gh, ConstMatrix<float> q,
+void block_head_forward(const BlockGraph& g, std::size_t b, std::size_t hq, ConstMatrix<float> q,
                         ConstMatrix<float> k, ConstMatrix<float> v, MatrixView<float> out,
                         const BatchedAttentionOptions& o) {
-  const HeadBlocks h(g, gb, gh, q, k, o);
+  const HeadBlocks h(g, b, hq, q, k, o);
   detail::RowParams params;
   const auto kernel = detail::row_kernel<float>(o.transform, params, kForward);
   detail::parallel_for(h.blocks(), 1, [&](std::size_t b0, std::size_t b1) {
@@ -192,7 +193,7 @@ void block_head_forward(const BlockGraph& g, std::size_t gb, std::size_t gh, Con
       HeadBlocks::transpose_rows(q, i0, rows, s.qt);
       HeadBlocks::ranges_times(s.ranges, h.scale(), k, s.qt, rows, s.st, u);
       s.probs.resize(rows * u);
-      block_probs(h, blk, u, kernel, params, s, s.probs.data());
+      block_probs(h, blk, s.ranges, u, kernel, params, s, s.probs.data());
       HeadBlocks::weights_times(s.ranges, 1.0f, s.probs.data(), u, v, rows, out.row(i0), out.stride);
     }
   });
@@ -207,11 +208,11 @@ constexpr std::size_t kGroupPairs = std::size_t{1} << 22;
 // scale dS K; pass 2, per key block, dV += sum P^T dO and dK += scale sum
 // dS^T Q over the group's query blocks that keep it, in increasing order
 // (the result does not depend on the threads).
-void block_head_backward(const BlockGraph& g, std::size_t gb, std::size_t gh, ConstMatrix<float> q,
+void block_head_backward(const BlockGraph& g, std::size_t b, std::size_t hq, ConstMatrix<float> q,
                          ConstMatrix<float> k, ConstMatrix<float> v, ConstMatrix<float> grad_out,
                          MatrixView<float> grad_q, MatrixView<float> grad_k, MatrixView<float> grad_v,
                          const BatchedAttentionOptions& o) {
-  const HeadBlocks h(g, gb, gh, q, k, o);
+  const HeadBlocks h(g, b, hq, q, k, o);
   struct QueryBlock {
     std::vector<KeyRange> ranges;
     std::size_t u = 0;
@@ -249,22 +250,21 @@ void block_head_backward(const BlockGraph& g, std::size_t gb, std::size_t gh, Co
           for (std::size_t x = 0; x < rows; ++x) std::fill_n(grad_q.row(i0 + x), q.cols, 0.0f);
           continue;
         }
-        s.ranges = B.ranges;
         HeadBlocks::transpose_rows(q, i0, rows, s.qt);
-        HeadBlocks::ranges_times(s.ranges, h.scale(), k, s.qt, rows, s.st, u);
+        HeadBlocks::ranges_times(B.ranges, h.scale(), k, s.qt, rows, s.st, u);
         B.p.resize(rows * u);
-        block_probs(h, blk, u, kernel, params, s, B.p.data());
+        block_probs(h, blk, B.ranges, u, kernel, params, s, B.p.data());
         HeadBlocks::transpose_rows(grad_out, i0, rows, s.got);
-        HeadBlocks::ranges_times(s.ranges, 1.0f, v, s.got, rows, s.dpt, u);
+        HeadBlocks::ranges_times(B.ranges, 1.0f, v, s.got, rows, s.dpt, u);
         B.ds.assign(rows * u, 0.0f);
         s.dprow.resize(u);
         for (std::size_t x = 0; x < rows; ++x) {
-          const std::size_t count = h.seen(s.ranges, i0 + x);
+          const std::size_t count = h.seen(B.ranges, i0 + x);
           if (count == 0) continue;
           for (std::size_t y = 0; y < count; ++y) s.dprow[y] = s.dpt[y * rows + x];
           back(B.p.data() + x * u, s.dprow.data(), B.ds.data() + x * u, count, back_params);
         }
-        HeadBlocks::weights_times(s.ranges, h.scale(), B.ds.data(), u, k, rows, grad_q.row(i0), grad_q.stride);
+        HeadBlocks::weights_times(B.ranges, h.scale(), B.ds.data(), u, k, rows, grad_q.row(i0), grad_q.stride);
       }
     });
     for (auto& list : uses) list.clear();
@@ -306,8 +306,7 @@ void block_sparse_attention_forward(ConstBatchedTensor q, ConstBatchedTensor k, 
   detail::run_heads_forward(q, k, v, out, options,
                             [&](std::size_t b, std::size_t h, ConstMatrix<float> qm, ConstMatrix<float> km,
                                 ConstMatrix<float> vm, MatrixView<float> om) {
-                              block_head_forward(graph, graph.batch == 1 ? 0 : b, graph.heads == 1 ? 0 : h, qm, km,
-                                                 vm, om, options);
+                              block_head_forward(graph, b, h, qm, km, vm, om, options);
                             });
 }
 
@@ -322,8 +321,7 @@ void block_sparse_attention_backward(ConstBatchedTensor q, ConstBatchedTensor k,
                              [&](std::size_t b, std::size_t h, ConstMatrix<float> qm, ConstMatrix<float> km,
                                  ConstMatrix<float> vm, ConstMatrix<float> gom, MatrixView<float> gq,
                                  MatrixView<float> gk, MatrixView<float> gv) {
-                               block_head_backward(graph, graph.batch == 1 ? 0 : b, graph.heads == 1 ? 0 : h, qm,
-                                                   km, vm, gom, gq, gk, gv, options);
+                               block_head_backward(graph, b, h, qm, km, vm, gom, gq, gk, gv, options);
                              });
 }
 
