@@ -58,22 +58,20 @@ BatchedTensor to_tensor(const char* function, const char* name, const eg_tensor4
 BlockGraph to_block_graph(const char* function, const eg_block_graph* g, const ConstBatchedTensor& q,
                           const ConstBatchedTensor& k, const char* op) {
   require(function, g, "graph");
-  BlockGraph shape;
-  shape.batch = g->batch;
-  shape.heads = g->heads;
-  shape.queries = g->queries;
-  shape.keys = g->keys;
-  shape.query_block = g->query_block;
-  shape.key_block = g->key_block;
-  check_block_graph_shape(shape, q, k, op);
-  const std::size_t blocks = g->queries / g->query_block + (g->queries % g->query_block != 0);
+  BlockGraph out;
+  out.batch = g->batch;
+  out.heads = g->heads;
+  out.queries = g->queries;
+  out.keys = g->keys;
+  out.query_block = g->query_block;
+  out.key_block = g->key_block;
+  check_block_graph_shape(out, q, k, op);
   const char* what = "batch x heads x query blocks";
   const std::size_t rows =
-      product(function, "graph", product(function, "graph", g->batch, g->heads, what), blocks, what);
+      product(function, "graph", product(function, "graph", out.batch, out.heads, what), out.query_blocks(), what);
   if (rows == std::numeric_limits<std::size_t>::max())
     throw Error(at_op(function) + cpp_name("graph") + ": too many block rows (" + std::to_string(rows) + ")");
   require(function, g->offsets, "graph->offsets");
-  BlockGraph out = BlockGraph::empty(g->batch, g->heads, g->queries, g->keys, g->query_block, g->key_block);
   out.offsets.assign(g->offsets, g->offsets + rows + 1);
   if (out.offsets.back() > 0) {
     require(function, g->blocks, "graph->blocks");
