@@ -11,8 +11,15 @@
 #include <vector>
 
 #include "entgraph/batched_attention.hpp"
+#include "entgraph/transforms.hpp"
 
 namespace entgraph::test {
+
+// Every transform batched attention takes, with a general alpha below and
+// above 2 and top-k.
+inline const Transform kBatchedTransforms[] = {Transform::softmax(),    Transform::sparsemax(),
+                                               Transform::entmax15(),   Transform::entmax(1.25),
+                                               Transform::entmax(3.0), Transform::topk_softmax(4)};
 
 enum class Layout { bhnd, bnhd, padded };
 

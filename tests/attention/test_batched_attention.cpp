@@ -150,8 +150,6 @@ void check_against_reference(const BatchedProblem& p, double rel = 1e-5) {
   CHECK(touched_gaps(p.out) == 0);
 }
 
-const Transform kTransforms[] = {Transform::softmax(),    Transform::sparsemax(), Transform::entmax15(),
-                                 Transform::entmax(1.25), Transform::entmax(3.0), Transform::topk_softmax(4)};
 constexpr DType kDtypes[] = {DType::float32, DType::bfloat16, DType::float16};
 constexpr Layout kLayouts[] = {Layout::bhnd, Layout::bnhd, Layout::padded};
 
@@ -173,7 +171,7 @@ TEST_SUITE("attention") {
       IsaScope scope(isa);
       const std::string isa_name = scope.name();
       CAPTURE(isa_name);
-      for (const Transform& t : kTransforms)
+      for (const Transform& t : kBatchedTransforms)
         for (bool causal : {false, true})
           for (DType dtype : kDtypes)
             for (Layout layout : kLayouts) {
@@ -274,7 +272,7 @@ TEST_SUITE("attention") {
     // is an exact small integer in float32 too, with many equal scores, so
     // sparsemax/entmax thresholds land on ties and top-4 keeps every key
     // tied with the 4th.
-    for (const Transform& t : kTransforms)
+    for (const Transform& t : kBatchedTransforms)
       for (DType dtype : kDtypes) {
         CAPTURE(describe(t));
         const std::string dtype_text = dtype_name(dtype);
@@ -308,7 +306,7 @@ TEST_SUITE("attention") {
   TEST_CASE("batched attention: scores of +-1e4 compute exactly; scores that may overflow float are refused") {
     // Integer Q and K with scale 1e4: the scores are exact multiples of 1e4
     // in float32, and every transform gives one-hot rows or exact ties.
-    for (const Transform& t : kTransforms)
+    for (const Transform& t : kBatchedTransforms)
       for (DType dtype : kDtypes) {
         CAPTURE(describe(t));
         const std::string dtype_text = dtype_name(dtype);

@@ -33,9 +33,6 @@ using namespace entgraph::test;
 
 namespace {
 
-const Transform kTransforms[] = {Transform::softmax(),    Transform::sparsemax(), Transform::entmax15(),
-                                 Transform::entmax(1.25), Transform::entmax(3.0), Transform::topk_softmax(4)};
-
 std::string message_of(const std::function<void()>& f) { return error_message(f); }
 
 // Lengths with a sequence of no queries, one of no keys, and n_b > m_b
@@ -52,7 +49,7 @@ BatchedShape varlen_shape() {
 
 TEST_SUITE("attention") {
   TEST_CASE("batched attention backward: the float64 reference's gradients are the central differences of its loss") {
-    for (const Transform& t : kTransforms)
+    for (const Transform& t : kBatchedTransforms)
       for (bool causal : {false, true}) {
         CAPTURE(describe(t));
         CAPTURE(causal);
@@ -100,7 +97,7 @@ TEST_SUITE("attention") {
       IsaScope scope(isa);
       const std::string isa_name = scope.name();
       CAPTURE(isa_name);
-      for (const Transform& t : kTransforms)
+      for (const Transform& t : kBatchedTransforms)
         for (bool causal : {false, true})
           for (DType dtype : {DType::float32, DType::bfloat16, DType::float16})
             for (bool float32_grads : {false, true})
