@@ -160,12 +160,16 @@ struct BlockScratch {
   std::vector<float> qt, st, got, dpt, row, dprow, probs, scratch;
 };
 
-// P of query block blk (rows x u, zeros past each query's keys) from S^T
-// (s.st, u x rows) over the block's key ranges.
+// P of query block blk over its key ranges (rows x u, zeros past each
+// query's keys), from S^T = scale K_ranges Q_block^T (s.st, u x rows).
 void block_probs(const HeadBlocks& h, std::size_t blk, const std::vector<KeyRange>& ranges, std::size_t u,
-                 const detail::ForwardRow kernel, const detail::RowParams& params, BlockScratch& s, float* probs) {
+                 ConstMatrix<float> q, ConstMatrix<float> k, const detail::ForwardRow kernel,
+                 const detail::RowParams& params, BlockScratch& s, std::vector<float>& probs_out) {
   const std::size_t rows = h.rows(blk), i0 = h.first_row(blk);
-  std::fill_n(probs, rows * u, 0.0f);
+  HeadBlocks::transpose_rows(q, i0, rows, s.qt);
+  HeadBlocks::ranges_times(ranges, h.scale(), k, s.qt, rows, s.st, u);
+  probs_out.assign(rows * u, 0.0f);
+  float* probs = probs_out.data();
   s.row.resize(u);
   s.scratch.resize(detail::scratch_floats(u));
   for (std::size_t x = 0; x < rows; ++x) {
@@ -190,10 +194,7 @@ void block_head_forward(const BlockGraph& g, std::size_t b, std::size_t hq, Cons
         for (std::size_t x = 0; x < rows; ++x) std::fill_n(out.row(i0 + x), v.cols, 0.0f);
         continue;
       }
-      HeadBlocks::transpose_rows(q, i0, rows, s.qt);
-      HeadBlocks::ranges_times(s.ranges, h.scale(), k, s.qt, rows, s.st, u);
-      s.probs.resize(rows * u);
-      block_probs(h, blk, s.ranges, u, kernel, params, s, s.probs.data());
+      block_probs(h, blk, s.ranges, u, q, k, kernel, params, s, s.probs);
       HeadBlocks::weights_times(s.ranges, 1.0f, s.probs.data(), u, v, rows, out.row(i0), out.stride);
     }
   });
@@ -250,10 +251,7 @@ void block_head_backward(const BlockGraph& g, std::size_t b, std::size_t hq, Con
           for (std::size_t x = 0; x < rows; ++x) std::fill_n(grad_q.row(i0 + x), q.cols, 0.0f);
           continue;
         }
-        HeadBlocks::transpose_rows(q, i0, rows, s.qt);
-        HeadBlocks::ranges_times(B.ranges, h.scale(), k, s.qt, rows, s.st, u);
-        B.p.resize(rows * u);
-        block_probs(h, blk, B.ranges, u, kernel, params, s, B.p.data());
+        block_probs(h, blk, B.ranges, u, q, k, kernel, params, s, B.p);
         HeadBlocks::transpose_rows(grad_out, i0, rows, s.got);
         HeadBlocks::ranges_times(B.ranges, 1.0f, v, s.got, rows, s.dpt, u);
         B.ds.assign(rows * u, 0.0f);
