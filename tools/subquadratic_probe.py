@@ -5,7 +5,11 @@ projections) is cut by each row's threshold, but only keys in the row's kept
 groups are estimated. Groups are 64-key blocks ranked by a block summary
 (the oracle: the block's largest estimate; its centroid's score; centroid +
 radius), or k-means clusters of the key codes ranked by their centroid's
-score. Prints recall against the gold graph, sparsity, and the share of
+score; or the keys that similar queries keep: every E-th query's estimated
+row is cut over all keys at its threshold lowered by `drop` (in units of the
+estimate, whose candidates lie within 1/(alpha - 1) = 2 of the row's
+maximum), and a query estimates only the keys kept by its m most similar
+representatives (cosine of the codes). Prints recall against the gold graph, sparsity, and the share of
 allowed keys estimated. Causal 1.5-entmax heads, one sequence.
 
   tools/subquadratic_probe.py CAPTURE_DIR PARAMS.json [--heads 1,1 2,3] [--stride 5]
@@ -27,7 +31,8 @@ def theta15(scores, mask):
     """Per row, the 1.5-entmax threshold in score units (bisection, 50 steps)."""
     s = np.where(mask, scores, -np.inf)
     top = s.max(1, keepdims=True)
-    x = 0.5 * (s - top)
+    with np.errstate(invalid="ignore"):  # a row that keeps no key: -inf - -inf, and no edge
+        x = 0.5 * (s - top)
     lo, hi = np.full(top.shape, -1.0), np.zeros(top.shape)
     for _ in range(50):
         mid = (lo + hi) / 2
@@ -57,7 +62,7 @@ def main():
     queries, keys = np.load(f"{a.capture}/queries.npy"), np.load(f"{a.capture}/keys.npy")
     params = json.load(open(a.params))["parameters"]
     n, block = queries.shape[2], 64
-    rows = np.arange(0, n, a.stride)
+    rows = np.arange(7, n, a.stride)  # off every representative's position (multiples of 8)
     mask = np.arange(n)[None, :] <= rows[:, None]
     allowed = mask.sum()
     rng = np.random.default_rng(0)
@@ -103,6 +108,19 @@ def main():
                 np.put_along_axis(kept, np.argsort(-(qp[rows] @ centres.T), 1)[:, :keep], True, 1)
                 local = np.arange(n)[None, :] > rows[:, None] - 64
                 report(f"k-means {clusters} top {share:.0%} + 64", kept[:, assign] | local)
+        unit = qp / np.maximum(np.linalg.norm(qp, axis=1, keepdims=True), 1e-12)
+        for every in (8, 32):
+            reps = np.arange(0, n, every)
+            rep_est = qp[reps] @ kp.T
+            rep_theta = theta15(rep_est, np.ones(rep_est.shape, bool))
+            near = np.argsort(-(unit[rows] @ unit[reps].T), 1)
+            for drop in (0.5, 1.0, 1.5):
+                keeps = rep_est > (rep_theta - drop)[:, None]
+                for m in (1, 2, 4):
+                    kept = np.zeros((len(rows), n), bool)
+                    for j in range(m):
+                        kept |= keeps[near[:, j]]
+                    report(f"reps 1/{every} drop {drop} nearest {m}", kept)
 
 
 if __name__ == "__main__":
