@@ -81,17 +81,63 @@ export interface GraphAttentionResult {
   outputErrorBound: number;
 }
 
-export interface AttentionInputs {
-  q: Float32Array; k: Float32Array; v: Float32Array;
+/** What every attention call takes besides its arrays. */
+export interface AttentionSettings {
   queries: number; keys: number; dim: number;
   /** Columns of v (default: dim). */
   valueDim?: number;
   transform?: TransformName;
   alpha?: number;
   topk?: number;
+  /** Key j is visible to query i iff j <= i + (keys - queries); in batched calls per sequence, with its lengths. */
   causal?: boolean;
   /** 0 (default): 1 / sqrt(dim). */
   scale?: number;
+}
+
+export interface AttentionInputs extends AttentionSettings {
+  q: Float32Array; k: Float32Array; v: Float32Array;
+}
+
+/** dL/dq, dL/dk, dL/dv: shaped as q, k and v. */
+export interface AttentionGradients {
+  gradQ: Float32Array;
+  gradK: Float32Array;
+  gradV: Float32Array;
+}
+
+/** Batched attention's inputs: contiguous row-major [batch, heads, rows, cols] arrays (PyTorch's [B, H, n, d]). */
+export interface BatchedAttentionInputs extends AttentionSettings {
+  /** batch x heads x queries x dim. */
+  q: Float32Array;
+  /** batch x kvHeads x keys x dim. */
+  k: Float32Array;
+  /** batch x kvHeads x keys x valueDim. */
+  v: Float32Array;
+  batch: number;
+  /** Query heads. */
+  heads: number;
+  /** Key/value heads (default: heads); heads must be a multiple of it: query head h reads key/value head
+   *  floor(h / (heads / kvHeads)) (grouped-query attention; 1: multi-query). */
+  kvHeads?: number;
+  /** One per sequence, 0 .. queries: rows past it are zeros (default: every sequence has all queries). */
+  queryLengths?: Int32Array | ArrayLike<number> | null;
+  /** One per sequence, 0 .. keys: keys past it are seen by no query. */
+  keyLengths?: Int32Array | ArrayLike<number> | null;
+}
+
+/** A block-sparse attention graph (the core's BlockGraph): for each of batch x heads graphs of queries x keys,
+ *  the key blocks (keyBlock keys each) that each query block (queryBlock queries) attends to. Block row
+ *  r = (b * heads + h) * ceil(queries / queryBlock) + I holds blocks[offsets[r] .. offsets[r + 1]), ascending.
+ *  batch or heads 1: one graph that every sequence or every head shares. A plain object, nothing to free. */
+export interface BlockGraph {
+  batch: number; heads: number;
+  queries: number; keys: number;
+  queryBlock: number; keyBlock: number;
+  /** batch x heads x ceil(queries / queryBlock) + 1 entries, offsets[0] = 0. */
+  offsets: Uint32Array;
+  /** Key block indices, each < ceil(keys / keyBlock). */
+  blocks: Uint32Array;
 }
 
 export interface PredictOptions {
@@ -242,6 +288,27 @@ export interface Entgraph {
   /** Attention on the graph's edges; mode "exact" makes every row equal dense attention (bound and repair).
    *  "certify" and "exact" need a transform with a threshold: softmax throws ("no threshold"). */
   graphAttention(inputs: AttentionInputs & { graph: Graph; mode?: GraphAttentionMode }): GraphAttentionResult;
+  /** The gradients of attention() for dL/dout = gradOut (queries x valueDim). */
+  attentionBackward(inputs: AttentionInputs & { gradOut: Float32Array }): AttentionGradients;
+
+  /** Every sequence and query head in one call; out is batch x heads x queries x valueDim. */
+  batchedAttention(inputs: BatchedAttentionInputs): { out: Float32Array };
+  /** Its gradients for gradOut (batch x heads x queries x valueDim); a key/value head's are the float32 sum, in
+   *  head order, of those of the query heads that share it. Zeros past the lengths. */
+  batchedAttentionBackward(inputs: BatchedAttentionInputs & { gradOut: Float32Array }): AttentionGradients;
+  /** Batched attention where each query attends only to the keys of its block row of graph (and what
+   *  causal and the lengths allow); a query with no key gets a zero row. Every block kept: batchedAttention. */
+  blockSparseAttention(inputs: BatchedAttentionInputs & { graph: BlockGraph }): { out: Float32Array };
+  blockSparseAttentionBackward(inputs: BatchedAttentionInputs & { graph: BlockGraph; gradOut: Float32Array }): AttentionGradients;
+  /** The blocks holding an edge of a key-level graph (one Graph: batch = heads = 1, shared), or of
+   *  graphs[b * heads + h], all of one size (heads defaults to graphs.length / batch). Blocks of 64 by default. */
+  blockGraph(graphs: Graph | Graph[],
+             options?: { queryBlock?: number; keyBlock?: number; batch?: number; heads?: number }): BlockGraph;
+  /** Every block (causal: only those holding a pair j <= i + keys - queries). */
+  fullBlockGraph(options: { batch?: number; heads?: number; queries: number; keys: number; queryBlock?: number;
+                            keyBlock?: number; causal?: boolean }): BlockGraph;
+  /** Graph (sequence, head) at key level over its first queries x keys (default: all): every key of every kept block. */
+  expandBlockGraph(graph: BlockGraph, options?: { sequence?: number; head?: number; queries?: number; keys?: number }): Graph;
 
   goldGraph(q: Float32Array, k: Float32Array,
             options: { queries: number; keys: number; dim: number; alpha?: number; causal?: boolean; scale?: number }): Graph;

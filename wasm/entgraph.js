@@ -95,6 +95,30 @@ function number(value, name) {
   return value;
 }
 
+// A whole number >= 1 (a block's rows).
+function positive(value, name) {
+  if (typeof value !== "number" || !Number.isInteger(value) || value < 1)
+    throw entgraphError(`${name}: expected a whole number >= 1 (got ${describe(value)})`);
+  return value;
+}
+
+// Per-sequence lengths: an Int32Array or an array of whole numbers (the core
+// checks each against its range); null when not given.
+function lengths(value, name) {
+  if (value === undefined || value === null) return null;
+  if (Array.isArray(value) || ArrayBuffer.isView(value)) return value;
+  throw entgraphError(`${name}: expected an Int32Array or an array of whole numbers (got ${describe(value)})`);
+}
+
+// [q, k, v, ...sizes] of an attention call with gradOut after v, as the backward calls take them.
+function withGradOut([q, k, v, ...sizes], { gradOut }) {
+  return [q, k, v, floats(gradOut, "gradOut"), ...sizes];
+}
+
+function isObject(value) {
+  return value !== null && typeof value === "object";
+}
+
 // A string argument, well-formed: each lone surrogate becomes U+FFFD, as
 // TextEncoder encodes it. Embind's UTF-16 -> UTF-8 conversion pairs a high
 // surrogate with whatever unit follows it, so a lone one would swallow the
@@ -187,6 +211,12 @@ const JS_NAMES = new Map([
   ["q.cols", "dim"],
   ["v.cols", "valueDim"],
   ["head_dim", "headDim"],
+  ["grad_out", "gradOut"],
+  ["q.batch", "batch"],
+  ["q.heads", "heads"],
+  ["k.heads", "kvHeads"],
+  ["query_lengths", "queryLengths"],
+  ["key_lengths", "keyLengths"],
 ]);
 // The package's options are one flat object: options.attention.transform.alpha is alpha.
 const CPP_OPTION_PREFIXES = ["options.attention.", "options."];
@@ -483,11 +513,22 @@ class Entgraph {
             count(valueDim, "valueDim")];
   }
 
+  // [transform, alpha, topk, causal, scale]: the options every attention call takes.
+  #attentionOptions({ transform = "entmax15", alpha = 1.5, topk = 0, causal = false, scale = 0 }) {
+    return [this.#transformName(transform, "transform"), number(alpha, "alpha"), count(topk, "topk"), Boolean(causal),
+            number(scale, "scale")];
+  }
+
   attention(options) {
-    const { transform = "entmax15", alpha = 1.5, topk = 0, causal = false, scale = 0, probs = false } = options;
-    return this.#checked(this.#core.attention(...this.#heads(options), this.#transformName(transform, "transform"), number(alpha, "alpha"),
-                                              count(topk, "topk"), Boolean(causal), number(scale, "scale"), Boolean(probs)),
+    return this.#checked(this.#core.attention(...this.#heads(options), ...this.#attentionOptions(options), Boolean(options.probs)),
                         "attention");
+  }
+
+  // dL/dq, dL/dk, dL/dv of attention() for dL/dout = gradOut (queries x valueDim), as the core's
+  // attention_backward (P recomputed, nothing kept from the forward).
+  attentionBackward(options) {
+    return this.#checked(this.#core.attentionBackward(...withGradOut(this.#heads(options), options), ...this.#attentionOptions(options)),
+                        "attentionBackward");
   }
 
   // mode: "fast" (the graph's edges only), "certify" (the same output, and a proof per row that nothing
@@ -496,14 +537,83 @@ class Entgraph {
   // settled per row: 0 unsettled, 1 by the graph alone, 2 repaired, 3 dense (graph_attention.hpp);
   // missedMass per row: a bound on the weight the row misses, NaN where unknown.
   graphAttention(options) {
-    const { graph, transform = "entmax15", alpha = 1.5, topk = 0, causal = false, scale = 0, mode = "fast" } = options;
+    const { graph, mode = "fast" } = options;
     for (const old of ["certify", "recomputeUncertified"])
       if (options[old] !== undefined)
         throw entgraphError(`graphAttention: ${old} is gone; use mode: "fast", "certify" or "exact"`);
-    return this.#checked(this.#core.graphAttention(...this.#heads(options), graph, this.#transformName(transform, "transform"),
-                                                   number(alpha, "alpha"), count(topk, "topk"), Boolean(causal),
-                                                   number(scale, "scale"), text(mode, "mode")),
+    return this.#checked(this.#core.graphAttention(...this.#heads(options), graph, ...this.#attentionOptions(options),
+                                                   text(mode, "mode")),
                         "graphAttention");
+  }
+
+  // ---- batched and block-sparse attention (batched_attention.hpp, block_sparse_attention.hpp) ----
+
+  // [q, k, v, batch, heads, kvHeads, queries, keys, dim, valueDim]: contiguous [batch, heads, rows, cols]
+  // Float32Arrays, q (batch, heads, queries, dim), k (batch, kvHeads, keys, dim), v (batch, kvHeads, keys, valueDim).
+  #batch({ q, k, v, batch, heads, kvHeads = heads, queries, keys, dim, valueDim = dim }) {
+    return [floats(q, "q"), floats(k, "k"), floats(v, "v"), count(batch, "batch"), count(heads, "heads"),
+            count(kvHeads, "kvHeads"), count(queries, "queries"), count(keys, "keys"), count(dim, "dim"),
+            count(valueDim, "valueDim")];
+  }
+
+  #batchOptions(options) {
+    return [...this.#attentionOptions(options), lengths(options.queryLengths, "queryLengths"),
+            lengths(options.keyLengths, "keyLengths")];
+  }
+
+  // Every sequence and query head at once: query head h reads key/value head floor(h / (heads / kvHeads));
+  // queryLengths / keyLengths (one per sequence) leave rows past them zero and keys past them unseen.
+  batchedAttention(options) {
+    return this.#checked(this.#core.batchedAttention(...this.#batch(options), ...this.#batchOptions(options)), "batchedAttention");
+  }
+
+  // Its gradients for dL/dout = gradOut (batch, heads, queries, valueDim); a key/value head's are the float32
+  // sum, in head order, of those of the query heads that share it.
+  batchedAttentionBackward(options) {
+    return this.#checked(this.#core.batchedAttentionBackward(...withGradOut(this.#batch(options), options), ...this.#batchOptions(options)),
+                        "batchedAttentionBackward");
+  }
+
+  // Batched attention on the key blocks of a block graph ({ batch, heads, queries, keys, queryBlock, keyBlock,
+  // offsets, blocks }; batch or heads 1: shared by every sequence or head).
+  blockSparseAttention(options) {
+    return this.#checked(this.#core.blockSparseAttention(...this.#batch(options), options.graph, ...this.#batchOptions(options)),
+                        "blockSparseAttention");
+  }
+
+  blockSparseAttentionBackward(options) {
+    return this.#checked(this.#core.blockSparseAttentionBackward(...withGradOut(this.#batch(options), options), options.graph,
+                                                                 ...this.#batchOptions(options)),
+                        "blockSparseAttentionBackward");
+  }
+
+  // The query x key blocks holding an edge of a key-level graph (one Graph: a block graph every sequence
+  // and head shares), or of graphs[b * heads + h], all of one size.
+  blockGraph(graphs, { queryBlock = 64, keyBlock = 64, batch = 1, heads } = {}) {
+    const single = !Array.isArray(graphs);
+    const b = count(batch, "batch");
+    const h = heads === undefined ? (single ? 1 : b > 0 ? Math.floor(graphs.length / b) : 0) : count(heads, "heads");
+    return this.#checked(this.#core.blockGraphCover(graphs, single, b, h, positive(queryBlock, "queryBlock"),
+                                                    positive(keyBlock, "keyBlock")),
+                        "blockGraph");
+  }
+
+  // Every block of batch x heads graphs of queries x keys; causal: the blocks holding a pair the causal
+  // rule allows (key j <= query i + keys - queries).
+  fullBlockGraph({ batch = 1, heads = 1, queries, keys, queryBlock = 64, keyBlock = 64, causal = false } = {}) {
+    return this.#checked(this.#core.blockGraphFull(count(batch, "batch"), count(heads, "heads"), count(queries, "queries"),
+                                                   count(keys, "keys"), positive(queryBlock, "queryBlock"),
+                                                   positive(keyBlock, "keyBlock"), Boolean(causal)),
+                        "fullBlockGraph");
+  }
+
+  // Graph (sequence, head) of a block graph at key level over its first queries x keys: every key of every kept block.
+  expandBlockGraph(graph, { sequence = 0, head = 0, queries, keys } = {}) {
+    if (!isObject(graph))
+      throw entgraphError(`graph: not a block graph (expected {batch, heads, queries, keys, queryBlock, keyBlock, offsets, blocks})`);
+    return this.#checked(this.#core.blockGraphExpand(graph, count(sequence, "sequence"), count(head, "head"),
+                                                     count(queries ?? graph.queries, "queries"), count(keys ?? graph.keys, "keys")),
+                        "expandBlockGraph");
   }
 
   goldGraph(q, k, { queries, keys, dim, alpha = 1.5, causal = false, scale } = {}) {

@@ -1,6 +1,9 @@
 // Type-checks the package's declarations (wasm/*.d.ts) against typical use;
 // `tsc -p tests/types` runs in `make test`. Never executed.
-import { loadEntgraph, type Graph, type GraphMetrics, type SweepPoint } from "../../wasm/entgraph.js";
+import {
+  loadEntgraph, type AttentionGradients, type BatchedAttentionInputs, type BlockGraph, type Entgraph, type Graph, type GraphMetrics,
+  type SweepPoint,
+} from "../../wasm/entgraph.js";
 import { heatmap, pareto } from "../../wasm/render.js";
 
 export async function notebook(configJson: string, weights: Uint8Array): Promise<string[]> {
@@ -33,4 +36,24 @@ export async function notebook(configJson: string, weights: Uint8Array): Promise
   const error: number = attention.outputErrorBound + attention.maxMissedMass + attention.meanMissedMass + missed.length;
   for (const o of [out, capture, teacher, p]) o.dispose();
   return settled >= 0 && attention.boundedRows <= error ? svgs : [];
+}
+
+// A training step's attention calls: one head, batched with grouped-query heads and lengths, block-sparse.
+export function train(eg: Entgraph, q: Float32Array, k: Float32Array, v: Float32Array, gradOut: Float32Array, graph: Graph): number {
+  const head = { q, k, v, queries: 4, keys: 4, dim: 8, transform: "entmax" as const, alpha: 1.25, causal: true };
+  const one: AttentionGradients = eg.attentionBackward({ ...head, gradOut });
+  const batch: BatchedAttentionInputs = {
+    q, k, v, batch: 2, heads: 4, kvHeads: 2, queries: 4, keys: 4, dim: 8, valueDim: 8, transform: "topk", topk: 2,
+    queryLengths: new Int32Array([4, 3]), keyLengths: [4, 2],
+  };
+  const out: Float32Array = eg.batchedAttention(batch).out;
+  const grads: AttentionGradients = eg.batchedAttentionBackward({ ...batch, gradOut });
+  const blocks: BlockGraph = eg.blockGraph(graph, { queryBlock: 2, keyBlock: 2 });
+  const perHead: BlockGraph = eg.blockGraph([graph, graph], { heads: 2 });
+  const full: BlockGraph = eg.fullBlockGraph({ batch: 2, heads: 4, queries: 4, keys: 4, queryBlock: 2, keyBlock: 2, causal: true });
+  const sparse: Float32Array = eg.blockSparseAttention({ ...batch, graph: blocks }).out;
+  const sparseGrads = eg.blockSparseAttentionBackward({ ...batch, graph: full, gradOut });
+  const expanded: Graph = eg.expandBlockGraph(perHead, { head: 1 });
+  return one.gradQ.length + out.length + grads.gradK.length + sparse.length + sparseGrads.gradV.length + expanded.queries +
+    blocks.offsets.length + perHead.blocks.length;
 }

@@ -1,5 +1,5 @@
-// entgraph wasm: row-wise transforms and their backward, dense attention and
-// attention on a graph, on Float32Arrays.
+// entgraph wasm: row-wise transforms and their backward, dense attention
+// (forward and backward) and attention on a graph, on Float32Arrays.
 #include <emscripten/bind.h>
 
 #include <string>
@@ -14,17 +14,9 @@
 namespace entgraph::js {
 namespace {
 
-// The transforms that need nothing but scores (the others take spans or
-// upper bounds, which this package does not expose).
-Transform transform_named(const std::string& name, double alpha, double k) {
-  const TransformInfo& row = transform_info(parse_transform_kind(name));
-  if (row.extra_inputs())
-    throw Error(at_op("transform") + name + " needs extra inputs and is not in the JavaScript package");
-  return Transform::of(row.kind, alpha, row.parameter == TransformParameter::k ? to_size(k, "k") : 0);
-}
-
-// Those transforms as the package names them: [{name: "topk", kind:
-// "topk_softmax", parameter: "k"}, ...] in the list's order (transform_list.hpp).
+// The transforms that need nothing but scores (transform_named's) as the
+// package names them: [{name: "topk", kind: "topk_softmax", parameter: "k"},
+// ...] in the list's order (transform_list.hpp).
 val transforms_js() {
   val rows = val::array();
   for (const TransformInfo& row : kTransformInfos) {
@@ -108,6 +100,23 @@ val attention(const val& q, const val& k, const val& v, double n, double m, doub
   return result;
 }
 
+// dL/dq, dL/dk, dL/dv given dL/dout (n x dv), as attention_backward<float>.
+val attention_backward_js(const val& q, const val& k, const val& v, const val& grad_out, double n, double m, double d,
+                          double dv, const std::string& name, double alpha, double topk, bool causal, double scale) {
+  const Heads x(q, k, v, n, m, d, dv);
+  const std::vector<float> go = to_floats(grad_out, checked_product(x.n, x.dv, "gradOut"), "gradOut");
+  std::vector<float> gq(checked_product(x.n, x.d, "gradQ")), gk(checked_product(x.m, x.d, "gradK")),
+      gv(checked_product(x.m, x.dv, "gradV"));
+  attention_backward<float>({x.q.data(), x.n, x.d}, {x.k.data(), x.m, x.d}, {x.v.data(), x.m, x.dv},
+                            {go.data(), x.n, x.dv}, {gq.data(), x.n, x.d}, {gk.data(), x.m, x.d},
+                            {gv.data(), x.m, x.dv}, attention_options(name, alpha, topk, causal, scale));
+  val result = val::object();
+  result.set("gradQ", float_array(gq.data(), gq.size()));
+  result.set("gradK", float_array(gk.data(), gk.size()));
+  result.set("gradV", float_array(gv.data(), gv.size()));
+  return result;
+}
+
 val graph_attention(const val& q, const val& k, const val& v, double n, double m, double d, double dv,
                     const val& graph, const std::string& name, double alpha, double topk, bool causal, double scale,
                     const std::string& mode) {
@@ -154,6 +163,7 @@ EMSCRIPTEN_BINDINGS(entgraph_transforms) {
   emscripten::function("transform", guarded<&transform>);
   emscripten::function("transformBackward", guarded<&transform_backward_js>);
   emscripten::function("attention", guarded<&attention>);
+  emscripten::function("attentionBackward", guarded<&attention_backward_js>);
   emscripten::function("graphAttention", guarded<&graph_attention>);
 }
 

@@ -85,6 +85,35 @@ val matrix_array(MatrixView<const float> matrix) {
 
 val byte_array(const std::uint8_t* data, std::size_t size) { return copied_array(data, size); }
 
+val uint32_array(const std::uint32_t* data, std::size_t size) { return copied_array(data, size); }
+
+std::size_t size_field(const val& object, const std::string& name, const char* field) {
+  const val value = object[field];
+  return to_size(value.isNumber() ? value.as<double>() : -1.0, (name + "." + field).c_str());
+}
+
+std::vector<std::uint32_t> to_uint32s(const val& array, const std::string& name, const char* what) {
+  length_of(array, name.c_str());
+  const std::vector<double> numbers = emscripten::convertJSArrayToNumberVector<double>(array);
+  std::vector<std::uint32_t> out;
+  out.reserve(numbers.size());
+  for (double x : numbers) {
+    if (!(x >= 0 && x < 4294967296.0) || x != std::floor(x))
+      throw Error(name + ": not " + what + " (got " + js_number_text(x) + ")");
+    out.push_back(static_cast<std::uint32_t>(x));
+  }
+  return out;
+}
+
+// The transforms that need nothing but scores (the others take spans or
+// upper bounds, which this package does not expose).
+Transform transform_named(const std::string& name, double alpha, double k) {
+  const TransformInfo& row = transform_info(parse_transform_kind(name));
+  if (row.extra_inputs())
+    throw Error(at_op("transform") + name + " needs extra inputs and is not in the JavaScript package");
+  return Transform::of(row.kind, alpha, row.parameter == TransformParameter::k ? to_size(k, "k") : 0);
+}
+
 val graph_to_js(const Graph& g) {
   std::vector<std::uint32_t> offsets(g.offsets.begin(), g.offsets.end());
   val object = val::object();
@@ -114,23 +143,16 @@ Graph graph_from_js(const val& object, const char* name) {
     throw Error(std::string(name) + ": not a graph (expected {queries, keys, offsets, indices})");
   const std::string field = name;
   Graph g;
-  g.queries = to_size(object["queries"].isNumber() ? object["queries"].as<double>() : -1.0, (field + ".queries").c_str());
-  g.keys = to_size(object["keys"].isNumber() ? object["keys"].as<double>() : -1.0, (field + ".keys").c_str());
-  const std::string offsets_name = field + ".offsets", indices_name = field + ".indices";
+  g.queries = size_field(object, field, "queries");
+  g.keys = size_field(object, field, "keys");
+  const std::string offsets_name = field + ".offsets";
   const std::size_t n_offsets = length_of(object["offsets"], offsets_name.c_str());
   if (n_offsets != g.queries + 1)
     throw Error(offsets_name + ": expected " + std::to_string(g.queries + 1) + " values, got " + std::to_string(n_offsets));
   const std::vector<double> offsets = emscripten::convertJSArrayToNumberVector<double>(object["offsets"]);
   g.offsets.reserve(offsets.size());
   for (double o : offsets) g.offsets.push_back(to_size(o, offsets_name.c_str()));
-  length_of(object["indices"], indices_name.c_str());
-  const std::vector<double> indices = emscripten::convertJSArrayToNumberVector<double>(object["indices"]);
-  g.indices.reserve(indices.size());
-  for (double i : indices) {
-    if (!(i >= 0 && i < 4294967296.0) || i != std::floor(i))
-      throw Error(indices_name + ": not a key index (got " + js_number_text(i) + ")");
-    g.indices.push_back(static_cast<std::uint32_t>(i));
-  }
+  g.indices = to_uint32s(object["indices"], field + ".indices", "a key index");
   g.validate(name);
   return g;
 }

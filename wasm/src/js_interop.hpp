@@ -25,6 +25,7 @@
 #include "entgraph/error.hpp"
 #include "entgraph/graph.hpp"
 #include "entgraph/matrix_view.hpp"
+#include "entgraph/transforms.hpp"
 
 namespace entgraph::js {
 
@@ -79,6 +80,17 @@ val double_array(const double* data, std::size_t size);
 // A matrix's rows, contiguous, as a Float32Array of rows * cols values.
 val matrix_array(MatrixView<const float> matrix);
 val byte_array(const std::uint8_t* data, std::size_t size);
+val uint32_array(const std::uint32_t* data, std::size_t size);
+
+// object[field] as a size (to_size), named "<name>.<field>" in messages.
+std::size_t size_field(const val& object, const std::string& name, const char* field);
+// An array of whole numbers that fit 32 bits (key indices, key blocks),
+// named `name` in messages; `what` says what one is ("a key index").
+std::vector<std::uint32_t> to_uint32s(const val& array, const std::string& name, const char* what);
+
+// One of the transforms that need nothing but scores, by the package's name
+// ("topk" for topk_softmax), with its parameter: alpha, or k (to_size).
+Transform transform_named(const std::string& name, double alpha, double k);
 
 // A graph as the plain object {queries, keys, offsets, indices} and back;
 // graph_from_js validates it (sorted rows, indices < keys).
