@@ -15,7 +15,8 @@
 #   all       every stage, for a machine of one's own
 # Built binaries are taken from BUILD (default build/release); results go to
 # OUT (default gpu-check/): machine.txt, cuda_tests.log, c_api_cuda.log,
-# cuda_bench.{txt,json}, cuda_batched_bench.{txt,json}, cpu_bench.{txt,json},
+# cuda_bench.{txt,json}, cuda_batched_bench.{txt,json},
+# cuda_batched_backward_bench.{txt,json}, cpu_bench.{txt,json},
 # memcheck.log, {memcheck,racecheck,synccheck}_batched.log, and peers/ with
 # peers.log. Every stage's limits are set so that a hang leaves the rest of
 # the call's time. Exits non-zero if a test fails.
@@ -63,7 +64,7 @@ if want tests; then
 fi
 
 if want bench; then
-  timeout 150 "$bench" --benchmark_min_time=0.1 --benchmark_filter=-cuda_batched_attention/ \
+  timeout 120 "$bench" --benchmark_min_time=0.1 --benchmark_filter=-cuda_batched_attention \
     --benchmark_out="$out/cuda_bench.json" --benchmark_out_format=json > "$out/cuda_bench.txt" 2>&1
   echo "cuda benchmarks: exit $?"
   # Batched attention on tensor cores (bench_batched_attention.cpp: bf16, issue
@@ -73,9 +74,14 @@ if want bench; then
   timeout 240 "$bench" --benchmark_min_time=0.05 --benchmark_filter=^cuda_batched_attention/ \
     --benchmark_out="$out/cuda_batched_bench.json" --benchmark_out_format=json > "$out/cuda_batched_bench.txt" 2>&1
   echo "cuda batched attention benchmarks: exit $?"
+  # Its gradients (bench_batched_attention.cpp's cuda_batched_attention_backward/).
+  timeout 60 "$bench" --benchmark_min_time=0.05 --benchmark_filter=^cuda_batched_attention_backward/ \
+    --benchmark_out="$out/cuda_batched_backward_bench.json" --benchmark_out_format=json \
+    > "$out/cuda_batched_backward_bench.txt" 2>&1
+  echo "cuda batched attention backward benchmarks: exit $?"
   # The CPU path at the GPU transforms' shapes, one thread and every thread.
   threads=$(nproc)
-  timeout 90 "$cpu_bench" --benchmark_min_time=0.05 \
+  timeout 60 "$cpu_bench" --benchmark_min_time=0.05 \
     --benchmark_filter="BM_(forward|backward)/(softmax|sparsemax|entmax15|entmax_alpha1.25|entmax_alpha1.75|entmax_alpha3|topk_softmax_k8)/n:(512|4096)/threads:(1|$threads)/" \
     --benchmark_out="$out/cpu_bench.json" --benchmark_out_format=json > "$out/cpu_bench.txt" 2>&1
   echo "cpu benchmarks: exit $?"
@@ -90,7 +96,7 @@ if want sanitize && [ -x "$sanitizer" ]; then
   # The tensor-core kernel: memcheck on varlen and the narrowing sweeps,
   # racecheck (shared-memory hazards between its warps and the cp.async
   # double buffer) and synccheck on varlen.
-  batched='*batched attention: variable lengths*'
+  batched='*batched attention: variable lengths*,*batched attention backward: variable lengths*'
   ENTGRAPH_TEST_TARGETS=cuda timeout 150 "$sanitizer" --tool memcheck --leak-check no "$tests" --no-version=true \
     -tc="$batched,*batched attention: tiny candidate*" > "$out/memcheck_batched.log" 2>&1
   echo "memcheck (batched attention): exit $?"

@@ -1,6 +1,7 @@
 #!/bin/bash
-# The batched attention kernels must run on tensor cores: compile their
-# sources to PTX for sm_80 and sm_90, with the library's flags, and require
+# The batched attention kernels (forward and backward) must run on tensor
+# cores: compile their sources to PTX for sm_80 and sm_90, with the
+# library's flags, and require
 # the instructions the design rests on (docs/CUDA.md, "The batched
 # tensor-core path"): mma.sync m16n8k16 with bfloat16 and with float16
 # operands (float32 accumulators), ldmatrix.trans for V, and cp.async for the
@@ -31,10 +32,20 @@ for d in 64 128; do
       status=1
       continue
     fi
-    # Four kernels per file (bfloat16 and float16, softmax and entmax).
+    # Eight kernels per file: the forward's four (bfloat16 and float16,
+    # softmax and entmax) and the backward's query and key kernels per
+    # format; each one multiplies on tensor cores.
     kernels=$(grep -c '^\.visible \.entry' "$ptx")
-    if [ "$kernels" -ne 4 ]; then
-      echo "FAILED: $ptx has $kernels kernels, expected 4"
+    backward=$(grep -c '^\.visible \.entry.*batched_backward' "$ptx")
+    if [ "$kernels" -ne 8 ] || [ "$backward" -ne 4 ]; then
+      echo "FAILED: $ptx has $kernels kernels ($backward of the backward), expected 8 (4)"
+      status=1
+    fi
+    without_mma=$(awk '/^\.visible \.entry/ { if (name != "" && !mma) print name; name = $3; mma = 0 }
+                       /mma\.sync\.aligned\.m16n8k16/ { mma = 1 }
+                       END { if (name != "" && !mma) print name }' "$ptx")
+    if [ -n "$without_mma" ]; then
+      echo "FAILED: kernels without mma.sync in batched_attention_hdim$d.cu for sm_$arch: $without_mma"
       status=1
     fi
     for instruction in "${required[@]}"; do

@@ -9,6 +9,11 @@
 // span. The `flops` counter is 4 B Hq n m d (halved under a causal mask) per
 // second: the dense products' work, whatever the kernel skips, so TFLOP/s
 // compare with the chip's bf16 peak and with other kernels' on one scale.
+// The gradients (batched_attention_backward, the forward recomputed inside):
+//   cuda_batched_attention_backward/<transform>/B:1/H:16/KV:16/n:<n>/d:<d>/causal:1
+// n in {4096, 16384}, bfloat16 gradients, grad_out ~ N(0, 1); its `flops`
+// counter is 2.5 times the forward's (the five dense products of a fused
+// backward against the forward's two), as FlashAttention's papers count.
 // Without a GPU every benchmark reports an error instead of a time.
 #include <benchmark/benchmark.h>
 #include <cuda_runtime.h>
@@ -73,6 +78,12 @@ Tensors& tensors(std::size_t b, std::size_t h, std::size_t kv, std::size_t n, st
   return *kept;
 }
 
+// The dense products' work of the forward: 4 B Hq n m d, halved under a causal mask.
+double forward_flops(std::size_t b, std::size_t h, std::size_t n, std::size_t d, bool causal) {
+  return 4.0 * static_cast<double>(b * h) * static_cast<double>(n) * static_cast<double>(n) * static_cast<double>(d) *
+         (causal ? 0.5 : 1.0);
+}
+
 void BM_batched(benchmark::State& state, Transform t, std::size_t b, std::size_t h, std::size_t kv, std::size_t n,
                 std::size_t d, bool causal) {
   if (skip_without_gpu(state)) return;
@@ -88,9 +99,50 @@ void BM_batched(benchmark::State& state, Transform t, std::size_t b, std::size_t
     const std::size_t bytes = batched_attention_workspace_bytes(q, k, o);
     DeviceArray<unsigned char> workspace(bytes, "bench_batched_attention (workspace)");
     run_timed(state, [&] { batched_attention_forward(q, k, v, out, o, workspace.data(), bytes); });
-    const double flops = 4.0 * static_cast<double>(b * h) * static_cast<double>(n) * static_cast<double>(n) *
-                         static_cast<double>(d) * (causal ? 0.5 : 1.0);
-    state.counters["flops"] = benchmark::Counter(flops, benchmark::Counter::kIsIterationInvariantRate);
+    state.counters["flops"] =
+        benchmark::Counter(forward_flops(b, h, n, d, causal), benchmark::Counter::kIsIterationInvariantRate);
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+  }
+}
+
+// grad_out and the three gradients of the kept shape (tensors()), made once.
+struct Gradients {
+  std::size_t size;
+  DeviceArray<std::uint16_t> grad_out, grad_q, grad_k, grad_v;
+  explicit Gradients(const Tensors& x)
+      : size(x.q.size()),
+        grad_out(device_gaussian(x.q.size(), 47)),
+        grad_q(x.q.size(), "bench_batched_attention"),
+        grad_k(x.k.size(), "bench_batched_attention"),
+        grad_v(x.v.size(), "bench_batched_attention") {}
+};
+
+void BM_batched_backward(benchmark::State& state, Transform t, std::size_t b, std::size_t h, std::size_t kv,
+                         std::size_t n, std::size_t d, bool causal) {
+  if (skip_without_gpu(state)) return;
+  try {
+    Tensors& x = tensors(b, h, kv, n, d);
+    static std::unique_ptr<Gradients> kept;
+    if (!kept || kept->size != x.q.size()) {
+      kept.reset();
+      kept = std::make_unique<Gradients>(x);
+    }
+    const auto in = [&](const DeviceArray<std::uint16_t>& a, std::size_t heads) {
+      return ConstBatchedTensor::bhnd(a.data(), DType::bfloat16, b, heads, n, d);
+    };
+    const auto grad = [&](DeviceArray<std::uint16_t>& a, std::size_t heads) {
+      return BatchedTensor::bhnd(a.data(), DType::bfloat16, b, heads, n, d);
+    };
+    BatchedAttentionOptions o;
+    o.transform = t;
+    o.causal = causal;
+    run_timed(state, [&] {
+      cuda::batched_attention_backward(in(x.q, h), in(x.k, kv), in(x.v, kv), in(kept->grad_out, h),
+                                       grad(kept->grad_q, h), grad(kept->grad_k, kv), grad(kept->grad_v, kv), o);
+    });
+    state.counters["flops"] =
+        benchmark::Counter(2.5 * forward_flops(b, h, n, d, causal), benchmark::Counter::kIsIterationInvariantRate);
   } catch (const std::exception& e) {
     state.SkipWithError(e.what());
   }
@@ -117,6 +169,15 @@ const bool kRegistered = [] {
                 ->Unit(benchmark::kMillisecond);
           }
     }
+  for (std::size_t n : {4096, 16384})
+    for (std::size_t d : {64, 128})
+      for (const auto& [tname, t] : transforms) {
+        const std::string name = std::string("cuda_batched_attention_backward/") + tname +
+                                 "/B:1/H:16/KV:16/n:" + std::to_string(n) + "/d:" + std::to_string(d) + "/causal:1";
+        benchmark::RegisterBenchmark(name.c_str(), BM_batched_backward, t, 1, 16, 16, n, d, true)
+            ->UseManualTime()
+            ->Unit(benchmark::kMillisecond);
+      }
   return true;
 }();
 

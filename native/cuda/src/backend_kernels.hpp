@@ -46,6 +46,15 @@ void host_batched_attention_forward(ConstBatchedTensor q, ConstBatchedTensor k, 
 // the lengths are read and the values scanned here.
 void device_batched_attention_forward(ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor v,
                                       BatchedTensor out, const BatchedAttentionOptions& options);
+// Its gradients on host tensors (16-bit dtypes; float32 is refused).
+void host_batched_attention_backward(ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor v,
+                                     ConstBatchedTensor grad_out, BatchedTensor grad_q, BatchedTensor grad_k,
+                                     BatchedTensor grad_v, const BatchedAttentionOptions& options);
+// The same on device memory (Memory::device), lengths included: no copies;
+// the lengths are read and the values (grad_out's too) scanned here.
+void device_batched_attention_backward(ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor v,
+                                       ConstBatchedTensor grad_out, BatchedTensor grad_q, BatchedTensor grad_k,
+                                       BatchedTensor grad_v, const BatchedAttentionOptions& options);
 void host_graph_attention_forward(ConstMatrix<float> q, ConstMatrix<float> k, ConstMatrix<float> v,
                                   const Graph& graph, MatrixView<float> out, const AttentionOptions<float>& options);
 // The same on device memory (Memory::device): q, k, v, out and key_padding

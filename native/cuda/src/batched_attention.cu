@@ -1,17 +1,20 @@
 // Batched attention, the host side (see entgraph/cuda/batched_attention.hpp
-// for the contract, batched_attention_kernel.cuh for the kernel): checks
-// before anything is launched, the workspace (entmax candidate slots), the
-// launch of the instance for the dtype and head dimension, the float32 path
-// through the fused kernel head by head, and the backend's host-memory
-// kernel.
+// for the contract, batched_attention_kernel.cuh and
+// batched_attention_backward_kernel.cuh for the kernels): checks before
+// anything is launched, the workspace (entmax candidate slots, the
+// backward's row states), the launch of the instance for the dtype and head
+// dimension, the float32 path through the fused kernel head by head, and the
+// backend's host-memory kernels.
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <climits>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "attention_common.cuh"
@@ -125,7 +128,8 @@ std::size_t workspace_for(DType dtype, std::size_t batch, std::size_t heads, std
 
 // Strides of the dimensions that have more than one entry must be multiples
 // of `multiple` elements.
-void check_strides(const ConstBatchedTensor& t, const char* name, std::size_t multiple, const char* why) {
+void check_strides(const ConstBatchedTensor& t, const char* name, std::size_t multiple, const char* why,
+                   const char* op = kOp) {
   const struct {
     std::size_t size, stride;
     const char* field;
@@ -134,7 +138,7 @@ void check_strides(const ConstBatchedTensor& t, const char* name, std::size_t mu
               {t.rows, t.row_stride, "row_stride"}};
   for (const auto& dim : dims)
     if (dim.size > 1 && dim.stride % multiple != 0)
-      detail::argument_error(kOp, std::string(name) + "." + dim.field + " is not a multiple of " + num(multiple) +
+      detail::argument_error(op, std::string(name) + "." + dim.field + " is not a multiple of " + num(multiple) +
                                       " elements (got " + num(dim.stride) + ", expected a multiple of " +
                                       num(multiple) + ": " + why + ")");
 }
@@ -157,6 +161,13 @@ detail::AttentionScratch scratch(void* workspace, std::size_t workspace_bytes, s
         kOp, "workspace_bytes is too small (got " + num(workspace_bytes) + ", expected at least " + num(bytes) + ")");
   return detail::AttentionScratch(workspace, workspace_bytes, bytes, stream, kOp,
                                   "cuda::batched_attention_forward (workspace)");
+}
+
+// A tensor's strides in elements: sequence, head, row.
+void strides_of(const ConstBatchedTensor& t, std::int64_t& batch, std::int64_t& head, std::int64_t& row) {
+  batch = static_cast<std::int64_t>(t.batch_stride);
+  head = static_cast<std::int64_t>(t.head_stride);
+  row = static_cast<std::int64_t>(t.row_stride);
 }
 
 template <class T>
@@ -234,36 +245,40 @@ void run_float32_device_lengths(ConstBatchedTensor q, ConstBatchedTensor k, Cons
               stream);
 }
 
-void run_sixteen_bit(ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor v, BatchedTensor out,
-                     const BatchedAttentionOptions& options, const BatchedAttentionTuning& tuning, const Weighting& w,
-                     void* workspace, std::size_t workspace_bytes, cudaStream_t stream) {
-  const std::size_t n = q.rows, m = k.rows, d = q.cols;
-  SlotScratch slots;
-  if (!w.softmax) slots = slot_scratch(q.dtype, d, q.batch, q.heads, n, capacity(m, tuning), kOp);
-  const detail::AttentionScratch s = scratch(w.softmax ? nullptr : workspace, workspace_bytes, slots.bytes, stream);
-
+// The kernel's view of q, k, v, out (out.data may be null) and the options.
+BatchedParams batched_params(ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor v, BatchedTensor out,
+                             const BatchedAttentionOptions& options, const Weighting& w) {
   BatchedParams p{};
   p.q = static_cast<const std::uint16_t*>(q.data);
   p.k = static_cast<const std::uint16_t*>(k.data);
   p.v = static_cast<const std::uint16_t*>(v.data);
   p.out = out.data;
-  const auto strides = [](const auto& t, std::int64_t& batch, std::int64_t& head, std::int64_t& row) {
-    batch = static_cast<std::int64_t>(t.batch_stride);
-    head = static_cast<std::int64_t>(t.head_stride);
-    row = static_cast<std::int64_t>(t.row_stride);
-  };
-  strides(q, p.q_batch, p.q_head, p.q_row);
-  strides(k, p.k_batch, p.k_head, p.k_row);
-  strides(v, p.v_batch, p.v_head, p.v_row);
-  strides(out, p.o_batch, p.o_head, p.o_row);
+  strides_of(q, p.q_batch, p.q_head, p.q_row);
+  strides_of(k, p.k_batch, p.k_head, p.k_row);
+  strides_of(v, p.v_batch, p.v_head, p.v_row);
+  strides_of(as_const(out), p.o_batch, p.o_head, p.o_row);
   p.group = static_cast<int>(q.heads / k.heads);
-  p.n = static_cast<int>(n);
-  p.m = static_cast<int>(m);
+  p.n = static_cast<int>(q.rows);
+  p.m = static_cast<int>(k.rows);
   p.query_lengths = options.query_lengths;
   p.key_lengths = options.key_lengths;
   p.causal = options.causal;
   p.out_float32 = out.dtype == DType::float32;
   p.w = w;
+  return p;
+}
+
+// stats: the backward's run (out.data null, each row's state written there).
+void run_sixteen_bit(ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor v, BatchedTensor out,
+                     const BatchedAttentionOptions& options, const BatchedAttentionTuning& tuning, const Weighting& w,
+                     void* workspace, std::size_t workspace_bytes, cudaStream_t stream, float4* stats = nullptr) {
+  const std::size_t n = q.rows, m = k.rows, d = q.cols;
+  SlotScratch slots;
+  if (!w.softmax) slots = slot_scratch(q.dtype, d, q.batch, q.heads, n, capacity(m, tuning), kOp);
+  const detail::AttentionScratch s = scratch(w.softmax ? nullptr : workspace, workspace_bytes, slots.bytes, stream);
+
+  BatchedParams p = batched_params(q, k, v, out, options, w);
+  p.stats = stats;
   if (!w.softmax) {
     char* base = static_cast<char*>(static_cast<void*>(s.data()));
     p.slot_flags = reinterpret_cast<int*>(base);
@@ -374,6 +389,52 @@ ConstBatchedTensor contiguous(const ConstBatchedTensor& t, const void* data) {
   return ConstBatchedTensor::bhnd(data, t.dtype, t.batch, t.heads, t.rows, t.cols);
 }
 
+// Device memory for a contiguous copy of the result `like`, and its view.
+struct DeviceResult {
+  DeviceArray<unsigned char> memory;
+  BatchedTensor view;
+};
+DeviceResult device_result(const BatchedTensor& like, const char* what) {
+  DeviceResult r{DeviceArray<unsigned char>(like.batch * like.heads * like.rows * like.cols * dtype_size(like.dtype),
+                                            what),
+                 {}};
+  const ConstBatchedTensor c = contiguous(as_const(like), r.memory.data());
+  r.view = BatchedTensor{r.memory.data(), c.dtype,        c.batch,       c.heads,     c.rows,
+                         c.cols,          c.batch_stride, c.head_stride, c.row_stride};
+  return r;
+}
+
+// The contiguous device copy back into the host view `to`.
+void download(const BatchedTensor& to, const DeviceResult& from, const char* what) {
+  const std::size_t size = dtype_size(to.dtype), width = to.cols * size;
+  for (std::size_t b = 0; b < to.batch; ++b)
+    for (std::size_t h = 0; h < to.heads; ++h)
+      check(cudaMemcpy2D(static_cast<unsigned char*>(to.data) + (b * to.batch_stride + h * to.head_stride) * size,
+                         to.rows > 1 ? to.row_stride * size : width,
+                         from.memory.data() + (b * to.heads + h) * to.rows * width, width, width, to.rows,
+                         cudaMemcpyDeviceToHost),
+            what);
+}
+
+// Device copies of the options' host lengths; `on_device` points at them.
+struct DeviceLengths {
+  DeviceArray<std::int32_t> query, key;
+};
+DeviceLengths upload_lengths(const BatchedAttentionOptions& options, std::size_t batch,
+                             BatchedAttentionOptions& on_device, const char* op) {
+  DeviceLengths l;
+  on_device = options;
+  if (options.query_lengths) {
+    l.query = DeviceArray<std::int32_t>(options.query_lengths, batch, (std::string(op) + ": query_lengths").c_str());
+    on_device.query_lengths = l.query.data();
+  }
+  if (options.key_lengths) {
+    l.key = DeviceArray<std::int32_t>(options.key_lengths, batch, (std::string(op) + ": key_lengths").c_str());
+    on_device.key_lengths = l.key.data();
+  }
+  return l;
+}
+
 }  // namespace
 
 // The backend's kernel: the core has validated the arguments (values
@@ -385,43 +446,22 @@ void detail::host_batched_attention_forward(ConstBatchedTensor q, ConstBatchedTe
   const DeviceArray<unsigned char> dq = upload_tensor(q, "batched_attention_forward: uploading q");
   const DeviceArray<unsigned char> dk = upload_tensor(k, "batched_attention_forward: uploading k");
   const DeviceArray<unsigned char> dv = upload_tensor(v, "batched_attention_forward: uploading v");
-  const ConstBatchedTensor co = as_const(out);
-  DeviceArray<unsigned char> dout(out.batch * out.heads * out.rows * out.cols * dtype_size(out.dtype),
-                                  "batched_attention_forward: out");
-  const ConstBatchedTensor out_dev = contiguous(co, dout.data());
-  const BatchedTensor out_copy{dout.data(),        out_dev.dtype,       out_dev.batch,     out_dev.heads,
-                               out_dev.rows,       out_dev.cols,        out_dev.batch_stride,
-                               out_dev.head_stride, out_dev.row_stride};
+  const DeviceResult d_out = device_result(out, "batched_attention_forward: out");
   // The core has validated everything (the copies are contiguous and
   // cudaMalloc-aligned): straight to the launch.
   const BatchedAttentionTuning tuning;
   if (sixteen_bit(q.dtype)) {
-    BatchedAttentionOptions o = options;  // the kernel reads the lengths on the GPU
-    DeviceArray<std::int32_t> ql, kl;
-    if (options.query_lengths) {
-      ql = DeviceArray<std::int32_t>(options.query_lengths, q.batch, "batched_attention_forward: query_lengths");
-      o.query_lengths = ql.data();
-    }
-    if (options.key_lengths) {
-      kl = DeviceArray<std::int32_t>(options.key_lengths, q.batch, "batched_attention_forward: key_lengths");
-      o.key_lengths = kl.data();
-    }
-    run_sixteen_bit(contiguous(q, dq.data()), contiguous(k, dk.data()), contiguous(v, dv.data()), out_copy, o, tuning,
-                    w, nullptr, 0, nullptr);
+    BatchedAttentionOptions o;  // the kernel reads the lengths on the GPU
+    const DeviceLengths lengths = upload_lengths(options, q.batch, o, "batched_attention_forward");
+    run_sixteen_bit(contiguous(q, dq.data()), contiguous(k, dk.data()), contiguous(v, dv.data()), d_out.view, o,
+                    tuning, w, nullptr, 0, nullptr);
     synchronize(nullptr);  // before the lengths' copies are freed
   } else {
-    run_float32(contiguous(q, dq.data()), contiguous(k, dk.data()), contiguous(v, dv.data()), out_copy, options,
+    run_float32(contiguous(q, dq.data()), contiguous(k, dk.data()), contiguous(v, dv.data()), d_out.view, options,
                 options.query_lengths, options.key_lengths, tuning, w, nullptr, 0, nullptr);
     synchronize(nullptr);
   }
-  const std::size_t size = dtype_size(out.dtype), width = out.cols * size;
-  for (std::size_t b = 0; b < out.batch; ++b)
-    for (std::size_t h = 0; h < out.heads; ++h)
-      check(cudaMemcpy2D(static_cast<unsigned char*>(out.data) + (b * out.batch_stride + h * out.head_stride) * size,
-                         out.rows > 1 ? out.row_stride * size : width,
-                         dout.data() + (b * out.heads + h) * out.rows * width, width, width, out.rows,
-                         cudaMemcpyDeviceToHost),
-            "batched_attention_forward: downloading out");
+  download(out, d_out, "batched_attention_forward: downloading out");
 }
 
 // The backend's kernel on device memory (Memory::device): the core has
@@ -446,6 +486,146 @@ void detail::device_batched_attention_forward(ConstBatchedTensor q, ConstBatched
   else
     run_float32(q, k, v, out, options, on_host.query_lengths, on_host.key_lengths, tuning, w, nullptr, 0, stream);
   detail::finish_on_device(stream);
+}
+
+namespace {
+
+constexpr const char* kBackwardOp = "cuda::batched_attention_backward";
+
+// What the GPU's backward adds to the contract's checks, from the shapes
+// and dtypes alone: tensor cores only, grad_out in q's format. Returns the
+// resolved transform.
+Weighting check_backward_supported(ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor v,
+                                   ConstBatchedTensor grad_out, const BatchedAttentionOptions& options) {
+  const Weighting w =
+      detail::make_weighting(options.transform, options.scale, q.cols, kBackwardOp, "options.transform");
+  if (!sixteen_bit(q.dtype))
+    detail::argument_error(kBackwardOp, "q.dtype is not supported (got " + std::string(dtype_name(q.dtype)) +
+                                            ", expected bfloat16 or float16: the gradients run on tensor cores; "
+                                            "float32 runs on cpu)");
+  if (grad_out.dtype != q.dtype)
+    detail::argument_error(kBackwardOp, "grad_out.dtype is not q's (got " + std::string(dtype_name(grad_out.dtype)) +
+                                            ", expected " + dtype_name(q.dtype) +
+                                            ": the kernels read grad_out in q's format)");
+  check_supported(q.dtype, q.batch, q.heads, q.rows, k.rows, q.cols, v.cols, kBackwardOp);
+  return w;
+}
+
+// The gradients on device memory (checked): the forward's run for the row
+// states, then the query and key kernels.
+void run_backward(ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor v, ConstBatchedTensor grad_out,
+                  BatchedTensor grad_q, BatchedTensor grad_k, BatchedTensor grad_v,
+                  const BatchedAttentionOptions& options, const Weighting& w, cudaStream_t stream) {
+  const std::size_t rows = q.batch * q.heads * q.rows;
+  const detail::AttentionScratch s(nullptr, 0, rows * (sizeof(float4) + sizeof(float)), stream, kBackwardOp,
+                                   "cuda::batched_attention_backward (row states)");
+  float4* stats = reinterpret_cast<float4*>(s.data());
+  const BatchedTensor no_out{nullptr, q.dtype, q.batch, q.heads, q.rows, v.cols, 0, 0, 0};
+  run_sixteen_bit(q, k, v, no_out, options, BatchedAttentionTuning{}, w, nullptr, 0, stream, stats);
+
+  detail::batched::BackwardParams bp{};
+  bp.f = batched_params(q, k, v, no_out, options, w);
+  bp.dout = static_cast<const std::uint16_t*>(grad_out.data);
+  strides_of(grad_out, bp.do_batch, bp.do_head, bp.do_row);
+  bp.dq = grad_q.data;
+  bp.dk = grad_k.data;
+  bp.dv = grad_v.data;
+  bp.dq_float32 = grad_q.dtype == DType::float32;
+  bp.dk_float32 = grad_k.dtype == DType::float32;
+  bp.dv_float32 = grad_v.dtype == DType::float32;
+  strides_of(as_const(grad_q), bp.dq_batch, bp.dq_head, bp.dq_row);
+  strides_of(as_const(grad_k), bp.dk_batch, bp.dk_head, bp.dk_row);
+  strides_of(as_const(grad_v), bp.dv_batch, bp.dv_head, bp.dv_row);
+  bp.stats = stats;
+  bp.delta = reinterpret_cast<float*>(stats + rows);
+  bp.scale = static_cast<float>(options.scale == 0.0 ? 1.0 / std::sqrt(static_cast<double>(q.cols)) : options.scale);
+  bp.q_heads = static_cast<int>(q.heads);
+  bp.batch = static_cast<int>(q.batch);
+  with_kernel(q.dtype, q.cols, [&](auto e, auto dc) {
+    detail::batched::launch_batched_backward<decltype(e), decltype(dc)::value>(bp, stream);
+  });
+}
+
+}  // namespace
+
+namespace {
+
+// check_backward_supported, then device pointers and alignment.
+Weighting check_backward_device_call(ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor v,
+                                     ConstBatchedTensor grad_out, BatchedTensor grad_q, BatchedTensor grad_k,
+                                     BatchedTensor grad_v, const BatchedAttentionOptions& options) {
+  const Weighting w = check_backward_supported(q, k, v, grad_out, options);
+  const std::pair<const char*, const void*> pointers[] = {
+      {"q.data", q.data},           {"k.data", k.data},           {"v.data", v.data},
+      {"grad_out.data", grad_out.data}, {"grad_q.data", grad_q.data}, {"grad_k.data", grad_k.data},
+      {"grad_v.data", grad_v.data}};
+  for (const auto& [name, data] : pointers) detail::check_device_pointer(data, kBackwardOp, name);
+  if (options.query_lengths)
+    detail::check_device_pointer(options.query_lengths, kBackwardOp, "options.query_lengths", false);
+  if (options.key_lengths) detail::check_device_pointer(options.key_lengths, kBackwardOp, "options.key_lengths", false);
+  const char* copied = "rows are copied 16 bytes at a time";
+  const char* paired = "gradients are written two at a time";
+  check_strides(q, "q", 8, copied, kBackwardOp);
+  check_strides(k, "k", 8, copied, kBackwardOp);
+  check_strides(v, "v", 8, copied, kBackwardOp);
+  check_strides(grad_out, "grad_out", 8, copied, kBackwardOp);
+  check_strides(as_const(grad_q), "grad_q", 2, paired, kBackwardOp);
+  check_strides(as_const(grad_k), "grad_k", 2, paired, kBackwardOp);
+  check_strides(as_const(grad_v), "grad_v", 2, paired, kBackwardOp);
+  return w;
+}
+
+}  // namespace
+
+void batched_attention_backward(ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor v,
+                                ConstBatchedTensor grad_out, BatchedTensor grad_q, BatchedTensor grad_k,
+                                BatchedTensor grad_v, const BatchedAttentionOptions& options, cudaStream_t stream) {
+  check_batched_attention_backward(q, k, v, grad_out, grad_q, grad_k, grad_v, options, kBackwardOp, false);
+  const Weighting w = check_backward_device_call(q, k, v, grad_out, grad_q, grad_k, grad_v, options);
+  run_backward(q, k, v, grad_out, grad_q, grad_k, grad_v, options, w, stream);
+}
+
+// The backend's kernel on device memory (Memory::device): as the forward's,
+// with grad_out scanned beside q, k and v.
+void detail::device_batched_attention_backward(ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor v,
+                                               ConstBatchedTensor grad_out, BatchedTensor grad_q,
+                                               BatchedTensor grad_k, BatchedTensor grad_v,
+                                               const BatchedAttentionOptions& options) {
+  const Weighting w = check_backward_device_call(q, k, v, grad_out, grad_q, grad_k, grad_v, options);
+  const cudaStream_t stream = detail::current_stream();
+  const HostLengths lengths = read_lengths(options, q.batch, stream);
+  BatchedAttentionOptions on_host = options;
+  on_host.query_lengths = lengths.query_data();
+  on_host.key_lengths = lengths.key_data();
+  const char* op = "batched_attention_backward";
+  check_batched_attention_backward_values(
+      op, q, k, v, grad_out, on_host,
+      detail::scan_batched_heads(op, q, k, v, on_host.query_lengths, on_host.key_lengths, stream, &grad_out));
+  run_backward(q, k, v, grad_out, grad_q, grad_k, grad_v, options, w, stream);
+  detail::finish_on_device(stream);
+}
+
+// The backend's kernel: the core has validated the arguments (values
+// included); what the GPU cannot run is refused before anything is copied.
+void detail::host_batched_attention_backward(ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor v,
+                                             ConstBatchedTensor grad_out, BatchedTensor grad_q, BatchedTensor grad_k,
+                                             BatchedTensor grad_v, const BatchedAttentionOptions& options) {
+  const Weighting w = check_backward_supported(q, k, v, grad_out, options);
+  const char* what = "batched_attention_backward: uploading the inputs";
+  const DeviceArray<unsigned char> dq = upload_tensor(q, what), dk = upload_tensor(k, what),
+                                   dv = upload_tensor(v, what), ddo = upload_tensor(grad_out, what);
+  const char* results = "batched_attention_backward: gradients";
+  const DeviceResult gq = device_result(grad_q, results), gk = device_result(grad_k, results),
+                     gv = device_result(grad_v, results);
+  BatchedAttentionOptions o;
+  const DeviceLengths lengths = upload_lengths(options, q.batch, o, "batched_attention_backward");
+  run_backward(contiguous(q, dq.data()), contiguous(k, dk.data()), contiguous(v, dv.data()),
+               contiguous(grad_out, ddo.data()), gq.view, gk.view, gv.view, o, w, nullptr);
+  synchronize(nullptr);  // before the lengths' copies are freed
+  const char* down = "batched_attention_backward: downloading the gradients";
+  download(grad_q, gq, down);
+  download(grad_k, gk, down);
+  download(grad_v, gv, down);
 }
 
 }  // namespace entgraph::cuda

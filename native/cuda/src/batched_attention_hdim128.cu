@@ -1,5 +1,6 @@
-// The batched tensor-core attention kernel's instances for head dimension 128
+// The batched tensor-core attention kernels' instances (forward and backward) for head dimension 128
 // (one file per d, so that they compile in parallel).
+#include "batched_attention_backward_kernel.cuh"
 #include "batched_attention_kernel.cuh"
 
 namespace entgraph::cuda::detail::batched {
@@ -13,5 +14,7 @@ template void launch_batched<mma::Float16, 128, false>(const BatchedParams&, uns
                                                        cudaStream_t);
 template int resident_blocks<mma::Bfloat16, 128, false>();
 template int resident_blocks<mma::Float16, 128, false>();
+template void launch_batched_backward<mma::Bfloat16, 128>(const BackwardParams&, cudaStream_t);
+template void launch_batched_backward<mma::Float16, 128>(const BackwardParams&, cudaStream_t);
 
 }  // namespace entgraph::cuda::detail::batched

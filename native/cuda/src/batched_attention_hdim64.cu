@@ -1,5 +1,6 @@
-// The batched tensor-core attention kernel's instances for head dimension 64
+// The batched tensor-core attention kernels' instances (forward and backward) for head dimension 64
 // (one file per d, so that they compile in parallel).
+#include "batched_attention_backward_kernel.cuh"
 #include "batched_attention_kernel.cuh"
 
 namespace entgraph::cuda::detail::batched {
@@ -11,5 +12,7 @@ template void launch_batched<mma::Float16, 64, true>(const BatchedParams&, unsig
 template void launch_batched<mma::Float16, 64, false>(const BatchedParams&, unsigned, unsigned, unsigned, cudaStream_t);
 template int resident_blocks<mma::Bfloat16, 64, false>();
 template int resident_blocks<mma::Float16, 64, false>();
+template void launch_batched_backward<mma::Bfloat16, 64>(const BackwardParams&, cudaStream_t);
+template void launch_batched_backward<mma::Float16, 64>(const BackwardParams&, cudaStream_t);
 
 }  // namespace entgraph::cuda::detail::batched

@@ -215,6 +215,7 @@ __device__ inline float clamp_to_format(float x) {
 template <class E, int D>
 __device__ void store_out(const BatchedParams& p, int b, int h, int q0, const float* row_sum, float weight_scale,
                           const float (&o)[D / 8][4]) {
+  if (p.out == nullptr) return;  // the backward's run: row statistics only
   const int lane = static_cast<int>(threadIdx.x % kWarpSize);
   const int base = static_cast<int>(threadIdx.x / kWarpSize) * 16;
   const std::int64_t head = static_cast<std::int64_t>(b) * p.o_batch + static_cast<std::int64_t>(h) * p.o_head;
@@ -330,6 +331,9 @@ __global__ void __launch_bounds__(kThreads) batched_attention_kernel(const Batch
   const int tiles = (key_end + kBlockN - 1) / kBlockN;
   if (tiles == 0) {  // padding rows, or rows that see no key: zeros
     store_out<E, D>(p, b, h, q0, nullptr, weight_scale, o);
+    const int i = q0 + static_cast<int>(threadIdx.x);
+    if (p.stats != nullptr && threadIdx.x < kBlockM && i < p.n)
+      p.stats[(static_cast<std::int64_t>(b) * gridDim.y + h) * p.n + i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     return;
   }
 
@@ -411,6 +415,14 @@ __global__ void __launch_bounds__(kThreads) batched_attention_kernel(const Batch
     if (threadIdx.x == 0) release_slot(p.slot_flags, slot);
   }
   store_out<E, D>(p, b, h, q0, rs.sum, weight_scale, o);
+  const int i = q0 + static_cast<int>(threadIdx.x);
+  if (p.stats != nullptr && threadIdx.x < kBlockM && i < p.n) {
+    const int r = static_cast<int>(threadIdx.x);
+    const bool weighted = i < n_b && (kSoftmax || rs.status[r] == fused::kSolved);
+    p.stats[(static_cast<std::int64_t>(b) * gridDim.y + h) * p.n + i] =
+        weighted ? make_float4(rs.max[r], rs.sum[r], kSoftmax ? 0.0f : rs.tau_hi[r], kSoftmax ? 0.0f : rs.tau_lo[r])
+                 : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  }
 }
 
 template <class E, int D, bool kSoftmax>

@@ -76,7 +76,36 @@ struct BatchedParams {
   int cap;
   int* slot_flags;  // slots ints, 0 before the launch
   int slots;
+  // The backward's run of the forward: each query row's weighting state
+  // {max, sum, tau_hi, tau_lo} into stats[(b Hq + h) n + i] (sum = 0 for a
+  // row without weights), and out = null (not written). The weights are
+  // then p = attention_weight(x, max, tau) / sum (attention_common.cuh).
+  float4* stats;
 };
+// The backward's kernels (batched_attention_backward_kernel.cuh).
+struct BackwardParams {
+  BatchedParams f;  // q, k, v with their strides, group, n, m, lengths, causal, weighting
+  const std::uint16_t* dout;
+  std::int64_t do_batch, do_head, do_row;
+  // Gradients: E's 16-bit format or float32 (the *_float32 flags).
+  void* dq;
+  void* dk;
+  void* dv;
+  bool dq_float32, dk_float32, dv_float32;
+  std::int64_t dq_batch, dq_head, dq_row;
+  std::int64_t dk_batch, dk_head, dk_row;
+  std::int64_t dv_batch, dv_head, dv_row;
+  const float4* stats;  // the forward's row states, (B, Hq, n)
+  float* delta;         // (B, Hq, n), written by the query kernel
+  float scale;          // the scores' scale: d(score)/d(q.k)
+  int q_heads;
+  int batch;
+};
+
+// Launches the query kernel, then the key kernel, for element type E and
+// head dimension D = dv (instantiated in batched_attention_hdim<D>.cu).
+template <class E, int D>
+void launch_batched_backward(const BackwardParams& bp, cudaStream_t stream);
 
 // Launches the kernel for element type E (mma::Bfloat16 or mma::Float16),
 // head dimension D (= dv) and transform family on a grid of query_tiles x

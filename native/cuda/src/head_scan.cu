@@ -133,12 +133,13 @@ std::size_t valid(const std::int32_t* lengths, std::size_t b, std::size_t full) 
 
 std::vector<HeadScan> detail::scan_batched_heads(const char* op, ConstBatchedTensor q, ConstBatchedTensor k,
                                                  ConstBatchedTensor v, const std::int32_t* query_lengths,
-                                                 const std::int32_t* key_lengths, cudaStream_t stream) {
-  const std::string what = std::string(op) + ": scanning q, k and v";
+                                                 const std::int32_t* key_lengths, cudaStream_t stream,
+                                                 const ConstBatchedTensor* grad_out) {
+  const std::string what = std::string(op) + (grad_out ? ": scanning q, k, v and grad_out" : ": scanning q, k and v");
   const char* kWhat = what.c_str();
   const std::size_t B = q.batch, Hq = q.heads, Hkv = k.heads, size = dtype_size(q.dtype);
   std::vector<HeadRef> refs;
-  refs.reserve(B * (Hq + 2 * Hkv));
+  refs.reserve(B * (Hq + 2 * Hkv + (grad_out ? Hq : 0)));
   const auto add = [&](const ConstBatchedTensor& t, std::size_t heads, const std::int32_t* lengths) {
     for (std::size_t b = 0; b < B; ++b)
       for (std::size_t h = 0; h < heads; ++h)
@@ -148,6 +149,7 @@ std::vector<HeadScan> detail::scan_batched_heads(const char* op, ConstBatchedTen
   add(q, Hq, query_lengths);
   add(k, Hkv, key_lengths);
   add(v, Hkv, key_lengths);
+  if (grad_out) add(*grad_out, Hq, query_lengths);
   std::vector<HeadScan> scans(refs.size());
   const DeviceArray<HeadRef> d_refs(refs.data(), refs.size(), kWhat);
   DeviceArray<ScanRecord> d_records(refs.size(), kWhat);
@@ -160,7 +162,7 @@ std::vector<HeadScan> detail::scan_batched_heads(const char* op, ConstBatchedTen
     check(cudaGetLastError(), kWhat);
   };
   launch(0, qk, q.cols);                 // q's and k's heads, d wide
-  launch(qk, refs.size() - qk, v.cols);  // v's, dv wide
+  launch(qk, refs.size() - qk, v.cols);  // v's and grad_out's, dv wide
   std::vector<ScanRecord> records(refs.size());
   check(cudaMemcpyAsync(records.data(), d_records.data(), records.size() * sizeof(ScanRecord), cudaMemcpyDeviceToHost,
                         stream),

@@ -16,11 +16,14 @@ namespace entgraph::cuda::detail {
 // One HeadScan per head of q, k and v in the core's order (q's
 // (b, h), k's (b, g), v's (b, g)), over each head's valid rows: the first
 // query_lengths[b] / key_lengths[b] (host copies, clamped to [0, rows];
-// null: all). The tensors are device memory, shapes checked by the core.
+// null: all), then, given grad_out (q's dtype, v's width), one per head of
+// grad_out ((b, h), its first query_lengths[b] rows) as the backward's
+// check wants. The tensors are device memory, shapes checked by the core.
 // Waits for the scan on `stream`.
 std::vector<HeadScan> scan_batched_heads(const char* op, ConstBatchedTensor q, ConstBatchedTensor k,
                                          ConstBatchedTensor v, const std::int32_t* query_lengths,
-                                         const std::int32_t* key_lengths, cudaStream_t stream);
+                                         const std::int32_t* key_lengths, cudaStream_t stream,
+                                         const ConstBatchedTensor* grad_out = nullptr);
 
 // A one-head attention call on device memory (dense or graph attention):
 // throws unless q, k, v, out and key_padding (if set) are the GPU's

@@ -69,4 +69,21 @@ void batched_attention_forward(ConstBatchedTensor q, ConstBatchedTensor k, Const
                                void* workspace = nullptr, std::size_t workspace_bytes = 0,
                                cudaStream_t stream = nullptr);
 
+// The gradients of out = attention(q, k, v) (the core's
+// batched_attention_backward contract, on device pointers, asynchronous on
+// `stream`; the forward is recomputed). The differences above hold, and:
+// - bfloat16 and float16 only (float32 is refused: run it on cpu), d = dv in
+//   {64, 128}; grad_out in q's dtype, its strides multiples of 8 elements;
+//   each gradient q's dtype or float32, strides multiples of 2;
+// - grad_out is not scanned for NaN or inf;
+// - device scratch of 20 bytes per query row (B x Hq x n) plus the
+//   forward's entmax candidate slots, allocated on the stream.
+// Method and error model: docs/CUDA.md, "The batched backward". Call it
+// qualified, as the forward (with eight arguments the core's host-memory
+// overload is found too).
+void batched_attention_backward(ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor v,
+                                ConstBatchedTensor grad_out, BatchedTensor grad_q, BatchedTensor grad_k,
+                                BatchedTensor grad_v, const BatchedAttentionOptions& options,
+                                cudaStream_t stream = nullptr);
+
 }  // namespace entgraph::cuda
