@@ -11,14 +11,16 @@
 #             memcheck, racecheck and synccheck over the batched tensor-core
 #             ones (<= 8 min)
 #   peers     entgraph beside torch SDPA and AdaSplash (tools/gpu_peers.py,
-#             where torch is installed; <= 8 min, GPU_PEERS_TIMEOUT)
+#             where torch is installed; <= 8 min: the forward's run, 5 min,
+#             GPU_PEERS_TIMEOUT, then a training step's, 3 min,
+#             GPU_PEERS_BACKWARD_TIMEOUT)
 #   all       every stage, for a machine of one's own
 # Built binaries are taken from BUILD (default build/release); results go to
 # OUT (default gpu-check/): machine.txt, cuda_tests.log, c_api_cuda.log,
 # cuda_bench.{txt,json}, cuda_batched_bench.{txt,json},
 # cuda_batched_backward_bench.{txt,json}, cpu_bench.{txt,json},
-# memcheck.log, {memcheck,racecheck,synccheck}_batched.log, and peers/ with
-# peers.log. Every stage's limits are set so that a hang leaves the rest of
+# memcheck.log, {memcheck,racecheck,synccheck}_batched.log, peers/ with
+# peers.log, and peers-backward/ with peers-backward.log. Every stage's limits are set so that a hang leaves the rest of
 # the call's time. Exits non-zero if a test fails.
 set -u
 build=${1:-build/release}
@@ -116,16 +118,28 @@ fi
 # comes from build/peers, which tools/fetch_peers.sh fills before the GPU
 # machine is used (it has no network). bf16 over issue 30's shapes unless
 # GPU_PEERS_ARGS says otherwise; the tool rewrites its tables after every
-# shape, so a timeout keeps what was measured. Does not change the exit status.
+# shape, so a timeout keeps what was measured. Then issue 33's training step
+# (--backward-only: forward, then backward, and the gradients against float64)
+# on causal bf16 1x16x16, d = 64, n = 4096 and 16384 unless
+# GPU_PEERS_BACKWARD_ARGS says otherwise, into OUT/peers-backward/ (AdaSplash
+# compiles and autotunes its backward in the first call, tens of seconds).
+# Does not change the exit status.
 python=${PYTHON:-python3}
 if ! want peers; then
   :
 elif "$python" -c "import torch" 2>/dev/null; then
   # shellcheck disable=SC2086  # GPU_PEERS_ARGS is a list of flags
-  timeout "${GPU_PEERS_TIMEOUT:-480}" "$python" "$(dirname "$0")/gpu_peers.py" --out "$out/peers" \
+  timeout "${GPU_PEERS_TIMEOUT:-300}" "$python" "$(dirname "$0")/gpu_peers.py" --out "$out/peers" \
     --lib "$build/native/cuda/libentgraph_cuda_ctypes.so" ${GPU_PEERS_ARGS:---dtype bf16} > "$out/peers.log" 2>&1
   echo "peers (tools/gpu_peers.py): exit $?"
   grep -E "^gpu_peers:" "$out/peers.log" | head -3
+  # shellcheck disable=SC2086  # GPU_PEERS_BACKWARD_ARGS is a list of flags
+  timeout "${GPU_PEERS_BACKWARD_TIMEOUT:-180}" "$python" "$(dirname "$0")/gpu_peers.py" --out "$out/peers-backward" \
+    --lib "$build/native/cuda/libentgraph_cuda_ctypes.so" --backward-only \
+    ${GPU_PEERS_BACKWARD_ARGS:---dtype bf16 --d 64 --heads 1x16x16 --n 4096,16384 --long-n= --causal causal} \
+    > "$out/peers-backward.log" 2>&1
+  echo "peers, training step (tools/gpu_peers.py --backward-only): exit $?"
+  grep -E "^gpu_peers:|^\[" "$out/peers-backward.log" | head -4
 else
   echo "peers: skipped: torch is not installed for $python (tools/gpu_peers.py needs torch, and Triton for AdaSplash)"
 fi

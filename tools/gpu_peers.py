@@ -16,9 +16,30 @@ largest |value|, for the 16-bit output and, where the method offers one,
 the float32 output. Results: OUT/peers.json and OUT/peers.md, rewritten
 after every shape, so a run cut short keeps what it measured.
 
+Training (--backward: beside the forward; --backward-only: instead of it;
+issue 33), per shape, a step of forward then backward for a fixed random
+grad_out ~ N(0, 1) in the inputs' dtype:
+  - AdaSplash-2 causal / AdaSplash-1 non-causal, and SDPA softmax: the
+    forward, then its backward through autograd (torch.autograd.grad, so
+    nothing accumulates in .grad between calls),
+  - entgraph softmax and 1.5-entmax: the forward above, then
+    entgraph::cuda::batched_attention_backward through the same library
+    (it recomputes the forward; nothing is saved between the calls).
+For each: ms of the step (median), TFLOP/s (3.5x the forward's count:
+FlashAttention's convention, five products backward against two forward),
+and the largest error of dQ, dK and dV, each relative to its float64
+gradient's largest |entry|, for 16-bit gradients and, where the method
+offers them, float32 ones. The float64 gradients (the closed form
+dS = g (dP - sum(g dP) / sum(g)), g = p for softmax, sqrt(p) for
+1.5-entmax) cover every query row of --ref-heads key/value heads and their
+query heads (dK and dV need them all). A separate table in the same
+peers.json (each shape's "training") and peers.md, with the ratios of
+issue 33's target (1.5-entmax forward + backward <= 0.8x AdaSplash-2's).
+
     tools/fetch_peers.sh                      # AdaSplash into build/peers
     python3 tools/gpu_peers.py --out gpu-check/peers
     python3 tools/gpu_peers.py --quick        # one small shape per mode
+    python3 tools/gpu_peers.py --quick --backward-only --causal causal   # a training step
     python3 tools/gpu_peers.py --self-test    # no GPU: the reference, counts, tables
 
 The float64 reference is exact attention on the rounded inputs: scores in
@@ -72,6 +93,26 @@ def attention_flops(batch, heads_q, n, m, d, causal):
     (the convention FlashAttention's benchmarks use), whatever the method skips."""
     flops = 4.0 * batch * heads_q * n * m * d
     return flops / 2 if causal else flops
+
+
+def training_flops(batch, heads_q, n, m, d, causal):
+    """A training step (forward, then backward): 3.5 times the forward's
+    products (the backward's five n x m x d products against the forward's
+    two; FlashAttention's convention), halved when causal as the forward's."""
+    return 3.5 * attention_flops(batch, heads_q, n, m, d, causal)
+
+
+def ref_head_pairs(batch, heads_kv, count):
+    """The (sequence, key/value head) pairs the float64 gradients cover:
+    `count` of the batch x heads_kv pairs (all when count is 0 or more),
+    evenly spread, the last pair always among them (its data lies furthest
+    from the tensors' starts)."""
+    total = batch * heads_kv
+    if count <= 0 or count >= total:
+        picks = range(total)
+    else:
+        picks = sorted({total - 1 - (i * total) // count for i in range(count)})
+    return [divmod(i, heads_kv) for i in picks]
 
 
 def sample_rows(n, count, seed=0):
@@ -326,6 +367,88 @@ def reference_attention(ops, q, k, v, rows, transforms, causal, scale, max_eleme
     return {t: (outs[t], support[t] / (batch * heads_q * len(rows))) for t in transforms}
 
 
+def score_gradient(ops, g, dp):
+    """dS = g (dP - sum(g dP) / sum(g)) per row: the transpose of the
+    Jacobian diag(g) - g g^T / sum(g) of softmax (g = p) and of 1.5-entmax
+    (g = sqrt(p)) applied to dP. A row without weight gives zeros."""
+    total = ops.rowsum(g)
+    return g * (dp - ops.rowsum(g * dp) / ops.where(total > 0, total, 1.0))
+
+
+def reference_gradients(ops, q, k, v, grad_out, pairs, transforms, causal, scale, max_elements):
+    """float64 gradients of sum(attention(q, k, v) * grad_out) for the
+    (sequence, key/value head) pairs `pairs`: every query row of the pair's
+    query heads (dK and dV sum over all of them), for each transform of
+    `transforms` from the same scores. Shapes and masks as reference_attention;
+    rows are taken in chunks of at most max_elements scores. Returns
+    {transform: (dq (P, group, n, d), dk (P, m, d), dv (P, m, dv))} in the
+    order of `pairs`."""
+    _, heads_q, n, d = q.shape
+    heads_kv, m = k.shape[1], k.shape[2]
+    group = heads_q // heads_kv
+    dv_cols = v.shape[3]
+    count = len(pairs)
+    grads = {t: (ops.zeros((count, group, n, d), like=q), ops.zeros((count, m, d), like=q),
+                 ops.zeros((count, m, dv_cols), like=q)) for t in transforms}
+    chunk = max(1, max_elements // (group * m))
+    key_index = ops.arange(m, q, dtype="int64")
+    for index, (b, g) in enumerate(pairs):
+        heads = slice(g * group, (g + 1) * group)
+        kb, vb = ops.f64(k[b, g]), ops.f64(v[b, g])
+        for start in range(0, n, chunk):
+            c = min(chunk, n - start)
+            qb = ops.f64(q[b, heads, start:start + c])  # (group, c, d)
+            gb = ops.f64(grad_out[b, heads, start:start + c])  # (group, c, dv)
+            s = (qb @ ops.t(kb)) * scale  # (group, c, m)
+            if causal:
+                query_index = ops.arange(start + c, q, start=start, dtype="int64")
+                s = ops.where(key_index.reshape(1, m) <= query_index.reshape(c, 1) + (m - n), s, -math.inf)
+            dp = gb @ ops.t(vb)
+            for t in transforms:
+                if t == "softmax":
+                    p = softmax_rows(ops, s)
+                    ds = score_gradient(ops, p, dp)
+                elif t == "entmax15":
+                    p = entmax15_rows(ops, s)[0]
+                    ds = score_gradient(ops, ops.sqrt(p), dp)
+                else:
+                    raise ValueError(f"reference_gradients: no transform {t!r} (softmax, entmax15)")
+                dq, dk, dv = grads[t]
+                dq[index, :, start:start + c] = (ds @ kb) * scale
+                dk[index] += (ops.t(ds.reshape(group * c, m)) @ qb.reshape(group * c, d)) * scale
+                dv[index] += ops.t(p.reshape(group * c, m)) @ gb.reshape(group * c, dv_cols)
+                del p, ds
+    return grads
+
+
+def gradient_errors(ops, got, ref, pairs, heads_kv):
+    """{"err_dq", "err_dk", "err_dv", "err"}: each gradient's largest
+    |got - ref| over the pairs, relative to its reference's largest |entry|
+    (inf if a checked entry is not finite); err is the largest of the three.
+    got: (dq, dk, dv) of the whole tensors; dk and dv may have a head per
+    query head (a method without grouped-query attention ran on repeated
+    K/V heads): those of a group are summed first."""
+    gq, gk, gv = got
+    group = gq.shape[1] // heads_kv
+    out = {}
+    for name, whole, reference in (("dq", gq, ref[0]), ("dk", gk, ref[1]), ("dv", gv, ref[2])):
+        worst, top = 0.0, ops.absmax(reference)
+        for index, (b, g) in enumerate(pairs):
+            if name == "dq":
+                part = ops.f64(whole[b, g * group:(g + 1) * group])
+            elif whole.shape[1] != heads_kv:
+                part = ops.f64(whole[b, g * group:(g + 1) * group]).sum(0)
+            else:
+                part = ops.f64(whole[b, g])
+            if not bool(ops.isfinite(part).all()):
+                worst = math.inf
+                break
+            worst = max(worst, ops.absmax(part - reference[index]))
+        out["err_" + name] = worst / (top if top > 0 else 1.0)
+    out["err"] = max(out["err_dq"], out["err_dk"], out["err_dv"])
+    return out
+
+
 # ---------------------------------------------------------------------------
 # entgraph through libentgraph_cuda_ctypes.so (native/cuda/ctypes/).
 
@@ -351,6 +474,15 @@ def ctypes_signatures():
         ],
         "entgraph_cuda_batched_attention_workspace": [
             i, i, i64, i64, i64, i64, i64, i64, i64, strides, strides, i, dbl, i, ctypes.POINTER(ctypes.c_size_t),
+        ],
+        "entgraph_cuda_batched_attention_backward": [
+            i, i, i, i,  # dtype (q, k, v, grad_out), grad_q, grad_k, grad_v dtypes
+            ptr, ptr, ptr, ptr, ptr, ptr, ptr,  # q, k, v, grad_out, grad_q, grad_k, grad_v
+            i64, i64, i64, i64, i64, i64, i64,  # batch, heads_q, heads_kv, n, m, d, dv
+            strides, strides, strides, strides, strides, strides, strides,  # the same tensors' strides
+            i, dbl, dbl, i,  # transform, alpha, scale, causal
+            lengths, lengths,  # query_lengths, key_lengths
+            ptr,  # stream
         ],
         "entgraph_cuda_last_error": [],
     }
@@ -397,13 +529,28 @@ class EntgraphLibrary:
             TRANSFORM_CODES[transform], 1.5, scale, int(causal), None, None,
             workspace.data_ptr() if workspace is not None else None,
             workspace.numel() if workspace is not None else 0, stream)
-        fn = self.lib.entgraph_cuda_batched_attention
+        return self._call(self.lib.entgraph_cuda_batched_attention, call_args, "forward", out)
 
+    def bind_backward(self, q, k, v, grad_out, grads, transform, causal, scale, stream):
+        """The backward as bind's forward: grads = (dq, dk, dv), each in q's
+        dtype or float32, written by every call (the forward recomputed)."""
+        batch, heads_q, n, d = q.shape
+        heads_kv, m = k.shape[1], k.shape[2]
+        tensors = (q, k, v, grad_out) + tuple(grads)
+        call_args = (
+            (DTYPE_CODES[dtype_name(q.dtype)],) + tuple(DTYPE_CODES[dtype_name(g.dtype)] for g in grads)
+            + tuple(t.data_ptr() for t in tensors)
+            + (batch, heads_q, heads_kv, n, m, d, v.shape[3])
+            + tuple(self._strides(t) for t in tensors)
+            + (TRANSFORM_CODES[transform], 1.5, scale, int(causal), None, None, stream))
+        return self._call(self.lib.entgraph_cuda_batched_attention_backward, call_args, "backward", grads)
+
+    def _call(self, fn, call_args, what, result):
         def call():
             status = fn(*call_args)
             if status:
-                self._fail(status, "forward")
-            return out
+                self._fail(status, what)
+            return result
 
         return call
 
@@ -444,8 +591,8 @@ def shape_label(s):
     return f"{s['B']}×{s['Hq']}/{s['Hkv']} n={s['n']} d={s['d']}"
 
 
-def method_time(shape, method, out="16-bit"):
-    for r in shape["results"]:
+def method_time(shape, method, out="16-bit", key="results"):
+    for r in shape.get(key, []):
         if r["method"] == method:
             for variant in r["variants"]:
                 if variant["out"] == out and variant["status"] == "ok":
@@ -457,11 +604,28 @@ def ratio(a, b):
     return None if a is None or b is None or b == 0 else a / b
 
 
+def method_cells(r, peak, what="out"):
+    """(16-bit variant, float32 variant, TFLOP/s, % of peak, note) of one
+    method's result, for a table row; `what` names the variants' results in
+    the note (out, grads)."""
+    v16 = next((x for x in r["variants"] if x["out"] == "16-bit"), None)
+    v32 = next((x for x in r["variants"] if x["out"] == "float32"), None)
+    tflops = v16.get("tflops") if v16 and v16["status"] == "ok" else None
+    pct = 100 * tflops / peak if tflops is not None and peak else None
+    notes = [r["note"]] if r.get("note") else []
+    for x in r["variants"]:
+        if x["status"] != "ok":
+            notes.append(f"{x['out']} {what}: {x['status']}")
+    return v16, v32, tflops, pct, "; ".join(notes).replace("|", "/")
+
+
 def markdown(results):
-    """The run as markdown: one row per (shape, method); then the ratios that
-    issue 30's targets are stated in."""
+    """The run as markdown: per mode run (forward, training), one row per
+    (shape, method), then the ratios that issue 30's and 33's targets are
+    stated in."""
     meta = results["meta"]
     peak = meta.get("peak_tflops")
+    modes = meta.get("modes", ["forward"])
     lines = [
         f"# entgraph beside its peers: {meta.get('device', '?')}",
         "",
@@ -469,38 +633,42 @@ def markdown(results):
         f"CUDA {meta.get('cuda', '?')}; entgraph {meta.get('entgraph_commit', '?')}; "
         f"AdaSplash {meta.get('adasplash_commit') or meta.get('adasplash_status', '?')}.",
         f"bf16 dense peak: {fmt(peak, '.0f')} TFLOP/s ({meta.get('peak_source') or 'unknown chip: --peak'}). "
-        f"Forward, Q, K, V ~ N(0, 1), scale 1/sqrt(d); ms: median of {meta.get('samples', '?')} CUDA-event samples "
+        f"Q, K, V ~ N(0, 1), scale 1/sqrt(d); ms: median of {meta.get('samples', '?')} CUDA-event samples "
         f"of back-to-back calls, after the first call (timed apart: it includes any compilation) and "
-        f"{meta.get('warmup', '?')} more; TFLOP/s: 4·B·Hq·n·m·d, halved when causal, for every method.",
-        f"err: max |out − ref| / max |ref| over {meta.get('ref_rows_label', '?')}, against float64 attention on the "
-        "same 16-bit inputs; 16-bit floor: the same for the reference rounded once to the 16-bit type.",
+        f"{meta.get('warmup', '?')} more; TFLOP/s: 4·B·Hq·n·m·d, halved when causal, for every method "
+        "(a training step: 3.5 times that).",
         "",
     ]
     for note in meta.get("notes", []):
         lines.append(f"- {note}")
     if meta.get("notes"):
         lines.append("")
-    lines += [
+    if "forward" in modes:
+        lines += forward_tables(results["shapes"], meta, peak)
+    if "backward" in modes:
+        lines += ([""] if "forward" in modes else []) + training_tables(results["shapes"], meta, peak)
+    return "\n".join(lines) + "\n"
+
+
+def forward_tables(shapes, meta, peak):
+    lines = [
+        "## Forward",
+        "",
+        f"err: max |out − ref| / max |ref| over {meta.get('ref_rows_label', '?')}, against float64 attention on the "
+        "same 16-bit inputs; 16-bit floor: the same for the reference rounded once to the 16-bit type.",
+        "",
         "| shape | dtype | causal | method | ms | TFLOP/s | % of peak | err 16-bit out | err f32 out | ms f32 out "
         "| first call s | note |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for s in results["shapes"]:
+    for s in shapes:
         if s.get("error"):
             lines.append(f"| {shape_label(s)} | {s['dtype']} | {int(s['causal'])} | (shape failed) | | | | | | | | "
                          f"{s['error'].replace('|', '/')} |")
             continue
         floor = fmt(s.get("round16_floor"), ".1e")
         for r in s["results"]:
-            v16 = next((x for x in r["variants"] if x["out"] == "16-bit"), None)
-            v32 = next((x for x in r["variants"] if x["out"] == "float32"), None)
-            tflops = v16.get("tflops") if v16 and v16["status"] == "ok" else None
-            pct = 100 * tflops / peak if tflops is not None and peak else None
-            notes = [r["note"]] if r.get("note") else []
-            for x in r["variants"]:
-                if x["status"] != "ok":
-                    notes.append(f"{x['out']} out: {x['status']}")
-            note = "; ".join(notes).replace("|", "/")
+            v16, v32, tflops, pct, note = method_cells(r, peak)
             lines.append(
                 f"| {shape_label(s)} | {s['dtype']} | {int(s['causal'])} | {r['method']} | "
                 f"{variant_cell(v16, 'ms', '.3f')} | {fmt(tflops, '.1f')} | {fmt(pct, '.1f')} | "
@@ -517,14 +685,64 @@ def markdown(results):
         "| shape | dtype | causal | entmax15 / AdaSplash | softmax / SDPA | entmax15 / softmax |",
         "|---|---|---|---|---|---|",
     ]
-    for s in results["shapes"]:
-        ada = method_time(s, "AdaSplash-2" if s["causal"] else "AdaSplash-1")
-        ent = method_time(s, "entgraph entmax15")
-        soft = method_time(s, "entgraph softmax")
-        sdpa = method_time(s, "SDPA softmax")
+    return lines + ratio_rows(shapes, "results")
+
+
+def ratio_rows(shapes, key):
+    """| shape | dtype | causal | entmax15 / AdaSplash | softmax / SDPA | entmax15 / softmax | rows (16-bit)."""
+    lines = []
+    for s in shapes:
+        ada = method_time(s, "AdaSplash-2" if s["causal"] else "AdaSplash-1", key=key)
+        ent = method_time(s, "entgraph entmax15", key=key)
+        soft = method_time(s, "entgraph softmax", key=key)
+        sdpa = method_time(s, "SDPA softmax", key=key)
         lines.append(f"| {shape_label(s)} | {s['dtype']} | {int(s['causal'])} | {fmt(ratio(ent, ada), '.2f')} | "
                      f"{fmt(ratio(soft, sdpa), '.2f')} | {fmt(ratio(ent, soft), '.2f')} |")
-    return "\n".join(lines) + "\n"
+    return lines
+
+
+def training_tables(shapes, meta, peak):
+    """The training step's table (each shape's "training") and its ratios."""
+    lines = [
+        "## Training: forward, then backward",
+        "",
+        "A fixed grad_out ~ N(0, 1) in the inputs' dtype. err: each of dQ, dK, dV's max |grad − ref| / max |ref|, "
+        f"against float64 gradients on the same 16-bit inputs over every query row of "
+        f"{meta.get('ref_heads_label', '?')}; err grads: the largest of the three. 16-bit floor: the same for the "
+        "reference gradients rounded once to the 16-bit type.",
+        "",
+        "| shape | dtype | causal | method | ms fwd+bwd | TFLOP/s | % of peak | err 16-bit grads | dQ | dK | dV "
+        "| err f32 grads | ms f32 grads | first call s | note |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for s in shapes:
+        head = f"| {shape_label(s)} | {s['dtype']} | {int(s['causal'])} |"
+        failure = s.get("error") or s.get("training_error")
+        if failure:
+            lines.append(f"{head} (training failed) | | | | | | | | | | | {failure.replace('|', '/')} |")
+            continue
+        for r in s.get("training", []):
+            v16, v32, tflops, pct, note = method_cells(r, peak, "grads")
+            lines.append(
+                f"{head} {r['method']} | {variant_cell(v16, 'ms', '.3f')} | {fmt(tflops, '.1f')} | "
+                f"{fmt(pct, '.1f')} | {variant_cell(v16, 'err', '.1e')} | {variant_cell(v16, 'err_dq', '.1e')} | "
+                f"{variant_cell(v16, 'err_dk', '.1e')} | {variant_cell(v16, 'err_dv', '.1e')} | "
+                f"{variant_cell(v32, 'err', '.1e')} | {variant_cell(v32, 'ms', '.3f')} | "
+                f"{fmt(r.get('first_call_s'), '.2f')} | {note} |")
+        info = s.get("training_ref", {})
+        lines.append(f"{head} (16-bit floor) | | | | {fmt(info.get('round16_floor'), '.1e')} | | | | | | | "
+                     f"float64 gradients: {fmt(info.get('reference_s'), '.1f')} s |")
+    lines += [
+        "",
+        "Ratios of training-step times (16-bit gradients). Target of issue 33: entgraph 1.5-entmax forward + "
+        "backward ≤ 0.8× AdaSplash-2's (causal; AdaSplash-1 beside it when non-causal), gradients within 1e-3 "
+        "of float64 relative to each gradient's largest |entry|.",
+        "",
+        "| shape | dtype | causal | entmax15 / AdaSplash | softmax / SDPA | entmax15 / softmax |",
+        "|---|---|---|---|---|---|",
+    ]
+    lines += ratio_rows(shapes, "training")
+    return lines
 
 
 def write_results(out_dir, results):
@@ -653,14 +871,18 @@ class Runner:
         top = float(ref.abs().max())
         return float((got - ref).abs().max()) / (top if top > 0 else 1.0)
 
-    def variant(self, label, fn, ref, rows_index, flops):
-        """One output variant of one method: first call, error, timing; any
+    def output_errors(self, ref, rows_index):
+        return lambda out: {"err": self.error(out, ref, rows_index)}
+
+    def variant(self, label, fn, errors, flops):
+        """One output variant of one method: first call, errors (a function
+        of the first call's result giving the fields to record), timing; any
         failure is recorded, not raised (a lost CUDA context is re-raised)."""
         v = {"out": label}
         try:
             out, first = self.first_call(fn)
             v["first_call_s"] = first
-            v["err"] = self.error(out, ref, rows_index)
+            v.update(errors(out))
             del out
             ms, samples, reps = self.time_ms(fn)
             v.update(status="ok", ms=ms, samples_ms=samples, calls_per_sample=reps,
@@ -748,6 +970,9 @@ def run(args):
 
     ref_rows_label = ("every query row" if args.ref_rows <= 0 else
                       f"{args.ref_rows} query rows a head (first, last, middle, the rest at random; all when n is smaller)")
+    modes = run_modes(args)
+    ref_heads_label = ("every key/value head" if args.ref_heads <= 0 else
+                       f"{args.ref_heads} key/value head(s) of the batch (evenly spread, the last one included)")
     results = {
         "meta": {
             "tool": "tools/gpu_peers.py",
@@ -771,6 +996,9 @@ def run(args):
             "seed": args.seed,
             "ref_rows": args.ref_rows,
             "ref_rows_label": ref_rows_label,
+            "modes": modes,
+            "ref_heads": args.ref_heads,
+            "ref_heads_label": ref_heads_label,
             "sdpa_backends": args.sdpa_backend,
             "notes": [
                 "AdaSplash-1 has no grouped-query attention: its K and V heads are repeated to the query heads "
@@ -779,7 +1007,12 @@ def run(args):
                 "AdaSplash and SDPA return the inputs' dtype only; their float32 column is AdaSplash on float32 "
                 "copies of the same 16-bit values (--peer-fp32) or empty.",
                 f"entgraph: {lib_status}; AdaSplash: {ada_status}.",
-            ],
+            ] + ([
+                "Training: AdaSplash and SDPA run their forward, then torch.autograd.grad on its output for the "
+                "same grad_out (no .grad accumulates between calls); entgraph runs its forward (16-bit out) then "
+                "entgraph_cuda_batched_attention_backward, which recomputes the forward. Where K/V heads are "
+                "repeated for a method, its dK and dV of a group are summed before they are compared.",
+            ] if "backward" in modes else []),
         },
         "shapes": [],
     }
@@ -792,7 +1025,10 @@ def run(args):
     with torch.no_grad():
         for index, shape in enumerate(shapes, 1):
             try:
-                entry = run_shape(runner, F, sdpa_ctx, shape, methods, ada, lib, args)
+                entry = (run_shape(runner, F, sdpa_ctx, shape, methods, ada, lib, args) if "forward" in modes
+                         else dict(shape, results=[]))
+                if "backward" in modes:
+                    entry.update(run_training_step(runner, F, sdpa_ctx, shape, methods, ada, lib, args))
             except ContextLost as e:
                 lost = e
             except Exception as e:  # the inputs or the reference (e.g. out of memory): recorded, the run goes on
@@ -816,19 +1052,42 @@ def run(args):
             results["shapes"].append(entry)
             write_results(args.out, results)
             print(f"[{index}/{len(shapes)}] {shape_label(shape)} {shape['dtype']} causal={int(shape['causal'])}: "
-                  + ("; ".join(summary(r) for r in entry["results"]) or entry.get("error", "")), flush=True)
+                  + ("; ".join([summary(r) for r in entry["results"]]
+                               + [summary(r, "train ") for r in entry.get("training", [])])
+                     or entry.get("error", "") or entry.get("training_error", "")), flush=True)
     print(f"gpu_peers: {args.out}/peers.md and peers.json")
     return 0
 
 
-def summary(r):
+def run_modes(args):
+    """["forward"], ["forward", "backward"] (--backward) or ["backward"] (--backward-only)."""
+    if args.backward_only:
+        return ["backward"]
+    return ["forward", "backward"] if args.backward else ["forward"]
+
+
+def run_training_step(runner, F, sdpa_ctx, shape, methods, ada, lib, args):
+    """run_training_shape, its failure recorded (the forward's results are
+    kept; a lost CUDA context is re-raised)."""
+    try:
+        return run_training_shape(runner, F, sdpa_ctx, shape, methods, ada, lib, args)
+    except ContextLost:
+        raise
+    except Exception as e:  # the reference or the inputs (e.g. out of memory)
+        runner.check_context()
+        runner.torch.cuda.empty_cache()
+        return {"training": [], "training_error": describe(e)}
+
+
+def summary(r, prefix=""):
     parts = []
     for v in r["variants"]:
         if v["status"] == "ok":
             parts.append(f"{v['out']} {v['ms']:.3f} ms {v['tflops']:.0f} TF err {v['err']:.1e}")
         else:
             parts.append(f"{v['out']} {v['status'][:60]}")
-    return f"{r['method']}: " + ", ".join(parts) if parts else f"{r['method']}: {r.get('note', '')}"
+    return (f"{prefix}{r['method']}: " + ", ".join(parts) if parts
+            else f"{prefix}{r['method']}: {r.get('note', '')}")
 
 
 def sdpa_context(torch, choice):
@@ -843,108 +1102,229 @@ def sdpa_context(torch, choice):
     return lambda: sdpa_kernel(backends)
 
 
-def run_shape(runner, F, sdpa_ctx, shape, methods, ada, lib, args):
-    torch = runner.torch
-    b, hq, hkv, n, m, d, causal = (shape[x] for x in ("B", "Hq", "Hkv", "n", "m", "d", "causal"))
+def shape_inputs(torch, shape, seed):
+    """(q, k, v, dtype, scale, generator): a shape's inputs, N(0, 1) rounded
+    to its 16-bit type, the same in the forward and the training runs; the
+    generator goes on to draw grad_out."""
+    b, hq, hkv, n, m, d = (shape[x] for x in ("B", "Hq", "Hkv", "n", "m", "d"))
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[shape["dtype"]]
-    scale = 1.0 / math.sqrt(d)
-    flops = attention_flops(b, hq, n, m, d, causal)
-    gen = torch.Generator(device="cuda").manual_seed(args.seed)
+    gen = torch.Generator(device="cuda").manual_seed(seed)
     q = torch.randn((b, hq, n, d), generator=gen, device="cuda", dtype=torch.float32).to(dtype)
     k = torch.randn((b, hkv, m, d), generator=gen, device="cuda", dtype=torch.float32).to(dtype)
     v = torch.randn((b, hkv, m, d), generator=gen, device="cuda", dtype=torch.float32).to(dtype)
+    return q, k, v, dtype, 1.0 / math.sqrt(d), gen
+
+
+def reference_elements(args):
+    return max(1, int(args.ref_gb * 2**30 / 8 / 8))  # ~8 float64 temporaries of the chunk's scores
+
+
+def add_result(results, method, transform, variants, note=""):
+    results.append(dict(method=method, transform=transform, note=note, variants=variants,
+                        first_call_s=next((x.get("first_call_s") for x in variants
+                                           if x.get("first_call_s") is not None), None)))
+
+
+def refused(label, error):
+    """The variant of a call refused before it ran (a float32 output the
+    library does not offer is "not offered", anything else "failed")."""
+    prefix = "not offered: " if error.status == 1 and label == "float32" else "failed: "
+    return {"out": label, "status": prefix + str(error)}
+
+
+def repeat_heads(x, group):
+    return x.repeat_interleave(group, dim=1).contiguous() if group > 1 else x
+
+
+def sdpa_method(F, causal, scale, group, inputs, repeat, probe):
+    """(forward(q, k, v), inputs, note): SDPA with enable_gqa where K/V have
+    fewer heads, or, if probe(forward, inputs) raises, plain SDPA on the
+    inputs with K/V heads repeated by repeat(inputs)."""
+    def forward(a, b, c):
+        return F.scaled_dot_product_attention(a, b, c, is_causal=causal, scale=scale, enable_gqa=group > 1)
+
+    if group == 1:
+        return forward, inputs, ""
+    try:
+        probe(forward, inputs)
+        return forward, inputs, "native GQA"
+    except Exception as e:
+        refusal = describe(e)
+
+    def plain(a, b, c):
+        return F.scaled_dot_product_attention(a, b, c, is_causal=causal, scale=scale)
+
+    return plain, repeat(inputs), f"K/V heads repeated (enable_gqa failed: {refusal})"
+
+
+def adasplash_method(ada, causal, group, inputs, args):
+    """(method, forward(q, k, v), inputs, note): AdaSplash-2 when causal;
+    AdaSplash-1 otherwise, on K/V heads repeated where they are fewer (it
+    has no grouped-query attention; the copies are made here, untimed)."""
+    if causal:
+        return "AdaSplash-2", lambda a, b, c: ada.adasplash_v2(a, b, c, niter=args.v2_niter), inputs, ""
+    qq, kk, vv = inputs
+    note = "K/V heads repeated (no GQA in v1)" if group > 1 else ""
+    return ("AdaSplash-1",
+            lambda a, b, c: ada.adasplash_v1(a, b, c, alpha=1.5, is_causal=False, niter=args.v1_niter),
+            (qq, repeat_heads(kk, group), repeat_heads(vv, group)), note)
+
+
+def add_adasplash(runner, results, ada, causal, group, inputs, args, timed, errors, flops):
+    """AdaSplash's entry in results: missing, or its 16-bit variant and
+    (--peer-fp32) its float32 one; timed(forward, inputs) is the call timed."""
+    if ada is None:
+        add_result(results, "AdaSplash-2" if causal else "AdaSplash-1", "entmax15", [], note="missing")
+        return
+    variants = []
+    by_label = {"16-bit": inputs}
+    if args.peer_fp32:
+        by_label["float32"] = tuple(x.float() for x in inputs)
+    for label, xs in by_label.items():
+        method, forward, xs, note = adasplash_method(ada, causal, group, xs, args)
+        variants.append(runner.variant(label, timed(forward, xs), errors, flops))
+    add_result(results, method, "entmax15", variants, note)
+
+
+def run_shape(runner, F, sdpa_ctx, shape, methods, ada, lib, args):
+    torch = runner.torch
+    b, hq, hkv, n, m, d, causal = (shape[x] for x in ("B", "Hq", "Hkv", "n", "m", "d", "causal"))
+    q, k, v, dtype, scale, _ = shape_inputs(torch, shape, args.seed)
+    flops = attention_flops(b, hq, n, m, d, causal)
 
     rows = sample_rows(n, args.ref_rows, args.seed)
     rows_index = torch.tensor(rows, dtype=torch.int64, device="cuda")
-    max_elements = max(1, int(args.ref_gb * 2**30 / 8 / 8))  # ~8 float64 temporaries of the chunk's scores
     t0 = time.perf_counter()
-    refs = reference_attention(runner.ops, q, k, v, rows, ("softmax", "entmax15"), causal, scale, max_elements)
+    refs = reference_attention(runner.ops, q, k, v, rows, ("softmax", "entmax15"), causal, scale,
+                               reference_elements(args))
     (ref_soft, _), (ref_ent, support) = refs["softmax"], refs["entmax15"]
     ref_s = time.perf_counter() - t0
     floor = max(float((r.to(dtype).to(torch.float64) - r).abs().max()) / float(r.abs().max())
                 for r in (ref_soft, ref_ent))
     entry = dict(shape, flops=flops, ref_rows=len(rows), reference_s=ref_s, round16_floor=floor,
                  entmax_support_mean=support, results=[])
-    repeated = {}
-
-    def repeat_kv():
-        if "k" not in repeated:
-            repeated["k"] = k.repeat_interleave(hq // hkv, dim=1).contiguous()
-            repeated["v"] = v.repeat_interleave(hq // hkv, dim=1).contiguous()
-        return repeated["k"], repeated["v"]
-
-    def add(method, transform, variants, note=""):
-        entry["results"].append(dict(method=method, transform=transform, note=note, variants=variants,
-                                     first_call_s=next((x.get("first_call_s") for x in variants
-                                                        if x.get("first_call_s") is not None), None)))
+    group = hq // hkv
 
     if "sdpa" in methods:
-        note = "native GQA" if hq != hkv else ""
         # The backend choice is entered once, not per call, so its Python cost is not timed.
         with sdpa_ctx():
-            def fn():
-                return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale, enable_gqa=hq != hkv)
-
-            if hq != hkv:
-                try:
-                    fn()
-                except Exception as e:
-                    refusal = describe(e)
-                    kr, vr = repeat_kv()
-
-                    def fn():
-                        return F.scaled_dot_product_attention(q, kr, vr, is_causal=causal, scale=scale)
-
-                    note = f"K/V heads repeated (enable_gqa failed: {refusal})"
-            add("SDPA softmax", "softmax", [runner.variant("16-bit", fn, ref_soft, rows_index, flops)], note)
+            forward, (qq, kk, vv), note = sdpa_method(
+                F, causal, scale, group, (q, k, v),
+                lambda xs: (xs[0], repeat_heads(xs[1], group), repeat_heads(xs[2], group)),
+                lambda f, xs: f(*xs))
+            add_result(entry["results"], "SDPA softmax", "softmax",
+                       [runner.variant("16-bit", lambda: forward(qq, kk, vv),
+                                       runner.output_errors(ref_soft, rows_index), flops)], note)
 
     if "adasplash" in methods:
-        method = "AdaSplash-2" if causal else "AdaSplash-1"
-        if ada is None:
-            add(method, "entmax15", [], note="missing")
-        else:
-            variants = []
-            inputs = {"16-bit": (q, k, v)}
-            if args.peer_fp32:
-                inputs["float32"] = (q.float(), k.float(), v.float())
-            note = ""
-            for label, (qq, kk, vv) in inputs.items():
-                if causal:
-                    def fn(qq=qq, kk=kk, vv=vv):
-                        return ada.adasplash_v2(qq, kk, vv, niter=args.v2_niter)
-                else:
-                    if hq != hkv:
-                        kk = kk.repeat_interleave(hq // hkv, dim=1).contiguous()
-                        vv = vv.repeat_interleave(hq // hkv, dim=1).contiguous()
-                        note = "K/V heads repeated (no GQA in v1)"
-
-                    def fn(qq=qq, kk=kk, vv=vv):
-                        return ada.adasplash_v1(qq, kk, vv, alpha=1.5, is_causal=False, niter=args.v1_niter)
-                variants.append(runner.variant(label, fn, ref_ent, rows_index, flops))
-            add(method, "entmax15", variants, note)
+        add_adasplash(runner, entry["results"], ada, causal, group, (q, k, v), args,
+                      lambda f, xs: lambda: f(*xs), runner.output_errors(ref_ent, rows_index), flops)
 
     if "entgraph" in methods:
         for transform, ref in (("softmax", ref_soft), ("entmax15", ref_ent)):
             method = f"entgraph {transform}"
             if lib is None:
-                add(method, transform, [], note="missing")
+                add_result(entry["results"], method, transform, [], note="missing")
                 continue
             variants = []
             for label, out_dtype in (("16-bit", dtype), ("float32", torch.float32)):
                 out = torch.empty((b, hq, n, d), dtype=out_dtype, device="cuda")
                 try:
-                    size = lib.workspace_bytes(q, k, dtype_name(out_dtype), transform, causal)
-                    workspace = torch.empty(size, dtype=torch.uint8, device="cuda") if size else None
+                    workspace = entgraph_workspace(torch, lib, q, k, out_dtype, transform, causal)
                 except PeerError as e:
-                    prefix = "not offered: " if e.status == 1 and label == "float32" else "failed: "
-                    variants.append({"out": label, "status": prefix + str(e)})
+                    variants.append(refused(label, e))
                     continue
                 fn = lib.bind(q, k, v, out, transform, causal, scale, workspace,
                               torch.cuda.current_stream().cuda_stream)
-                variants.append(runner.variant(label, fn, ref, rows_index, flops))
+                variants.append(runner.variant(label, fn, runner.output_errors(ref, rows_index), flops))
                 del out, workspace, fn
-            add(method, transform, variants)
+            add_result(entry["results"], method, transform, variants)
     return entry
+
+
+def entgraph_workspace(torch, lib, q, k, out_dtype, transform, causal):
+    size = lib.workspace_bytes(q, k, dtype_name(out_dtype), transform, causal)
+    return torch.empty(size, dtype=torch.uint8, device="cuda") if size else None
+
+
+def run_training_shape(runner, F, sdpa_ctx, shape, methods, ada, lib, args):
+    """A shape's training step (--backward): {"training": results, "training_ref": the reference's facts}."""
+    torch = runner.torch
+    b, hq, hkv, n, m, d, causal = (shape[x] for x in ("B", "Hq", "Hkv", "n", "m", "d", "causal"))
+    q, k, v, dtype, scale, gen = shape_inputs(torch, shape, args.seed)
+    grad_out = torch.randn((b, hq, n, d), generator=gen, device="cuda", dtype=torch.float32).to(dtype)
+    flops = training_flops(b, hq, n, m, d, causal)
+    group = hq // hkv
+
+    pairs = ref_head_pairs(b, hkv, args.ref_heads)
+    t0 = time.perf_counter()
+    with torch.no_grad():
+        refs = reference_gradients(runner.ops, q, k, v, grad_out, pairs, ("softmax", "entmax15"), causal, scale,
+                                   reference_elements(args))
+    ref_s = time.perf_counter() - t0
+    floor = max(float((r.to(dtype).to(torch.float64) - r).abs().max()) / max(float(r.abs().max()), 1e-300)
+                for grads in refs.values() for r in grads)
+    results = []
+    info = dict(flops=flops, pairs=[list(x) for x in pairs], reference_s=ref_s, round16_floor=floor)
+
+    def errors(ref):
+        return lambda got: gradient_errors(runner.ops, got, ref, pairs, hkv)
+
+    def leaves(xs):
+        return tuple(x.detach().clone().requires_grad_() for x in xs)
+
+    def step(forward, xs):
+        """forward on xs (leaves), then autograd's backward for grad_out in
+        q's dtype; returns (dq, dk, dv)."""
+        go = grad_out if xs[0].dtype == grad_out.dtype else grad_out.to(xs[0].dtype)
+
+        def fn():
+            return torch.autograd.grad(forward(*xs), xs, go)
+
+        return fn
+
+    with torch.enable_grad():
+        if "sdpa" in methods:
+            with sdpa_ctx():
+                forward, xs, note = sdpa_method(
+                    F, causal, scale, group, leaves((q, k, v)),
+                    lambda xs: leaves((xs[0], repeat_heads(xs[1], group), repeat_heads(xs[2], group))),
+                    lambda f, xs: step(f, xs)())
+                add_result(results, "SDPA softmax", "softmax",
+                           [runner.variant("16-bit", step(forward, xs), errors(refs["softmax"]), flops)], note)
+
+        if "adasplash" in methods:
+            add_adasplash(runner, results, ada, causal, group, (q, k, v), args,
+                          lambda f, xs: step(f, leaves(xs)), errors(refs["entmax15"]), flops)
+
+    if "entgraph" in methods:
+        stream = torch.cuda.current_stream().cuda_stream
+        for transform in ("softmax", "entmax15"):
+            method = f"entgraph {transform}"
+            if lib is None:
+                add_result(results, method, transform, [], note="missing")
+                continue
+            variants = []
+            out = torch.empty((b, hq, n, d), dtype=dtype, device="cuda")
+            try:
+                workspace = entgraph_workspace(torch, lib, q, k, dtype, transform, causal)
+            except PeerError as e:
+                add_result(results, method, transform, [refused("16-bit", e)])
+                continue
+            forward = lib.bind(q, k, v, out, transform, causal, scale, workspace, stream)
+            for label, grad_dtype in (("16-bit", dtype), ("float32", torch.float32)):
+                grads = tuple(torch.empty(x.shape, dtype=grad_dtype, device="cuda") for x in (q, k, v))
+                backward = lib.bind_backward(q, k, v, grad_out, grads, transform, causal, scale, stream)
+
+                def fn(backward=backward):
+                    forward()
+                    return backward()
+
+                variants.append(runner.variant(label, fn, errors(refs[transform]), flops))
+                del grads, backward, fn
+            add_result(results, method, transform, variants)
+            del out, workspace, forward
+    return {"training": results, "training_ref": info}
 
 
 # ---------------------------------------------------------------------------
@@ -975,8 +1355,11 @@ def self_test():
     for ops in backends:
         passed_before = passed
         self_test_reference(ops, check)
+        self_test_gradients(ops, check)
         print(f"gpu_peers self-test: {passed - passed_before} reference checks with {ops.name}")
     self_test_pure(check)
+    self_test_training_tables(check)
+    self_test_library(check)
     print(f"gpu_peers self-test ({', '.join(o.name for o in backends)}): {passed} passed, {failed} failed")
     return 1 if failed else 0
 
@@ -1080,6 +1463,94 @@ def self_test_reference(ops, check):
             check(worst < 1e-12, f"reference_attention {transform} causal={causal}: {worst:.3e} from the loop")
 
 
+def self_test_gradients(ops, check):
+    """reference_gradients against central differences of
+    sum(reference_attention(...) * grad_out), both transforms, causal and
+    not, GQA, n < m and n > m (causal rows that see no key); chunks of one
+    row against all rows; a subset of pairs against the whole; and
+    gradient_errors' measures."""
+    rng = random.Random(777)
+
+    def tensor(shape, spread=1.0):
+        return ops.f64([spread * rng.gauss(0, 1) for _ in range(math.prod(shape))]).reshape(shape)
+
+    B, Hq, Hkv, d, dv = 2, 4, 2, 3, 2
+    all_pairs = ref_head_pairs(B, Hkv, 0)
+    for n, m in ((5, 7), (6, 4)):
+        # Spread 2: 1.5-entmax leaves some keys out, so the support's edge is crossed.
+        q, k, v, go = tensor((B, Hq, n, d), 2.0), tensor((B, Hkv, m, d), 2.0), tensor((B, Hkv, m, dv)), \
+            tensor((B, Hq, n, dv))
+        scale = 1 / math.sqrt(d)
+        for causal in (False, True):
+            grads = reference_gradients(ops, q, k, v, go, all_pairs, ("softmax", "entmax15"), causal, scale, 1)
+            whole = reference_gradients(ops, q, k, v, go, all_pairs, ("softmax", "entmax15"), causal, scale, 10**6)
+            sub = reference_gradients(ops, q, k, v, go, [all_pairs[-1]], ("entmax15",), causal, scale, 10**6)
+            for t in ("softmax", "entmax15"):
+                label = f"{t} n={n} m={m} causal={causal}"
+                check(max(ops.absmax(a - b) for a, b in zip(grads[t], whole[t])) < 1e-13,
+                      f"gradients {label}: chunks of 1 row vs all rows")
+
+                def loss(qq, kk, vv):
+                    out = reference_attention(ops, qq, kk, vv, list(range(n)), [t], causal, scale, 10**6)[t][0]
+                    return float((out * go).sum())
+
+                # Central differences, entry by entry, arranged as the reference's (pair, ...) layout.
+                h = 1e-6
+                worst, top = 0.0, 0.0
+                for which, x in enumerate((q, k, v)):
+                    flat = x.reshape(-1)
+                    numeric = ops.zeros(flat.shape, like=flat)
+                    for i in range(flat.shape[0]):
+                        keep = float(flat[i])
+                        flat[i] = keep + h
+                        up = loss(q, k, v)
+                        flat[i] = keep - h
+                        down = loss(q, k, v)
+                        flat[i] = keep
+                        numeric[i] = (up - down) / (2 * h)
+                    numeric = numeric.reshape(x.shape)
+                    group = Hq // Hkv
+                    for index, (b, g) in enumerate(all_pairs):
+                        want = numeric[b, g * group:(g + 1) * group] if which == 0 else numeric[b, g]
+                        got = grads[t][which][index]
+                        worst = max(worst, ops.absmax(got - want))
+                        top = max(top, ops.absmax(want))
+                check(worst < 1e-6 * max(top, 1.0), f"gradients {label}: {worst:.2e} from central differences "
+                                                     f"(largest {top:.2e})")
+                if t == "entmax15":
+                    check(max(ops.absmax(a - b[-1]) for a, b in zip(sub[t], whole[t])) == 0.0,
+                          f"gradients {label}: one pair as in all pairs")
+                if causal and n > m:
+                    check(ops.absmax(whole[t][0][:, :, :n - m]) == 0.0, f"gradients {label}: rows without keys")
+
+    # gradient_errors: exact, one entry off, a non-finite entry, repeated K/V heads summed.
+    n, m = 5, 7
+    q, k, v, go = tensor((B, Hq, n, d)), tensor((B, Hkv, m, d)), tensor((B, Hkv, m, dv)), tensor((B, Hq, n, dv))
+    pairs = [all_pairs[-1]]
+    ref = reference_gradients(ops, q, k, v, go, pairs, ("softmax",), False, 0.5, 10**6)["softmax"]
+    b, g = pairs[0]
+    got = [ops.zeros((B, Hq, n, d)), ops.zeros((B, Hkv, m, d)), ops.zeros((B, Hkv, m, dv))]
+    got[0][b, 2 * g:2 * g + 2] = ref[0][0]
+    got[1][b, g] = ref[1][0]
+    got[2][b, g] = ref[2][0]
+    e = gradient_errors(ops, got, ref, pairs, Hkv)
+    check(e == {"err_dq": 0.0, "err_dk": 0.0, "err_dv": 0.0, "err": 0.0}, f"gradient_errors of the reference: {e}")
+    top = ops.absmax(ref[1][0])
+    got[1][b, g, 3, 1] += 1e-3 * top
+    got[0][0, 0, 0, 0] = math.nan  # outside the checked pair: not read
+    e = gradient_errors(ops, got, ref, pairs, Hkv)
+    check(abs(e["err_dk"] - 1e-3) < 1e-12 and e["err"] == e["err_dk"] and e["err_dq"] == 0.0,
+          f"gradient_errors, one dK entry 1e-3 off: {e}")
+    got[2][b, g, 0, 0] = math.inf
+    check(gradient_errors(ops, got, ref, pairs, Hkv)["err_dv"] == math.inf, "gradient_errors: inf in dV")
+    repeated = [got[0], ops.zeros((B, Hq, m, d)), ops.zeros((B, Hq, m, dv))]
+    for x, r in ((repeated[1], ref[1][0]), (repeated[2], ref[2][0])):
+        x[b, 2 * g] = r * 0.25
+        x[b, 2 * g + 1] = r * 0.75
+    e = gradient_errors(ops, repeated, ref, pairs, Hkv)
+    check(e["err_dk"] < 1e-15 and e["err_dv"] < 1e-15, f"gradient_errors sums repeated K/V heads: {e}")
+
+
 def plain_softmax(z):
     mx = max(z)
     if mx == -math.inf:
@@ -1115,6 +1586,21 @@ def self_test_pure(check):
     check(peak_tflops("NVIDIA H100 PCIe")[0] == 756.0, "H100 PCIe peak")
     check(peak_tflops("NVIDIA H200 NVL")[0] == 835.0, "H200 NVL peak")
     check(peak_tflops("Tesla T4") == (None, None), "an unknown chip has no peak")
+
+    check(training_flops(1, 1, 2, 2, 1, False) == 56, "a training step: 3.5 times the forward's flops")
+    check(training_flops(4, 32, 16384, 16384, 128, True) == 3.5 * 2 * 4 * 32 * 16384 ** 2 * 128, "training, causal")
+    check(ref_head_pairs(1, 16, 1) == [(0, 15)], "one reference head: the last")
+    check(ref_head_pairs(4, 8, 4) == [(0, 7), (1, 7), (2, 7), (3, 7)], "four reference heads, one a sequence")
+    check(ref_head_pairs(2, 2, 0) == [(0, 0), (0, 1), (1, 0), (1, 1)] == ref_head_pairs(2, 2, 9), "every pair")
+
+    class Modes:
+        backward, backward_only = False, False
+
+    check(run_modes(Modes) == ["forward"], "forward by default")
+    Modes.backward = True
+    check(run_modes(Modes) == ["forward", "backward"], "--backward adds training")
+    Modes.backward_only = True
+    check(run_modes(Modes) == ["backward"], "--backward-only")
 
     rows = sample_rows(4096, 256, 0)
     check(len(rows) == 256 and rows == sorted(set(rows)), "256 distinct sorted rows")
@@ -1192,14 +1678,121 @@ def self_test_pure(check):
     except ImportError:
         pass
     if no_gpu:
-        proc = subprocess.run([sys.executable, __file__, "--quick", "--out", os.devnull], capture_output=True, text=True)
-        check(proc.returncode != 0 and "gpu_peers:" in proc.stderr and
-              ("torch is not installed" in proc.stderr or "no usable GPU" in proc.stderr),
-              f"no GPU: exit {proc.returncode}, {proc.stderr.strip()!r}")
+        for extra in ([], ["--backward-only"]):
+            proc = subprocess.run([sys.executable, __file__, "--quick", "--out", os.devnull] + extra,
+                                  capture_output=True, text=True)
+            check(proc.returncode != 0 and "gpu_peers:" in proc.stderr and
+                  ("torch is not installed" in proc.stderr or "no usable GPU" in proc.stderr),
+                  f"no GPU {extra}: exit {proc.returncode}, {proc.stderr.strip()!r}")
+
+
+def self_test_training_tables(check):
+    """The training table and its ratios: ok, failed, missing and refused
+    entries, a shape whose training failed, and which tables each mode writes."""
+    ok = {"out": "16-bit", "status": "ok", "ms": 2.0, "tflops": 240.5, "err": 4.0e-3, "err_dq": 1.0e-3,
+          "err_dk": 4.0e-3, "err_dv": 2.0e-3, "first_call_s": 30.0}
+    f32 = dict(ok, out="float32", ms=2.2, err=6.0e-4)
+    shape = dict(B=1, Hq=16, Hkv=16, n=4096, m=4096, d=64, causal=True, dtype="bf16", results=[], training=[
+        dict(method="SDPA softmax", note="", variants=[dict(ok, ms=1.0)], first_call_s=0.3),
+        dict(method="AdaSplash-2", note="", variants=[ok], first_call_s=30.0),
+        dict(method="entgraph softmax", note="missing", variants=[], first_call_s=None),
+        dict(method="entgraph entmax15", note="", first_call_s=1.5, variants=[dict(ok, ms=1.2), f32]),
+    ], training_ref=dict(round16_floor=3.9e-3, reference_s=2.25, pairs=[[0, 15]]))
+    failed = dict(shape, causal=False, training=[], training_error="OutOfMemoryError: CUDA out of memory")
+    meta = {"device": "NVIDIA H200", "peak_tflops": 989.0, "samples": 10, "warmup": 3, "modes": ["backward"],
+            "ref_heads_label": "1 key/value head(s)"}
+    md = markdown({"meta": meta, "shapes": [shape, failed]})
+    head = "| 1×16/16 n=4096 d=64 | bf16 | 1 |"
+    check(f"{head} entgraph entmax15 | 1.200 | 240.5 | 24.3 | 4.0e-03 | 1.0e-03 | 4.0e-03 | 2.0e-03 | 6.0e-04 | "
+          "2.200 | 1.50 |  |" in md, "the training row of entgraph entmax15")
+    check(f"{head} AdaSplash-2 | 2.000 |" in md and f"{head} entgraph softmax | - |" in md and "| missing |" in md,
+          "AdaSplash-2 and a missing method in the training table")
+    check(f"{head} (16-bit floor) | | | | 3.9e-03 | | | | | | | float64 gradients: 2.2 s |" in md,
+          "the gradients' 16-bit floor")
+    check("| 1×16/16 n=4096 d=64 | bf16 | 0 | (training failed) |" in md and "OutOfMemoryError" in md,
+          "a shape whose training failed")
+    check(f"{head} 0.60 | - | - |" in md, "training ratio: entmax15 / AdaSplash-2")
+    check("## Training" in md and "## Forward" not in md, "--backward-only writes the training table only")
+    refused = dict(shape, training=[dict(method="entgraph entmax15", note="", first_call_s=None, variants=[
+        dict(ok), {"out": "float32", "status": "not offered: refused: x"}])])
+    md = markdown({"meta": dict(meta, modes=["forward", "backward"]), "shapes": [refused]})
+    check("## Forward" in md and "## Training" in md, "--backward writes both tables")
+    check("float32 grads: not offered: refused: x" in md, "a refused float32 gradient variant is named")
+    md = markdown({"meta": dict(meta, modes=["forward"]), "shapes": [shape]})
+    check("## Training" not in md, "the forward run has no training table")
+
+
+def self_test_library(check):
+    """Where libentgraph_cuda_ctypes.so is built: EntgraphLibrary's calls of
+    it, with stand-in tensors at made-up addresses, reach the checks that
+    need no GPU, and what they refuse shows each argument in its place."""
+    if not DEFAULT_LIB.exists():
+        print(f"gpu_peers self-test: {DEFAULT_LIB} is not built: its calls are not checked")
+        return
+    try:
+        lib = EntgraphLibrary(DEFAULT_LIB)
+    except (OSError, AttributeError) as e:
+        check(False, f"{DEFAULT_LIB} does not load: {e}")
+        return
+
+    class Stand:
+        """What EntgraphLibrary reads of a torch tensor, contiguous."""
+
+        def __init__(self, shape, dtype, address):
+            self.shape, self.dtype, self.address = shape, dtype, address
+
+        def data_ptr(self):
+            return self.address
+
+        def stride(self):
+            _, h, r, c = self.shape
+            return (h * r * c, r * c, c, 1)
+
+    def tensors(dtype, d, grad_dtypes=("float32",) * 3, n=8, grad_q_at=None):
+        q = Stand((2, 4, n, d), dtype, 1 << 20)
+        k, v = Stand((2, 2, 8, d), dtype, 2 << 20), Stand((2, 2, 8, d), dtype, 3 << 20)
+        go = Stand((2, 4, n, d), dtype, 4 << 20)
+        grads = (Stand(q.shape, grad_dtypes[0], grad_q_at or 5 << 20), Stand(k.shape, grad_dtypes[1], 6 << 20),
+                 Stand(v.shape, grad_dtypes[2], 7 << 20))
+        return q, k, v, go, grads
+
+    def refusal(call):
+        try:
+            call()
+        except PeerError as e:
+            return e.status, str(e)
+        return 0, ""
+
+    def backward(q, k, v, go, grads):
+        return lambda: lib.bind_backward(q, k, v, go, grads, "entmax15", True, 0.125, None)()
+
+    cases = [
+        ("backward, float32 inputs", backward(*tensors("float32", 64)), "backward: refused: "
+         "cuda::batched_attention_backward: q.dtype is not supported (got float32"),
+        ("backward, d = 32", backward(*tensors("bfloat16", 32)), "(got 32, expected 64 or 128)"),
+        ("backward, grad_k's dtype code", backward(*tensors("bfloat16", 64, ("float32", "float16", "float32"))),
+         "grad_k.dtype is neither q.dtype nor float32 (got float16, q.dtype bfloat16)"),
+        ("backward, grad_q at k's address", backward(*tensors("bfloat16", 64, grad_q_at=2 << 20)),
+         "grad_q overlaps k"),
+    ]
+    q, k, v, go, grads = tensors("bfloat16", 64)
+    go_short = Stand((2, 4, 7, 64), "bfloat16", 4 << 20)  # its strides, not q's rows: the views overlap
+    cases.append(("backward, grad_out's strides", backward(q, k, v, go_short, grads),
+                  "grad_out.head_stride is too small"))
+    q, k, v, _, _ = tensors("bfloat16", 32)
+    out = Stand(q.shape, "bfloat16", 4 << 20)
+    cases.append(("forward, d = 32", lambda: lib.bind(q, k, v, out, "entmax15", True, 0.125, None, None)(),
+                  "forward: refused: cuda::batched_attention_forward: q.cols (d) is not supported"))
+    cases.append(("workspace, d = 32", lambda: lib.workspace_bytes(q, k, "bfloat16", "entmax15", True),
+                  "workspace size: refused: cuda::batched_attention_workspace_bytes"))
+    for what, call, expected in cases:
+        status, message = refusal(call)
+        check(status == 1 and expected in message, f"library, {what}: status {status}, {message!r}")
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+    training = __doc__[__doc__.index("Training (--backward"):__doc__.index("\nThe float64 reference is")]
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=training,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", default="gpu-peers", help="folder for peers.json and peers.md (default gpu-peers)")
     p.add_argument("--lib", default=str(DEFAULT_LIB), help="libentgraph_cuda_ctypes.so (default: build/release's)")
@@ -1219,6 +1812,13 @@ def main(argv=None):
                    help="seconds of samples per variant; at least 3 samples are taken (default 3)")
     p.add_argument("--ref-rows", type=int, default=256, help="query rows checked a head (0: all; default 256)")
     p.add_argument("--ref-gb", type=float, default=8.0, help="GPU memory for the float64 reference (default 8)")
+    p.add_argument("--backward", action="store_true",
+                   help="also time a training step per shape (forward, then backward: AdaSplash and SDPA through "
+                        "autograd, entgraph's backward through the library) and check its gradients; its own table")
+    p.add_argument("--backward-only", action="store_true", help="the training step without the forward's run")
+    p.add_argument("--ref-heads", type=int, default=1,
+                   help="key/value heads whose gradients (every query row of their query heads) the float64 "
+                        "reference checks in training (0: all; default 1)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--peak", type=float, default=None, help="the chip's bf16 dense TFLOP/s, if not in the table")
     p.add_argument("--sdpa-backend", default="auto", choices=["auto", "flash", "cudnn", "efficient"],
