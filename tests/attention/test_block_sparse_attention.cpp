@@ -19,7 +19,9 @@
 #include "attention/attention_support.hpp"
 #include "attention/batched_reference.hpp"
 #include "attention/batched_support.hpp"
+#include "entgraph/backend.hpp"
 #include "entgraph/block_sparse_attention.hpp"
+#include "entgraph/device.hpp"
 #include "entgraph/error.hpp"
 #include "support.hpp"
 
@@ -273,5 +275,66 @@ TEST_SUITE("attention") {
     CHECK(backward == "block_sparse_attention_backward: graph.heads does not match q.heads (got 3, expected 4 or 1)");
     p.q.set(0, 0, 0, 0, std::numeric_limits<float>::quiet_NaN());
     CHECK(forward(good).find("block_sparse_attention_forward: q has a non-finite entry at [0, 0, 0, 0]") == 0);
+  }
+
+  TEST_CASE("block-sparse attention: Device dispatch runs the backend's kernels after the core's checks") {
+    const BatchedShape s = shape();
+    Batched p(s, DType::float32, DType::float32, Layout::bhnd);
+    p.fill(10);
+    const BlockGraph g = random_blocks(s.batch, s.hq, s.n, s.m, 4, 4, 0.5, 2);
+    static int forwards = 0, backwards = 0;
+    static bool usable = true;
+    BackendKernels table;
+    table.available = [](std::string* why) {
+      if (!usable && why) *why = "the block-sparse test backend is switched off";
+      return usable;
+    };
+    register_backend(Device::cuda, table);
+    const auto forward = [&](Device device, const BlockGraph& graph) {
+      block_sparse_attention_forward(device, p.q.cview(), p.k.cview(), p.v.cview(), graph, p.grad_q.view(), p.o);
+    };
+    const auto backward = [&](Device device, const BlockGraph& graph) {
+      block_sparse_attention_backward(device, p.q.cview(), p.k.cview(), p.v.cview(), graph, p.grad_out.cview(),
+                                      p.grad_q.view(), p.grad_k.view(), p.grad_v.view(), p.o);
+    };
+    CHECK(message_of([&] { forward(Device::cuda, g); }) ==
+          "block_sparse_attention_forward: device cuda has no kernel for this op; run it on cpu");
+    CHECK(message_of([&] { backward(Device::cuda, g); }) ==
+          "block_sparse_attention_backward: device cuda has no kernel for this op; run it on cpu");
+    CHECK_FALSE(device_supports(Device::cuda, BackendOp::block_sparse_attention_forward, {}));
+    table.block_sparse_attention_forward = [](ConstBatchedTensor, ConstBatchedTensor, ConstBatchedTensor,
+                                              const BlockGraph&, BatchedTensor out, const BatchedAttentionOptions&) {
+      ++forwards;
+      static_cast<float*>(out.data)[0] = -7.0f;
+    };
+    table.block_sparse_attention_backward = [](ConstBatchedTensor, ConstBatchedTensor, ConstBatchedTensor,
+                                               const BlockGraph&, ConstBatchedTensor, BatchedTensor gq, BatchedTensor,
+                                               BatchedTensor, const BatchedAttentionOptions&) {
+      ++backwards;
+      static_cast<float*>(gq.data)[0] = -8.0f;
+    };
+    register_backend(Device::cuda, table);
+    CHECK(device_supports(Device::cuda, BackendOp::block_sparse_attention_forward, {}));
+    CHECK(device_supports(Device::cuda, BackendOp::block_sparse_attention_backward, {}));
+    OpArguments on_device;
+    on_device.memory = Memory::device;
+    CHECK_FALSE(device_supports(Device::cuda, BackendOp::block_sparse_attention_forward, on_device));
+    forward(Device::cuda, g);
+    CHECK((forwards == 1 && p.grad_q.get(0, 0, 0, 0) == -7.0));
+    backward(Device::cuda, g);
+    CHECK((backwards == 1 && p.grad_q.get(0, 0, 0, 0) == -8.0));
+    // The graph's checks and the values' come first, with the CPU's messages; the kernels never see them.
+    BlockGraph bad = g;
+    bad.blocks[0] = 99;
+    const std::string on_cpu = message_of([&] { forward(Device::cpu, bad); });
+    CHECK(on_cpu.find("graph: block row 0 has key block 99") != std::string::npos);
+    CHECK(message_of([&] { forward(Device::cuda, bad); }) == on_cpu);
+    p.grad_out.set(0, 0, 3, 1, std::numeric_limits<float>::quiet_NaN());
+    const std::string nan_on_cpu = message_of([&] { backward(Device::cpu, g); });
+    CHECK(nan_on_cpu.find("grad_out has a non-finite entry at [0, 0, 3, 1]") != std::string::npos);
+    CHECK(message_of([&] { backward(Device::cuda, g); }) == nan_on_cpu);
+    CHECK((forwards == 1 && backwards == 1));
+    usable = false;  // Device::cuda unavailable again for the other tests
+    CHECK(message_of([&] { forward(Device::cuda, g); }).find("device cuda is not available") != std::string::npos);
   }
 }

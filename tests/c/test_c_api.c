@@ -697,6 +697,10 @@ static void test_block_sparse_attention(void) {
   CHECK_FAILS(eg_block_sparse_attention_forward(EG_DEVICE_CPU, &tq, &tk, &tv, &graph, &tout, &options), EG_ERROR_ARGUMENT,
               "graph.batch does not match q.batch (got 2, expected 1)");
   graph.batch = 1;
+  /* Another device runs it through its backend; without a usable GPU, EG_ERROR_DEVICE. */
+  if (!eg_device_available(EG_DEVICE_CUDA, NULL, 0))
+    CHECK(eg_block_sparse_attention_forward(EG_DEVICE_CUDA, &tq, &tk, &tv, &graph, &tout, &options) ==
+          EG_ERROR_DEVICE);
   for (x = 0; x < 12; ++x) CHECK(sparse[x] == -7.0f);
   if (!eg_device_available(EG_DEVICE_CUDA, NULL, 0))
     CHECK_FAILS(eg_block_sparse_attention_forward(EG_DEVICE_CUDA, &tq, &tk, &tv, &graph, &tout, &options),

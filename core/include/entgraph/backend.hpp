@@ -25,6 +25,7 @@
 
 #include "entgraph/attention.hpp"
 #include "entgraph/batched_attention.hpp"
+#include "entgraph/block_graph.hpp"
 #include "entgraph/device.hpp"
 #include "entgraph/graph.hpp"
 #include "entgraph/matrix_view.hpp"
@@ -54,6 +55,8 @@ enum class BackendOp {
   attention_backward,
   batched_attention_forward,
   batched_attention_backward,
+  block_sparse_attention_forward,
+  block_sparse_attention_backward,
   graph_attention_forward,
   compare_graphs,
   sparsefinder_pattern,
@@ -126,6 +129,16 @@ struct BackendKernels {
                                                ConstBatchedTensor grad_out, BatchedTensor grad_q,
                                                BatchedTensor grad_k, BatchedTensor grad_v,
                                                const BatchedAttentionOptions& options) = nullptr;
+  // Block-sparse attention (block_sparse_attention.hpp) on host tensors and
+  // a host graph, the core's checks done (values and the graph's invariants
+  // included); the kernel refuses, as such, what the device cannot run.
+  void (*block_sparse_attention_forward)(ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor v,
+                                         const BlockGraph& graph, BatchedTensor out,
+                                         const BatchedAttentionOptions& options) = nullptr;
+  void (*block_sparse_attention_backward)(ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor v,
+                                          const BlockGraph& graph, ConstBatchedTensor grad_out, BatchedTensor grad_q,
+                                          BatchedTensor grad_k, BatchedTensor grad_v,
+                                          const BatchedAttentionOptions& options) = nullptr;
   // Attention on the graph's edges only (GraphAttentionMode::fast).
   void (*graph_attention_forward)(ConstMatrix<float> q, ConstMatrix<float> k, ConstMatrix<float> v,
                                   const Graph& graph, MatrixView<float> out,

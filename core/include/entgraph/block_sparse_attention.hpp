@@ -23,8 +23,8 @@
 // batched_attention_backward's (key/value ones summed over the query heads
 // sharing them, in float32, in head order, rounded once). Query and key
 // blocks of one head run on the thread pool; results do not depend on the
-// thread count. Tensor-core kernels on block rows are the GPU's part (issue
-// 33); this is their reference.
+// thread count. The CUDA backend runs both on tensor cores for 64 x 64
+// blocks (docs/CUDA.md); this is their reference.
 //
 // Errors: batched attention's (with graph attention's score headroom, 16),
 // the graph's invariants (BlockGraph::validate), and a graph whose batch,
@@ -33,6 +33,7 @@
 
 #include "entgraph/batched_attention.hpp"
 #include "entgraph/block_graph.hpp"
+#include "entgraph/device.hpp"
 
 namespace entgraph {
 
@@ -45,6 +46,15 @@ void block_sparse_attention_backward(ConstBatchedTensor q, ConstBatchedTensor k,
                                      const BlockGraph& graph, ConstBatchedTensor grad_out, BatchedTensor grad_q,
                                      BatchedTensor grad_k, BatchedTensor grad_v, const BatchedAttentionOptions& options);
 
+// The same on `device` (host memory, the graph included): checked in the
+// core as above, then run by the device's kernel
+// (BackendKernels::block_sparse_attention_forward / _backward; a device
+// without one refuses the call). Device::cpu runs the functions above.
+void block_sparse_attention_forward(Device device, ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor v,
+                                    const BlockGraph& graph, BatchedTensor out, const BatchedAttentionOptions& options);
+void block_sparse_attention_backward(Device device, ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor v,
+                                     const BlockGraph& graph, ConstBatchedTensor grad_out, BatchedTensor grad_q,
+                                     BatchedTensor grad_k, BatchedTensor grad_v, const BatchedAttentionOptions& options);
 // The ops' check of the graph's shape alone (batch, heads, queries, keys
 // against q and k; its block sizes), naming `op`, without reading offsets or
 // blocks: for bindings that must know the graph's size before they copy it.

@@ -368,7 +368,9 @@ typedef struct eg_block_graph {
 
 /* out = attention of each query over the keys of its block row that the
  * options allow (lengths, causal); tensors and options as
- * eg_batched_attention_forward. CPU only (EG_ERROR_DEVICE otherwise).
+ * eg_batched_attention_forward; EG_DEVICE_CUDA runs 64 x 64 blocks of
+ * bfloat16 or float16 tensors (EG_ERROR_DEVICE where the device has no
+ * kernel, EG_ERROR_ARGUMENT for what it cannot run, naming it).
  * EG_ERROR_ARGUMENT as the batched forward, and for a graph that breaks its
  * invariants or does not fit the tensors. */
 eg_status eg_block_sparse_attention_forward(eg_device device, const eg_tensor4* q, const eg_tensor4* k,

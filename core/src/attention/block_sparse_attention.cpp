@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "attention/batched_heads.hpp"
+#include "entgraph/backend.hpp"
+#include "runtime/backends.hpp"
 #include "entgraph/error.hpp"
 #include "kernels/matmul_kernels.hpp"
 #include "kernels/transform_kernels.hpp"
@@ -308,6 +310,16 @@ void block_sparse_attention_forward(ConstBatchedTensor q, ConstBatchedTensor k, 
                             });
 }
 
+void block_sparse_attention_forward(Device device, ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor v,
+                                    const BlockGraph& graph, BatchedTensor out,
+                                    const BatchedAttentionOptions& options) {
+  if (device == Device::cpu) return block_sparse_attention_forward(q, k, v, graph, out, options);
+  const auto kernel = detail::backend_kernel(device, kForward, &BackendKernels::block_sparse_attention_forward);
+  detail::check_batched_forward(q, k, v, out, options, kForward, kGraphHeadroom);
+  check_graph_fits(kForward, graph, q, k);
+  kernel(q, k, v, graph, out, options);
+}
+
 void block_sparse_attention_backward(ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor v,
                                      const BlockGraph& graph, ConstBatchedTensor grad_out, BatchedTensor grad_q,
                                      BatchedTensor grad_k, BatchedTensor grad_v,
@@ -321,6 +333,18 @@ void block_sparse_attention_backward(ConstBatchedTensor q, ConstBatchedTensor k,
                                  MatrixView<float> gk, MatrixView<float> gv) {
                                block_head_backward(graph, b, h, qm, km, vm, gom, gq, gk, gv, options);
                              });
+}
+
+void block_sparse_attention_backward(Device device, ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor v,
+                                     const BlockGraph& graph, ConstBatchedTensor grad_out, BatchedTensor grad_q,
+                                     BatchedTensor grad_k, BatchedTensor grad_v,
+                                     const BatchedAttentionOptions& options) {
+  if (device == Device::cpu)
+    return block_sparse_attention_backward(q, k, v, graph, grad_out, grad_q, grad_k, grad_v, options);
+  const auto kernel = detail::backend_kernel(device, kBackward, &BackendKernels::block_sparse_attention_backward);
+  detail::check_batched_backward({q, k, v, grad_out, grad_q, grad_k, grad_v}, options, kBackward, kGraphHeadroom);
+  check_graph_fits(kBackward, graph, q, k);
+  kernel(q, k, v, graph, grad_out, grad_q, grad_k, grad_v, options);
 }
 
 }  // namespace entgraph

@@ -132,9 +132,8 @@ eg_status eg_block_sparse_attention_forward(eg_device device, const eg_tensor4* 
                                             const eg_tensor4* v, const eg_block_graph* graph, const eg_tensor4* out,
                                             const eg_batched_attention_options* options) {
   return guard(__func__, [&](const char* fn) {
-    require_cpu(fn, device);
     const ConstBatchedTensor cq = as_const(to_tensor(fn, "q", q)), ck = as_const(to_tensor(fn, "k", k));
-    block_sparse_attention_forward(cq, ck, as_const(to_tensor(fn, "v", v)),
+    block_sparse_attention_forward(to_device(fn, device), cq, ck, as_const(to_tensor(fn, "v", v)),
                                    to_block_graph(fn, graph, cq, ck, "block_sparse_attention_forward"),
                                    to_tensor(fn, "out", out), to_batched_options(fn, options));
   });
@@ -146,9 +145,8 @@ eg_status eg_block_sparse_attention_backward(eg_device device, const eg_tensor4*
                                              const eg_tensor4* grad_k, const eg_tensor4* grad_v,
                                              const eg_batched_attention_options* options) {
   return guard(__func__, [&](const char* fn) {
-    require_cpu(fn, device);
     const ConstBatchedTensor cq = as_const(to_tensor(fn, "q", q)), ck = as_const(to_tensor(fn, "k", k));
-    block_sparse_attention_backward(cq, ck, as_const(to_tensor(fn, "v", v)),
+    block_sparse_attention_backward(to_device(fn, device), cq, ck, as_const(to_tensor(fn, "v", v)),
                                     to_block_graph(fn, graph, cq, ck, "block_sparse_attention_backward"),
                                     as_const(to_tensor(fn, "grad_out", grad_out)), to_tensor(fn, "grad_q", grad_q),
                                     to_tensor(fn, "grad_k", grad_k), to_tensor(fn, "grad_v", grad_v),

@@ -101,6 +101,10 @@ bool has_kernel(const BackendKernels& t, BackendOp op, Memory memory) {
       return (host ? t.batched_attention_forward : t.batched_attention_forward_on_device) != nullptr;
     case BackendOp::batched_attention_backward:
       return (host ? t.batched_attention_backward : t.batched_attention_backward_on_device) != nullptr;
+    case BackendOp::block_sparse_attention_forward:  // graphs are host objects
+      return host && t.block_sparse_attention_forward != nullptr;
+    case BackendOp::block_sparse_attention_backward:
+      return host && t.block_sparse_attention_backward != nullptr;
     case BackendOp::graph_attention_forward:
       return (host ? t.graph_attention_forward : t.graph_attention_forward_on_device) != nullptr;
     case BackendOp::compare_graphs: return host && t.compare_graphs != nullptr;  // graphs are host objects

@@ -66,6 +66,8 @@ void register_backend() {
   table.batched_attention_forward_on_device = detail::device_batched_attention_forward;
   table.batched_attention_backward = detail::host_batched_attention_backward;
   table.batched_attention_backward_on_device = detail::device_batched_attention_backward;
+  table.block_sparse_attention_forward = detail::host_block_sparse_attention_forward;
+  table.block_sparse_attention_backward = detail::host_block_sparse_attention_backward;
   table.graph_attention_forward = detail::host_graph_attention_forward;
   table.graph_attention_forward_on_device = detail::device_graph_attention_forward;
   table.compare_graphs = detail::host_compare_graphs;

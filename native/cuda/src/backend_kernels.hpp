@@ -55,6 +55,14 @@ void host_batched_attention_backward(ConstBatchedTensor q, ConstBatchedTensor k,
 void device_batched_attention_backward(ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor v,
                                        ConstBatchedTensor grad_out, BatchedTensor grad_q, BatchedTensor grad_k,
                                        BatchedTensor grad_v, const BatchedAttentionOptions& options);
+// Block-sparse attention on host tensors and graph (16-bit, 64 x 64 blocks).
+void host_block_sparse_attention_forward(ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor v,
+                                         const BlockGraph& graph, BatchedTensor out,
+                                         const BatchedAttentionOptions& options);
+void host_block_sparse_attention_backward(ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor v,
+                                          const BlockGraph& graph, ConstBatchedTensor grad_out, BatchedTensor grad_q,
+                                          BatchedTensor grad_k, BatchedTensor grad_v,
+                                          const BatchedAttentionOptions& options);
 void host_graph_attention_forward(ConstMatrix<float> q, ConstMatrix<float> k, ConstMatrix<float> v,
                                   const Graph& graph, MatrixView<float> out, const AttentionOptions<float>& options);
 // The same on device memory (Memory::device): q, k, v, out and key_padding

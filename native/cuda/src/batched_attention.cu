@@ -24,6 +24,7 @@
 #include "checks.cuh"
 #include "entgraph/backend.hpp"
 #include "entgraph/batched_attention.hpp"
+#include "entgraph/block_graph.hpp"
 #include "entgraph/cuda/attention.hpp"
 #include "entgraph/cuda/batched_attention.hpp"
 #include "entgraph/cuda/device.hpp"
@@ -35,6 +36,7 @@ namespace {
 using detail::Weighting;
 using detail::batched::BatchedParams;
 using detail::batched::kBlockM;
+using detail::batched::kBlockN;
 
 constexpr const char* kOp = "cuda::batched_attention_forward";
 constexpr const char* kWorkspaceOp = "cuda::batched_attention_workspace_bytes";
@@ -245,9 +247,49 @@ void run_float32_device_lengths(ConstBatchedTensor q, ConstBatchedTensor k, Cons
               stream);
 }
 
+// A block graph of 64 x 64 blocks in device memory, in the kernels' layout
+// (BatchedParams::block_*, BackwardParams::key_offsets): its block rows and
+// their transpose (per graph and key block, the query blocks that list it).
+struct DeviceBlocks {
+  DeviceArray<std::int32_t> offsets, cols, key_offsets, query_rows;
+  int batch = 1, heads = 1;
+};
+
+DeviceBlocks device_blocks(const BlockGraph& g, const char* op) {
+  if (g.query_block != static_cast<std::size_t>(kBlockM) || g.key_block != static_cast<std::size_t>(kBlockN))
+    detail::argument_error(op, "graph.query_block and graph.key_block are not supported (got " + num(g.query_block) +
+                                   " and " + num(g.key_block) + ", expected 64 and 64: the kernels' tiles)");
+  if (g.kept() > static_cast<std::size_t>(INT_MAX))
+    detail::argument_error(op, "graph has too many blocks (got " + num(g.kept()) + ", expected at most " +
+                                   num(static_cast<std::size_t>(INT_MAX)) + ")");
+  const std::size_t graphs = g.batch * g.heads, qb = g.query_blocks(), kb = g.key_blocks();
+  std::vector<std::int32_t> offsets(g.offsets.begin(), g.offsets.end()), cols(g.blocks.begin(), g.blocks.end());
+  std::vector<std::int32_t> key_offsets(graphs * kb + 1, 0), query_rows(g.kept());
+  for (std::size_t x = 0; x < graphs; ++x)  // count, then place in ascending query block order
+    for (std::size_t i = 0; i < qb; ++i)
+      for (const std::uint32_t* j = g.row_begin(x * qb + i); j != g.row_end(x * qb + i); ++j)
+        ++key_offsets[x * kb + *j + 1];
+  for (std::size_t c = 0; c < graphs * kb; ++c) key_offsets[c + 1] += key_offsets[c];
+  std::vector<std::int32_t> fill(key_offsets.begin(), key_offsets.end() - 1);
+  for (std::size_t x = 0; x < graphs; ++x)
+    for (std::size_t i = 0; i < qb; ++i)
+      for (const std::uint32_t* j = g.row_begin(x * qb + i); j != g.row_end(x * qb + i); ++j)
+        query_rows[static_cast<std::size_t>(fill[x * kb + *j]++)] = static_cast<std::int32_t>(i);
+  const char* what = "block_sparse_attention: uploading the graph";
+  DeviceBlocks d;
+  d.offsets = DeviceArray<std::int32_t>(offsets.data(), offsets.size(), what);
+  d.cols = DeviceArray<std::int32_t>(cols.data(), std::max<std::size_t>(cols.size(), 1), what);
+  d.key_offsets = DeviceArray<std::int32_t>(key_offsets.data(), key_offsets.size(), what);
+  d.query_rows = DeviceArray<std::int32_t>(query_rows.data(), std::max<std::size_t>(query_rows.size(), 1), what);
+  d.batch = static_cast<int>(g.batch);
+  d.heads = static_cast<int>(g.heads);
+  return d;
+}
+
 // The kernel's view of q, k, v, out (out.data may be null) and the options.
 BatchedParams batched_params(ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor v, BatchedTensor out,
-                             const BatchedAttentionOptions& options, const Weighting& w) {
+                             const BatchedAttentionOptions& options, const Weighting& w,
+                             const DeviceBlocks* blocks = nullptr) {
   BatchedParams p{};
   p.q = static_cast<const std::uint16_t*>(q.data);
   p.k = static_cast<const std::uint16_t*>(k.data);
@@ -265,19 +307,27 @@ BatchedParams batched_params(ConstBatchedTensor q, ConstBatchedTensor k, ConstBa
   p.causal = options.causal;
   p.out_float32 = out.dtype == DType::float32;
   p.w = w;
+  if (blocks != nullptr) {
+    p.block_offsets = blocks->offsets.data();
+    p.block_cols = blocks->cols.data();
+    p.block_batch = blocks->batch;
+    p.block_heads = blocks->heads;
+  }
   return p;
 }
 
-// stats: the backward's run (out.data null, each row's state written there).
+// stats: the backward's run (out.data null, each row's state written there);
+// blocks: attention on those blocks only (null: every key).
 void run_sixteen_bit(ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor v, BatchedTensor out,
                      const BatchedAttentionOptions& options, const BatchedAttentionTuning& tuning, const Weighting& w,
-                     void* workspace, std::size_t workspace_bytes, cudaStream_t stream, float4* stats = nullptr) {
+                     void* workspace, std::size_t workspace_bytes, cudaStream_t stream, float4* stats = nullptr,
+                     const DeviceBlocks* blocks = nullptr) {
   const std::size_t n = q.rows, m = k.rows, d = q.cols;
   SlotScratch slots;
   if (!w.softmax) slots = slot_scratch(q.dtype, d, q.batch, q.heads, n, capacity(m, tuning), kOp);
   const detail::AttentionScratch s = scratch(w.softmax ? nullptr : workspace, workspace_bytes, slots.bytes, stream);
 
-  BatchedParams p = batched_params(q, k, v, out, options, w);
+  BatchedParams p = batched_params(q, k, v, out, options, w, blocks);
   p.stats = stats;
   if (!w.softmax) {
     char* base = static_cast<char*>(static_cast<void*>(s.data()));
@@ -496,18 +546,17 @@ constexpr const char* kBackwardOp = "cuda::batched_attention_backward";
 // and dtypes alone: tensor cores only, grad_out in q's format. Returns the
 // resolved transform.
 Weighting check_backward_supported(ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor v,
-                                   ConstBatchedTensor grad_out, const BatchedAttentionOptions& options) {
-  const Weighting w =
-      detail::make_weighting(options.transform, options.scale, q.cols, kBackwardOp, "options.transform");
+                                   ConstBatchedTensor grad_out, const BatchedAttentionOptions& options,
+                                   const char* op = kBackwardOp) {
+  const Weighting w = detail::make_weighting(options.transform, options.scale, q.cols, op, "options.transform");
   if (!sixteen_bit(q.dtype))
-    detail::argument_error(kBackwardOp, "q.dtype is not supported (got " + std::string(dtype_name(q.dtype)) +
-                                            ", expected bfloat16 or float16: the gradients run on tensor cores; "
-                                            "float32 runs on cpu)");
+    detail::argument_error(op, "q.dtype is not supported (got " + std::string(dtype_name(q.dtype)) +
+                                   ", expected bfloat16 or float16: the gradients run on tensor cores; "
+                                   "float32 runs on cpu)");
   if (grad_out.dtype != q.dtype)
-    detail::argument_error(kBackwardOp, "grad_out.dtype is not q's (got " + std::string(dtype_name(grad_out.dtype)) +
-                                            ", expected " + dtype_name(q.dtype) +
-                                            ": the kernels read grad_out in q's format)");
-  check_supported(q.dtype, q.batch, q.heads, q.rows, k.rows, q.cols, v.cols, kBackwardOp);
+    detail::argument_error(op, "grad_out.dtype is not q's (got " + std::string(dtype_name(grad_out.dtype)) +
+                                   ", expected " + dtype_name(q.dtype) + ": the kernels read grad_out in q's format)");
+  check_supported(q.dtype, q.batch, q.heads, q.rows, k.rows, q.cols, v.cols, op);
   return w;
 }
 
@@ -515,16 +564,21 @@ Weighting check_backward_supported(ConstBatchedTensor q, ConstBatchedTensor k, C
 // states, then the query and key kernels.
 void run_backward(ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor v, ConstBatchedTensor grad_out,
                   BatchedTensor grad_q, BatchedTensor grad_k, BatchedTensor grad_v,
-                  const BatchedAttentionOptions& options, const Weighting& w, cudaStream_t stream) {
+                  const BatchedAttentionOptions& options, const Weighting& w, cudaStream_t stream,
+                  const DeviceBlocks* blocks = nullptr) {
   const std::size_t rows = q.batch * q.heads * q.rows;
   const detail::AttentionScratch s(nullptr, 0, rows * (sizeof(float4) + sizeof(float)), stream, kBackwardOp,
                                    "cuda::batched_attention_backward (row states)");
   float4* stats = reinterpret_cast<float4*>(s.data());
   const BatchedTensor no_out{nullptr, q.dtype, q.batch, q.heads, q.rows, v.cols, 0, 0, 0};
-  run_sixteen_bit(q, k, v, no_out, options, BatchedAttentionTuning{}, w, nullptr, 0, stream, stats);
+  run_sixteen_bit(q, k, v, no_out, options, BatchedAttentionTuning{}, w, nullptr, 0, stream, stats, blocks);
 
   detail::batched::BackwardParams bp{};
-  bp.f = batched_params(q, k, v, no_out, options, w);
+  bp.f = batched_params(q, k, v, no_out, options, w, blocks);
+  if (blocks != nullptr) {
+    bp.key_offsets = blocks->key_offsets.data();
+    bp.query_rows = blocks->query_rows.data();
+  }
   bp.dout = static_cast<const std::uint16_t*>(grad_out.data);
   strides_of(grad_out, bp.do_batch, bp.do_head, bp.do_row);
   bp.dq = grad_q.data;
@@ -605,12 +659,14 @@ void detail::device_batched_attention_backward(ConstBatchedTensor q, ConstBatche
   detail::finish_on_device(stream);
 }
 
-// The backend's kernel: the core has validated the arguments (values
-// included); what the GPU cannot run is refused before anything is copied.
-void detail::host_batched_attention_backward(ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor v,
-                                             ConstBatchedTensor grad_out, BatchedTensor grad_q, BatchedTensor grad_k,
-                                             BatchedTensor grad_v, const BatchedAttentionOptions& options) {
-  const Weighting w = check_backward_supported(q, k, v, grad_out, options);
+namespace {
+
+// The backward on host tensors (checked by the core; w from
+// check_backward_supported): copies in, run_backward, copies out.
+void run_backward_from_host(ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor v,
+                            ConstBatchedTensor grad_out, BatchedTensor grad_q, BatchedTensor grad_k,
+                            BatchedTensor grad_v, const BatchedAttentionOptions& options, const Weighting& w,
+                            const DeviceBlocks* blocks) {
   const char* what = "batched_attention_backward: uploading the inputs";
   const DeviceArray<unsigned char> dq = upload_tensor(q, what), dk = upload_tensor(k, what),
                                    dv = upload_tensor(v, what), ddo = upload_tensor(grad_out, what);
@@ -620,12 +676,60 @@ void detail::host_batched_attention_backward(ConstBatchedTensor q, ConstBatchedT
   BatchedAttentionOptions o;
   const DeviceLengths lengths = upload_lengths(options, q.batch, o, "batched_attention_backward");
   run_backward(contiguous(q, dq.data()), contiguous(k, dk.data()), contiguous(v, dv.data()),
-               contiguous(grad_out, ddo.data()), gq.view, gk.view, gv.view, o, w, nullptr);
-  synchronize(nullptr);  // before the lengths' copies are freed
+               contiguous(grad_out, ddo.data()), gq.view, gk.view, gv.view, o, w, nullptr, blocks);
+  synchronize(nullptr);  // before the lengths' and the graph's copies are freed
   const char* down = "batched_attention_backward: downloading the gradients";
   download(grad_q, gq, down);
   download(grad_k, gk, down);
   download(grad_v, gv, down);
+}
+
+constexpr const char* kBlockForwardOp = "cuda::block_sparse_attention_forward";
+constexpr const char* kBlockBackwardOp = "cuda::block_sparse_attention_backward";
+
+}  // namespace
+
+// The backend's kernel: the core has validated the arguments (values
+// included); what the GPU cannot run is refused before anything is copied.
+void detail::host_batched_attention_backward(ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor v,
+                                             ConstBatchedTensor grad_out, BatchedTensor grad_q, BatchedTensor grad_k,
+                                             BatchedTensor grad_v, const BatchedAttentionOptions& options) {
+  const Weighting w = check_backward_supported(q, k, v, grad_out, options);
+  run_backward_from_host(q, k, v, grad_out, grad_q, grad_k, grad_v, options, w, nullptr);
+}
+
+// Block-sparse attention, the backend's kernels (host memory, checked by
+// the core, the graph included): 16-bit tensors and 64 x 64 blocks.
+void detail::host_block_sparse_attention_forward(ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor v,
+                                                 const BlockGraph& graph, BatchedTensor out,
+                                                 const BatchedAttentionOptions& options) {
+  const Weighting w =
+      detail::make_weighting(options.transform, options.scale, q.cols, kBlockForwardOp, "options.transform");
+  if (!sixteen_bit(q.dtype))
+    detail::argument_error(kBlockForwardOp, "q.dtype is not supported (got " + std::string(dtype_name(q.dtype)) +
+                                                ", expected bfloat16 or float16: blocks run on tensor cores; "
+                                                "float32 runs on cpu)");
+  check_supported(q.dtype, q.batch, q.heads, q.rows, k.rows, q.cols, v.cols, kBlockForwardOp);
+  const DeviceBlocks blocks = device_blocks(graph, kBlockForwardOp);
+  const char* what = "block_sparse_attention_forward: uploading the inputs";
+  const DeviceArray<unsigned char> dq = upload_tensor(q, what), dk = upload_tensor(k, what),
+                                   dv = upload_tensor(v, what);
+  const DeviceResult d_out = device_result(out, "block_sparse_attention_forward: out");
+  BatchedAttentionOptions o;
+  const DeviceLengths lengths = upload_lengths(options, q.batch, o, "block_sparse_attention_forward");
+  run_sixteen_bit(contiguous(q, dq.data()), contiguous(k, dk.data()), contiguous(v, dv.data()), d_out.view, o,
+                  BatchedAttentionTuning{}, w, nullptr, 0, nullptr, nullptr, &blocks);
+  synchronize(nullptr);
+  download(out, d_out, "block_sparse_attention_forward: downloading out");
+}
+
+void detail::host_block_sparse_attention_backward(ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor v,
+                                                  const BlockGraph& graph, ConstBatchedTensor grad_out,
+                                                  BatchedTensor grad_q, BatchedTensor grad_k, BatchedTensor grad_v,
+                                                  const BatchedAttentionOptions& options) {
+  const Weighting w = check_backward_supported(q, k, v, grad_out, options, kBlockBackwardOp);
+  const DeviceBlocks blocks = device_blocks(graph, kBlockBackwardOp);
+  run_backward_from_host(q, k, v, grad_out, grad_q, grad_k, grad_v, options, w, &blocks);
 }
 
 }  // namespace entgraph::cuda

@@ -161,7 +161,8 @@ __global__ void __launch_bounds__(kThreads) batched_backward_query_kernel(const 
   float dq[D / 8][4];
   zero<D>(dq);
   const int key_end = q0 < n_b ? visible_keys(min(q0 + kBlockM, n_b) - 1, n_b, m_b, p.causal) : 0;
-  const int tiles = (key_end + kBlockN - 1) / kBlockN;
+  const KeyTiles kt = key_tiles(p, b, h, tile, (key_end + kBlockN - 1) / kBlockN);
+  const int tiles = kt.tiles;
   float4 st[2];
   int limit[2];
 #pragma unroll
@@ -169,7 +170,7 @@ __global__ void __launch_bounds__(kThreads) batched_backward_query_kernel(const 
     st[half] = row[half] < p.n ? bp.stats[row_head + row[half]] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     limit[half] = visible_keys(row[half], n_b, m_b, p.causal);
   }
-  if (tiles == 0) {  // padding rows, or rows that see no key
+  if (kt.first() >= tiles) {  // padding rows, rows that see no key, or no block
     if (lane % 4 == 0)
       for (int half = 0; half < 2; ++half)
         if (row[half] < p.n) bp.delta[row_head + row[half]] = 0.0f;
@@ -205,11 +206,11 @@ __global__ void __launch_bounds__(kThreads) batched_backward_query_kernel(const 
     else
       zero<kBlockN>(dp);
   };
-  const auto every_tile = [](int t) { return t + 1; };
+  const auto every_tile = [&](int t) { return kt.after(t); };
 
   // Sweep 1: delta.
   float sum_gdp[2] = {0.0f, 0.0f}, sum_g[2] = {0.0f, 0.0f};
-  sweep<D, true>(p, k_head, v_head, m_b, Ks, Vs, 0, tiles, every_tile,
+  sweep<D, true>(p, k_head, v_head, m_b, Ks, Vs, kt.first(), tiles, every_tile,
                  [&](int t, const std::uint16_t* K, const std::uint16_t* V) {
                    tile_terms(t, K, V);
 #pragma unroll
@@ -232,7 +233,7 @@ __global__ void __launch_bounds__(kThreads) batched_backward_query_kernel(const 
   }
 
   // Sweep 2: dS = g (dP - delta), dQ += dS K.
-  sweep<D, true>(p, k_head, v_head, m_b, Ks, Vs, 0, tiles, every_tile,
+  sweep<D, true>(p, k_head, v_head, m_b, Ks, Vs, kt.first(), tiles, every_tile,
                  [&](int t, const std::uint16_t* K, const std::uint16_t* V) {
                    tile_terms(t, K, V);
 #pragma unroll
@@ -247,6 +248,31 @@ __global__ void __launch_bounds__(kThreads) batched_backward_query_kernel(const 
                  });
   store_gradient<E, D>(bp.dq, bp.dq_float32, b * bp.dq_batch + h * bp.dq_head, bp.dq_row, q0, p.n, bp.scale, dq);
 }
+
+// The query tiles the key kernel visits for key tile `tile` of key/value
+// head kv of sequence b, per query head gi of the group: [first, last) of
+// the tiles the masks allow, or, with a block graph, those of its tiles
+// that list the key tile (in the transposed block rows).
+struct QueryTiles {
+  const BackwardParams& bp;
+  int b, kv, tile, first, last;
+  __device__ bool listed() const { return bp.key_offsets != nullptr; }
+  __device__ std::int64_t column(int gi) const {
+    const BatchedParams& p = bp.f;
+    const int h = kv * p.group + gi, key_tiles = (p.m + kBlockN - 1) / kBlockN;
+    return (static_cast<std::int64_t>(p.block_batch == 1 ? 0 : b) * p.block_heads + (p.block_heads == 1 ? 0 : h)) *
+               key_tiles +
+           tile;
+  }
+  __device__ int count(int gi) const {
+    if (first >= last) return 0;
+    if (!listed()) return last - first;
+    const std::int64_t c = column(gi);
+    return bp.key_offsets[c + 1] - bp.key_offsets[c];
+  }
+  // The i-th tile (i < count(gi)).
+  __device__ int at(int gi, int i) const { return listed() ? bp.query_rows[bp.key_offsets[column(gi)] + i] : first + i; }
+};
 
 // The key kernel (see the top of this file): dK and dV.
 template <class E, int D>
@@ -275,7 +301,8 @@ __global__ void __launch_bounds__(kThreads) batched_backward_key_kernel(const Ba
   zero<D>(dk);
   zero<D>(dv);
   // The query tiles that see a key of this tile: from the first query whose
-  // limit passes j0 (limits grow with the query) to the last query.
+  // limit passes j0 (limits grow with the query) to the last query; with a
+  // block graph, those of them that list the tile.
   int first_query = n_b;
   if (j0 < m_b) {
     if (!p.causal) {
@@ -292,14 +319,24 @@ __global__ void __launch_bounds__(kThreads) batched_backward_key_kernel(const Ba
       first_query = lo;
     }
   }
-  const int first_tile = first_query / kBlockM, query_tiles = (n_b + kBlockM - 1) / kBlockM;
-  const int per_head = first_query < n_b ? query_tiles - first_tile : 0, items = per_head * p.group;
+  const QueryTiles qt{bp, b, kv, static_cast<int>(blockIdx.x), first_query / kBlockM,
+                      first_query < n_b ? (n_b + kBlockM - 1) / kBlockM : 0};
+  int items = 0;
+  for (int gi = 0; gi < p.group; ++gi) items += qt.count(gi);
+  // Item u: query head kv group + gi and its query tile's first row.
+  const auto item = [&](int u, int& h, int& q0) {
+    int gi = 0;
+    for (int c = qt.count(0); u >= c; c = qt.count(++gi)) u -= c;
+    h = kv * p.group + gi;
+    q0 = qt.at(gi, u) * kBlockM;
+  };
 
   if (items > 0) {
     load_rows_async<D, kBlockN, L::kLd>(Ks, p.k + b * p.k_batch + kv * p.k_head, p.k_row, j0, m_b);
     load_rows_async<D, kBlockN, L::kLd>(Vs, p.v + b * p.v_batch + kv * p.v_head, p.v_row, j0, m_b);
-    const auto issue = [&](int u, int buf) {  // item u: query head kv group + u / per_head, its tile
-      const int h = kv * p.group + u / per_head, q0 = (first_tile + u % per_head) * kBlockM;
+    const auto issue = [&](int u, int buf) {
+      int h, q0;
+      item(u, h, q0);
       load_rows_async<D, kBlockM, L::kLd>(Qs + buf * kTile, p.q + b * p.q_batch + h * p.q_head, p.q_row, q0, n_b);
       load_rows_async<D, kBlockM, L::kLd>(dOs + buf * kTile, bp.dout + b * bp.do_batch + h * bp.do_head, bp.do_row, q0,
                                           n_b);
@@ -317,7 +354,8 @@ __global__ void __launch_bounds__(kThreads) batched_backward_key_kernel(const Ba
       mma::cp_async_wait_all();
       __syncthreads();  // item u is in buffer buf for everyone, and everyone is done with buffer buf ^ 1
       if (u + 1 < items) issue(u + 1, buf ^ 1);
-      const int q0 = (first_tile + u % per_head) * kBlockM;
+      int h, q0;
+      item(u, h, q0);
       const std::uint16_t* Q = Qs + buf * kTile;
       const std::uint16_t* dO = dOs + buf * kTile;
       const float4* st = sts + buf * kBlockM;

@@ -257,12 +257,51 @@ __device__ inline void release_slot(int* flags, int s) {
   atomicExch(&flags[s], 0);
 }
 
-// The first tile after t that the entmax output sweep visits: marked by
-// sweep 1, or past the tiles sweep 1 keeps marks for.
-__device__ inline int next_marked(const unsigned* mask, int t, int tiles) {
-  for (int u = t + 1; u < tiles; ++u)
+// The key tiles a query tile visits: every tile below `tiles`, or those of
+// its block row (BatchedParams::block_offsets) below it.
+struct KeyTiles {
+  const std::int32_t* cols = nullptr;  // null: every tile
+  int lo = 0, hi = 0, tiles = 0;
+  // The first visited tile after t, or tiles.
+  __device__ int after(int t) const {
+    if (cols == nullptr) return t + 1 < tiles ? t + 1 : tiles;
+    int a = lo, b = hi;  // the first listed tile > t: the lists are ascending
+    while (a < b) {
+      const int mid = a + (b - a) / 2;
+      if (cols[mid] > t)
+        b = mid;
+      else
+        a = mid + 1;
+    }
+    return a < hi && cols[a] < tiles ? cols[a] : tiles;
+  }
+  __device__ int first() const { return after(-1); }
+};
+
+// Query tile `tile` of head h of sequence b, whose causal and length limits
+// allow key tiles [0, tiles).
+__device__ inline KeyTiles key_tiles(const BatchedParams& p, int b, int h, int tile, int tiles) {
+  KeyTiles kt;
+  kt.tiles = tiles;
+  if (p.block_offsets != nullptr) {
+    const int query_tiles = (p.n + kBlockM - 1) / kBlockM;
+    const std::int64_t r =
+        (static_cast<std::int64_t>(p.block_batch == 1 ? 0 : b) * p.block_heads + (p.block_heads == 1 ? 0 : h)) *
+            query_tiles +
+        tile;
+    kt.cols = p.block_cols;
+    kt.lo = p.block_offsets[r];
+    kt.hi = p.block_offsets[r + 1];
+  }
+  return kt;
+}
+
+// The first visited tile after t that the entmax output sweep visits: marked
+// by sweep 1, or past the tiles sweep 1 keeps marks for.
+__device__ inline int next_marked(const unsigned* mask, const KeyTiles& kt, int t) {
+  for (int u = kt.after(t); u < kt.tiles; u = kt.after(u))
     if (u >= kMaxSkipTiles || ((mask[u / 32] >> (u % 32)) & 1u) != 0) return u;
-  return tiles;
+  return kt.tiles;
 }
 
 // A sweep over the key tiles first, next(first), ... (< tiles): tile t's K
@@ -328,8 +367,9 @@ __global__ void __launch_bounds__(kThreads) batched_attention_kernel(const Batch
 
   // Key tiles of the block: up to its last valid query's limit.
   const int key_end = q0 < n_b ? visible_keys(min(q0 + kBlockM, n_b) - 1, n_b, m_b, p.causal) : 0;
-  const int tiles = (key_end + kBlockN - 1) / kBlockN;
-  if (tiles == 0) {  // padding rows, or rows that see no key: zeros
+  const KeyTiles kt = key_tiles(p, b, h, tile, (key_end + kBlockN - 1) / kBlockN);
+  const int tiles = kt.tiles;
+  if (kt.first() >= tiles) {  // padding rows, rows that see no key, or no block: zeros
     store_out<E, D>(p, b, h, q0, nullptr, weight_scale, o);
     const int i = q0 + static_cast<int>(threadIdx.x);
     if (p.stats != nullptr && threadIdx.x < kBlockM && i < p.n)
@@ -358,7 +398,7 @@ __global__ void __launch_bounds__(kThreads) batched_attention_kernel(const Batch
   const int slot = kSoftmax ? 0 : *slot_shared;
   const RowBlock rb{kSoftmax ? nullptr : p.cand + static_cast<std::size_t>(slot) * kBlockM * p.cap, p.cap,
                     min(kBlockM, n_b - q0), p.w};
-  const auto every_tile = [](int t) { return t + 1; };
+  const auto every_tile = [&](int t) { return kt.after(t); };
   const auto tile_scores = [&](int t, const std::uint16_t* K) {
     float s[kBlockN / 8][4];
     warp_scores<E, D>(Qs, K, s);
@@ -367,7 +407,7 @@ __global__ void __launch_bounds__(kThreads) batched_attention_kernel(const Batch
   };
 
   if constexpr (kSoftmax) {
-    sweep<D, true>(p, k_head, v_head, m_b, Ks, Vs, 0, tiles, every_tile,
+    sweep<D, true>(p, k_head, v_head, m_b, Ks, Vs, kt.first(), tiles, every_tile,
                    [&](int t, const std::uint16_t* K, const std::uint16_t* V) {
                      tile_scores(t, K);
                      fused::softmax_rows<kBlockN, kLdS>(Ss, rs);
@@ -377,7 +417,7 @@ __global__ void __launch_bounds__(kThreads) batched_attention_kernel(const Batch
                    });
   } else {
     // 1. Max, candidates, and the tiles that can hold a support key.
-    sweep<D, false>(p, k_head, v_head, m_b, Ks, Vs, 0, tiles, every_tile,
+    sweep<D, false>(p, k_head, v_head, m_b, Ks, Vs, kt.first(), tiles, every_tile,
                     [&](int t, const std::uint16_t* K, const std::uint16_t*) {
                       tile_scores(t, K);
                       const bool needed = fused::collect_running<kBlockN, kLdS>(Ss, rs, rb);
@@ -392,7 +432,7 @@ __global__ void __launch_bounds__(kThreads) batched_attention_kernel(const Batch
       __syncthreads();
       const int st = threadIdx.x < kBlockM ? rs.status[threadIdx.x] : fused::kSolved;
       if (!__syncthreads_or(st == fused::kNarrowing || st == fused::kCollectAbove)) break;
-      sweep<D, false>(p, k_head, v_head, m_b, Ks, Vs, 0, tiles, every_tile,
+      sweep<D, false>(p, k_head, v_head, m_b, Ks, Vs, kt.first(), tiles, every_tile,
                       [&](int t, const std::uint16_t* K, const std::uint16_t*) {
                         tile_scores(t, K);
                         fused::narrow_rows<kBlockN, kLdS>(Ss, rs, mass, count_above, rb);
@@ -401,7 +441,7 @@ __global__ void __launch_bounds__(kThreads) batched_attention_kernel(const Batch
       fused::after_narrowing(rs, mass, count_above, rb, round);
     }
     // 4. Weights and P V over the marked tiles.
-    const auto marked = [&](int t) { return next_marked(tile_mask, t, tiles); };
+    const auto marked = [&](int t) { return next_marked(tile_mask, kt, t); };
     sweep<D, true>(p, k_head, v_head, m_b, Ks, Vs, marked(-1), tiles, marked,
                    [&](int t, const std::uint16_t* K, const std::uint16_t* V) {
                      tile_scores(t, K);

@@ -81,6 +81,15 @@ struct BatchedParams {
   // row without weights), and out = null (not written). The weights are
   // then p = attention_weight(x, max, tau) / sum (attention_common.cuh).
   float4* stats;
+  // Block-sparse attention (null: every key tile): the key tiles of query
+  // tile I of graph (b', h') are block_cols[block_offsets[r] ..
+  // block_offsets[r + 1]), ascending, r = (b' block_heads + h') query_tiles
+  // + I, where b' = b and h' = h, or 0 for a graph shared by every sequence
+  // (block_batch 1) or head (block_heads 1). Blocks are 64 x 64: a query
+  // tile by a key tile.
+  const std::int32_t* block_offsets;
+  const std::int32_t* block_cols;
+  int block_batch, block_heads;
 };
 // The backward's kernels (batched_attention_backward_kernel.cuh).
 struct BackwardParams {
@@ -95,6 +104,12 @@ struct BackwardParams {
   std::int64_t dq_batch, dq_head, dq_row;
   std::int64_t dk_batch, dk_head, dk_row;
   std::int64_t dv_batch, dv_head, dv_row;
+  // Block-sparse attention: the transposed block rows (null: every query
+  // tile): the query tiles that list key tile J of graph (b', h') are
+  // query_rows[key_offsets[c] .. key_offsets[c + 1]), ascending,
+  // c = (b' block_heads + h') key_tiles + J (f.block_* as above).
+  const std::int32_t* key_offsets;
+  const std::int32_t* query_rows;
   const float4* stats;  // the forward's row states, (B, Hq, n)
   float* delta;         // (B, Hq, n), written by the query kernel
   float scale;          // the scores' scale: d(score)/d(q.k)
