@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "entgraph/batched_attention.hpp"
+#include "entgraph/cuda/device.hpp"
+#include "entgraph/transforms.hpp"
 
 namespace entgraph::cuda::test_batched {
 
@@ -98,6 +100,28 @@ inline double half_ulp(DType t, double x) {
   if (t == DType::float32 || x == 0.0) return 0.0;
   const int e = std::ilogb(std::abs(x));
   return t == DType::bfloat16 ? std::ldexp(1.0, e - 8) : std::ldexp(1.0, std::max(e, -14) - 11);
+}
+
+// Options for the device entry points: the lengths (if any) copied to
+// device memory, which the options point at while this lives.
+struct DeviceOptions {
+  DeviceArray<std::int32_t> query_lengths, key_lengths;
+  BatchedAttentionOptions options;
+};
+inline DeviceOptions device_options(const Transform& t, bool causal, double scale, const Lengths& lengths) {
+  DeviceOptions d;
+  d.options.transform = t;
+  d.options.causal = causal;
+  d.options.scale = scale;
+  if (!lengths.query.empty()) {
+    d.query_lengths = DeviceArray<std::int32_t>(lengths.query.data(), lengths.query.size());
+    d.options.query_lengths = d.query_lengths.data();
+  }
+  if (!lengths.key.empty()) {
+    d.key_lengths = DeviceArray<std::int32_t>(lengths.key.data(), lengths.key.size());
+    d.options.key_lengths = d.key_lengths.data();
+  }
+  return d;
 }
 
 }  // namespace entgraph::cuda::test_batched

@@ -77,21 +77,9 @@ HostTensor run_gpu(const HostTensor& q, const HostTensor& k, const HostTensor& v
       dv(v.bytes.data(), v.bytes.size());
   HostTensor out(c.out_dtype, c.out_layout, q.batch, q.heads, q.rows, v.cols);
   DeviceArray<unsigned char> dout(out.bytes.data(), out.bytes.size());
-  DeviceArray<std::int32_t> ql, kl;
-  BatchedAttentionOptions o;
-  o.transform = c.transform;
-  o.causal = c.causal;
-  o.scale = c.scale;
-  if (!c.lengths.query.empty()) {
-    ql = DeviceArray<std::int32_t>(c.lengths.query.data(), c.lengths.query.size());
-    o.query_lengths = ql.data();
-  }
-  if (!c.lengths.key.empty()) {
-    kl = DeviceArray<std::int32_t>(c.lengths.key.data(), c.lengths.key.size());
-    o.key_lengths = kl.data();
-  }
+  const DeviceOptions o = device_options(c.transform, c.causal, c.scale, c.lengths);
   cuda::batched_attention_forward(q.view<const void*>(dq.data()), k.view<const void*>(dk.data()),
-                                  v.view<const void*>(dv.data()), out.view<void*>(dout.data()), o, c.tuning);
+                                  v.view<const void*>(dv.data()), out.view<void*>(dout.data()), o.options, c.tuning);
   synchronize();
   dout.download(out.bytes.data());
   return out;

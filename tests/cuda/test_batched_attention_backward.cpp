@@ -99,23 +99,11 @@ GpuGrads run_gpu(const HostTensor& q, const HostTensor& k, const HostTensor& v, 
              HostTensor(c.grad_dtype, c.grad_layout, v.batch, v.heads, v.rows, v.cols)};
   DeviceArray<unsigned char> gq(g.q.bytes.data(), g.q.bytes.size()), gk(g.k.bytes.data(), g.k.bytes.size()),
       gv(g.v.bytes.data(), g.v.bytes.size());
-  DeviceArray<std::int32_t> ql, kl;
-  BatchedAttentionOptions o;
-  o.transform = c.transform;
-  o.causal = c.causal;
-  o.scale = c.scale;
-  if (!c.lengths.query.empty()) {
-    ql = DeviceArray<std::int32_t>(c.lengths.query.data(), c.lengths.query.size());
-    o.query_lengths = ql.data();
-  }
-  if (!c.lengths.key.empty()) {
-    kl = DeviceArray<std::int32_t>(c.lengths.key.data(), c.lengths.key.size());
-    o.key_lengths = kl.data();
-  }
+  const DeviceOptions o = device_options(c.transform, c.causal, c.scale, c.lengths);
   cuda::batched_attention_backward(q.view<const void*>(dq.data()), k.view<const void*>(dk.data()),
                                    v.view<const void*>(dv.data()), go.view<const void*>(dgo.data()),
                                    g.q.view<void*>(gq.data()), g.k.view<void*>(gk.data()), g.v.view<void*>(gv.data()),
-                                   o);
+                                   o.options);
   synchronize();
   gq.download(g.q.bytes.data());
   gk.download(g.k.bytes.data());
