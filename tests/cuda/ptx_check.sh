@@ -32,13 +32,14 @@ for d in 64 128; do
       status=1
       continue
     fi
-    # Eight kernels per file: the forward's four (bfloat16 and float16,
-    # softmax and entmax) and the backward's query and key kernels per
-    # format; each one multiplies on tensor cores.
+    # Fourteen kernels per file: the forward's eight (bfloat16 and float16,
+    # softmax and entmax, dense and block-sparse) and the backward's query
+    # kernels (dense and block-sparse) and key kernel per format; each one
+    # multiplies on tensor cores.
     kernels=$(grep -c '^\.visible \.entry' "$ptx")
     backward=$(grep -c '^\.visible \.entry.*batched_backward' "$ptx")
-    if [ "$kernels" -ne 8 ] || [ "$backward" -ne 4 ]; then
-      echo "FAILED: $ptx has $kernels kernels ($backward of the backward), expected 8 (4)"
+    if [ "$kernels" -ne 14 ] || [ "$backward" -ne 6 ]; then
+      echo "FAILED: $ptx has $kernels kernels ($backward of the backward), expected 14 (6)"
       status=1
     fi
     without_mma=$(awk '/^\.visible \.entry/ { if (name != "" && !mma) print name; name = $3; mma = 0 }

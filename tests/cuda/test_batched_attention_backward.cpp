@@ -159,9 +159,8 @@ void check_call(const HostTensor& q, const HostTensor& k, const HostTensor& v, c
   check_grads(run_gpu(q, k, v, go, c), reference(q, k, v, go, c.transform, c.causal, c.scale, c.lengths), c.lengths);
 }
 
-// The transforms the backward runs (alpha > 2 has unbounded slopes near the
-// threshold, p^(2 - alpha); it is exact too, but 1e-3 of the largest entry
-// is not its scale).
+// The transforms the backward runs (alpha > 2, whose slopes p^(2 - alpha)
+// are unbounded near the threshold, is refused: see the misuse case).
 std::vector<Transform> backward_transforms() {
   return {Transform::softmax(), Transform::entmax(1.0), Transform::entmax15(), Transform::entmax(1.25),
           Transform::sparsemax()};
@@ -215,6 +214,24 @@ TEST_SUITE("cuda") {
           c.grad_dtype = t;
           check_call(x.q, x.k, x.v, x.go, c);
         }
+    }
+  }
+
+  TEST_CASE("batched attention backward: a loss-scaled float16 grad_out (dS past 65504) stays finite and exact") {
+    // grad_out ~ N(0, 4096^2): dP = dO . v reaches ~1e5, past float16's
+    // range, so dS is carried with a power-of-two exponent per row.
+    const std::size_t B = 1, Hq = 2, Hkv = 1, n = 130, m = 130, d = 64;
+    const Inputs x = random_inputs(DType::float16, Layout::bhnd, B, Hq, Hkv, n, m, d, 95);
+    const HostTensor go = random_tensor(DType::float16, Layout::bhnd, B, Hq, n, d, 4096.0, 99);
+    double largest = 0.0;
+    for (std::size_t i = 0; i < n; ++i)
+      for (std::size_t c = 0; c < d; ++c) largest = std::max(largest, std::abs(go.get(0, 0, i, c)));
+    REQUIRE(largest > 8192.0);
+    for (const Transform& tr : {Transform::softmax(), Transform::entmax15()}) {
+      Call c;
+      c.transform = tr;
+      c.causal = true;
+      check_call(x.q, x.k, x.v, go, c);  // float32 gradients: 16-bit ones would overflow here
     }
   }
 
@@ -370,6 +387,17 @@ TEST_SUITE("cuda") {
                 gq.view<void*>(gq.bytes.data()), gk.view<void*>(gk.bytes.data()), gv.view<void*>(gv.bytes.data()), o);
           },
           "options.transform is not supported on device cuda");
+      // alpha > 2: unbounded slopes p^(2 - alpha), the CPU's pivoted backward.
+      o.transform = Transform::entmax(3.0);
+      expect(
+          [&] {
+            entgraph::batched_attention_backward(
+                Device::cuda, x.q.view<const void*>(x.q.bytes.data()), x.k.view<const void*>(x.k.bytes.data()),
+                x.v.view<const void*>(x.v.bytes.data()), go.view<const void*>(go.bytes.data()),
+                gq.view<void*>(gq.bytes.data()), gk.view<void*>(gk.bytes.data()), gv.view<void*>(gv.bytes.data()), o);
+          },
+          "options.transform is not supported by the gradients on cuda (got entmax");
+      for (unsigned char byte : gq.bytes) CHECK(byte == 0xff);
     }
   }
 }

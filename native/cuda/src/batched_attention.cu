@@ -275,12 +275,15 @@ DeviceBlocks device_blocks(const BlockGraph& g, const char* op) {
     for (std::size_t i = 0; i < qb; ++i)
       for (const std::uint32_t* j = g.row_begin(x * qb + i); j != g.row_end(x * qb + i); ++j)
         query_rows[static_cast<std::size_t>(fill[x * kb + *j]++)] = static_cast<std::int32_t>(i);
+  if (cols.empty()) cols.push_back(0);  // a graph without blocks: arrays of one unread entry, never null
+  if (query_rows.empty()) query_rows.push_back(0);
+
   const char* what = "block_sparse_attention: uploading the graph";
   DeviceBlocks d;
   d.offsets = DeviceArray<std::int32_t>(offsets.data(), offsets.size(), what);
-  d.cols = DeviceArray<std::int32_t>(cols.data(), std::max<std::size_t>(cols.size(), 1), what);
+  d.cols = DeviceArray<std::int32_t>(cols.data(), cols.size(), what);
   d.key_offsets = DeviceArray<std::int32_t>(key_offsets.data(), key_offsets.size(), what);
-  d.query_rows = DeviceArray<std::int32_t>(query_rows.data(), std::max<std::size_t>(query_rows.size(), 1), what);
+  d.query_rows = DeviceArray<std::int32_t>(query_rows.data(), query_rows.size(), what);
   d.batch = static_cast<int>(g.batch);
   d.heads = static_cast<int>(g.heads);
   return d;
@@ -549,6 +552,11 @@ Weighting check_backward_supported(ConstBatchedTensor q, ConstBatchedTensor k, C
                                    ConstBatchedTensor grad_out, const BatchedAttentionOptions& options,
                                    const char* op = kBackwardOp) {
   const Weighting w = detail::make_weighting(options.transform, options.scale, q.cols, op, "options.transform");
+  if (options.transform.tsallis_alpha() > 2.0)
+    detail::argument_error(op, "options.transform is not supported by the gradients on cuda (got " +
+                                   options.transform.name() +
+                                   ", expected alpha <= 2: past it the slopes p^(2 - alpha) are unbounded and need the "
+                                   "CPU's pivoted backward; run it on cpu)");
   if (!sixteen_bit(q.dtype))
     detail::argument_error(op, "q.dtype is not supported (got " + std::string(dtype_name(q.dtype)) +
                                    ", expected bfloat16 or float16: the gradients run on tensor cores; "
@@ -571,7 +579,10 @@ void run_backward(ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor
                                    "cuda::batched_attention_backward (row states)");
   float4* stats = reinterpret_cast<float4*>(s.data());
   const BatchedTensor no_out{nullptr, q.dtype, q.batch, q.heads, q.rows, v.cols, 0, 0, 0};
-  run_sixteen_bit(q, k, v, no_out, options, BatchedAttentionTuning{}, w, nullptr, 0, stream, stats, blocks);
+  // Entmax's thresholds come from the forward; softmax's max and sum the
+  // query kernel finds in a sweep of its own.
+  if (!w.softmax)
+    run_sixteen_bit(q, k, v, no_out, options, BatchedAttentionTuning{}, w, nullptr, 0, stream, stats, blocks);
 
   detail::batched::BackwardParams bp{};
   bp.f = batched_params(q, k, v, no_out, options, w, blocks);

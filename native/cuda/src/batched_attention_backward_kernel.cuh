@@ -2,15 +2,18 @@
 // entgraph/batched_attention.hpp's batched_attention_backward; the host side
 // is in batched_attention.cu).
 //
-// Design. The forward kernel runs first with out = null and writes each query
-// row's weighting state (max, sum, tau: BatchedParams::stats), so that a
-// weight is recomputed from its score alone: p = attention_weight(x) / sum.
+// Design. For entmax the forward kernel runs first with out = null and
+// writes each query row's weighting state (max, sum, tau:
+// BatchedParams::stats); for softmax the query kernel finds max and sum in a
+// sweep of its own (sweep 0 below). A weight is then recomputed from its
+// score alone: p = attention_weight(x) / sum.
 // With g = p^(2 - alpha) (softmax: g = p; sparsemax: g = [p > 0]) the
 // gradient of a score is dS = g (dP - delta), dP = dO V^T, delta =
 // sum_j g_j dP_j / sum_j g_j (entmax's Jacobian is diag(g) - g g^T / sum g).
 // Then two kernels, neither with atomics, so the result does not depend on
 // the schedule:
 //   query kernel, one block per (query tile of 64, query head, sequence):
+//     softmax's sweep 0: S = Q K^T, each row's max and sum (written out);
 //     sweep 1 over the key tiles: S = Q K^T, dP = dO V^T by mma.sync, the
 //     row sums of g dP and g -> delta (written for the key kernel);
 //     sweep 2: S and dP again, dS, dQ += dS K;
@@ -62,18 +65,20 @@ __device__ inline WeightAndSlope weight_and_slope(float x, float4 st, const Weig
 }
 
 // The A fragment of the 16-column step kc / 16 of a warp's 16 x 64 C
-// fragments c, times `factor`, as hi and lo 16-bit parts; false when every
+// fragments c, this thread's first row times factor[0] and its second (8
+// rows below) times factor[1], as hi and lo 16-bit parts; false when every
 // value of the warp's step is 0 (skip the products).
 template <class E>
-__device__ inline bool a_parts(const float (&c)[kBlockN / 8][4], int kc, float factor, std::uint32_t (&hi)[4],
-                               std::uint32_t (&lo)[4]) {
+__device__ inline bool a_parts(const float (&c)[kBlockN / 8][4], int kc, const float (&factor)[2],
+                               std::uint32_t (&hi)[4], std::uint32_t (&lo)[4]) {
   // A register r holds row group (+ 8 for r odd), columns 2t, 2t + 1 (+ 8 for
   // r >= 2): C tile kc / 8 (+ 1), elements 0, 1 (row group) or 2, 3 (+ 8).
   bool any = false;
 #pragma unroll
   for (int r = 0; r < 4; ++r) {
     const float(&t)[4] = c[kc / 8 + (r >> 1)];
-    const float x = t[2 * (r & 1)] * factor, y = t[2 * (r & 1) + 1] * factor;
+    const float f = factor[r & 1];
+    const float x = t[2 * (r & 1)] * f, y = t[2 * (r & 1) + 1] * f;
     any = any || x != 0.0f || y != 0.0f;
     const WeightParts a = split_weight<E>(x), b = split_weight<E>(y);
     hi[r] = mma::pack_pair(a.hi, b.hi);
@@ -100,12 +105,13 @@ __device__ inline void add_product(const std::uint32_t (&hi)[4], const std::uint
   }
 }
 
-// The warp's 16 rows of a gradient times `factor`, rows row0 + ... below
-// `rows` (the tensor's), rounded once: float32, or E's format (a value past
-// its range becomes +-inf, as the contract says).
+// The warp's 16 rows of a gradient, this thread's first row times
+// factor[0] and its second times factor[1], rows row0 + ... below `rows`
+// (the tensor's), rounded once: float32, or E's format (a value past its
+// range becomes +-inf, as the contract says).
 template <class E, int D>
 __device__ void store_gradient(void* out, bool out_float32, std::int64_t head, std::int64_t row_stride, int row0,
-                               int rows, float factor, const float (&acc)[D / 8][4]) {
+                               int rows, const float (&factor)[2], const float (&acc)[D / 8][4]) {
   const int lane = static_cast<int>(threadIdx.x % kWarpSize);
   const int base = static_cast<int>(threadIdx.x / kWarpSize) * 16;
 #pragma unroll
@@ -117,7 +123,7 @@ __device__ void store_gradient(void* out, bool out_float32, std::int64_t head, s
 #pragma unroll
     for (int nt = 0; nt < D / 8; ++nt) {
       const int c = nt * 8 + e.col;
-      const float x = acc[nt][2 * half] * factor, y = acc[nt][2 * half + 1] * factor;
+      const float x = acc[nt][2 * half] * factor[half], y = acc[nt][2 * half + 1] * factor[half];
       if (out_float32)
         *reinterpret_cast<float2*>(static_cast<float*>(out) + at + c) = make_float2(x, y);
       else
@@ -135,8 +141,53 @@ __device__ inline void zero(float (&acc)[D / 8][4]) {
     for (int i = 0; i < 4; ++i) acc[nt][i] = 0.0f;
 }
 
-// The query kernel (see the top of this file): delta and dQ.
-template <class E, int D>
+// dS enters its products as two parts in E's format; float16's top out at
+// 65504, where dS (g (dP - delta), unbounded: a loss-scaled grad_out makes
+// it large) would become inf and its lo part -inf, NaN in every product. So
+// each of this thread's two accumulator rows keeps a power-of-two exponent
+// e: dS is multiplied by 2^-e (|dS| 2^-e < 2^14) before the split, the
+// accumulator row is multiplied by 2^-(e' - e) when e grows to e' (exact
+// but for values below float32's normal range), and the store multiplies
+// the row by 2^e. bfloat16 has float32's range and keeps e = 0.
+template <class E>
+struct RowExponents {
+  static constexpr bool kScaled = E::kMaxFinite < 1.0e5f;
+  int e[2] = {0, 0};
+  // Grows e for the rows of ds (a warp's 16 x 64 C fragments) and rescales acc.
+  template <int D>
+  __device__ void fit(const float (&ds)[kBlockN / 8][4], float (&acc)[D / 8][4]) {
+    if constexpr (kScaled) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        float m = 0.0f;
+#pragma unroll
+        for (int nt = 0; nt < kBlockN / 8; ++nt) m = fmaxf(m, fmaxf(fabsf(ds[nt][2 * half]), fabsf(ds[nt][2 * half + 1])));
+        m = fmaxf(m, __shfl_xor_sync(kFullWarp, m, 1));  // the 4 lanes of a group share the row
+        m = fmaxf(m, __shfl_xor_sync(kFullWarp, m, 2));
+        const int need = m >= 16384.0f && m <= 3.0e38f ? ilogbf(m) - 13 : 0;
+        if (need > e[half]) {
+          const float shrink = ldexpf(1.0f, e[half] - need);
+#pragma unroll
+          for (int nt = 0; nt < D / 8; ++nt) {
+            acc[nt][2 * half] *= shrink;
+            acc[nt][2 * half + 1] *= shrink;
+          }
+          e[half] = need;
+        }
+      }
+    }
+  }
+  // What dS is multiplied by before its split, per row.
+  __device__ void down(float (&f)[2]) const { f[0] = ldexpf(1.0f, -e[0]), f[1] = ldexpf(1.0f, -e[1]); }
+  // The store's factors: `scale` times 2^e, per row.
+  __device__ void up(float scale, float (&f)[2]) const {
+    f[0] = ldexpf(scale, e[0]), f[1] = ldexpf(scale, e[1]);
+  }
+};
+
+// The query kernel (see the top of this file): delta and dQ. kListed: the
+// block-sparse instance (key_tiles).
+template <class E, int D, bool kListed>
 __global__ void __launch_bounds__(kThreads) batched_backward_query_kernel(const BackwardParams bp) {
   using L = BackwardLayout<D>;
   const BatchedParams& p = bp.f;
@@ -161,20 +212,24 @@ __global__ void __launch_bounds__(kThreads) batched_backward_query_kernel(const 
   float dq[D / 8][4];
   zero<D>(dq);
   const int key_end = q0 < n_b ? visible_keys(min(q0 + kBlockM, n_b) - 1, n_b, m_b, p.causal) : 0;
-  const KeyTiles kt = key_tiles(p, b, h, tile, (key_end + kBlockN - 1) / kBlockN);
+  KeyTiles kt = key_tiles<kListed>(p, b, h, tile, (key_end + kBlockN - 1) / kBlockN);
   const int tiles = kt.tiles;
   float4 st[2];
   int limit[2];
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
-    st[half] = row[half] < p.n ? bp.stats[row_head + row[half]] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    st[half] = !p.w.softmax && row[half] < p.n ? bp.stats[row_head + row[half]] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     limit[half] = visible_keys(row[half], n_b, m_b, p.causal);
   }
   if (kt.first() >= tiles) {  // padding rows, rows that see no key, or no block
     if (lane % 4 == 0)
       for (int half = 0; half < 2; ++half)
-        if (row[half] < p.n) bp.delta[row_head + row[half]] = 0.0f;
-    store_gradient<E, D>(bp.dq, bp.dq_float32, b * bp.dq_batch + h * bp.dq_head, bp.dq_row, q0, p.n, 0.0f, dq);
+        if (row[half] < p.n) {
+          bp.delta[row_head + row[half]] = 0.0f;
+          if (p.w.softmax) bp.stats[row_head + row[half]] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        }
+    const float none[2] = {0.0f, 0.0f};
+    store_gradient<E, D>(bp.dq, bp.dq_float32, b * bp.dq_batch + h * bp.dq_head, bp.dq_row, q0, p.n, none, dq);
     return;
   }
   load_rows_async<D, kBlockM, L::kLd>(Qs, p.q + b * p.q_batch + h * p.q_head, p.q_row, q0, n_b);
@@ -208,6 +263,47 @@ __global__ void __launch_bounds__(kThreads) batched_backward_query_kernel(const 
   };
   const auto every_tile = [&](int t) { return kt.after(t); };
 
+  // Softmax, sweep 0: each row's max and sum of exp2(x - max), online (every
+  // lane of a row's group holds the same max; the sums add up at the end),
+  // written for the key kernel.
+  if (p.w.softmax) {
+    float mx[2] = {-INFINITY, -INFINITY}, sum[2] = {0.0f, 0.0f};
+    sweep<D, false>(p, k_head, v_head, m_b, Ks, Vs, kt.first(), tiles, every_tile,
+                    [&](int t, const std::uint16_t* K, const std::uint16_t*) {
+                      float s[kBlockN / 8][4];
+                      warp_scores<E, D>(Qs, K, s);
+                      float top[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+                      for (int nt = 0; nt < kBlockN / 8; ++nt)
+#pragma unroll
+                        for (int i = 0; i < 4; ++i) {
+                          const int j = t * kBlockN + nt * 8 + mma::c_element(lane, i).col;
+                          s[nt][i] = j < limit[i >> 1] ? __fmul_rn(s[nt][i], p.w.factor) : -INFINITY;
+                          top[i >> 1] = fmaxf(top[i >> 1], s[nt][i]);
+                        }
+#pragma unroll
+                      for (int half = 0; half < 2; ++half) {
+                        top[half] = fmaxf(top[half], __shfl_xor_sync(kFullWarp, top[half], 1));
+                        top[half] = fmaxf(top[half], __shfl_xor_sync(kFullWarp, top[half], 2));
+                        const float next = fmaxf(mx[half], top[half]);
+                        if (next == -INFINITY) continue;  // nothing seen yet
+                        float part = 0.0f;
+#pragma unroll
+                        for (int nt = 0; nt < kBlockN / 8; ++nt)
+                          part += exp2f(s[nt][2 * half] - next) + exp2f(s[nt][2 * half + 1] - next);
+                        sum[half] = sum[half] * exp2f(mx[half] - next) + part;  // exp2(-inf) = 0
+                        mx[half] = next;
+                      }
+                    });
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      sum[half] += __shfl_xor_sync(kFullWarp, sum[half], 1);
+      sum[half] += __shfl_xor_sync(kFullWarp, sum[half], 2);
+      st[half] = sum[half] > 0.0f ? make_float4(mx[half], sum[half], 0.0f, 0.0f) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      if (lane % 4 == 0 && row[half] < p.n) bp.stats[row_head + row[half]] = st[half];
+    }
+  }
+
   // Sweep 1: delta.
   float sum_gdp[2] = {0.0f, 0.0f}, sum_g[2] = {0.0f, 0.0f};
   sweep<D, true>(p, k_head, v_head, m_b, Ks, Vs, kt.first(), tiles, every_tile,
@@ -233,6 +329,7 @@ __global__ void __launch_bounds__(kThreads) batched_backward_query_kernel(const 
   }
 
   // Sweep 2: dS = g (dP - delta), dQ += dS K.
+  RowExponents<E> ex;
   sweep<D, true>(p, k_head, v_head, m_b, Ks, Vs, kt.first(), tiles, every_tile,
                  [&](int t, const std::uint16_t* K, const std::uint16_t* V) {
                    tile_terms(t, K, V);
@@ -240,13 +337,18 @@ __global__ void __launch_bounds__(kThreads) batched_backward_query_kernel(const 
                    for (int nt = 0; nt < kBlockN / 8; ++nt)
 #pragma unroll
                      for (int i = 0; i < 4; ++i) gs[nt][i] *= dp[nt][i] - delta[i >> 1];
+                   ex.template fit<D>(gs, dq);
+                   float down[2];
+                   ex.down(down);
 #pragma unroll
                    for (int kc = 0; kc < kBlockN; kc += 16) {
                      std::uint32_t hi[4], lo[4];
-                     if (a_parts<E>(gs, kc, 1.0f, hi, lo)) add_product<E, D>(hi, lo, K, kc, dq);
+                     if (a_parts<E>(gs, kc, down, hi, lo)) add_product<E, D>(hi, lo, K, kc, dq);
                    }
                  });
-  store_gradient<E, D>(bp.dq, bp.dq_float32, b * bp.dq_batch + h * bp.dq_head, bp.dq_row, q0, p.n, bp.scale, dq);
+  float up[2];
+  ex.up(bp.scale, up);
+  store_gradient<E, D>(bp.dq, bp.dq_float32, b * bp.dq_batch + h * bp.dq_head, bp.dq_row, q0, p.n, up, dq);
 }
 
 // The query tiles the key kernel visits for key tile `tile` of key/value
@@ -264,14 +366,28 @@ struct QueryTiles {
                key_tiles +
            tile;
   }
+  // The index in query_rows of the column's first tile >= tile (ascending lists).
+  __device__ int lower_bound(std::int64_t c, int tile) const {
+    int lo = bp.key_offsets[c], hi = bp.key_offsets[c + 1];
+    while (lo < hi) {
+      const int mid = lo + (hi - lo) / 2;
+      if (bp.query_rows[mid] < tile)
+        lo = mid + 1;
+      else
+        hi = mid;
+    }
+    return lo;
+  }
   __device__ int count(int gi) const {
     if (first >= last) return 0;
     if (!listed()) return last - first;
     const std::int64_t c = column(gi);
-    return bp.key_offsets[c + 1] - bp.key_offsets[c];
+    return lower_bound(c, last) - lower_bound(c, first);
   }
   // The i-th tile (i < count(gi)).
-  __device__ int at(int gi, int i) const { return listed() ? bp.query_rows[bp.key_offsets[column(gi)] + i] : first + i; }
+  __device__ int at(int gi, int i) const {
+    return listed() ? bp.query_rows[lower_bound(column(gi), first) + i] : first + i;
+  }
 };
 
 // The key kernel (see the top of this file): dK and dV.
@@ -300,6 +416,8 @@ __global__ void __launch_bounds__(kThreads) batched_backward_key_kernel(const Ba
   float dk[D / 8][4], dv[D / 8][4];
   zero<D>(dk);
   zero<D>(dv);
+  RowExponents<E> ex;  // dK's rows (dS^T's)
+  const float weight_scale[2] = {E::kWeightScale, E::kWeightScale};
   // The query tiles that see a key of this tile: from the first query whose
   // limit passes j0 (limits grow with the query) to the last query; with a
   // block graph, those of them that list the tile.
@@ -381,25 +499,31 @@ __global__ void __launch_bounds__(kThreads) batched_backward_key_kernel(const Ba
         for (int nt = 0; nt < kBlockN / 8; ++nt)
 #pragma unroll
           for (int i = 0; i < 4; ++i) gt[nt][i] *= dpt[nt][i] - dl[nt * 8 + mma::c_element(lane, i).col];
+        ex.template fit<D>(gt, dk);
+        float down[2];
+        ex.down(down);
 #pragma unroll
         for (int kc = 0; kc < kBlockM; kc += 16) {
           std::uint32_t hi[4], lo[4];
-          if (a_parts<E>(pt, kc, E::kWeightScale, hi, lo)) add_product<E, D>(hi, lo, dO, kc, dv);
-          if (a_parts<E>(gt, kc, 1.0f, hi, lo)) add_product<E, D>(hi, lo, Q, kc, dk);
+          if (a_parts<E>(pt, kc, weight_scale, hi, lo)) add_product<E, D>(hi, lo, dO, kc, dv);
+          if (a_parts<E>(gt, kc, down, hi, lo)) add_product<E, D>(hi, lo, Q, kc, dk);
         }
       }
       buf ^= 1;
     }
   }
-  store_gradient<E, D>(bp.dk, bp.dk_float32, b * bp.dk_batch + kv * bp.dk_head, bp.dk_row, j0, p.m, bp.scale, dk);
-  store_gradient<E, D>(bp.dv, bp.dv_float32, b * bp.dv_batch + kv * bp.dv_head, bp.dv_row, j0, p.m,
-                       1.0f / E::kWeightScale, dv);
+  float up[2];
+  ex.up(bp.scale, up);
+  const float unweight[2] = {1.0f / E::kWeightScale, 1.0f / E::kWeightScale};
+  store_gradient<E, D>(bp.dk, bp.dk_float32, b * bp.dk_batch + kv * bp.dk_head, bp.dk_row, j0, p.m, up, dk);
+  store_gradient<E, D>(bp.dv, bp.dv_float32, b * bp.dv_batch + kv * bp.dv_head, bp.dv_row, j0, p.m, unweight, dv);
 }
 
 template <class E, int D>
 void launch_batched_backward(const BackwardParams& bp, cudaStream_t stream) {
   constexpr std::size_t bytes = BackwardLayout<D>::kBytes;
-  const auto query_kernel = batched_backward_query_kernel<E, D>;
+  const auto query_kernel = bp.f.block_offsets != nullptr ? batched_backward_query_kernel<E, D, true>
+                                                          : batched_backward_query_kernel<E, D, false>;
   const auto key_kernel = batched_backward_key_kernel<E, D>;
   const char* what = "cuda::batched_attention_backward (launch)";
   check(cudaFuncSetAttribute(query_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)), what);

@@ -257,33 +257,41 @@ __device__ inline void release_slot(int* flags, int s) {
   atomicExch(&flags[s], 0);
 }
 
-// The key tiles a query tile visits: every tile below `tiles`, or those of
-// its block row (BatchedParams::block_offsets) below it.
+// The key tiles a query tile visits, in ascending order: every tile below
+// `tiles`, or those of its block row (BatchedParams::block_offsets) below
+// it. A sweep walks them with first() and then after(t) for the tile t it
+// is at, in order (a cursor, not a search: a search inlined into every sweep
+// cost the dense kernels 40 registers).
 struct KeyTiles {
   const std::int32_t* cols = nullptr;  // null: every tile
   int lo = 0, hi = 0, tiles = 0;
-  // The first visited tile after t, or tiles.
-  __device__ int after(int t) const {
-    if (cols == nullptr) return t + 1 < tiles ? t + 1 : tiles;
-    int a = lo, b = hi;  // the first listed tile > t: the lists are ascending
-    while (a < b) {
-      const int mid = a + (b - a) / 2;
-      if (cols[mid] > t)
-        b = mid;
-      else
-        a = mid + 1;
-    }
-    return a < hi && cols[a] < tiles ? cols[a] : tiles;
+  int at = 0;  // listed: the index in cols of the tile the sweep is at
+  __device__ int first() {
+    if (cols == nullptr) return tiles > 0 ? 0 : tiles;
+    at = lo;
+    return current();
   }
-  __device__ int first() const { return after(-1); }
+  // The tile after t, the sweep's current tile; tiles when none is left.
+  __device__ int after(int t) {
+    if (cols == nullptr) return t + 1 < tiles ? t + 1 : tiles;
+    ++at;
+    return current();
+  }
+
+ private:
+  __device__ int current() const { return at < hi && cols[at] < tiles ? cols[at] : tiles; }
 };
 
 // Query tile `tile` of head h of sequence b, whose causal and length limits
-// allow key tiles [0, tiles).
+// allow key tiles [0, tiles). kListed: the block-sparse instance, which
+// reads its block row; the dense one never does, and the compiler drops the
+// list's code (kept as a run-time branch, it cost the dense kernels 40
+// registers and the entmax ones spills).
+template <bool kListed>
 __device__ inline KeyTiles key_tiles(const BatchedParams& p, int b, int h, int tile, int tiles) {
   KeyTiles kt;
   kt.tiles = tiles;
-  if (p.block_offsets != nullptr) {
+  if constexpr (kListed) {
     const int query_tiles = (p.n + kBlockM - 1) / kBlockM;
     const std::int64_t r =
         (static_cast<std::int64_t>(p.block_batch == 1 ? 0 : b) * p.block_heads + (p.block_heads == 1 ? 0 : h)) *
@@ -296,10 +304,11 @@ __device__ inline KeyTiles key_tiles(const BatchedParams& p, int b, int h, int t
   return kt;
 }
 
-// The first visited tile after t that the entmax output sweep visits: marked
-// by sweep 1, or past the tiles sweep 1 keeps marks for.
-__device__ inline int next_marked(const unsigned* mask, const KeyTiles& kt, int t) {
-  for (int u = kt.after(t); u < kt.tiles; u = kt.after(u))
+// The first tile from u on (u from kt.first() or kt.after) that the entmax
+// output sweep visits: marked by sweep 1, or past the tiles sweep 1 keeps
+// marks for.
+__device__ inline int next_marked(const unsigned* mask, KeyTiles& kt, int u) {
+  for (; u < kt.tiles; u = kt.after(u))
     if (u >= kMaxSkipTiles || ((mask[u / 32] >> (u % 32)) & 1u) != 0) return u;
   return kt.tiles;
 }
@@ -332,7 +341,19 @@ __device__ void sweep(const BatchedParams& p, const std::uint16_t* k_head, const
   }
 }
 
-template <class E, int D, bool kSoftmax>
+// The backward's run (entmax): each query row's weighting state into
+// p.stats. Not inlined: inlined, its reads of the row state at the kernel's
+// end cost the kernels up to 37 registers throughout (ptxas, sm_90).
+__device__ __noinline__ inline void write_stats(const BatchedParams& p, const RowState& rs, int b, int h, int q0, int n_b) {
+  const int i = q0 + static_cast<int>(threadIdx.x);
+  if (threadIdx.x >= kBlockM || i >= p.n) return;
+  const int r = static_cast<int>(threadIdx.x);
+  p.stats[(static_cast<std::int64_t>(b) * gridDim.y + h) * p.n + i] =
+      i < n_b && rs.status[r] == fused::kSolved ? make_float4(rs.max[r], rs.sum[r], rs.tau_hi[r], rs.tau_lo[r])
+                                                : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+}
+
+template <class E, int D, bool kSoftmax, bool kListed>
 __global__ void __launch_bounds__(kThreads) batched_attention_kernel(const BatchedParams p) {
   using L = Layout<D>;
   extern __shared__ float4 smem_vec[];
@@ -367,12 +388,12 @@ __global__ void __launch_bounds__(kThreads) batched_attention_kernel(const Batch
 
   // Key tiles of the block: up to its last valid query's limit.
   const int key_end = q0 < n_b ? visible_keys(min(q0 + kBlockM, n_b) - 1, n_b, m_b, p.causal) : 0;
-  const KeyTiles kt = key_tiles(p, b, h, tile, (key_end + kBlockN - 1) / kBlockN);
+  KeyTiles kt = key_tiles<kListed>(p, b, h, tile, (key_end + kBlockN - 1) / kBlockN);
   const int tiles = kt.tiles;
   if (kt.first() >= tiles) {  // padding rows, rows that see no key, or no block: zeros
     store_out<E, D>(p, b, h, q0, nullptr, weight_scale, o);
     const int i = q0 + static_cast<int>(threadIdx.x);
-    if (p.stats != nullptr && threadIdx.x < kBlockM && i < p.n)
+    if (!kSoftmax && p.stats != nullptr && threadIdx.x < kBlockM && i < p.n)
       p.stats[(static_cast<std::int64_t>(b) * gridDim.y + h) * p.n + i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     return;
   }
@@ -441,8 +462,8 @@ __global__ void __launch_bounds__(kThreads) batched_attention_kernel(const Batch
       fused::after_narrowing(rs, mass, count_above, rb, round);
     }
     // 4. Weights and P V over the marked tiles.
-    const auto marked = [&](int t) { return next_marked(tile_mask, kt, t); };
-    sweep<D, true>(p, k_head, v_head, m_b, Ks, Vs, marked(-1), tiles, marked,
+    const auto marked = [&](int t) { return next_marked(tile_mask, kt, kt.after(t)); };
+    sweep<D, true>(p, k_head, v_head, m_b, Ks, Vs, next_marked(tile_mask, kt, kt.first()), tiles, marked,
                    [&](int t, const std::uint16_t* K, const std::uint16_t* V) {
                      tile_scores(t, K);
                      const float part = fused::entmax_weight_rows<kBlockN, kLdS>(Ss, rs, rb);
@@ -455,20 +476,16 @@ __global__ void __launch_bounds__(kThreads) batched_attention_kernel(const Batch
     if (threadIdx.x == 0) release_slot(p.slot_flags, slot);
   }
   store_out<E, D>(p, b, h, q0, rs.sum, weight_scale, o);
-  const int i = q0 + static_cast<int>(threadIdx.x);
-  if (p.stats != nullptr && threadIdx.x < kBlockM && i < p.n) {
-    const int r = static_cast<int>(threadIdx.x);
-    const bool weighted = i < n_b && (kSoftmax || rs.status[r] == fused::kSolved);
-    p.stats[(static_cast<std::int64_t>(b) * gridDim.y + h) * p.n + i] =
-        weighted ? make_float4(rs.max[r], rs.sum[r], kSoftmax ? 0.0f : rs.tau_hi[r], kSoftmax ? 0.0f : rs.tau_lo[r])
-                 : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  if constexpr (!kSoftmax) {
+    if (p.stats != nullptr) write_stats(p, rs, b, h, q0, n_b);
   }
 }
 
 template <class E, int D, bool kSoftmax>
 void launch_batched(const BatchedParams& p, unsigned query_tiles, unsigned heads, unsigned batch, cudaStream_t stream) {
   constexpr std::size_t bytes = Layout<D>::kBytes;
-  const auto kernel = batched_attention_kernel<E, D, kSoftmax>;
+  const auto kernel = p.block_offsets != nullptr ? batched_attention_kernel<E, D, kSoftmax, true>
+                                                 : batched_attention_kernel<E, D, kSoftmax, false>;
   check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)),
         "cuda::batched_attention_forward (shared memory size)");
   kernel<<<dim3(query_tiles, heads, batch), kThreads, bytes, stream>>>(p);
@@ -478,7 +495,10 @@ void launch_batched(const BatchedParams& p, unsigned query_tiles, unsigned heads
 template <class E, int D, bool kSoftmax>
 int resident_blocks() {
   constexpr std::size_t bytes = Layout<D>::kBytes;
-  const auto kernel = batched_attention_kernel<E, D, kSoftmax>;
+  // The dense instance's: a block-sparse launch may hold fewer or more
+  // blocks at once; with fewer slots than blocks a block waits for a running
+  // one to finish, which cannot deadlock (see acquire_slot).
+  const auto kernel = batched_attention_kernel<E, D, kSoftmax, false>;
   const char* what = "cuda::batched_attention_workspace_bytes (occupancy)";
   check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)), what);
   int per_sm = 0, device = 0, sms = 0;

@@ -76,10 +76,11 @@ struct BatchedParams {
   int cap;
   int* slot_flags;  // slots ints, 0 before the launch
   int slots;
-  // The backward's run of the forward: each query row's weighting state
-  // {max, sum, tau_hi, tau_lo} into stats[(b Hq + h) n + i] (sum = 0 for a
-  // row without weights), and out = null (not written). The weights are
-  // then p = attention_weight(x, max, tau) / sum (attention_common.cuh).
+  // The backward's run of the entmax forward: each query row's weighting
+  // state {max, sum, tau_hi, tau_lo} into stats[(b Hq + h) n + i] (sum = 0
+  // for a row without weights), and out = null (not written). The weights
+  // are then p = attention_weight(x, max, tau) / sum (attention_common.cuh).
+  // (Softmax's state, {max, sum}, the backward's query kernel finds itself.)
   float4* stats;
   // Block-sparse attention (null: every key tile): the key tiles of query
   // tile I of graph (b', h') are block_cols[block_offsets[r] ..
@@ -110,7 +111,7 @@ struct BackwardParams {
   // c = (b' block_heads + h') key_tiles + J (f.block_* as above).
   const std::int32_t* key_offsets;
   const std::int32_t* query_rows;
-  const float4* stats;  // the forward's row states, (B, Hq, n)
+  float4* stats;  // the rows' states, (B, Hq, n): entmax's from the forward, softmax's from the query kernel
   float* delta;         // (B, Hq, n), written by the query kernel
   float scale;          // the scores' scale: d(score)/d(q.k)
   int q_heads;
