@@ -13,6 +13,7 @@
 #include "entgraph/batched_attention.hpp"
 #include "entgraph/cuda/device.hpp"
 #include "entgraph/transforms.hpp"
+#include "support.hpp"
 
 namespace entgraph::cuda::test_batched {
 
@@ -100,6 +101,15 @@ inline double half_ulp(DType t, double x) {
   if (t == DType::float32 || x == 0.0) return 0.0;
   const int e = std::ilogb(std::abs(x));
   return t == DType::bfloat16 ? std::ldexp(1.0, e - 8) : std::ldexp(1.0, std::max(e, -14) - 11);
+}
+
+// Head h of sequence b of t, its first `rows` rows, widened to float64 (the
+// oracles' input).
+inline test::Matrix<double> head_matrix(const HostTensor& t, std::size_t b, std::size_t h, std::size_t rows) {
+  test::Matrix<double> x(rows, t.cols);
+  for (std::size_t i = 0; i < rows; ++i)
+    for (std::size_t c = 0; c < t.cols; ++c) x(i, c) = t.get(b, h, i, c);
+  return x;
 }
 
 // Options for the device entry points: the lengths (if any) copied to

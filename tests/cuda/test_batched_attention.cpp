@@ -35,20 +35,16 @@ using namespace test_batched;
 // widened inputs; [B][Hq][n][dv], zero rows past each sequence's queries.
 std::vector<double> reference(const HostTensor& q, const HostTensor& k, const HostTensor& v, const Transform& t,
                               bool causal, double scale, const Lengths& lengths) {
-  const std::size_t B = q.batch, Hq = q.heads, n = q.rows, d = q.cols, dv = v.cols, group = q.heads / k.heads;
+  const std::size_t B = q.batch, Hq = q.heads, n = q.rows, dv = v.cols, group = q.heads / k.heads;
   std::vector<double> out(B * Hq * n * dv, 0.0);
   for (std::size_t b = 0; b < B; ++b) {
     const std::size_t n_b = length_of(lengths.query, b, n), m_b = length_of(lengths.key, b, k.rows);
     if (n_b == 0 || m_b == 0) continue;
     for (std::size_t h = 0; h < Hq; ++h) {
       const std::size_t g = h / group;
-      Matrix<double> qd(n_b, d), kd(m_b, d), vd(m_b, dv), od(n_b, dv);
-      for (std::size_t i = 0; i < n_b; ++i)
-        for (std::size_t c = 0; c < d; ++c) qd(i, c) = q.get(b, h, i, c);
-      for (std::size_t j = 0; j < m_b; ++j) {
-        for (std::size_t c = 0; c < d; ++c) kd(j, c) = k.get(b, g, j, c);
-        for (std::size_t c = 0; c < dv; ++c) vd(j, c) = v.get(b, g, j, c);
-      }
+      const Matrix<double> qd = head_matrix(q, b, h, n_b), kd = head_matrix(k, b, g, m_b),
+                           vd = head_matrix(v, b, g, m_b);
+      Matrix<double> od(n_b, dv);
       AttentionOptions<double> o;
       o.transform = t;
       o.causal = causal;

@@ -50,15 +50,9 @@ Grads reference(const HostTensor& q, const HostTensor& k, const HostTensor& v, c
     if (n_b == 0 || m_b == 0) continue;
     for (std::size_t h = 0; h < Hq; ++h) {
       const std::size_t kv = h / group;
-      Matrix<double> qd(n_b, d), kd(m_b, d), vd(m_b, dv), god(n_b, dv), gq(n_b, d), gk(m_b, d), gv(m_b, dv);
-      for (std::size_t i = 0; i < n_b; ++i) {
-        for (std::size_t c = 0; c < d; ++c) qd(i, c) = q.get(b, h, i, c);
-        for (std::size_t c = 0; c < dv; ++c) god(i, c) = go.get(b, h, i, c);
-      }
-      for (std::size_t j = 0; j < m_b; ++j) {
-        for (std::size_t c = 0; c < d; ++c) kd(j, c) = k.get(b, kv, j, c);
-        for (std::size_t c = 0; c < dv; ++c) vd(j, c) = v.get(b, kv, j, c);
-      }
+      const Matrix<double> qd = head_matrix(q, b, h, n_b), kd = head_matrix(k, b, kv, m_b),
+                           vd = head_matrix(v, b, kv, m_b), god = head_matrix(go, b, h, n_b);
+      Matrix<double> gq(n_b, d), gk(m_b, d), gv(m_b, dv);
       AttentionOptions<double> o;
       o.transform = t;
       o.causal = causal;
@@ -345,60 +339,34 @@ TEST_SUITE("cuda") {
         CHECK(std::string(e.what()).find(message) != std::string::npos);
       }
     };
+    // The backend's call on host tensors (inputs x, grad_out go, options o)
+    // must throw `message` and leave the gradients as they were (NaN).
+    const auto refused = [&](const Inputs& x, const HostTensor& go, const BatchedAttentionOptions& o,
+                             const std::string& message) {
+      HostTensor gq(DType::float32, Layout::bhnd, B, H, n, d), gk = gq, gv = gq;
+      expect(
+          [&] {
+            entgraph::batched_attention_backward(
+                Device::cuda, x.q.view<const void*>(x.q.bytes.data()), x.k.view<const void*>(x.k.bytes.data()),
+                x.v.view<const void*>(x.v.bytes.data()), go.view<const void*>(go.bytes.data()),
+                gq.view<void*>(gq.bytes.data()), gk.view<void*>(gk.bytes.data()), gv.view<void*>(gv.bytes.data()), o);
+          },
+          message);
+      for (unsigned char byte : gq.bytes) CHECK(byte == 0xff);
+    };
     // float32 runs on the CPU only: the backend refuses it, naming the dtype.
-    {
-      const Inputs x = random_inputs(DType::float32, Layout::bhnd, B, H, H, n, m, d, 80);
-      HostTensor gq(DType::float32, Layout::bhnd, B, H, n, d), gk = gq, gv = gq;
-      expect(
-          [&] {
-            entgraph::batched_attention_backward(
-                Device::cuda, x.q.view<const void*>(x.q.bytes.data()), x.k.view<const void*>(x.k.bytes.data()),
-                x.v.view<const void*>(x.v.bytes.data()), x.go.view<const void*>(x.go.bytes.data()),
-                gq.view<void*>(gq.bytes.data()), gk.view<void*>(gk.bytes.data()), gv.view<void*>(gv.bytes.data()),
-                BatchedAttentionOptions{});
-          },
-          "q.dtype is not supported (got float32");
-      for (unsigned char byte : gq.bytes) CHECK(byte == 0xff);
-    }
+    const Inputs x32 = random_inputs(DType::float32, Layout::bhnd, B, H, H, n, m, d, 80);
+    refused(x32, x32.go, {}, "q.dtype is not supported (got float32");
     // grad_out in float32 beside bfloat16 inputs: the kernels read q's format.
-    {
-      const Inputs x = random_inputs(DType::bfloat16, Layout::bhnd, B, H, H, n, m, d, 81);
-      const HostTensor go32 = random_tensor(DType::float32, Layout::bhnd, B, H, n, d, 1.0, 82);
-      HostTensor gq(DType::float32, Layout::bhnd, B, H, n, d), gk = gq, gv = gq;
-      expect(
-          [&] {
-            entgraph::batched_attention_backward(
-                Device::cuda, x.q.view<const void*>(x.q.bytes.data()), x.k.view<const void*>(x.k.bytes.data()),
-                x.v.view<const void*>(x.v.bytes.data()), go32.view<const void*>(go32.bytes.data()),
-                gq.view<void*>(gq.bytes.data()), gk.view<void*>(gk.bytes.data()), gv.view<void*>(gv.bytes.data()),
-                BatchedAttentionOptions{});
-          },
-          "grad_out.dtype is not q's (got float32, expected bfloat16");
-      for (unsigned char byte : gq.bytes) CHECK(byte == 0xff);
-      // top-k has no GPU kernel.
-      BatchedAttentionOptions o;
-      o.transform = Transform::topk_softmax(4);
-      const HostTensor& go = x.go;
-      expect(
-          [&] {
-            entgraph::batched_attention_backward(
-                Device::cuda, x.q.view<const void*>(x.q.bytes.data()), x.k.view<const void*>(x.k.bytes.data()),
-                x.v.view<const void*>(x.v.bytes.data()), go.view<const void*>(go.bytes.data()),
-                gq.view<void*>(gq.bytes.data()), gk.view<void*>(gk.bytes.data()), gv.view<void*>(gv.bytes.data()), o);
-          },
-          "options.transform is not supported on device cuda");
-      // alpha > 2: unbounded slopes p^(2 - alpha), the CPU's pivoted backward.
-      o.transform = Transform::entmax(3.0);
-      expect(
-          [&] {
-            entgraph::batched_attention_backward(
-                Device::cuda, x.q.view<const void*>(x.q.bytes.data()), x.k.view<const void*>(x.k.bytes.data()),
-                x.v.view<const void*>(x.v.bytes.data()), go.view<const void*>(go.bytes.data()),
-                gq.view<void*>(gq.bytes.data()), gk.view<void*>(gk.bytes.data()), gv.view<void*>(gv.bytes.data()), o);
-          },
-          "options.transform is not supported by the gradients on cuda (got entmax");
-      for (unsigned char byte : gq.bytes) CHECK(byte == 0xff);
-    }
+    const Inputs x = random_inputs(DType::bfloat16, Layout::bhnd, B, H, H, n, m, d, 81);
+    refused(x, x32.go, {}, "grad_out.dtype is not q's (got float32, expected bfloat16");
+    // top-k has no GPU kernel; alpha > 2 has unbounded slopes p^(2 - alpha)
+    // (the CPU's backward pivots on the largest).
+    BatchedAttentionOptions o;
+    o.transform = Transform::topk_softmax(4);
+    refused(x, x.go, o, "options.transform is not supported on device cuda");
+    o.transform = Transform::entmax(3.0);
+    refused(x, x.go, o, "options.transform is not supported by the gradients on cuda (got entmax");
   }
 }
 
