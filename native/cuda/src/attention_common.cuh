@@ -37,6 +37,7 @@ namespace entgraph::cuda::detail {
 // The transform of one attention call, resolved on the host.
 struct Weighting {
   bool softmax = true;
+  double scale = 0.0;   // the scores' scale, resolved (0 in the options stands for 1/sqrt(d))
   float factor = 0.0f;  // multiplies q.k: scale * log2(e) (softmax) or scale * (alpha - 1)
   float q = 1.0f;       // entmax exponent 1 / (alpha - 1)
   double q_double = 1.0;
@@ -71,6 +72,7 @@ inline Weighting make_weighting(const Transform& t, double scale, std::size_t d,
   check_attention_scale(scale, op, "options.scale");
   const double s = scale == 0.0 ? 1.0 / std::sqrt(static_cast<double>(d)) : scale;
   Weighting w;
+  w.scale = s;
   w.softmax = alpha == 1.0;
   if (w.softmax) {
     w.factor = static_cast<float>(s * 1.4426950408889634);  // log2(e)

@@ -9,7 +9,7 @@
 
 #include <algorithm>
 #include <climits>
-#include <cmath>
+#include <initializer_list>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -145,14 +145,21 @@ void check_strides(const ConstBatchedTensor& t, const char* name, std::size_t mu
                                       num(multiple) + ": " + why + ")");
 }
 
-void check_pointers(const ConstBatchedTensor& q, const ConstBatchedTensor& k, const ConstBatchedTensor& v,
-                    const BatchedTensor& out, const BatchedAttentionOptions& options) {
-  detail::check_device_pointer(q.data, kOp, "q.data");
-  detail::check_device_pointer(k.data, kOp, "k.data");
-  detail::check_device_pointer(v.data, kOp, "v.data");
-  detail::check_device_pointer(out.data, kOp, "out.data");
-  if (options.query_lengths) detail::check_device_pointer(options.query_lengths, kOp, "options.query_lengths", false);
-  if (options.key_lengths) detail::check_device_pointer(options.key_lengths, kOp, "options.key_lengths", false);
+// The tensors' data (named) and the options' lengths must be the GPU's;
+// the tensors 16-byte aligned.
+void check_pointers(const char* op, std::initializer_list<std::pair<const char*, const void*>> tensors,
+                    const BatchedAttentionOptions& options) {
+  for (const auto& [name, data] : tensors) detail::check_device_pointer(data, op, name);
+  if (options.query_lengths) detail::check_device_pointer(options.query_lengths, op, "options.query_lengths", false);
+  if (options.key_lengths) detail::check_device_pointer(options.key_lengths, op, "options.key_lengths", false);
+}
+
+// 16-bit inputs only (tensor cores); float32 runs on the CPU.
+void check_sixteen_bit(const ConstBatchedTensor& q, const char* op, const char* what) {
+  if (!sixteen_bit(q.dtype))
+    detail::argument_error(op, "q.dtype is not supported (got " + std::string(dtype_name(q.dtype)) +
+                                   ", expected bfloat16 or float16: " + what + " run on tensor cores; float32 runs "
+                                   "on cpu)");
 }
 
 // The caller's workspace (checked to be large enough) or stream-ordered
@@ -358,7 +365,8 @@ Weighting check_device_call(ConstBatchedTensor q, ConstBatchedTensor k, ConstBat
                             const BatchedAttentionOptions& options) {
   const Weighting w = detail::make_weighting(options.transform, options.scale, q.cols, kOp, "options.transform");
   check_supported(q.dtype, q.batch, q.heads, q.rows, k.rows, q.cols, v.cols, kOp);
-  check_pointers(q, k, v, out, options);
+  check_pointers(kOp, {{"q.data", q.data}, {"k.data", k.data}, {"v.data", v.data}, {"out.data", out.data}},
+                 options);
   if (sixteen_bit(q.dtype)) {
     const char* why = "rows are copied 16 bytes at a time";
     check_strides(q, "q", 8, why);
@@ -488,6 +496,32 @@ DeviceLengths upload_lengths(const BatchedAttentionOptions& options, std::size_t
   return l;
 }
 
+// The forward on host tensors (checked; on `blocks` when given, 16-bit
+// only): copies in, the kernel, copies out; `op` names the call in CUDA
+// errors.
+void run_forward_from_host(ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor v, BatchedTensor out,
+                           const BatchedAttentionOptions& options, const Weighting& w, const DeviceBlocks* blocks,
+                           const std::string& op) {
+  const std::string uploading = op + ": uploading the inputs";
+  const DeviceArray<unsigned char> dq = upload_tensor(q, uploading.c_str()), dk = upload_tensor(k, uploading.c_str()),
+                                   dv = upload_tensor(v, uploading.c_str());
+  const DeviceResult d_out = device_result(out, (op + ": out").c_str());
+  // The core has validated everything (the copies are contiguous and
+  // cudaMalloc-aligned): straight to the launch.
+  const ConstBatchedTensor cq = contiguous(q, dq.data()), ck = contiguous(k, dk.data()), cv = contiguous(v, dv.data());
+  if (sixteen_bit(q.dtype)) {
+    BatchedAttentionOptions o;  // the kernel reads the lengths on the GPU
+    const DeviceLengths lengths = upload_lengths(options, q.batch, o, op.c_str());
+    run_sixteen_bit(cq, ck, cv, d_out.view, o, BatchedAttentionTuning{}, w, nullptr, 0, nullptr, nullptr, blocks);
+    synchronize(nullptr);  // before the lengths' copies are freed
+  } else {
+    run_float32(cq, ck, cv, d_out.view, options, options.query_lengths, options.key_lengths, BatchedAttentionTuning{},
+                w, nullptr, 0, nullptr);
+    synchronize(nullptr);
+  }
+  download(out, d_out, (op + ": downloading out").c_str());
+}
+
 }  // namespace
 
 // The backend's kernel: the core has validated the arguments (values
@@ -496,25 +530,7 @@ void detail::host_batched_attention_forward(ConstBatchedTensor q, ConstBatchedTe
                                             BatchedTensor out, const BatchedAttentionOptions& options) {
   const Weighting w = detail::make_weighting(options.transform, options.scale, q.cols, kOp, "options.transform");
   check_supported(q.dtype, q.batch, q.heads, q.rows, k.rows, q.cols, v.cols, kOp);
-  const DeviceArray<unsigned char> dq = upload_tensor(q, "batched_attention_forward: uploading q");
-  const DeviceArray<unsigned char> dk = upload_tensor(k, "batched_attention_forward: uploading k");
-  const DeviceArray<unsigned char> dv = upload_tensor(v, "batched_attention_forward: uploading v");
-  const DeviceResult d_out = device_result(out, "batched_attention_forward: out");
-  // The core has validated everything (the copies are contiguous and
-  // cudaMalloc-aligned): straight to the launch.
-  const BatchedAttentionTuning tuning;
-  if (sixteen_bit(q.dtype)) {
-    BatchedAttentionOptions o;  // the kernel reads the lengths on the GPU
-    const DeviceLengths lengths = upload_lengths(options, q.batch, o, "batched_attention_forward");
-    run_sixteen_bit(contiguous(q, dq.data()), contiguous(k, dk.data()), contiguous(v, dv.data()), d_out.view, o,
-                    tuning, w, nullptr, 0, nullptr);
-    synchronize(nullptr);  // before the lengths' copies are freed
-  } else {
-    run_float32(contiguous(q, dq.data()), contiguous(k, dk.data()), contiguous(v, dv.data()), d_out.view, options,
-                options.query_lengths, options.key_lengths, tuning, w, nullptr, 0, nullptr);
-    synchronize(nullptr);
-  }
-  download(out, d_out, "batched_attention_forward: downloading out");
+  run_forward_from_host(q, k, v, out, options, w, nullptr, "batched_attention_forward");
 }
 
 // The backend's kernel on device memory (Memory::device): the core has
@@ -557,10 +573,7 @@ Weighting check_backward_supported(ConstBatchedTensor q, ConstBatchedTensor k, C
                                    options.transform.name() +
                                    ", expected alpha <= 2: past it the slopes p^(2 - alpha) are unbounded and need the "
                                    "CPU's pivoted backward; run it on cpu)");
-  if (!sixteen_bit(q.dtype))
-    detail::argument_error(op, "q.dtype is not supported (got " + std::string(dtype_name(q.dtype)) +
-                                   ", expected bfloat16 or float16: the gradients run on tensor cores; "
-                                   "float32 runs on cpu)");
+  check_sixteen_bit(q, op, "the gradients");
   if (grad_out.dtype != q.dtype)
     detail::argument_error(op, "grad_out.dtype is not q's (got " + std::string(dtype_name(grad_out.dtype)) +
                                    ", expected " + dtype_name(q.dtype) + ": the kernels read grad_out in q's format)");
@@ -603,7 +616,7 @@ void run_backward(ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor
   strides_of(as_const(grad_v), bp.dv_batch, bp.dv_head, bp.dv_row);
   bp.stats = stats;
   bp.delta = reinterpret_cast<float*>(stats + rows);
-  bp.scale = static_cast<float>(options.scale == 0.0 ? 1.0 / std::sqrt(static_cast<double>(q.cols)) : options.scale);
+  bp.scale = static_cast<float>(w.scale);
   bp.q_heads = static_cast<int>(q.heads);
   bp.batch = static_cast<int>(q.batch);
   with_kernel(q.dtype, q.cols, [&](auto e, auto dc) {
@@ -611,23 +624,20 @@ void run_backward(ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor
   });
 }
 
-}  // namespace
-
-namespace {
-
 // check_backward_supported, then device pointers and alignment.
 Weighting check_backward_device_call(ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor v,
                                      ConstBatchedTensor grad_out, BatchedTensor grad_q, BatchedTensor grad_k,
                                      BatchedTensor grad_v, const BatchedAttentionOptions& options) {
   const Weighting w = check_backward_supported(q, k, v, grad_out, options);
-  const std::pair<const char*, const void*> pointers[] = {
-      {"q.data", q.data},           {"k.data", k.data},           {"v.data", v.data},
-      {"grad_out.data", grad_out.data}, {"grad_q.data", grad_q.data}, {"grad_k.data", grad_k.data},
-      {"grad_v.data", grad_v.data}};
-  for (const auto& [name, data] : pointers) detail::check_device_pointer(data, kBackwardOp, name);
-  if (options.query_lengths)
-    detail::check_device_pointer(options.query_lengths, kBackwardOp, "options.query_lengths", false);
-  if (options.key_lengths) detail::check_device_pointer(options.key_lengths, kBackwardOp, "options.key_lengths", false);
+  check_pointers(kBackwardOp,
+                 {{"q.data", q.data},
+                  {"k.data", k.data},
+                  {"v.data", v.data},
+                  {"grad_out.data", grad_out.data},
+                  {"grad_q.data", grad_q.data},
+                  {"grad_k.data", grad_k.data},
+                  {"grad_v.data", grad_v.data}},
+                 options);
   const char* copied = "rows are copied 16 bytes at a time";
   const char* paired = "gradients are written two at a time";
   check_strides(q, "q", 8, copied, kBackwardOp);
@@ -716,22 +726,10 @@ void detail::host_block_sparse_attention_forward(ConstBatchedTensor q, ConstBatc
                                                  const BatchedAttentionOptions& options) {
   const Weighting w =
       detail::make_weighting(options.transform, options.scale, q.cols, kBlockForwardOp, "options.transform");
-  if (!sixteen_bit(q.dtype))
-    detail::argument_error(kBlockForwardOp, "q.dtype is not supported (got " + std::string(dtype_name(q.dtype)) +
-                                                ", expected bfloat16 or float16: blocks run on tensor cores; "
-                                                "float32 runs on cpu)");
+  check_sixteen_bit(q, kBlockForwardOp, "blocks");
   check_supported(q.dtype, q.batch, q.heads, q.rows, k.rows, q.cols, v.cols, kBlockForwardOp);
   const DeviceBlocks blocks = device_blocks(graph, kBlockForwardOp);
-  const char* what = "block_sparse_attention_forward: uploading the inputs";
-  const DeviceArray<unsigned char> dq = upload_tensor(q, what), dk = upload_tensor(k, what),
-                                   dv = upload_tensor(v, what);
-  const DeviceResult d_out = device_result(out, "block_sparse_attention_forward: out");
-  BatchedAttentionOptions o;
-  const DeviceLengths lengths = upload_lengths(options, q.batch, o, "block_sparse_attention_forward");
-  run_sixteen_bit(contiguous(q, dq.data()), contiguous(k, dk.data()), contiguous(v, dv.data()), d_out.view, o,
-                  BatchedAttentionTuning{}, w, nullptr, 0, nullptr, nullptr, &blocks);
-  synchronize(nullptr);
-  download(out, d_out, "block_sparse_attention_forward: downloading out");
+  run_forward_from_host(q, k, v, out, options, w, &blocks, "block_sparse_attention_forward");
 }
 
 void detail::host_block_sparse_attention_backward(ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor v,

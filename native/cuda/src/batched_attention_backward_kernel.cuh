@@ -238,11 +238,12 @@ __global__ void __launch_bounds__(kThreads) batched_backward_query_kernel(const 
   const std::uint16_t* k_head = p.k + b * p.k_batch + kv * p.k_head;
   const std::uint16_t* v_head = p.v + b * p.v_batch + kv * p.v_head;
 
-  // This thread's weights, slopes and dP of key tile t (S and dP by mma;
-  // dP only where the warp has a weight).
-  float pr[kBlockN / 8][4], gs[kBlockN / 8][4], dp[kBlockN / 8][4];
+  // This thread's slopes g and dP of key tile t (S and dP by mma; dP only
+  // where the warp has a weight).
+  float gs[kBlockN / 8][4], dp[kBlockN / 8][4];
   const auto tile_terms = [&](int t, const std::uint16_t* K, const std::uint16_t* V) {
-    warp_scores<E, D>(Qs, K, pr);
+    float s[kBlockN / 8][4];
+    warp_scores<E, D>(Qs, K, s);
     bool any = false;
 #pragma unroll
     for (int nt = 0; nt < kBlockN / 8; ++nt)
@@ -250,11 +251,9 @@ __global__ void __launch_bounds__(kThreads) batched_backward_query_kernel(const 
       for (int i = 0; i < 4; ++i) {
         const int j = t * kBlockN + nt * 8 + mma::c_element(lane, i).col;
         const int half = i >> 1;
-        const float x = j < limit[half] ? __fmul_rn(pr[nt][i], p.w.factor) : -INFINITY;
-        const WeightAndSlope ws = weight_and_slope(x, st[half], p.w);
-        pr[nt][i] = ws.p;
-        gs[nt][i] = ws.g;
-        any = any || ws.g != 0.0f;
+        const float x = j < limit[half] ? __fmul_rn(s[nt][i], p.w.factor) : -INFINITY;
+        gs[nt][i] = weight_and_slope(x, st[half], p.w).g;
+        any = any || gs[nt][i] != 0.0f;
       }
     if (__any_sync(kFullWarp, any))
       warp_scores<E, D>(dOs, V, dp);
