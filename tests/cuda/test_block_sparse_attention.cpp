@@ -164,23 +164,27 @@ TEST_SUITE("cuda") {
     const HostTensor k = random_tensor(DType::bfloat16, Layout::bhnd, c.batch, c.hkv, c.m, c.d, 1.0, 2);
     HostTensor out(DType::bfloat16, Layout::bhnd, c.batch, c.hq, c.n, c.d);
     const std::vector<unsigned char> before = out.bytes;
-    const auto forward = [&](const HostTensor& qq, const HostTensor& kk, const BlockGraph& g) {
+    const auto forward = [&](const HostTensor& qq, const HostTensor& kk, const BlockGraph& g, HostTensor& o) {
       try {
         block_sparse_attention_forward(Device::cuda, qq.view<const void*>(qq.bytes.data()),
                                        kk.view<const void*>(kk.bytes.data()), kk.view<const void*>(kk.bytes.data()),
-                                       g, out.view<void*>(out.bytes.data()), c.options);
+                                       g, o.view<void*>(o.bytes.data()), c.options);
       } catch (const Error& e) {
         return std::string(e.what());
       }
       return std::string("no exception");
     };
-    CHECK(forward(q, k, BlockGraph::full(1, 1, c.n, c.m, 32, 32, false))
+    CHECK(forward(q, k, BlockGraph::full(1, 1, c.n, c.m, 32, 32, false), out)
               .find("graph.query_block and graph.key_block are not supported (got 32 and 32, expected 64 and 64") !=
           std::string::npos);
+    // float32 in and out (a bfloat16 out would be refused first, for its dtype).
     const HostTensor q32 = widened(q), k32 = widened(k);
-    CHECK(forward(q32, k32, BlockGraph::full(1, 1, c.n, c.m, 64, 64, false))
+    HostTensor out32(DType::float32, Layout::bhnd, c.batch, c.hq, c.n, c.d);
+    const std::vector<unsigned char> before32 = out32.bytes;
+    CHECK(forward(q32, k32, BlockGraph::full(1, 1, c.n, c.m, 64, 64, false), out32)
               .find("q.dtype is not supported (got float32") != std::string::npos);
     CHECK(out.bytes == before);
+    CHECK(out32.bytes == before32);
   }
 }
 

@@ -31,6 +31,7 @@
 #pragma once
 
 #include "batched_attention_kernel.cuh"
+#include "kernel_launch.cuh"
 
 namespace entgraph::cuda::detail::batched {
 
@@ -191,7 +192,7 @@ template <class E, int D, bool kListed>
 __global__ void __launch_bounds__(kThreads) batched_backward_query_kernel(const BackwardParams bp) {
   using L = BackwardLayout<D>;
   const BatchedParams& p = bp.f;
-  extern __shared__ float4 smem_vec[];
+  float4* smem_vec = dynamic_shared<float4>();
   unsigned char* smem = reinterpret_cast<unsigned char*>(smem_vec);
   std::uint16_t* Qs = reinterpret_cast<std::uint16_t*>(smem);
   std::uint16_t* dOs = reinterpret_cast<std::uint16_t*>(smem + L::kTileBytes);
@@ -394,7 +395,7 @@ template <class E, int D>
 __global__ void __launch_bounds__(kThreads) batched_backward_key_kernel(const BackwardParams bp) {
   using L = BackwardLayout<D>;
   const BatchedParams& p = bp.f;
-  extern __shared__ float4 smem_vec[];
+  float4* smem_vec = dynamic_shared<float4>();
   unsigned char* smem = reinterpret_cast<unsigned char*>(smem_vec);
   std::uint16_t* Ks = reinterpret_cast<std::uint16_t*>(smem);
   std::uint16_t* Vs = reinterpret_cast<std::uint16_t*>(smem + L::kTileBytes);
@@ -530,9 +531,10 @@ void launch_batched_backward(const BackwardParams& bp, cudaStream_t stream) {
   const auto query_tiles = static_cast<unsigned>((bp.f.n + kBlockM - 1) / kBlockM);
   const auto key_tiles = static_cast<unsigned>((bp.f.m + kBlockN - 1) / kBlockN);
   const auto batch = static_cast<unsigned>(bp.batch);
-  query_kernel<<<dim3(query_tiles, static_cast<unsigned>(bp.q_heads), batch), kThreads, bytes, stream>>>(bp);
+  launch(query_kernel, dim3(query_tiles, static_cast<unsigned>(bp.q_heads), batch), kThreads, bytes, stream, bp);
   check(cudaGetLastError(), what);  // the key kernel reads the query kernel's deltas: same stream, in order
-  key_kernel<<<dim3(key_tiles, static_cast<unsigned>(bp.q_heads / bp.f.group), batch), kThreads, bytes, stream>>>(bp);
+  launch(key_kernel, dim3(key_tiles, static_cast<unsigned>(bp.q_heads / bp.f.group), batch), kThreads, bytes, stream,
+         bp);
   check(cudaGetLastError(), what);
 }
 

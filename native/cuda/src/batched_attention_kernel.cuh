@@ -49,6 +49,7 @@
 #include "attention_rows.cuh"
 #include "batched_attention_traits.cuh"
 #include "entgraph/heads.hpp"
+#include "kernel_launch.cuh"
 #include "mma_layout.hpp"
 #include "mma_ptx.cuh"
 #include "reduce.cuh"
@@ -356,7 +357,7 @@ __device__ __noinline__ inline void write_stats(const BatchedParams& p, const Ro
 template <class E, int D, bool kSoftmax, bool kListed>
 __global__ void __launch_bounds__(kThreads) batched_attention_kernel(const BatchedParams p) {
   using L = Layout<D>;
-  extern __shared__ float4 smem_vec[];
+  float4* smem_vec = dynamic_shared<float4>();
   unsigned char* smem = reinterpret_cast<unsigned char*>(smem_vec);
   std::uint16_t* Qs = reinterpret_cast<std::uint16_t*>(smem + L::kQ);
   std::uint16_t* Ks = reinterpret_cast<std::uint16_t*>(smem + L::kK);
@@ -488,7 +489,7 @@ void launch_batched(const BatchedParams& p, unsigned query_tiles, unsigned heads
                                                  : batched_attention_kernel<E, D, kSoftmax, false>;
   check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)),
         "cuda::batched_attention_forward (shared memory size)");
-  kernel<<<dim3(query_tiles, heads, batch), kThreads, bytes, stream>>>(p);
+  launch(kernel, dim3(query_tiles, heads, batch), kThreads, bytes, stream, p);
   check(cudaGetLastError(), "cuda::batched_attention_forward (launch)");
 }
 

@@ -7,6 +7,7 @@
 
 #include "csr_rows.cuh"
 #include "entgraph/cuda/predictors.hpp"
+#include "kernel_launch.cuh"
 #include "predictors_common.cuh"
 
 namespace entgraph::cuda {
@@ -132,8 +133,8 @@ void check_bucket_ids(const std::uint32_t* query_buckets, std::size_t n, std::si
   check(cudaMemsetAsync(first.data(), 0xff, 2 * sizeof(unsigned long long), stream), op);
   for (int s = 0; s < 2; ++s) {
     if (counts[s] == 0) continue;
-    first_bad_bucket_kernel<<<detail::grid_for(counts[s], kThreads), kThreads, 0, stream>>>(
-        ids[s], counts[s], num_buckets, first.data() + s);
+    launch(first_bad_bucket_kernel, detail::grid_for(counts[s], kThreads), kThreads, 0, stream, ids[s], counts[s],
+           num_buckets, first.data() + s);
     check(cudaGetLastError(), op);
   }
   unsigned long long bad[2] = {0, 0};
@@ -166,8 +167,8 @@ void nearest_centroids(const float* points, std::size_t n, std::size_t dim, cons
   detail::check_pointer(centroids, clusters * dim, op, "centroids");
   detail::check_pointer(out, n * top, op, "out");
   if (n == 0) return;
-  nearest_centroids_kernel<<<detail::grid_for(n, kThreads), kThreads, 0, stream>>>(points, n, dim, centroids,
-                                                                                  clusters, top, out);
+  launch(nearest_centroids_kernel, detail::grid_for(n, kThreads), kThreads, 0, stream, points, n, dim, centroids,
+         clusters, top, out);
   check(cudaGetLastError(), op);
 }
 
@@ -201,7 +202,7 @@ void quantize_buckets(const float* points, std::size_t n, std::size_t r, const f
   detail::check_pointer(edges, r * (bins - 1), op, "edges");
   detail::check_pointer(out, n * r, op, "out");
   if (n * r == 0) return;
-  quantize_kernel<<<detail::grid_for(n * r, kThreads), kThreads, 0, stream>>>(points, n, r, edges, bins, out);
+  launch(quantize_kernel, detail::grid_for(n * r, kThreads), kThreads, 0, stream, points, n, r, edges, bins, out);
   check(cudaGetLastError(), op);
 }
 

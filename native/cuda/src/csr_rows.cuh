@@ -18,6 +18,7 @@
 
 #include "entgraph/attention.hpp"
 #include "entgraph/cuda/device_graph.hpp"
+#include "kernel_launch.cuh"
 #include "predictors_common.cuh"
 #include "reduce.cuh"
 
@@ -85,7 +86,7 @@ DeviceGraph build_rows(const Rows& rows, std::size_t n, std::size_t m, bool caus
   check(cudaMemsetAsync(g.offsets.data(), 0, (n + 1) * sizeof(std::size_t), stream), what);
   const unsigned blocks = grid_for(n, kRowsPerBlock);
   if (n > 0 && m > 0) {
-    count_rows_kernel<<<blocks, kRowsPerBlock * kWarpSize, 0, stream>>>(rows, n, m, causal, g.offsets.data());
+    launch(count_rows_kernel<Rows>, blocks, kRowsPerBlock * kWarpSize, 0, stream, rows, n, m, causal, g.offsets.data());
     check(cudaGetLastError(), what);
     exclusive_scan(g.offsets.data(), n + 1, stream, what);
   }
@@ -94,8 +95,8 @@ DeviceGraph build_rows(const Rows& rows, std::size_t n, std::size_t m, bool caus
   check(cudaStreamSynchronize(stream), what);
   g.indices = DeviceArray<std::uint32_t>(total, what);
   if (total > 0) {
-    fill_rows_kernel<<<blocks, kRowsPerBlock * kWarpSize, 0, stream>>>(rows, n, m, causal, g.offsets.data(),
-                                                                   g.indices.data());
+    launch(fill_rows_kernel<Rows>, blocks, kRowsPerBlock * kWarpSize, 0, stream, rows, n, m, causal, g.offsets.data(),
+           g.indices.data());
     check(cudaGetLastError(), what);
   }
   return g;

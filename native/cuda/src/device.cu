@@ -1,6 +1,7 @@
 #include <cuda_runtime.h>
 
 #include "entgraph/cuda/device.hpp"
+#include "kernel_launch.cuh"
 
 namespace entgraph::cuda {
 namespace {
@@ -18,7 +19,7 @@ std::string probe() {
   if (count == 0) return "no CUDA-capable device is detected";
   int* flag = nullptr;
   if ((status = cudaMalloc(&flag, sizeof(int))) != cudaSuccess) return cudaGetErrorString(status);
-  probe_kernel<<<1, 1>>>(flag);
+  launch(probe_kernel, 1, 1, 0, nullptr, flag);
   status = cudaDeviceSynchronize();
   if (status == cudaSuccess) status = cudaGetLastError();
   cudaFree(flag);

@@ -59,6 +59,7 @@
 #include "attention_common.cuh"
 #include "attention_rows.cuh"
 #include "fused_attention_traits.cuh"
+#include "kernel_launch.cuh"
 #include "reduce.cuh"
 
 namespace entgraph::cuda::detail::fused {
@@ -217,7 +218,7 @@ template <int D, int DV, bool kSoftmax>
 __global__ void __launch_bounds__(kThreads) fused_attention_kernel(const FusedParams p) {
   using L = Layout<D, DV, kSoftmax>;
   constexpr int BN = L::kBlockN;
-  extern __shared__ float4 smem_vec[];
+  float4* smem_vec = dynamic_shared<float4>();
   float* smem = reinterpret_cast<float*>(smem_vec);
   float* Qs = smem + L::kQ;
   float* Ks = smem + L::kK;
@@ -291,7 +292,7 @@ void launch_fused(const FusedParams& p, cudaStream_t stream) {
   check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)),
         "cuda::attention_forward (shared memory size)");
   const unsigned blocks = static_cast<unsigned>((p.n + kBlockM - 1) / kBlockM);
-  kernel<<<blocks, kThreads, bytes, stream>>>(p);
+  launch(kernel, blocks, kThreads, bytes, stream, p);
   check(cudaGetLastError(), "cuda::attention_forward (launch)");
 }
 

@@ -24,6 +24,7 @@
 #include "attention_common.cuh"
 #include "backend_kernels.hpp"
 #include "head_scan.hpp"
+#include "kernel_launch.cuh"
 #include "staging.cuh"
 #include "entgraph/cuda/graph_attention.hpp"
 #include "entgraph/error.hpp"
@@ -80,7 +81,7 @@ __device__ float row_dot(const float* qs, const float* kr, int d) {
 
 template <bool kVec4>
 __global__ void __launch_bounds__(kGraphWarps * 32) graph_attention_kernel(const GraphParams p) {
-  extern __shared__ float4 graph_smem[];
+  float4* graph_smem = dynamic_shared<float4>();
   const int lane = static_cast<int>(threadIdx.x % kWarpSize);
   const int warp = static_cast<int>(threadIdx.x / kWarpSize);
   const std::size_t i = static_cast<std::size_t>(blockIdx.x) * kGraphWarps + warp;
@@ -210,7 +211,7 @@ void launch_graph_attention(const float* q, const float* k, const float* v, cons
   const auto kernel = vec4 ? graph_attention_kernel<true> : graph_attention_kernel<false>;
   check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
         "cuda::graph_attention_forward (shared memory size)");
-  kernel<<<blocks, kGraphWarps * 32, smem, stream>>>(p);
+  launch(kernel, blocks, kGraphWarps * 32, smem, stream, p);
   check(cudaGetLastError(), "cuda::graph_attention_forward (launch)");
 }
 

@@ -15,6 +15,7 @@
 #include "checks.cuh"
 #include "entgraph/cuda/device.hpp"
 #include "head_scan.hpp"
+#include "kernel_launch.cuh"
 
 namespace entgraph::cuda {
 namespace {
@@ -154,15 +155,15 @@ std::vector<HeadScan> detail::scan_batched_heads(const char* op, ConstBatchedTen
   const DeviceArray<HeadRef> d_refs(refs.data(), refs.size(), kWhat);
   DeviceArray<ScanRecord> d_records(refs.size(), kWhat);
   const std::size_t qk = B * (Hq + Hkv);
-  const auto launch = [&](std::size_t first, std::size_t count, std::size_t cols) {
+  const auto scan_chunk = [&](std::size_t first, std::size_t count, std::size_t cols) {
     if (count == 0) return;
     const unsigned blocks = static_cast<unsigned>(std::min<std::size_t>(count, kMaxBlocks));
-    scan_heads_kernel<<<blocks, kThreads, 0, stream>>>(d_refs.data() + first, count, cols, static_cast<int>(q.dtype),
-                                                       static_cast<int>(size), d_records.data() + first);
+    launch(scan_heads_kernel, blocks, kThreads, 0, stream, d_refs.data() + first, count, cols,
+           static_cast<int>(q.dtype), static_cast<int>(size), d_records.data() + first);
     check(cudaGetLastError(), kWhat);
   };
-  launch(0, qk, q.cols);                 // q's and k's heads, d wide
-  launch(qk, refs.size() - qk, v.cols);  // v's and grad_out's, dv wide
+  scan_chunk(0, qk, q.cols);                 // q's and k's heads, d wide
+  scan_chunk(qk, refs.size() - qk, v.cols);  // v's and grad_out's, dv wide
   std::vector<ScanRecord> records(refs.size());
   check(cudaMemcpyAsync(records.data(), d_records.data(), records.size() * sizeof(ScanRecord), cudaMemcpyDeviceToHost,
                         stream),

@@ -3,6 +3,7 @@
 
 #include "entgraph/attention.hpp"
 #include "backend_kernels.hpp"
+#include "kernel_launch.cuh"
 #include "staging.cuh"
 #include "entgraph/cuda/predictors.hpp"
 #include "predictors_common.cuh"
@@ -67,9 +68,9 @@ GraphMetrics count_metrics(const DeviceGraph& predicted, const DeviceGraph& gold
   DeviceArray<unsigned long long> totals(3, op);
   check(cudaMemsetAsync(totals.data(), 0, 3 * sizeof(unsigned long long), stream), op);
   constexpr unsigned kRows = detail::kRowsPerBlock;
-  graph_metrics_kernel<<<detail::grid_for(n, kRows), kRows * detail::kWarpSize, 0, stream>>>(
-      predicted.offsets.data(), predicted.indices.data(), gold.offsets.data(), gold.indices.data(), n, m, causal,
-      totals.data());
+  launch(graph_metrics_kernel, detail::grid_for(n, kRows), kRows * detail::kWarpSize, 0, stream,
+         predicted.offsets.data(), predicted.indices.data(), gold.offsets.data(), gold.indices.data(), n, m, causal,
+         totals.data());
   check(cudaGetLastError(), op);
   unsigned long long host[3] = {0, 0, 0};
   check(cudaMemcpyAsync(host, totals.data(), sizeof(host), cudaMemcpyDeviceToHost, stream), op);

@@ -2,6 +2,7 @@
 #include <cuda_runtime.h>
 
 #include "entgraph/cuda/predictors.hpp"
+#include "kernel_launch.cuh"
 #include "predictors_common.cuh"
 
 namespace entgraph::cuda {
@@ -20,7 +21,7 @@ unsigned block_cols(std::size_t r) { return r >= 8 ? 8 : r >= 4 ? 4 : r >= 2 ? 2
 // float: Projection::project_queries does exactly this, so the bits agree.
 __global__ void project_kernel(const float* x, std::size_t n, std::size_t d, const float* w, std::size_t r,
                                float* y) {
-  extern __shared__ float smem[];
+  float* smem = dynamic_shared<float>();
   const unsigned cols = blockDim.x, rows = blockDim.y, threads = cols * rows;
   float* xs = smem;                        // rows x (kTileT + 1): the pad avoids bank conflicts
   float* ws = smem + rows * (kTileT + 1);  // kTileT x cols
@@ -65,7 +66,7 @@ void project(const float* x, std::size_t n, std::size_t d, const float* w, std::
   const dim3 grid(static_cast<unsigned>(row_blocks), static_cast<unsigned>(col_blocks));
   const dim3 block(cols, rows);
   const std::size_t shared = (rows * (kTileT + 1) + kTileT * cols) * sizeof(float);
-  project_kernel<<<grid, block, shared, stream>>>(x, n, d, w, r, y);
+  launch(project_kernel, grid, block, shared, stream, x, n, d, w, r, y);
   check(cudaGetLastError(), op);
 }
 

@@ -10,6 +10,7 @@
 #include "attention_common.cuh"
 #include "entgraph/attention.hpp"
 #include "entgraph/cuda/attention.hpp"
+#include "kernel_launch.cuh"
 
 namespace entgraph::cuda {
 namespace {
@@ -65,8 +66,8 @@ void scores_to_probs(float* scores, std::size_t n, std::size_t m, std::size_t d,
   if (options.key_padding) detail::check_device_pointer(options.key_padding, op, "options.key_padding", false);
   const Weighting w = detail::make_weighting(options.transform, options.scale, d, op, "options.transform");
   const unsigned blocks = static_cast<unsigned>((n + kProbWarps - 1) / kProbWarps);
-  scores_to_probs_kernel<<<blocks, kProbWarps * 32, 0, stream>>>(scores, static_cast<int>(n), static_cast<int>(m),
-                                                                  options.key_padding, options.causal, w);
+  launch(scores_to_probs_kernel, blocks, kProbWarps * 32, 0, stream, scores, static_cast<int>(n), static_cast<int>(m),
+         options.key_padding, options.causal, w);
   check(cudaGetLastError(), "cuda::scores_to_probs (launch)");
 }
 

@@ -3,6 +3,7 @@
 // Included only by transforms.cu, which launches them.
 #pragma once
 
+#include "kernel_launch.cuh"
 #include "transform_rows.cuh"
 
 namespace entgraph::cuda {
@@ -11,7 +12,7 @@ namespace {
 template <bool kStaged, class Op>
 __global__ void __launch_bounds__(kMaxThreads)
     forward_kernel(const float* scores, float* probs, const std::uint8_t* mask, std::size_t rows, unsigned n, Op op) {
-  extern __shared__ float staged[];
+  float* staged = dynamic_shared<float>();
   for (std::size_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const float* z = scores + r * n;
     const std::uint8_t* keep = mask != nullptr ? mask + r * n : nullptr;

@@ -18,6 +18,7 @@
 #include "checks.cuh"
 #include "entgraph/backend.hpp"
 #include "entgraph/cuda/transforms.hpp"
+#include "kernel_launch.cuh"
 #include "transform_kernels.cuh"
 #include "transform_launch.hpp"
 #include "value_scan.hpp"
@@ -63,9 +64,9 @@ void launch_forward(const std::string& op_name, Op op, const float* scores, floa
                     std::size_t rows, std::size_t cols, cudaStream_t stream) {
   const unsigned n = static_cast<unsigned>(cols), threads = threads_for(cols), grid = grid_for(rows);
   if (n <= kMaxStagedCols) {
-    forward_kernel<true, Op><<<grid, threads, n * sizeof(float), stream>>>(scores, probs, mask, rows, n, op);
+    launch(forward_kernel<true, Op>, grid, threads, n * sizeof(float), stream, scores, probs, mask, rows, n, op);
   } else {
-    forward_kernel<false, Op><<<grid, threads, 0, stream>>>(scores, probs, mask, rows, n, op);
+    launch(forward_kernel<false, Op>, grid, threads, 0, stream, scores, probs, mask, rows, n, op);
   }
   check(cudaGetLastError(), (op_name + ": launch").c_str());
 }
@@ -73,8 +74,8 @@ void launch_forward(const std::string& op_name, Op op, const float* scores, floa
 template <Weight kWeight>
 void launch_backward(const std::string& op_name, const float* probs, const float* grad_probs, float* grad_scores,
                      std::size_t rows, std::size_t cols, double exponent, cudaStream_t stream) {
-  backward_kernel<kWeight><<<grid_for(rows), threads_for(cols), 0, stream>>>(
-      probs, grad_probs, grad_scores, rows, static_cast<unsigned>(cols), exponent);
+  launch(backward_kernel<kWeight>, grid_for(rows), threads_for(cols), 0, stream, probs, grad_probs, grad_scores, rows,
+         static_cast<unsigned>(cols), exponent);
   check(cudaGetLastError(), (op_name + ": launch").c_str());
 }
 

@@ -1,6 +1,7 @@
 // The scan of a device array for NaN and infinity (value_scan.hpp): a kernel
 // finds the first bad entry, the host reads its verdict before any transform
 // is enqueued, so a bad input leaves every output untouched.
+#include "kernel_launch.cuh"
 #include "value_scan.hpp"
 
 #include <algorithm>
@@ -64,7 +65,7 @@ void check_device_values(const std::string& op, const char* arg, const float* x,
   check(cudaMemsetAsync(first, 0xff, sizeof(*first), stream), what.c_str());
   const unsigned threads = kThreads;
   const unsigned long long blocks = std::min<unsigned long long>((total + threads - 1) / threads, 4096);
-  find_invalid_kernel<<<static_cast<unsigned>(blocks), threads, 0, stream>>>(x, mask, total, allow_neg_inf, first);
+  launch(find_invalid_kernel, static_cast<unsigned>(blocks), threads, 0, stream, x, mask, total, allow_neg_inf, first);
   check(cudaGetLastError(), what.c_str());
   unsigned long long bad = 0;
   check(cudaMemcpyAsync(&bad, first, sizeof(bad), cudaMemcpyDeviceToHost, stream), what.c_str());
