@@ -651,26 +651,16 @@ void require_full(unsigned mask, const char* what) {
 }
 
 // Shuffles: lane l's record holds its value (8 bytes), the lane it reads
-// (mode 0: source lane; 1: xor mask) and the segment width.
-template <int kMode>
+// (by index, or by xor) and the segment width.
+template <bool kXor>
 void shuffle_collective(const Record (&in)[32], Record (&out)[32]) {
   for (int l = 0; l < 32; ++l) {
     const int arg = in[l].get<int>(8), width = in[l].get<int>(12);
     const int base = l - l % width;
-    int src = kMode == 0 ? base + (arg % width + width) % width : l ^ arg;
+    int src = kXor ? l ^ arg : base + (arg % width + width) % width;
     if (src >= base + width || src < base) src = l;  // out of its segment: its own value
     out[l].put(in[src].get<std::uint64_t>(0));
   }
-}
-template <int kMode, class T>
-T shuffle(unsigned mask, T v, int arg, int width, const char* what) {
-  require_full(mask, what);
-  Record r;
-  r.put(std::uint64_t{0});
-  r.put(v);
-  r.put(arg, 8);
-  r.put(width, 12);
-  return entgraph_emulator::warp_collective(what, r, shuffle_collective<kMode>).template get<T>();
 }
 void ballot_collective(const Record (&in)[32], Record (&out)[32]) {
   unsigned bits = 0;
@@ -700,16 +690,15 @@ int __any_sync(unsigned mask, int predicate) {
   r.put(predicate);
   return entgraph_emulator::warp_collective("__any_sync", r, ballot_collective).get<unsigned>() != 0;
 }
-#define ENTGRAPH_EMULATOR_SHUFFLES(T)                                                                                  \
-  T __shfl_xor_sync(unsigned mask, T v, int m, int width) { return shuffle<1>(mask, v, m, width, "__shfl_xor_sync"); } \
-  T __shfl_sync(unsigned mask, T v, int src, int width) { return shuffle<0>(mask, v, src, width, "__shfl_sync"); }
-ENTGRAPH_EMULATOR_SHUFFLES(int)
-ENTGRAPH_EMULATOR_SHUFFLES(unsigned)
-ENTGRAPH_EMULATOR_SHUFFLES(long long)
-ENTGRAPH_EMULATOR_SHUFFLES(unsigned long long)
-ENTGRAPH_EMULATOR_SHUFFLES(float)
-ENTGRAPH_EMULATOR_SHUFFLES(double)
-#undef ENTGRAPH_EMULATOR_SHUFFLES
+std::uint64_t entgraph_emulator::shuffle(unsigned mask, std::uint64_t bits, int arg, int width, bool by_xor,
+                                         const char* what) {
+  require_full(mask, what);
+  Record r;
+  r.put(bits);
+  r.put(arg, 8);
+  r.put(width, 12);
+  return warp_collective(what, r, by_xor ? shuffle_collective<true> : shuffle_collective<false>).get<std::uint64_t>();
+}
 
 // ---- The runtime API ----
 namespace {

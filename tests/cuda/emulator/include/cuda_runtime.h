@@ -51,16 +51,28 @@ int __syncthreads_or(int predicate);
 void __syncwarp(unsigned mask = 0xffffffffu);
 unsigned __ballot_sync(unsigned mask, int predicate);
 int __any_sync(unsigned mask, int predicate);
-#define ENTGRAPH_EMULATOR_SHUFFLES(T)                                   \
-  T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 32); \
-  T __shfl_sync(unsigned mask, T v, int src_lane, int width = 32);
-ENTGRAPH_EMULATOR_SHUFFLES(int)
-ENTGRAPH_EMULATOR_SHUFFLES(unsigned)
-ENTGRAPH_EMULATOR_SHUFFLES(long long)
-ENTGRAPH_EMULATOR_SHUFFLES(unsigned long long)
-ENTGRAPH_EMULATOR_SHUFFLES(float)
-ENTGRAPH_EMULATOR_SHUFFLES(double)
-#undef ENTGRAPH_EMULATOR_SHUFFLES
+namespace entgraph_emulator {
+// A shuffle of up to 8 bytes: lane `arg` of the segment, or lane ^ arg.
+std::uint64_t shuffle(unsigned mask, std::uint64_t bits, int arg, int width, bool by_xor, const char* what);
+template <class T>
+T shuffle_value(unsigned mask, T v, int arg, int width, bool by_xor, const char* what) {
+  static_assert(sizeof(T) <= 8 && std::is_trivially_copyable_v<T>, "shuffles move values of up to 8 bytes");
+  std::uint64_t bits = 0;
+  std::memcpy(&bits, &v, sizeof v);
+  bits = shuffle(mask, bits, arg, width, by_xor, what);
+  T out;
+  std::memcpy(&out, &bits, sizeof out);
+  return out;
+}
+}  // namespace entgraph_emulator
+template <class T>
+T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 32) {
+  return ::entgraph_emulator::shuffle_value(mask, v, lane_mask, width, true, "__shfl_xor_sync");
+}
+template <class T>
+T __shfl_sync(unsigned mask, T v, int src_lane, int width = 32) {
+  return ::entgraph_emulator::shuffle_value(mask, v, src_lane, width, false, "__shfl_sync");
+}
 inline void __threadfence() {}
 inline void __nanosleep(unsigned) { ::entgraph_emulator::pause(); }
 
