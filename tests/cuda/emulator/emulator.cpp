@@ -54,9 +54,10 @@ namespace {
 
 constexpr int kWarpSize = 32;
 constexpr std::size_t kStackBytes = std::size_t{1} << 20;
-constexpr std::size_t kDefaultSharedBytes = 48 * 1024;  // without the kernel's attribute
-constexpr std::size_t kMaxSharedBytes = 227 * 1024;     // sm_90's opt-in limit per block
-constexpr unsigned long long kMaxPauses = 1ull << 22;   // a spin-wait that never ends
+constexpr std::size_t kDefaultSharedBytes = 48 * 1024;       // without the kernel's attribute
+constexpr std::size_t kMaxSharedBytes = 227 * 1024;          // sm_90's opt-in limit per block
+constexpr std::size_t kDeviceBytes = std::size_t{16} << 30;  // the emulated device's memory
+constexpr unsigned long long kMaxPauses = 1ull << 22;        // a spin-wait that never ends
 
 struct Failure : std::runtime_error {
   using std::runtime_error::runtime_error;
@@ -763,7 +764,7 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
   if (device != 0) return cudaErrorInvalidValue;
   *prop = cudaDeviceProp{};
   std::snprintf(prop->name, sizeof prop->name, "entgraph's CUDA emulator (on the CPU)");
-  prop->totalGlobalMem = std::size_t{16} << 30;
+  prop->totalGlobalMem = entgraph_emulator::kDeviceBytes;
   prop->major = 9;
   prop->minor = 0;
   prop->multiProcessorCount = 2;
@@ -795,6 +796,9 @@ cudaError_t cudaStreamDestroy(cudaStream_t) { return cudaSuccess; }
 cudaError_t cudaMalloc(void** p, std::size_t bytes) {
   *p = nullptr;
   if (bytes == 0) return cudaSuccess;
+  // More than the device has fails as on a GPU (and before AddressSanitizer's
+  // allocator, which aborts on absurd sizes instead of failing).
+  if (bytes > entgraph_emulator::kDeviceBytes) return cudaErrorMemoryAllocation;
   auto* m = static_cast<unsigned char*>(::operator new(bytes, std::align_val_t(256), std::nothrow));
   if (m == nullptr) return cudaErrorMemoryAllocation;
   std::memset(m, 0xff, bytes);  // cudaMalloc's memory is not cleared: neither is this
