@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <memory>
 #include <new>
 #include <stdexcept>
 #include <string>
@@ -294,6 +295,14 @@ void to_scheduler(bool for_good) {
   arrived_in_fiber();
 }
 
+// The block barrier completes: every live thread is at it (or has exited).
+void complete_block_barrier() {
+  g_block.result[g_block.generation & 1] = g_block.count;
+  g_block.arrived = 0;
+  ++g_block.generation;
+  wake(0, g_threads);
+}
+
 void wait_here(const char* what) {
   g_current->state = State::waiting;
   g_current->waiting_at = what;
@@ -315,12 +324,7 @@ void thread_exits(Fiber& f) {
   --g_block.live;
   if (w.arrived > 0 && g_block.error.empty())
     g_block.error = where(f) + " exited while its warp waits at " + w.what + " (a warp collective needs every lane)";
-  if (g_block.arrived > 0 && g_block.arrived == g_block.live) {  // exited threads leave the barrier
-    g_block.result[g_block.generation & 1] = g_block.count;
-    g_block.arrived = 0;
-    ++g_block.generation;
-    wake(0, g_threads);
-  }
+  if (g_block.arrived > 0 && g_block.arrived == g_block.live) complete_block_barrier();  // exited threads leave it
 }
 
 void trampoline() {
@@ -370,7 +374,7 @@ std::string deadlock_summary() {
     }
     std::size_t u = t;
     while (u + 1 < g_threads && g_fibers[u + 1].state == State::waiting &&
-           std::strcmp(g_fibers[u + 1].waiting_at, g_fibers[t].waiting_at) == 0)
+           same(g_fibers[u + 1].waiting_at, g_fibers[t].waiting_at))
       ++u;
     if (!out.empty()) out += "; ";
     out += "threads " + std::to_string(t) + "-" + std::to_string(u) + " wait at " + g_fibers[t].waiting_at;
@@ -460,14 +464,10 @@ int block_barrier(const char* what, int predicate) {
   }
   const int parity = static_cast<int>(g_block.generation & 1);
   g_block.count += predicate != 0;
-  if (++g_block.arrived == g_block.live) {
-    g_block.result[parity] = g_block.count;
-    g_block.arrived = 0;
-    ++g_block.generation;
-    wake(0, g_threads);
-  } else {
+  if (++g_block.arrived == g_block.live)
+    complete_block_barrier();
+  else
     wait_here(what);
-  }
   acquire(&g_block);
   return g_block.result[parity];
 }
@@ -479,15 +479,6 @@ void pause() {
   make_ready(static_cast<std::size_t>(g_current - g_fibers.data()));  // the others run first
   to_scheduler(false);
 }
-
-void queue_copy(void* dst, const void* src, std::size_t bytes, bool valid) {
-  PendingCopy c{dst, {}};
-  if (valid) std::memcpy(c.bytes, src, bytes);  // the kernel's read of global memory
-  Hidden hidden;
-  g_current->copies.push_back(c);
-}
-
-void land_copies() { land(*g_current); }
 
 void run_grid(const void* kernel, dim3 grid, dim3 block, std::size_t shared_bytes, const std::function<void()>& body) {
   const std::size_t threads = static_cast<std::size_t>(block.x) * block.y * block.z;
@@ -521,26 +512,22 @@ void run_grid(const void* kernel, dim3 grid, dim3 block, std::size_t shared_byte
   g_body = &body;
   // Shared memory starts as garbage (all ones: NaN as floats), so that a
   // kernel that reads what it never wrote shows it.
-  unsigned char* shared = new unsigned char[std::max<std::size_t>(shared_bytes, 1)];
+  // One exact-size heap block, so that AddressSanitizer sees an overflow.
+  const std::unique_ptr<unsigned char[]> shared(new unsigned char[std::max<std::size_t>(shared_bytes, 1)]);
+  g_shared = shared.get();
   for (unsigned z = 0; z < grid.z; ++z)
     for (unsigned y = 0; y < grid.y; ++y)
       for (unsigned x = 0; x < grid.x; ++x) {
-        std::memset(shared, 0xff, shared_bytes);
-        g_shared = shared;
-        ThreadIds block_ids{dim3(), dim3(x, y, z), block, grid};
+        std::memset(shared.get(), 0xff, shared_bytes);
         release(&g_block_start);
-        run_block(block_ids);
+        run_block(ThreadIds{dim3(), dim3(x, y, z), block, grid});
         if (!g_block.error.empty()) abandon_block();
         acquire(&g_block_end);
         if (!g_block.error.empty()) {
-          delete[] shared;
-          g_shared = nullptr;
           set_error(cudaErrorLaunchFailure, "unspecified launch failure (emulator: " + g_block.error + ")");
           return;
         }
       }
-  delete[] shared;
-  g_shared = nullptr;
 }
 
 // ---- Instructions ----
@@ -635,8 +622,13 @@ void ldmatrix_x4_trans(std::uint32_t (&r)[4], const void* row) {
   for (int j = 0; j < 4; ++j) r[j] = out.get<std::uint32_t>(4 * static_cast<std::size_t>(j));
 }
 
-void cp_async_16(void* dst, const void* src, bool valid) { queue_copy(dst, src, 16, valid); }
-void cp_async_wait_all() { land_copies(); }
+void cp_async_16(void* dst, const void* src, bool valid) {
+  PendingCopy c{dst, {}};
+  if (valid) std::memcpy(c.bytes, src, sizeof c.bytes);  // the kernel's read of global memory
+  Hidden hidden;
+  g_current->copies.push_back(c);
+}
+void cp_async_wait_all() { land(*g_current); }
 
 }  // namespace entgraph_emulator
 
@@ -670,6 +662,14 @@ void ballot_collective(const Record (&in)[32], Record (&out)[32]) {
   for (auto& o : out) o.put(bits);
 }
 void nothing_collective(const Record (&)[32], Record (&)[32]) {}
+// __ballot_sync and __any_sync: the same exchange under their own names (a
+// warp whose lanes reach different ones is divergent).
+unsigned ballot(unsigned mask, int predicate, const char* what) {
+  require_full(mask, what);
+  Record r;
+  r.put(predicate);
+  return entgraph_emulator::warp_collective(what, r, ballot_collective).get<unsigned>();
+}
 
 }  // namespace
 
@@ -679,18 +679,8 @@ void __syncwarp(unsigned mask) {
   require_full(mask, "__syncwarp");
   entgraph_emulator::warp_collective("__syncwarp", Record{}, nothing_collective);
 }
-unsigned __ballot_sync(unsigned mask, int predicate) {
-  require_full(mask, "__ballot_sync");
-  Record r;
-  r.put(predicate);
-  return entgraph_emulator::warp_collective("__ballot_sync", r, ballot_collective).get<unsigned>();
-}
-int __any_sync(unsigned mask, int predicate) {
-  require_full(mask, "__any_sync");
-  Record r;
-  r.put(predicate);
-  return entgraph_emulator::warp_collective("__any_sync", r, ballot_collective).get<unsigned>() != 0;
-}
+unsigned __ballot_sync(unsigned mask, int predicate) { return ballot(mask, predicate, "__ballot_sync"); }
+int __any_sync(unsigned mask, int predicate) { return ballot(mask, predicate, "__any_sync") != 0; }
 std::uint64_t entgraph_emulator::shuffle(unsigned mask, std::uint64_t bits, int arg, int width, bool by_xor,
                                          const char* what) {
   require_full(mask, what);

@@ -62,15 +62,12 @@ int block_barrier(const char* what, int predicate);
 // A spin-wait's pause (__nanosleep): lets the block's other threads run.
 void pause();
 
-// Deferred cp.async copies: each thread's land when it waits for them.
-void queue_copy(void* dst, const void* src, std::size_t bytes, bool valid);
-void land_copies();
-
 // The launch's dynamic shared memory.
 void* dynamic_shared_memory();
 
-// Runs body on every thread of every block; a failure becomes the sticky
-// launch error. Returns false if the configuration is refused.
+// Runs body on every thread of every block. A refused configuration or a
+// failed block becomes the launch's error, which cudaGetLastError returns
+// (and clears), as on the GPU.
 void run_grid(const void* kernel, dim3 grid, dim3 block, std::size_t shared_bytes, const std::function<void()>& body);
 
 template <class T>
