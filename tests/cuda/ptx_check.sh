@@ -5,7 +5,8 @@
 # the instructions the design rests on (docs/CUDA.md, "The batched
 # tensor-core path"): mma.sync m16n8k16 with bfloat16 and with float16
 # operands (float32 accumulators), ldmatrix.trans for V, and cp.async for the
-# K/V tiles. Machines without a GPU have nvcc but no cuobjdump, so the PTX
+# K/V tiles; and lowrank-threshold's code products must run on the byte
+# tensor cores (mma.sync m16n8k32 s8). Machines without a GPU have nvcc but no cuobjdump, so the PTX
 # is what can be checked; a rewrite that loses an instruction fails here.
 #   tests/cuda/ptx_check.sh NVCC SOURCE_DIR WORK_DIR
 set -u
@@ -59,5 +60,29 @@ for d in 64 128; do
       fi
     done
   done
+done
+# lowrank-threshold's code products (lowrank_threshold.cu): every kernel that
+# multiplies codes (the three passes over the code tiles) does so on the
+# byte tensor cores.
+for arch in 80 90; do
+  ptx=$work/lowrank_threshold_sm${arch}.ptx
+  if ! "$nvcc" -ptx -arch=compute_$arch -std=c++17 -O3 -DNDEBUG --expt-relaxed-constexpr \
+      -I"$src/native/cuda/include" -I"$src/native/cuda/internal" -I"$src/native/cuda/src" -I"$src/core/include" \
+      -I"$src/core/src" "$src/native/cuda/src/lowrank_threshold.cu" -o "$ptx"; then
+    echo "FAILED: nvcc -ptx of lowrank_threshold.cu for sm_$arch"
+    status=1
+    continue
+  fi
+  # Kernels of the anonymous namespace are plain .entry, not .visible.
+  passes=$(grep -c '^\.entry .*code_tiles_kernel' "$ptx")
+  with_mma=$(awk '/^(\.visible )?\.entry/ { if (tiles && mma) n++; tiles = /code_tiles_kernel/; mma = 0 }
+                  /mma\.sync\.aligned\.m16n8k32\.row\.col\.s32\.s8\.s8\.s32/ { mma = 1 }
+                  END { if (tiles && mma) n++; print n + 0 }' "$ptx")
+  if [ "$passes" -ne 3 ] || [ "$with_mma" -ne 3 ]; then
+    echo "FAILED: lowrank_threshold.cu for sm_$arch: $with_mma of $passes code-tile kernels hold mma.sync.m16n8k32 s8 (expected 3 of 3)"
+    status=1
+  else
+    echo "ok: lowrank_threshold sm_$arch: 3 code-tile kernels with mma.sync.m16n8k32.s8"
+  fi
 done
 exit $status

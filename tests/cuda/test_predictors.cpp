@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -455,6 +456,90 @@ TEST_SUITE("cuda") {
         CHECK(cpu_total.predicted > 0);
       }
     }
+  }
+
+  // lowrank-threshold on the GPU (lowrank_threshold.cu): codes multiplied on
+  // tensor cores, the thresholds by the CPU's own steps. α = 1.5 and 2 must
+  // give the CPU's graph exactly; the other α too on these inputs (no
+  // estimate lies within rounding of a cut).
+  TEST_CASE("lowrank-threshold: Predictor::predict on Device::cuda gives the CPU's graph") {
+    const auto on_gpu = [](MatrixView<const float> x) {
+      std::vector<float> rows(x.rows * x.cols);
+      for (std::size_t i = 0; i < x.rows; ++i)
+        for (std::size_t c = 0; c < x.cols; ++c) rows[i * x.cols + c] = x(i, c);
+      return DeviceArray<float>(rows.data(), rows.size());
+    };
+    struct Case {
+      std::size_t dim;
+      std::vector<double> alphas;  // per head
+      PredictorSettings settings;
+    };
+    const std::vector<Case> cases = {
+        {16, {1.5, 2.0}, {}},
+        {16, {1.5, 2.0}, {{"bits", "2"}}},
+        {16, {1.5, 2.0}, {{"bits", "8"}, {"margin", "0.5"}}},
+        {16, {1.5, 1.5}, {{"margin", "-0.3"}, {"r", "8"}}},
+        {48, {1.5, 2.0}, {{"r", "40"}, {"bits", "6"}}},  // two 32-code chunks, the second padded
+        {16, {1.25, 3.0}, {}},
+    };
+    for (const Case& tc : cases)
+      for (bool causal : {false, true}) {
+        Capture capture = test::clustered_capture(1, 2, tc.dim, {150, 70}, 4, causal);
+        for (std::size_t h = 0; h < 2; ++h) capture.head(0, h).alpha = tc.alphas[h];
+        auto cpu = make_predictor("lowrank-threshold", tc.settings);
+        cpu->fit(capture, {});
+        for (std::size_t h = 0; h < 2; ++h) {
+          const MatrixView<const float> q = capture.queries_of(0, h, 0), k = capture.keys_of(0, h, 0);
+          // n = m, fewer queries than keys (the last queries of the keys when
+          // causal), and a short key side.
+          const auto rows = [](MatrixView<const float> x, std::size_t begin, std::size_t end) {
+            return MatrixView<const float>(x.row(begin), end - begin, x.cols, x.stride);
+          };
+          const std::vector<std::pair<MatrixView<const float>, MatrixView<const float>>> shapes = {
+              {q, k}, {rows(q, 90, 150), k}, {rows(q, 0, 20), rows(k, 0, 70)}};
+          for (const auto& [qs, ks] : shapes) {
+            CAPTURE(tc.dim);
+            CAPTURE(tc.alphas[h]);
+            CAPTURE(causal);
+            CAPTURE(qs.rows);
+            CAPTURE(ks.rows);
+            const Graph want = cpu->predict(qs, ks, 0, h, causal);
+            CHECK(want.edges() > qs.rows);  // more than one key a row: the cut is exercised
+            check_same_graph(cpu->predict(Device::cuda, qs, ks, 0, h, causal), want);
+            const DeviceArray<float> dq = on_gpu(qs), dk = on_gpu(ks);
+            check_same_graph(cpu->predict(Device::cuda, Memory::device, ConstMatrix<float>(dq.data(), qs.rows, qs.cols),
+                                          ConstMatrix<float>(dk.data(), ks.rows, ks.cols), 0, h, causal),
+                             want);
+          }
+        }
+      }
+  }
+
+  TEST_CASE("lowrank-threshold on Device::cuda: NaN and infinity refused as on the CPU; float32 estimates run on cpu") {
+    const Capture capture = test::clustered_capture(1, 1, 16, {40}, 4, false);
+    auto p = make_predictor("lowrank-threshold", {});
+    p->fit(capture, {});
+    std::vector<float> q(capture.queries_of(0, 0, 0).data, capture.queries_of(0, 0, 0).data + 40 * 16);
+    q[7 * 16 + 3] = std::numeric_limits<float>::quiet_NaN();
+    const MatrixView<const float> bad(q.data(), 40, 16), k = capture.keys_of(0, 0, 0);
+    std::string cpu_message;
+    try {
+      p->predict(bad, k, 0, 0, false);
+    } catch (const Error& e) {
+      cpu_message = e.what();
+    }
+    REQUIRE(cpu_message.find("row 7, column 3") != std::string::npos);
+    CHECK_THROWS_WITH_AS(p->predict(Device::cuda, bad, k, 0, 0, false), cpu_message.c_str(), Error);
+    CHECK_THROWS_WITH_AS(p->predict(Device::cuda, k, bad, 0, 0, false),
+                         doctest::Contains("k has a NaN or infinite value (row 7, column 3)"), Error);
+    auto float_estimate = make_predictor("lowrank-threshold", {{"bits", "0"}});
+    float_estimate->fit(capture, {});
+    CHECK_THROWS_WITH_AS(float_estimate->predict(Device::cuda, k, k, 0, 0, false), doctest::Contains("run it on cpu"),
+                         Error);
+    // No queries or no keys: an empty graph of that shape.
+    const Graph none = p->predict(Device::cuda, MatrixView<const float>(q.data(), 0, 16), k, 0, 0, true);
+    CHECK(none.queries == 0);
+    CHECK(none.keys == 40);
   }
 
   TEST_CASE("predictors without a CUDA kernel say so; a head out of range is refused as on the CPU") {

@@ -32,6 +32,8 @@ struct Calls {
   int transform_forward = 0, transform_backward = 0, attention_forward = 0, graph_attention = 0, compare = 0,
       pattern = 0, forward_on_device = 0, backward_on_device = 0, attention_backward = 0, pattern_on_device = 0;
   SparsefinderHead last_head;
+  LowRankThresholdHead last_lowrank;
+  int lowrank = 0;
 };
 Calls calls;
 bool fake_available = true;
@@ -86,6 +88,12 @@ BackendKernels recording_backend() {
                                         bool) {
     ++calls.pattern_on_device;
     calls.last_head = h;
+    return Graph::empty(q.rows, kk.rows);
+  };
+  k.lowrank_threshold_pattern = [](const LowRankThresholdHead& h, ConstMatrix<float> q, ConstMatrix<float> kk,
+                                   bool) {
+    ++calls.lowrank;
+    calls.last_lowrank = h;
     return Graph::empty(q.rows, kk.rows);
   };
   return k;
@@ -420,6 +428,36 @@ TEST_SUITE("runtime") {
     CHECK_THROWS_WITH_AS(compare_graphs(Device::cuda, full, Graph::full(n, n + 1, true), true),
                          doctest::Contains("different shapes"), Error);
     CHECK(calls.compare == 1);
+  }
+
+  TEST_CASE("devices: lowrank-threshold hands its head to the device; softmax heads and float32 estimates do not") {
+    RecordingBackend backend;
+    Capture capture = test::clustered_capture(1, 2, 8, {24}, 3, false);
+    capture.head(0, 0).alpha = 1.0;
+    capture.head(0, 1).alpha = 1.75;
+    const MatrixView<const float> q = capture.queries_of(0, 1, 0), k = capture.keys_of(0, 1, 0);
+    auto p = make_predictor("lowrank-threshold", {{"bits", "3"}, {"margin", "0.25"}, {"r", "5"}});
+    CHECK_THROWS_WITH_AS(p->predict(Device::cuda, q, k, 0, 1, false), doctest::Contains("predict before fit"), Error);
+    p->fit(capture, {});
+    CHECK_THROWS_WITH_AS(p->predict(Device::cuda, q, k, 0, 2, false), doctest::Contains("out of range"), Error);
+    CHECK(p->predict(Device::cuda, q, k, 0, 1, false).edges() == 0);  // the recording backend's empty graph
+    CHECK(calls.lowrank == 1);
+    CHECK(calls.last_lowrank.bits == 3);
+    CHECK(calls.last_lowrank.alpha == 1.75);
+    CHECK(calls.last_lowrank.margin == 0.25);
+    CHECK(calls.last_lowrank.wq.rows == 8);
+    CHECK(calls.last_lowrank.wq.cols == 5);
+    CHECK(calls.last_lowrank.wk.cols == 5);
+    // Softmax keeps every allowed key without asking the device.
+    CHECK(p->predict(Device::cuda, q, k, 0, 0, true).edges() == Graph::full(24, 24, true).edges());
+    CHECK(calls.lowrank == 1);
+    // No kernel on the device's own memory in this backend.
+    CHECK(error_code_of([&] { p->predict(Device::cuda, Memory::device, q, k, 0, 1, false); }) ==
+          ErrorCode::unsupported);
+    auto float_estimate = make_predictor("lowrank-threshold", {{"bits", "0"}});
+    float_estimate->fit(capture, {});
+    CHECK_THROWS_WITH_AS(float_estimate->predict(Device::cuda, q, k, 0, 1, false),
+                         doctest::Contains("device cuda has no kernel for this method; run it on cpu"), Error);
   }
 
   TEST_CASE("devices: a fitted Sparsefinder predictor hands its in-memory parameters to the device") {

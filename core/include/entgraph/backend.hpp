@@ -46,6 +46,19 @@ struct SparsefinderHead {
   std::size_t top = 1;           // kmeans: nearest centroids shared
 };
 
+// One head of a fitted lowrank-threshold predictor (bits >= 2), in memory:
+// what a device needs to predict its graph. The device projects q and k with
+// wq and wk, rounds each projected row to integer codes of `bits` bits with
+// its own step, and keeps the keys whose estimated score clears the
+// estimated row's alpha-entmax threshold minus margin / (alpha - 1)
+// (core/src/predictors/estimated_rows.hpp has the definition).
+struct LowRankThresholdHead {
+  ConstMatrix<float> wq, wk;  // d x r projections of queries (scale folded in) and keys
+  int bits = 4;               // 2 ... 8
+  double alpha = 1.5;         // > 1 (alpha = 1 keeps every allowed key: the core does not ask the device)
+  double margin = 0.0;        // in units of 1 / (alpha - 1)
+};
+
 // An op of the table below, and what of its arguments decides whether a
 // device runs it (device_supports, entgraph/device.hpp).
 enum class BackendOp {
@@ -60,6 +73,7 @@ enum class BackendOp {
   graph_attention_forward,
   compare_graphs,
   sparsefinder_pattern,
+  lowrank_threshold_pattern,
 };
 struct OpArguments {
   Transform transform;          // the transform ops, attention
@@ -158,6 +172,13 @@ struct BackendKernels {
   // and the graph are host memory).
   Graph (*sparsefinder_pattern_on_device)(const SparsefinderHead& head, ConstMatrix<float> q, ConstMatrix<float> k,
                                           bool causal) = nullptr;
+  // A lowrank-threshold head's graph, likewise (q and k host memory, or the
+  // device's own for the _on_device kernel). The kernel checks the values
+  // (a NaN or infinity has no code) with the CPU's message.
+  Graph (*lowrank_threshold_pattern)(const LowRankThresholdHead& head, ConstMatrix<float> q, ConstMatrix<float> k,
+                                     bool causal) = nullptr;
+  Graph (*lowrank_threshold_pattern_on_device)(const LowRankThresholdHead& head, ConstMatrix<float> q,
+                                               ConstMatrix<float> k, bool causal) = nullptr;
 };
 
 // For a backend's own entry points on device memory, which the core's op

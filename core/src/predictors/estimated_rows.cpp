@@ -11,6 +11,7 @@
 #include "entgraph/transforms.hpp"
 #include "kernels/code_scores.hpp"
 #include "kernels/matmul_kernels.hpp"
+#include "predictors/theta_steps.hpp"
 #include "runtime/parallel.hpp"
 
 namespace entgraph::detail {
@@ -94,46 +95,12 @@ double entmax_theta(std::vector<double>& e, double alpha, const Transform& trans
                     std::vector<double>& probs, double floor) {
   const double top = *std::max_element(e.begin(), e.end()), am1 = alpha - 1.0;
   double tau = std::max(-1.0, am1 * (floor - top));
-  if (alpha <= 2.0) {  // the steps below work on x = (α − 1)(e − max e)
+  if (alpha <= 2.0) {  // the steps work on x = (α − 1)(e − max e)
     x.resize(e.size());
     for (std::size_t j = 0; j < e.size(); ++j) x[j] = am1 * (e[j] - top);
-  }
-  for (int step = 0; step < 200 && alpha <= 2.0; ++step) {
-    x.erase(std::remove_if(x.begin(), x.end(), [&](double v) { return !(v > tau); }), x.end());
-    const double k = static_cast<double>(x.size());
-    double s1 = 0.0, s2 = 0.0, low = 0.0;
-    for (double v : x) {
-      s1 += v;
-      s2 += v * v;
-      low = std::min(low, v);
-    }
-    // The closed form on the keys above τ is the threshold when every one of
-    // them stays above it (then the mass there is the whole row's mass).
-    double closed = tau;
-    bool has_closed = false;
-    if (alpha == 2.0) {
-      closed = (s1 - 1.0) / k;
-      has_closed = true;
-    } else if (alpha == 1.5) {
-      const double mean = s1 / k, disc = (1.0 - std::max(0.0, s2 - s1 * mean)) / k;
-      has_closed = disc >= 0.0;
-      if (has_closed) closed = mean - std::sqrt(disc);
-    }
-    if (has_closed && closed >= tau && low > closed) return top + closed / am1;
-    // Sparsemax: the mean rule on a superset of the support is a lower bound
-    // (Michelot). Otherwise a Newton step on the convex mass from below.
-    double next = closed;
-    if (alpha != 2.0) {
-      const double beta = 1.0 / am1;
-      double f = -1.0, slope = 0.0;
-      for (double v : x) {
-        f += alpha == 1.5 ? (v - tau) * (v - tau) : std::pow(v - tau, beta);
-        slope += alpha == 1.5 ? 2.0 * (v - tau) : beta * std::pow(v - tau, beta - 1.0);
-      }
-      next = slope > 0.0 ? tau + f / slope : tau;
-    }
-    if (!(next > tau)) break;
-    tau = next;
+    const theta_steps::Result r = theta_steps::steps(x.data(), x.size(), alpha, tau);
+    if (r.solved) return top + r.tau / am1;
+    tau = r.tau;
   }
   // Other α: the keys above the last bound through the float64 transform,
   // θ from the largest weight (p = ((α − 1)(e − θ))^(1/(α−1))).

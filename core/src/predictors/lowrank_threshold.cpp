@@ -38,6 +38,7 @@
 #include <utility>
 #include <vector>
 
+#include "entgraph/backend.hpp"
 #include "entgraph/error.hpp"
 #include "entgraph/heads.hpp"
 #include "entgraph/training/projection.hpp"
@@ -205,8 +206,9 @@ class LowRankThresholdPredictor final : public Predictor {
 
   bool fitted() const { return !projections_.empty(); }
 
-  Graph predict_pattern(MatrixView<const float> q, MatrixView<const float> k, std::size_t layer, std::size_t head,
-                        bool causal) const override {
+  // The head's projection, after the checks every predict makes.
+  const Projection& projection_for(MatrixView<const float> q, MatrixView<const float> k, std::size_t layer,
+                                   std::size_t head) const {
     if (!fitted()) throw Error(std::string(kMethod) + ": predict before fit (no learned parameters)");
     if (layer >= layers_ || head >= heads_)
       throw Error(std::string(kMethod) + ": predict: layer " + std::to_string(layer) + ", head " +
@@ -215,6 +217,24 @@ class LowRankThresholdPredictor final : public Predictor {
     if (q.cols != dim_ || k.cols != dim_)
       throw Error(std::string(kMethod) + ": predict: rows have " + std::to_string(q.cols) +
                   " columns, fitted on head_dim " + std::to_string(dim_));
+    return projections_[layer * heads_ + head];
+  }
+
+  bool lowrank_threshold_head(MatrixView<const float> q, MatrixView<const float> k, std::size_t layer,
+                              std::size_t head, LowRankThresholdHead& out) const override {
+    const Projection& pr = projection_for(q, k, layer, head);
+    if (bits_ == 0) return false;  // the float32 estimate's last bits are the CPU's GEMM's
+    out.wq = {pr.wq.data(), pr.dim, pr.rank};
+    out.wk = {pr.wk.data(), pr.dim, pr.rank};
+    out.bits = bits_;
+    out.alpha = alphas_[layer * heads_ + head];
+    out.margin = margin_;
+    return true;
+  }
+
+  Graph predict_pattern(MatrixView<const float> q, MatrixView<const float> k, std::size_t layer, std::size_t head,
+                        bool causal) const override {
+    const Projection& pr = projection_for(q, k, layer, head);
     // The codes are integers: a NaN or infinity has none (and would be
     // undefined behaviour to convert).
     for (const auto& [x, name] : {std::pair{q, "q"}, std::pair{k, "k"}})
@@ -224,7 +244,6 @@ class LowRankThresholdPredictor final : public Predictor {
             throw Error(std::string(kMethod) + ": predict: " + name + " has a NaN or infinite value (row " +
                             std::to_string(i) + ", column " + std::to_string(c) + ")",
                         ErrorCode::bad_value);
-    const Projection& pr = projections_[layer * heads_ + head];
     const double alpha = alphas_[layer * heads_ + head];
     const std::size_t n = q.rows, m = k.rows, r = pr.rank;
     if (alpha == 1.0) return Graph::full(n, m, causal);  // softmax: every allowed key has weight

@@ -188,13 +188,21 @@ Graph Predictor::predict(Device device, Memory memory, MatrixView<const float> q
     // The views as every Device op checks them, so that the device never does.
     check_view("predict", "q", q);
     check_view("predict", "k", k);
-    const auto kernel = detail::backend_kernel(device, "predict", memory, &BackendKernels::sparsefinder_pattern,
-                                               &BackendKernels::sparsefinder_pattern_on_device);
-    SparsefinderHead h;
-    if (!sparsefinder_head(q, k, layer, head, h))
+    SparsefinderHead sh;
+    LowRankThresholdHead lh;
+    if (sparsefinder_head(q, k, layer, head, sh)) {
+      g = detail::backend_kernel(device, "predict", memory, &BackendKernels::sparsefinder_pattern,
+                                 &BackendKernels::sparsefinder_pattern_on_device)(sh, q, k, causal);
+    } else if (lowrank_threshold_head(q, k, layer, head, lh)) {
+      // alpha = 1 (softmax) has no threshold: every allowed key, on any device.
+      g = lh.alpha == 1.0 ? Graph::full(q.rows, k.rows, causal)
+                          : detail::backend_kernel(device, "predict", memory, &BackendKernels::lowrank_threshold_pattern,
+                                                   &BackendKernels::lowrank_threshold_pattern_on_device)(lh, q, k,
+                                                                                                          causal);
+    } else {
       throw Error(method() + ": predict: device " + device_name(device) + " has no kernel for this method; run it on cpu",
                   ErrorCode::unsupported);
-    g = kernel(h, q, k, causal);
+    }
   }
   if (extra_window_ < 0 && extra_global_ == 0) return g;
   return graph_union(g, window_global_graph(q.rows, k.rows, extra_window_, extra_global_, causal));
@@ -202,6 +210,10 @@ Graph Predictor::predict(Device device, Memory memory, MatrixView<const float> q
 
 bool Predictor::sparsefinder_head(MatrixView<const float>, MatrixView<const float>, std::size_t, std::size_t,
                                   SparsefinderHead&) const {
+  return false;
+}
+bool Predictor::lowrank_threshold_head(MatrixView<const float>, MatrixView<const float>, std::size_t, std::size_t,
+                                       LowRankThresholdHead&) const {
   return false;
 }
 

@@ -110,6 +110,8 @@ bool has_kernel(const BackendKernels& t, BackendOp op, Memory memory) {
     case BackendOp::compare_graphs: return host && t.compare_graphs != nullptr;  // graphs are host objects
     case BackendOp::sparsefinder_pattern:
       return (host ? t.sparsefinder_pattern : t.sparsefinder_pattern_on_device) != nullptr;
+    case BackendOp::lowrank_threshold_pattern:
+      return (host ? t.lowrank_threshold_pattern : t.lowrank_threshold_pattern_on_device) != nullptr;
   }
   return false;
 }

@@ -149,6 +149,34 @@ void BM_kmeans_predict(benchmark::State& state) {
   });
 }
 
+// The whole lowrank-threshold prediction of one head from device Q and K
+// (d = 64, r = 64, 4-bit codes, α = 1.5, causal): projections, codes, the
+// four passes of byte products on tensor cores, the thresholds, the graph
+// downloaded to the host. W ~ N(0, 1/d), so the estimates have a standard
+// deviation of about √r = 8 and a row keeps a few dozen keys. Compare with
+// BM_fused/entmax15/d:64 of bench_attention in the same run.
+void BM_lowrank_threshold_predict(benchmark::State& state) {
+  if (skip_without_gpu(state)) return;
+  const auto n = static_cast<std::size_t>(state.range(0));
+  constexpr std::size_t r = kDim;
+  const DeviceArray<float> q = device_gaussian(n * kDim, 1, 1.0f), k = device_gaussian(n * kDim, 2, 1.0f);
+  std::mt19937_64 rng(3);
+  std::normal_distribution<float> normal(0.0f, 1.0f / 8.0f);
+  std::vector<float> wq(kDim * r), wk(kDim * r);
+  for (float& x : wq) x = normal(rng);
+  for (float& x : wk) x = normal(rng);
+  LowRankThresholdHead head;
+  head.wq = {wq.data(), kDim, r};
+  head.wk = {wk.data(), kDim, r};
+  std::size_t edges = 0;
+  run_timed(state, [&] {
+    const Graph g = lowrank_threshold_graph(head, q.data(), n, k.data(), n, kDim, true);
+    edges = g.edges();
+    return edges;
+  });
+  state.counters["keys_per_query"] = static_cast<double>(edges) / static_cast<double>(n);
+}
+
 BENCHMARK(BM_project)->ArgNames({"n"})->Arg(4096)->Arg(16384)->UseManualTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_nearest_centroids)
     ->ArgNames({"n", "clusters", "top"})
@@ -173,6 +201,12 @@ BENCHMARK(BM_compare_graphs)
 BENCHMARK(BM_kmeans_predict)
     ->ArgNames({"n", "clusters"})
     ->ArgsProduct({{4096, 16384}, {8, 16}})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_lowrank_threshold_predict)
+    ->ArgNames({"n"})
+    ->Arg(4096)
+    ->Arg(16384)
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 

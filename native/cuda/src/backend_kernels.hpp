@@ -75,5 +75,11 @@ Graph host_sparsefinder_pattern(const SparsefinderHead& head, ConstMatrix<float>
 // The same with q and k in device memory (contiguous rows), not copied.
 Graph device_sparsefinder_pattern(const SparsefinderHead& head, ConstMatrix<float> q, ConstMatrix<float> k,
                                   bool causal);
+// lowrank-threshold's graph (lowrank_threshold.cu), q and k in host memory
+// or, on_device, the GPU's own (contiguous rows).
+Graph host_lowrank_threshold_pattern(const LowRankThresholdHead& head, ConstMatrix<float> q, ConstMatrix<float> k,
+                                     bool causal);
+Graph device_lowrank_threshold_pattern(const LowRankThresholdHead& head, ConstMatrix<float> q, ConstMatrix<float> k,
+                                       bool causal);
 
 }  // namespace entgraph::cuda::detail

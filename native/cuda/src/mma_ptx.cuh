@@ -1,6 +1,7 @@
 // The sm_80+ instructions of the batched attention kernel, as inline PTX:
 // the tensor-core product mma.sync.m16n8k16 (bfloat16 or float16 in, float32
-// accumulators), ldmatrix.x4.trans, and cp.async with its groups. Operand
+// accumulators), ldmatrix.x4.trans, and cp.async with its groups; and the
+// byte product mma.sync.m16n8k32 of lowrank-threshold's codes. Operand
 // layouts are mma_layout.hpp's; the conversions of weights and outputs to the
 // 16-bit formats are the policies below (round to nearest even).
 // tests/cuda/ptx_check.sh fails the build's tests if these instructions
@@ -62,6 +63,23 @@ struct Float16 {
 #endif
   }
 };
+
+// d += a b on signed bytes, 16 x 8 += 16 x 32 times 32 x 8, int32 sums
+// (exact while they fit). Fragments: a[0] holds bytes (groupID, 4
+// threadID_in_group .. + 3) of A, a[1] rows + 8, a[2] columns + 16, a[3]
+// both; b0 bytes (4 threadID_in_group .. + 3, groupID) of B, b1 rows + 16; d
+// as the float mma's.
+__device__ inline void mma_s8(int (&d)[4], const std::uint32_t (&a)[4], std::uint32_t b0, std::uint32_t b1) {
+#if defined(ENTGRAPH_CUDA_EMULATOR)
+  ::entgraph_emulator::mma_m16n8k32_s8(d, a, b0, b1);
+#else
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#endif
+}
 
 #if !defined(ENTGRAPH_CUDA_EMULATOR)
 __device__ inline std::uint32_t shared_address(const void* p) {

@@ -585,6 +585,38 @@ void mma_collective(const Record (&in)[kWarpSize], Record (&out)[kWarpSize]) {
     }
 }
 
+// PTX ISA, "Matrix Fragments for mma.m16n8k32" with .s8 operands: each
+// register holds four consecutive bytes of a row of A (a0: row groupID,
+// columns 4 threadID_in_group + 0..3; a1: row + 8; a2: columns + 16; a3:
+// both) or of a column of B (b0: rows 4 threadID_in_group + 0..3, column
+// groupID; b1: rows + 16); C as in the float mma.
+void mma_s8_collective(const Record (&in)[kWarpSize], Record (&out)[kWarpSize]) {
+  std::int32_t A[16][32], B[32][8];
+  std::uint32_t C[16][8];
+  for (int lane = 0; lane < kWarpSize; ++lane) {
+    const int group = lane / 4, thread = lane % 4;
+    for (int reg = 0; reg < 4; ++reg) {
+      const std::uint32_t bits = in[lane].get<std::uint32_t>(4 * static_cast<std::size_t>(reg));
+      for (int byte = 0; byte < 4; ++byte)
+        A[group + (reg % 2) * 8][4 * thread + byte + (reg / 2) * 16] = static_cast<std::int8_t>(bits >> (8 * byte));
+    }
+    for (int reg = 0; reg < 2; ++reg) {
+      const std::uint32_t bits = in[lane].get<std::uint32_t>(16 + 4 * static_cast<std::size_t>(reg));
+      for (int byte = 0; byte < 4; ++byte)
+        B[4 * thread + byte + reg * 16][group] = static_cast<std::int8_t>(bits >> (8 * byte));
+    }
+    for (int i = 0; i < 4; ++i)
+      C[c_row(lane, i)][c_col(lane, i)] = in[lane].get<std::uint32_t>(24 + 4 * static_cast<std::size_t>(i));
+  }
+  for (int lane = 0; lane < kWarpSize; ++lane)
+    for (int i = 0; i < 4; ++i) {
+      const int r = c_row(lane, i), c = c_col(lane, i);
+      std::uint32_t sum = C[r][c];  // unsigned: wraps instead of overflowing
+      for (int k = 0; k < 32; ++k) sum += static_cast<std::uint32_t>(A[r][k] * B[k][c]);
+      out[lane].put(sum, 4 * static_cast<std::size_t>(i));
+    }
+}
+
 // PTX ISA, "ldmatrix": lanes 8 j .. 8 j + 7 give the rows of matrix j; with
 // .trans, lane l receives in register j the elements (2 (l % 4) + h, l / 4)
 // of matrix j as stored, h = 0 in the low half.
@@ -613,6 +645,16 @@ void mma_m16n8k16(Half type, float (&d)[4], const std::uint32_t (&a)[4], std::ui
                          ? warp_collective("mma.sync.m16n8k16.bf16", r, mma_collective<Half::bfloat16>)
                          : warp_collective("mma.sync.m16n8k16.f16", r, mma_collective<Half::float16>);
   for (int i = 0; i < 4; ++i) d[i] = out.get<float>(4 * static_cast<std::size_t>(i));
+}
+
+void mma_m16n8k32_s8(int (&d)[4], const std::uint32_t (&a)[4], std::uint32_t b0, std::uint32_t b1) {
+  Record r;
+  for (int i = 0; i < 4; ++i) r.put(a[i], 4 * static_cast<std::size_t>(i));
+  r.put(b0, 16);
+  r.put(b1, 20);
+  for (int i = 0; i < 4; ++i) r.put(d[i], 24 + 4 * static_cast<std::size_t>(i));
+  const Record out = warp_collective("mma.sync.m16n8k32.s8", r, mma_s8_collective);
+  for (int i = 0; i < 4; ++i) d[i] = out.get<int>(4 * static_cast<std::size_t>(i));
 }
 
 void ldmatrix_x4_trans(std::uint32_t (&r)[4], const void* row) {

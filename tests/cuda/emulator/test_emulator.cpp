@@ -97,6 +97,33 @@ __global__ void mma_kernel(const float* a, const float* b, float* d) {
   d[(g + 8) * 8 + 2 * t + 1] = acc[3];
 }
 
+// One mma.sync.m16n8k32 on signed bytes (A 16 x 32 row-major, B 32 x 8
+// row-major), fragments filled byte by byte from the PTX ISA's table.
+__global__ void mma_s8_kernel(const std::int8_t* a, const std::int8_t* b, int* d) {
+  const int lane = static_cast<int>(threadIdx.x);
+  const int g = lane / 4, t = lane % 4;
+  const auto word = [](std::int8_t b0, std::int8_t b1, std::int8_t b2, std::int8_t b3) {
+    return static_cast<std::uint32_t>(static_cast<std::uint8_t>(b0)) |
+           static_cast<std::uint32_t>(static_cast<std::uint8_t>(b1)) << 8 |
+           static_cast<std::uint32_t>(static_cast<std::uint8_t>(b2)) << 16 |
+           static_cast<std::uint32_t>(static_cast<std::uint8_t>(b3)) << 24;
+  };
+  const auto a_word = [&](int row, int col) {
+    return word(a[row * 32 + col], a[row * 32 + col + 1], a[row * 32 + col + 2], a[row * 32 + col + 3]);
+  };
+  const auto b_word = [&](int k, int col) {
+    return word(b[k * 8 + col], b[(k + 1) * 8 + col], b[(k + 2) * 8 + col], b[(k + 3) * 8 + col]);
+  };
+  const std::uint32_t ra[4] = {a_word(g, 4 * t), a_word(g + 8, 4 * t), a_word(g, 4 * t + 16),
+                               a_word(g + 8, 4 * t + 16)};
+  int acc[4] = {1, 2, 3, 4};  // d += a b: the accumulators take part
+  entgraph_emulator::mma_m16n8k32_s8(acc, ra, b_word(4 * t, g), b_word(4 * t + 16, g));
+  d[g * 8 + 2 * t] = acc[0];
+  d[g * 8 + 2 * t + 1] = acc[1];
+  d[(g + 8) * 8 + 2 * t] = acc[2];
+  d[(g + 8) * 8 + 2 * t + 1] = acc[3];
+}
+
 // Copies a 16-byte row asynchronously; reads the destination before and
 // after waiting.
 __global__ void copy_kernel(const float* src, float* out) {
@@ -156,6 +183,31 @@ TEST_SUITE("emulator") {
         float want = 0;
         for (int k = 0; k < 16; ++k)
           want += a[static_cast<std::size_t>(r * 16 + k)] * b[static_cast<std::size_t>(k * 8 + c)];
+        CHECK(got[static_cast<std::size_t>(r * 8 + c)] == want);
+      }
+  }
+
+  TEST_CASE("mma.sync.m16n8k32 on signed bytes multiplies as the PTX ISA lays out its fragments") {
+    std::vector<std::int8_t> a(16 * 32), b(32 * 8);
+    // Extremes included: -128 * -128 summed 32 times stays in int32.
+    for (int r = 0; r < 16; ++r)
+      for (int k = 0; k < 32; ++k)
+        a[static_cast<std::size_t>(r * 32 + k)] = static_cast<std::int8_t>(r == 0 ? -128 : (5 * r + 3 * k) % 255 - 127);
+    for (int k = 0; k < 32; ++k)
+      for (int c = 0; c < 8; ++c)
+        b[static_cast<std::size_t>(k * 8 + c)] = static_cast<std::int8_t>(c == 0 ? -128 : (7 * k + 11 * c) % 251 - 125);
+    Device<std::int8_t> da(a.size()), db(b.size());
+    Device<int> dd(16 * 8);
+    REQUIRE(cudaMemcpy(da.p, a.data(), a.size(), cudaMemcpyHostToDevice) == cudaSuccess);
+    REQUIRE(cudaMemcpy(db.p, b.data(), b.size(), cudaMemcpyHostToDevice) == cudaSuccess);
+    launch(mma_s8_kernel, dim3(1), dim3(32), 0, nullptr, da.p, db.p, dd.p);
+    REQUIRE(launch_error().empty());
+    const std::vector<int> got = dd.read(16 * 8);
+    for (int r = 0; r < 16; ++r)
+      for (int c = 0; c < 8; ++c) {
+        int want = 1 + (r >= 8 ? 2 : 0) + c % 2;  // the accumulator's start
+        for (int k = 0; k < 32; ++k)
+          want += a[static_cast<std::size_t>(r * 32 + k)] * b[static_cast<std::size_t>(k * 8 + c)];
         CHECK(got[static_cast<std::size_t>(r * 8 + c)] == want);
       }
   }

@@ -37,7 +37,8 @@
 namespace entgraph {
 
 using PredictorSettings = std::map<std::string, std::string>;
-struct SparsefinderHead;  // entgraph/backend.hpp
+struct SparsefinderHead;      // entgraph/backend.hpp
+struct LowRankThresholdHead;  // entgraph/backend.hpp
 
 // The limits of Predictor::fit: 2^24 learned values (64 MiB as float32, a
 // parameter file of at most about 300 MB) and 1e11 multiply-adds, under a
@@ -137,6 +138,10 @@ class Predictor {
   // throws for an unfitted predictor, a head out of range or the wrong head_dim.
   virtual bool sparsefinder_head(MatrixView<const float> q, MatrixView<const float> k, std::size_t layer,
                                  std::size_t head, SparsefinderHead& out) const;
+  // The same for lowrank-threshold (false for other methods and for its
+  // float32 estimate, bits = 0, which no device runs).
+  virtual bool lowrank_threshold_head(MatrixView<const float> q, MatrixView<const float> k, std::size_t layer,
+                                      std::size_t head, LowRankThresholdHead& out) const;
   // The "parameters" object as JSON text ("{}" for fixed patterns).
   virtual std::string parameters_json() const { return "{}"; }
 

@@ -36,6 +36,7 @@
 
 #include "entgraph/cuda/device.hpp"
 #include "entgraph/cuda/device_graph.hpp"
+#include "entgraph/backend.hpp"
 #include "entgraph/graph.hpp"
 #include "entgraph/matrix_view.hpp"
 
@@ -98,6 +99,14 @@ Graph bucket_graph(MatrixView<const std::uint32_t> query_buckets, MatrixView<con
 DeviceGraph distance_graph(const float* qp, std::size_t n, const float* kp, std::size_t m, std::size_t r,
                            double threshold, bool causal, cudaStream_t stream = nullptr);
 Graph distance_graph(MatrixView<const float> qp, MatrixView<const float> kp, double threshold, bool causal);
+
+// ---- lowrank-threshold ----
+// The whole lowrank-threshold prediction of one head (lowrank_threshold.cu;
+// Predictor::predict(Device::cuda, ...) runs it): q is n x d and k m x d on
+// the device (contiguous rows), head's projections and settings on the host.
+// Throws the CPU's message for a NaN or infinity in q or k, and for r > 256.
+Graph lowrank_threshold_graph(const LowRankThresholdHead& head, const float* q, std::size_t n, const float* k,
+                              std::size_t m, std::size_t d, bool causal);
 
 // ---- metrics ----
 

@@ -19,6 +19,11 @@ enum class Half { bfloat16, float16 };
 // and internal width are unspecified; its error is of the same order).
 void mma_m16n8k16(Half type, float (&d)[4], const std::uint32_t (&a)[4], std::uint32_t b0, std::uint32_t b1);
 
+// mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32, d += a b: exact int32
+// sums (wrapping as two's complement if they overflow, which the PTX ISA
+// leaves to the hardware).
+void mma_m16n8k32_s8(int (&d)[4], const std::uint32_t (&a)[4], std::uint32_t b0, std::uint32_t b1);
+
 // ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16: `row` is the address of the
 // row this lane names; all 32 rows are read when the warp completes it.
 void ldmatrix_x4_trans(std::uint32_t (&r)[4], const void* row);

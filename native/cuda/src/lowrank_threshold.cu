@@ -1,0 +1,389 @@
+// lowrank-threshold's graph on the GPU: the backend's kernel for
+// Predictor::predict(Device::cuda, ...) of that method. The definition is the
+// CPU's (core/src/predictors/estimated_rows.hpp): query i keeps key j iff
+//   ŝ_ij > θ̂_i − margin / (α − 1),   ŝ_ij = float((double(D_ij) q_step_i) k_step_j),
+// D_ij the integer dot product of the rows' codes and θ̂_i the α-entmax
+// threshold of the estimated row. Steps, each on the device:
+//  1. q and k projected (project(): the CPU's double sums) and each row
+//     rounded to codes of `bits` bits with its own step (the CPU's rounding);
+//  2. D on tensor cores (mma.sync m16n8k32, bytes in, int32 sums: exact) and
+//     every estimate formed in double as the CPU's exact estimate is. The
+//     products are recomputed by each of four passes over the code tiles
+//     rather than stored (n m floats): the rows' maxima, then the count and
+//     the values of each row's candidates (the keys within 1 / (α − 1) of the
+//     maximum, in key order), then, after the thresholds, the count and the
+//     indices of the edges;
+//  3. θ̂ per row by predictors/theta_steps.hpp, the CPU's own steps.
+// The graph equals the CPU's for α = 1.5 and 2; elsewhere θ̂'s last bits may
+// differ (pow is not correctly rounded, and where the steps stall the CPU
+// ends with its float64 transform, this with bisection), which moves an edge
+// only if an estimate lies within that rounding of the cut.
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+
+#include "backend_kernels.hpp"
+#include "checks.cuh"
+#include "csr_rows.cuh"
+#include "entgraph/cuda/predictors.hpp"
+#include "entgraph/error.hpp"
+#include "entgraph/heads.hpp"
+#include "head_scan.hpp"
+#include "kernel_launch.cuh"
+#include "mma_ptx.cuh"
+#include "predictors/theta_steps.hpp"
+#include "predictors_common.cuh"
+
+namespace entgraph::cuda {
+namespace {
+
+using detail::kFullWarp;
+using detail::kWarpSize;
+namespace theta_steps = ::entgraph::detail::theta_steps;
+
+constexpr const char* kOp = "predict";
+constexpr const char* kMethod = "lowrank-threshold";
+constexpr unsigned kWarps = 4, kThreads = kWarps * kWarpSize;
+constexpr std::size_t kTileQueries = 16 * kWarps;  // a block's query rows: 16 per warp
+constexpr std::size_t kTileKeys = 64;              // keys per step: eight 8-key mma tiles
+constexpr std::size_t kChunk = 32;                 // codes per mma (k = 32)
+constexpr std::size_t kMaxChunks = 8;              // r <= 256 (kMaxRank of the predictor)
+
+// The codes of one side: rows padded with zero codes to a whole tile, each
+// row `words` 32-bit words of four codes (r rounded up to 32 codes).
+struct Codes {
+  DeviceArray<std::uint32_t> words;
+  DeviceArray<double> steps;  // per row (0 on padding rows)
+};
+
+// round(x) half away from zero, as the CPU's round_half_away.
+__device__ double round_half_away(double x) {
+  const double t = static_cast<double>(static_cast<std::int32_t>(x));
+  return t + copysign(static_cast<double>(fabs(x - t) >= 0.5), x);
+}
+
+// One warp per row of x (rows x r): step = max |x| / levels, codes
+// round(x / step), as the CPU's quantize_rows.
+__global__ void quantize_rows_kernel(const float* x, std::size_t rows, std::size_t r, std::size_t words, double levels,
+                                     std::uint32_t* codes, double* steps) {
+  const unsigned lane = threadIdx.x % kWarpSize;
+  for (std::size_t i = detail::first_warp_row(); i < rows; i += detail::warp_row_stride()) {
+    const float* row = x + i * r;
+    double top = 0.0;
+    for (std::size_t c = lane; c < r; c += kWarpSize) top = fmax(top, fabs(static_cast<double>(row[c])));
+    top = detail::warp_max(top);
+    const double step = top / levels;
+    for (std::size_t w = lane; w < words; w += kWarpSize) {
+      std::uint32_t word = 0;
+      for (std::size_t b = 0; b < 4; ++b) {
+        const std::size_t c = 4 * w + b;
+        const double code = c < r && top > 0.0 ? round_half_away(static_cast<double>(row[c]) / step) : 0.0;
+        word |= static_cast<std::uint32_t>(static_cast<std::uint8_t>(static_cast<std::int8_t>(code))) << (8 * b);
+      }
+      codes[i * words + w] = word;
+    }
+    if (lane == 0) steps[i] = step;
+  }
+}
+
+enum class Pass { row_max, count, fill };
+
+struct Tiles {
+  const std::uint32_t* q;  // query codes, words per row
+  const std::uint32_t* k;
+  const double* q_step;
+  const double* k_step;
+  std::size_t n, m, words;
+  bool causal;
+};
+
+__device__ std::size_t visible_keys(const Tiles& t, std::size_t i) {
+  if (i >= t.n) return 0;
+  return t.causal ? causal_key_limit(i, t.n, t.m) : t.m;
+}
+
+// The exact estimate, as QuantizedEstimate::exact (no fused operations).
+__device__ float estimate(int d, double q_step, double k_step) {
+  return __double2float_rn(__dmul_rn(__dmul_rn(static_cast<double>(d), q_step), k_step));
+}
+
+// One block per 64-query tile (grid-stride), each warp 16 rows, over the
+// key tiles its rows see. A thread holds, of each 8-key mma tile, keys
+// 2 (lane % 4) + {0, 1} of rows lane / 4 and lane / 4 + 8 (the D fragment).
+//   row_max: row_max[i] = the largest estimate of row i (-inf: no key), and
+//            floor[i] a little under max − reach_of_support (candidates above it);
+//   count:   counts[i] = the keys with double(estimate) > above[i];
+//   fill:    those keys in order from offsets[i], as indices and/or values.
+template <Pass kPass>
+__global__ void __launch_bounds__(kThreads)
+    code_tiles_kernel(Tiles t, double reach_of_support, const double* above, float* row_max, double* floor,
+                      std::size_t* counts, const std::size_t* offsets, std::uint32_t* indices, float* values) {
+  const unsigned lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+  const unsigned group = lane / 4, thread = lane % 4;
+  const std::size_t chunks = t.words * 4 / kChunk;
+  for (std::size_t tile = blockIdx.x; tile * kTileQueries < t.n; tile += gridDim.x) {
+    const std::size_t row0 = tile * kTileQueries;
+    const std::size_t rows[2] = {row0 + 16 * warp + group, row0 + 16 * warp + group + 8};
+    const std::size_t limit[2] = {visible_keys(t, rows[0]), visible_keys(t, rows[1])};
+    const std::size_t last = row0 + kTileQueries - 1 < t.n ? row0 + kTileQueries - 1 : t.n - 1;
+    const std::size_t keys = visible_keys(t, last);  // the most any row of the tile sees
+    const double q_step[2] = {t.q_step[rows[0]], t.q_step[rows[1]]};
+    std::uint32_t a[kMaxChunks][4];
+#pragma unroll
+    for (std::size_t c = 0; c < kMaxChunks; ++c)
+      if (c < chunks)
+        for (int reg = 0; reg < 4; ++reg)
+          a[c][reg] = t.q[rows[reg % 2] * t.words + c * (kChunk / 4) + thread + (reg / 2) * 4];
+    float best[2] = {-INFINITY, -INFINITY};
+    std::size_t found[2] = {0, 0};
+    double bound[2] = {0.0, 0.0};
+    if (kPass != Pass::row_max)
+      for (int h = 0; h < 2; ++h) bound[h] = rows[h] < t.n ? above[rows[h]] : INFINITY;
+    std::size_t next[2] = {0, 0};
+    if (kPass == Pass::fill)
+      for (int h = 0; h < 2; ++h) next[h] = rows[h] < t.n ? offsets[rows[h]] : 0;
+    for (std::size_t key0 = 0; key0 < keys; key0 += kTileKeys) {
+      for (std::size_t sub = 0; sub < kTileKeys / 8; ++sub) {
+        const std::size_t column = key0 + sub * 8;  // the mma tile's first key
+        int d[4] = {0, 0, 0, 0};
+#pragma unroll
+        for (std::size_t c = 0; c < kMaxChunks; ++c)
+          if (c < chunks) {
+            const std::uint32_t* key = t.k + (column + group) * t.words + c * (kChunk / 4) + thread;
+            detail::mma::mma_s8(d, a[c], key[0], key[4]);
+          }
+        int hits[2] = {0, 0};
+        bool keep[4] = {false, false, false, false};
+        float value[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        for (int e = 0; e < 4; ++e) {
+          const int h = e / 2;
+          const std::size_t j = column + 2 * thread + e % 2;
+          if (j >= limit[h]) continue;
+          value[e] = estimate(d[e], q_step[h], t.k_step[j]);
+          if (kPass == Pass::row_max) {
+            best[h] = fmaxf(best[h], value[e]);
+          } else {
+            keep[e] = static_cast<double>(value[e]) > bound[h];
+            hits[h] += keep[e] ? 1 : 0;
+          }
+        }
+        if (kPass == Pass::count) found[0] += hits[0], found[1] += hits[1];
+        if (kPass == Pass::fill)
+          for (int h = 0; h < 2; ++h) {
+            // The quad's four threads hold the 8 keys in order: each writes
+            // after the hits of the threads before it.
+            int before = 0, total = 0;
+            for (unsigned other = 0; other < 4; ++other) {
+              const int theirs = __shfl_sync(kFullWarp, hits[h], static_cast<int>((lane & ~3u) + other));
+              before += other < thread ? theirs : 0;
+              total += theirs;
+            }
+            std::size_t at = next[h] + static_cast<std::size_t>(before);
+            for (int e = 2 * h; e < 2 * h + 2; ++e)
+              if (keep[e]) {
+                if (indices) indices[at] = static_cast<std::uint32_t>(column + 2 * thread + e % 2);
+                if (values) values[at] = value[e];
+                ++at;
+              }
+            next[h] += static_cast<std::size_t>(total);
+          }
+      }
+    }
+    for (int h = 0; h < 2; ++h) {
+      if (kPass == Pass::row_max) {
+        best[h] = fmaxf(best[h], __shfl_xor_sync(kFullWarp, best[h], 1));
+        best[h] = fmaxf(best[h], __shfl_xor_sync(kFullWarp, best[h], 2));
+      } else if (kPass == Pass::count) {
+        found[h] += __shfl_xor_sync(kFullWarp, found[h], 1);
+        found[h] += __shfl_xor_sync(kFullWarp, found[h], 2);
+      }
+      if (thread != 0 || rows[h] >= t.n) continue;
+      if (kPass == Pass::row_max) {
+        row_max[rows[h]] = best[h];
+        // Below every key with (α − 1)(e − max) > −1 (the first step drops
+        // the others again): a relative 2^-40 under max − 1 / (α − 1).
+        const double top = static_cast<double>(best[h]), slack = 0x1p-40 * (fabs(top) + reach_of_support);
+        floor[rows[h]] = top - reach_of_support - slack;
+      } else if (kPass == Pass::count) {
+        counts[rows[h]] = found[h];
+      }
+    }
+  }
+}
+
+// θ̂ by bisection on the mass of the keys above tau (x units, tau < θ̂ <= 0):
+// where the steps end without a closed form.
+__device__ double bisect_theta(const double* x, std::size_t count, double alpha, double tau) {
+  const double beta = 1.0 / (alpha - 1.0);
+  double low = tau, high = 0.0;
+  for (int it = 0; it < 200 && low < high; ++it) {
+    const double mid = 0.5 * (low + high);
+    if (!(mid > low && mid < high)) break;
+    double mass = 0.0;
+    for (std::size_t j = 0; j < count; ++j)
+      if (x[j] > mid) mass += pow(x[j] - mid, beta);
+    (mass >= 1.0 ? low : high) = mid;
+  }
+  return low;
+}
+
+// One thread per row: θ̂ from the row's candidates (values, in key order;
+// x is scratch of the same size), the cut θ̂ − reach into cut[i] (+inf for a
+// row without keys).
+__global__ void thresholds_kernel(const float* row_max, const std::size_t* offsets, const float* values, double* x,
+                                  std::size_t n, double alpha, double reach, double* cut) {
+  const double am1 = alpha - 1.0;
+  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
+    const std::size_t begin = offsets[i], count = offsets[i + 1] - begin;
+    if (count == 0) {
+      cut[i] = INFINITY;
+      continue;
+    }
+    const double top = static_cast<double>(row_max[i]);
+    double* xi = x + begin;
+    for (std::size_t j = 0; j < count; ++j)
+      xi[j] = __dmul_rn(am1, __dsub_rn(static_cast<double>(values[begin + j]), top));
+    double theta_x = -1.0;
+    if (alpha <= 2.0) {
+      const theta_steps::Result r = theta_steps::steps(xi, count, alpha, -1.0);
+      theta_x = r.solved ? r.tau : bisect_theta(xi, r.count, alpha, r.tau);
+    } else {
+      theta_x = bisect_theta(xi, count, alpha, -1.0);
+    }
+    cut[i] = __dsub_rn(__dadd_rn(top, __ddiv_rn(theta_x, am1)), reach);
+  }
+}
+
+// 32-bit words of codes per row: r rounded up to whole mma chunks.
+std::size_t code_words(std::size_t r) { return (r + kChunk - 1) / kChunk * (kChunk / 4); }
+
+// q or k (rows x d, device memory) projected and quantized: its codes, rows
+// padded to a multiple of `tile`.
+Codes quantize(const float* x, std::size_t rows, std::size_t d, ConstMatrix<float> w, int bits, std::size_t tile) {
+  const std::size_t r = w.cols, words = code_words(r);
+  const std::size_t padded = (rows + tile - 1) / tile * tile;
+  const DeviceArray<float> dw = detail::upload(w, kOp);
+  DeviceArray<float> projected(rows * r, kOp);
+  project(x, rows, d, dw.data(), r, projected.data());
+  Codes codes{DeviceArray<std::uint32_t>(padded * words, kOp), DeviceArray<double>(padded, kOp)};
+  check(cudaMemset(codes.words.data(), 0, padded * words * sizeof(std::uint32_t)), kOp);
+  check(cudaMemset(codes.steps.data(), 0, padded * sizeof(double)), kOp);
+  const double levels = static_cast<double>((1 << (bits - 1)) - 1);
+  launch(quantize_rows_kernel, detail::grid_for(rows, detail::kRowsPerBlock), detail::kRowsPerBlock * kWarpSize, 0,
+         nullptr, projected.data(), rows, r, words, levels, codes.words.data(), codes.steps.data());
+  check(cudaGetLastError(), kOp);
+  return codes;
+}
+
+// The exclusive scan of counts[0..n) (counts[n] = 0) into offsets; returns the total.
+std::size_t scan_counts(DeviceArray<std::size_t>& counts, std::size_t n) {
+  detail::exclusive_scan(counts.data(), n + 1, nullptr, kOp);
+  std::size_t total = 0;
+  check(cudaMemcpy(&total, counts.data() + n, sizeof total, cudaMemcpyDeviceToHost), kOp);
+  return total;
+}
+
+// A CUDA view of q or k as a one-head tensor for the value scan.
+ConstBatchedTensor one_head(ConstMatrix<float> x) {
+  return ConstBatchedTensor{x.data, DType::float32, 1, 1, x.rows, x.cols, x.rows * x.cols, x.rows * x.cols, x.cols};
+}
+
+Graph lowrank_threshold_pattern(const LowRankThresholdHead& head, ConstMatrix<float> q, ConstMatrix<float> k,
+                                bool causal, bool on_device) {
+  detail::check_graph_size(q.rows, k.rows, kOp);
+  if (head.wq.cols > kMaxChunks * kChunk)
+    detail::argument_error(
+        kOp, std::string(kMethod) + ": r = " + std::to_string(head.wq.cols) + " is above the GPU kernel's 256");
+  const std::size_t n = q.rows, m = k.rows, d = q.cols;
+  if (n == 0 || m == 0) return Graph::empty(n, m);
+  DeviceArray<float> dq, dk;
+  if (on_device) {
+    detail::check_contiguous(kOp, "q", q);
+    detail::check_contiguous(kOp, "k", k);
+  } else {
+    dq = detail::upload(q, kOp);
+    dk = detail::upload(k, kOp);
+    q = ConstMatrix<float>(dq.data(), n, d);
+    k = ConstMatrix<float>(dk.data(), m, d);
+  }
+  // A NaN or infinity has no code: the CPU's message (k is scanned twice,
+  // standing in for the scan's v).
+  const std::vector<HeadScan> scans =
+      detail::scan_batched_heads(kOp, one_head(q), one_head(k), one_head(k), nullptr, nullptr, nullptr);
+  for (int s = 0; s < 2; ++s)
+    if (scans[s].bad)
+      throw Error(std::string(kMethod) + ": predict: " + (s == 0 ? "q" : "k") + " has a NaN or infinite value (row " +
+                      std::to_string(scans[s].bad_row) + ", column " + std::to_string(scans[s].bad_col) + ")",
+                  ErrorCode::bad_value);
+  const Codes qc = quantize(q.data, n, d, head.wq, head.bits, kTileQueries);
+  const Codes kc = quantize(k.data, m, d, head.wk, head.bits, kTileKeys);
+  const Tiles tiles{qc.words.data(),          kc.words.data(), qc.steps.data(), kc.steps.data(), n, m,
+                    code_words(head.wq.cols), causal};
+  const unsigned blocks = detail::grid_for(n, kTileQueries);
+  const double reach_of_support = 1.0 / (head.alpha - 1.0), reach = head.margin * reach_of_support;
+
+  DeviceArray<float> row_max(n, kOp);
+  DeviceArray<double> floor(n, kOp), cut(n, kOp);
+  launch(code_tiles_kernel<Pass::row_max>, blocks, kThreads, 0, nullptr, tiles, reach_of_support, nullptr,
+         row_max.data(), floor.data(), nullptr, nullptr, nullptr, nullptr);
+  check(cudaGetLastError(), kOp);
+  // The candidates of each row and their estimates, then the thresholds.
+  DeviceArray<std::size_t> candidates(n + 1, kOp);
+  check(cudaMemset(candidates.data(), 0, (n + 1) * sizeof(std::size_t)), kOp);
+  launch(code_tiles_kernel<Pass::count>, blocks, kThreads, 0, nullptr, tiles, reach_of_support, floor.data(), nullptr,
+         nullptr, candidates.data(), nullptr, nullptr, nullptr);
+  check(cudaGetLastError(), kOp);
+  const std::size_t total = scan_counts(candidates, n);
+  DeviceArray<float> values(total, kOp);
+  DeviceArray<double> scratch(total, kOp);
+  if (total > 0) {
+    launch(code_tiles_kernel<Pass::fill>, blocks, kThreads, 0, nullptr, tiles, reach_of_support, floor.data(), nullptr,
+           nullptr, nullptr, candidates.data(), nullptr, values.data());
+    check(cudaGetLastError(), kOp);
+  }
+  launch(thresholds_kernel, detail::grid_for(n, kThreads), kThreads, 0, nullptr, row_max.data(), candidates.data(),
+         values.data(), scratch.data(), n, head.alpha, reach, cut.data());
+  check(cudaGetLastError(), kOp);
+  // The edges: keys above each row's cut.
+  DeviceGraph g;
+  g.queries = n;
+  g.keys = m;
+  g.offsets = DeviceArray<std::size_t>(n + 1, kOp);
+  check(cudaMemset(g.offsets.data(), 0, (n + 1) * sizeof(std::size_t)), kOp);
+  launch(code_tiles_kernel<Pass::count>, blocks, kThreads, 0, nullptr, tiles, reach_of_support, cut.data(), nullptr,
+         nullptr, g.offsets.data(), nullptr, nullptr, nullptr);
+  check(cudaGetLastError(), kOp);
+  g.indices = DeviceArray<std::uint32_t>(scan_counts(g.offsets, n), kOp);
+  if (g.indices.size() > 0) {
+    launch(code_tiles_kernel<Pass::fill>, blocks, kThreads, 0, nullptr, tiles, reach_of_support, cut.data(), nullptr,
+           nullptr, nullptr, g.offsets.data(), g.indices.data(), nullptr);
+    check(cudaGetLastError(), kOp);
+  }
+  return g.download();
+}
+
+}  // namespace
+
+Graph lowrank_threshold_graph(const LowRankThresholdHead& head, const float* q, std::size_t n, const float* k,
+                              std::size_t m, std::size_t d, bool causal) {
+  return lowrank_threshold_pattern(head, ConstMatrix<float>(q, n, d), ConstMatrix<float>(k, m, d), causal, true);
+}
+
+Graph detail::host_lowrank_threshold_pattern(const LowRankThresholdHead& head, ConstMatrix<float> q,
+                                             ConstMatrix<float> k, bool causal) {
+  return lowrank_threshold_pattern(head, q, k, causal, false);
+}
+
+Graph detail::device_lowrank_threshold_pattern(const LowRankThresholdHead& head, ConstMatrix<float> q,
+                                               ConstMatrix<float> k, bool causal) {
+  // The graph comes back to the host: wait for the caller's stream to have
+  // written q and k, then run to the end.
+  if (const cudaStream_t stream = current_stream()) synchronize(stream);
+  return lowrank_threshold_pattern(head, q, k, causal, true);
+}
+
+}  // namespace entgraph::cuda
