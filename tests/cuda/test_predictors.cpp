@@ -12,6 +12,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <fstream>
+#include <iterator>
 #include <limits>
 #include <random>
 #include <string>
@@ -25,6 +27,7 @@
 #include "entgraph/cuda/predictors.hpp"
 #include "entgraph/error.hpp"
 #include "entgraph/graph.hpp"
+#include "entgraph/model.hpp"
 #include "entgraph/predictors/predictor.hpp"
 #include "entgraph/training/kmeans.hpp"
 #include "entgraph/training/projection.hpp"
@@ -513,6 +516,61 @@ TEST_SUITE("cuda") {
           }
         }
       }
+  }
+
+  // The shipped teachers' own heads (rotary and not, causal and masked):
+  // every head's graph at 4 bits, fitted on one text and predicted on
+  // another of up to 1000 bytes.
+  TEST_CASE("lowrank-threshold: the GPU's graphs of the shipped teachers' heads are the CPU's") {
+    std::ifstream file(std::string(ENTGRAPH_SOURCE_DIR) + "/data/heldout-long.txt", std::ios::binary);
+    REQUIRE(file.good());
+    std::string text((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+    REQUIRE(text.size() >= 2000);
+    for (const std::string name : {"teacher-causal", "teacher-masked", "teacher-long"}) {
+      const Teacher teacher = Teacher::load(std::string(ENTGRAPH_SOURCE_DIR) + "/data/" + name);
+      // At most the teacher's context; not a multiple of the 64-query tile.
+      const std::size_t bytes = std::min<std::size_t>(teacher.config().context, 1000);
+      const Capture fit = teacher.capture({text.substr(0, 256)}), held = teacher.capture({text.substr(1000, bytes)});
+      auto p = make_predictor("lowrank-threshold", {});
+      p->fit(fit, {});
+      std::size_t edges = 0;
+      for (std::size_t layer = 0; layer < held.layers; ++layer)
+        for (std::size_t h = 0; h < held.heads; ++h) {
+          CAPTURE(name);
+          CAPTURE(layer);
+          CAPTURE(h);
+          const bool causal = held.head(layer, h).causal;
+          const MatrixView<const float> q = held.queries_of(layer, h, 0), k = held.keys_of(layer, h, 0);
+          const Graph want = p->predict(q, k, layer, h, causal);
+          check_same_graph(p->predict(Device::cuda, q, k, layer, h, causal), want);
+          edges += want.edges();
+        }
+      MESSAGE(name << ": " << edges << " edges over " << held.layers * held.heads << " heads of " << bytes
+                   << " queries");
+      CHECK(edges > held.layers * held.heads * bytes);
+    }
+  }
+
+  // Queries so small that their steps are below float's normal range (and,
+  // in the last pair, keys large enough to bring the estimates back to
+  // O(1)): the kernel's float approximations stand aside for the exact
+  // estimates, and the graph is still the CPU's.
+  TEST_CASE("lowrank-threshold on Device::cuda: tiny queries (subnormal float steps) give the CPU's graph") {
+    const Capture capture = test::clustered_capture(1, 1, 16, {100}, 4, true);
+    auto p = make_predictor("lowrank-threshold", {});
+    p->fit(capture, {});
+    const MatrixView<const float> q0 = capture.queries_of(0, 0, 0), k0 = capture.keys_of(0, 0, 0);
+    for (const auto& [q_factor, k_factor] : {std::pair{1e-38f, 1.0f}, {1e-43f, 1.0f}, {2e-40f, 1e37f}}) {
+      CAPTURE(q_factor);
+      CAPTURE(k_factor);
+      std::vector<float> q(q0.data, q0.data + 100 * 16), k(k0.data, k0.data + 100 * 16);
+      for (float& x : q) x *= q_factor;
+      for (float& x : k) x *= k_factor;
+      const MatrixView<const float> qs(q.data(), 100, 16), ks(k.data(), 100, 16);
+      const Graph want = p->predict(qs, ks, 0, 0, true);
+      CHECK(want.edges() >= 100);
+      check_same_graph(p->predict(Device::cuda, qs, ks, 0, 0, true), want);
+    }
   }
 
   TEST_CASE("lowrank-threshold on Device::cuda: NaN and infinity refused as on the CPU; float32 estimates run on cpu") {

@@ -6,9 +6,10 @@
 // threshold of the estimated row. Steps, each on the device:
 //  1. q and k projected (project(): the CPU's double sums) and each row
 //     rounded to codes of `bits` bits with its own step (the CPU's rounding);
-//  2. D on tensor cores (mma.sync m16n8k32, bytes in, int32 sums: exact) and
-//     every estimate formed in double as the CPU's exact estimate is. The
-//     products are recomputed by each of four passes over the code tiles
+//  2. D on tensor cores (mma.sync m16n8k32, bytes in, int32 sums: exact),
+//     and every decision the exact estimate's (a float approximation
+//     decides where it is far from the bound, approximate() below). The
+//     products are recomputed by each of five passes over the code tiles
 //     rather than stored (n m floats): the rows' maxima, then the count and
 //     the values of each row's candidates (the keys within 1 / (α − 1) of the
 //     maximum, in key order), then, after the thresholds, the count and the
@@ -57,6 +58,7 @@ constexpr std::size_t kMaxChunks = 8;              // r <= 256 (kMaxRank of the 
 struct Codes {
   DeviceArray<std::uint32_t> words;
   DeviceArray<double> steps;  // per row (0 on padding rows)
+  DeviceArray<float> scales;  // the steps in float where that is a normal float, else NaN
 };
 
 // round(x) half away from zero, as the CPU's round_half_away.
@@ -68,7 +70,7 @@ __device__ double round_half_away(double x) {
 // One warp per row of x (rows x r): step = max |x| / levels, codes
 // round(x / step), as the CPU's quantize_rows.
 __global__ void quantize_rows_kernel(const float* x, std::size_t rows, std::size_t r, std::size_t words, double levels,
-                                     std::uint32_t* codes, double* steps) {
+                                     std::uint32_t* codes, double* steps, float* scales) {
   const unsigned lane = threadIdx.x % kWarpSize;
   for (std::size_t i = detail::first_warp_row(); i < rows; i += detail::warp_row_stride()) {
     const float* row = x + i * r;
@@ -85,7 +87,10 @@ __global__ void quantize_rows_kernel(const float* x, std::size_t rows, std::size
       }
       codes[i * words + w] = word;
     }
-    if (lane == 0) steps[i] = step;
+    if (lane == 0) {
+      steps[i] = step;
+      scales[i] = step >= 0x1p-126 && step <= 0x1.fffffep127 ? __double2float_rn(step) : NAN;
+    }
   }
 }
 
@@ -96,6 +101,8 @@ struct Tiles {
   const std::uint32_t* k;
   const double* q_step;
   const double* k_step;
+  const float* q_scale;  // Codes::scales
+  const float* k_scale;
   std::size_t n, m, words;
   bool causal;
 };
@@ -110,17 +117,31 @@ __device__ float estimate(int d, double q_step, double k_step) {
   return __double2float_rn(__dmul_rn(__dmul_rn(static_cast<double>(d), q_step), k_step));
 }
 
+// Its float approximation, float(D) times the two scales in float: four
+// roundings of 2^-24 from the exact value's real product, and the exact one
+// rounds within 2^-24 of it, so they differ by less than 2^-21 of either
+// (D is exact in float, |D| < 2^24). Where that bound does not hold (a
+// scale is NaN because its step is not a normal float, the result is
+// below 2^-100, so that products may have been subnormal, or above 2^100)
+// the approximation is NaN and the exact estimate decides.
+__device__ float approximate(int d, float q_scale, float k_scale) {
+  const float a = __fmul_rn(__fmul_rn(static_cast<float>(d), q_scale), k_scale);
+  return fabsf(a) >= 0x1p-100f && fabsf(a) <= 0x1p100f ? a : NAN;
+}
+// The approximation's slack: 2^-20 of its magnitude.
+__device__ float slack_of(float approx) { return 0x1p-20f * fabsf(approx); }
+
 // One block per 64-query tile (grid-stride), each warp 16 rows, over the
 // key tiles its rows see. A thread holds, of each 8-key mma tile, keys
 // 2 (lane % 4) + {0, 1} of rows lane / 4 and lane / 4 + 8 (the D fragment).
-//   row_max: row_max[i] = the largest estimate of row i (-inf: no key), and
-//            floor[i] a little under max − reach_of_support (candidates above it);
+//   row_max: floor[i] a little under the row's largest estimate minus
+//            reach_of_support (-inf: no key); candidates are above it;
 //   count:   counts[i] = the keys with double(estimate) > above[i];
 //   fill:    those keys in order from offsets[i], as indices and/or values.
 template <Pass kPass>
 __global__ void __launch_bounds__(kThreads)
-    code_tiles_kernel(Tiles t, double reach_of_support, const double* above, float* row_max, double* floor,
-                      std::size_t* counts, const std::size_t* offsets, std::uint32_t* indices, float* values) {
+    code_tiles_kernel(Tiles t, double reach_of_support, const double* above, double* floor, std::size_t* counts,
+                      const std::size_t* offsets, std::uint32_t* indices, float* values) {
   const unsigned lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
   const unsigned group = lane / 4, thread = lane % 4;
   const std::size_t chunks = t.words * 4 / kChunk;
@@ -131,6 +152,7 @@ __global__ void __launch_bounds__(kThreads)
     const std::size_t last = row0 + kTileQueries - 1 < t.n ? row0 + kTileQueries - 1 : t.n - 1;
     const std::size_t keys = visible_keys(t, last);  // the most any row of the tile sees
     const double q_step[2] = {t.q_step[rows[0]], t.q_step[rows[1]]};
+    const float q_scale[2] = {t.q_scale[rows[0]], t.q_scale[rows[1]]};
     std::uint32_t a[kMaxChunks][4];
 #pragma unroll
     for (std::size_t c = 0; c < kMaxChunks; ++c)
@@ -162,13 +184,22 @@ __global__ void __launch_bounds__(kThreads)
           const int h = e / 2;
           const std::size_t j = column + 2 * thread + e % 2;
           if (j >= limit[h]) continue;
-          value[e] = estimate(d[e], q_step[h], t.k_step[j]);
+          // The approximation decides where it is far from the decision
+          // (the maxima: an approximate maximum is enough, see below).
+          const float approx = approximate(d[e], q_scale[h], t.k_scale[j]);
           if (kPass == Pass::row_max) {
-            best[h] = fmaxf(best[h], value[e]);
-          } else {
-            keep[e] = static_cast<double>(value[e]) > bound[h];
-            hits[h] += keep[e] ? 1 : 0;
+            best[h] = fmaxf(best[h], approx == approx ? approx : estimate(d[e], q_step[h], t.k_step[j]));
+            continue;
           }
+          const float slack = slack_of(approx);
+          if (approx - slack > bound[h]) {
+            keep[e] = true;
+          } else if (!(approx + slack <= bound[h])) {  // near, or NaN: the exact estimate
+            value[e] = estimate(d[e], q_step[h], t.k_step[j]);
+            keep[e] = static_cast<double>(value[e]) > bound[h];
+          }
+          if (kPass == Pass::fill && keep[e] && values) value[e] = estimate(d[e], q_step[h], t.k_step[j]);
+          hits[h] += keep[e] ? 1 : 0;
         }
         if (kPass == Pass::count) found[0] += hits[0], found[1] += hits[1];
         if (kPass == Pass::fill)
@@ -202,11 +233,12 @@ __global__ void __launch_bounds__(kThreads)
       }
       if (thread != 0 || rows[h] >= t.n) continue;
       if (kPass == Pass::row_max) {
-        row_max[rows[h]] = best[h];
-        // Below every key with (α − 1)(e − max) > −1 (the first step drops
-        // the others again): a relative 2^-40 under max − 1 / (α − 1).
-        const double top = static_cast<double>(best[h]), slack = 0x1p-40 * (fabs(top) + reach_of_support);
-        floor[rows[h]] = top - reach_of_support - slack;
+        // best is within 2^-21 of the row's largest exact estimate: the
+        // floor below sits under every key with (α − 1)(e − max) > −1 (the
+        // first step drops the others again). The exact maximum is the
+        // largest candidate, found with the thresholds.
+        const double top = static_cast<double>(best[h]);
+        floor[rows[h]] = top - reach_of_support - 0x1p-19 * (fabs(top) + reach_of_support);
       } else if (kPass == Pass::count) {
         counts[rows[h]] = found[h];
       }
@@ -233,8 +265,8 @@ __device__ double bisect_theta(const double* x, std::size_t count, double alpha,
 // One thread per row: θ̂ from the row's candidates (values, in key order;
 // x is scratch of the same size), the cut θ̂ − reach into cut[i] (+inf for a
 // row without keys).
-__global__ void thresholds_kernel(const float* row_max, const std::size_t* offsets, const float* values, double* x,
-                                  std::size_t n, double alpha, double reach, double* cut) {
+__global__ void thresholds_kernel(const std::size_t* offsets, const float* values, double* x, std::size_t n,
+                                  double alpha, double reach, double* cut) {
   const double am1 = alpha - 1.0;
   for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
@@ -243,7 +275,9 @@ __global__ void thresholds_kernel(const float* row_max, const std::size_t* offse
       cut[i] = INFINITY;
       continue;
     }
-    const double top = static_cast<double>(row_max[i]);
+    float largest = values[begin];  // the row's largest estimate is a candidate
+    for (std::size_t j = 1; j < count; ++j) largest = fmaxf(largest, values[begin + j]);
+    const double top = static_cast<double>(largest);
     double* xi = x + begin;
     for (std::size_t j = 0; j < count; ++j)
       xi[j] = __dmul_rn(am1, __dsub_rn(static_cast<double>(values[begin + j]), top));
@@ -269,12 +303,15 @@ Codes quantize(const float* x, std::size_t rows, std::size_t d, ConstMatrix<floa
   const DeviceArray<float> dw = detail::upload(w, kOp);
   DeviceArray<float> projected(rows * r, kOp);
   project(x, rows, d, dw.data(), r, projected.data());
-  Codes codes{DeviceArray<std::uint32_t>(padded * words, kOp), DeviceArray<double>(padded, kOp)};
+  Codes codes{DeviceArray<std::uint32_t>(padded * words, kOp), DeviceArray<double>(padded, kOp),
+              DeviceArray<float>(padded, kOp)};
   check(cudaMemset(codes.words.data(), 0, padded * words * sizeof(std::uint32_t)), kOp);
   check(cudaMemset(codes.steps.data(), 0, padded * sizeof(double)), kOp);
+  check(cudaMemset(codes.scales.data(), 0, padded * sizeof(float)), kOp);
   const double levels = static_cast<double>((1 << (bits - 1)) - 1);
   launch(quantize_rows_kernel, detail::grid_for(rows, detail::kRowsPerBlock), detail::kRowsPerBlock * kWarpSize, 0,
-         nullptr, projected.data(), rows, r, words, levels, codes.words.data(), codes.steps.data());
+         nullptr, projected.data(), rows, r, words, levels, codes.words.data(), codes.steps.data(),
+         codes.scales.data());
   check(cudaGetLastError(), kOp);
   return codes;
 }
@@ -321,32 +358,39 @@ Graph lowrank_threshold_pattern(const LowRankThresholdHead& head, ConstMatrix<fl
                   ErrorCode::bad_value);
   const Codes qc = quantize(q.data, n, d, head.wq, head.bits, kTileQueries);
   const Codes kc = quantize(k.data, m, d, head.wk, head.bits, kTileKeys);
-  const Tiles tiles{qc.words.data(),          kc.words.data(), qc.steps.data(), kc.steps.data(), n, m,
-                    code_words(head.wq.cols), causal};
+  const Tiles tiles{qc.words.data(),
+                    kc.words.data(),
+                    qc.steps.data(),
+                    kc.steps.data(),
+                    qc.scales.data(),
+                    kc.scales.data(),
+                    n,
+                    m,
+                    code_words(head.wq.cols),
+                    causal};
   const unsigned blocks = detail::grid_for(n, kTileQueries);
   const double reach_of_support = 1.0 / (head.alpha - 1.0), reach = head.margin * reach_of_support;
 
-  DeviceArray<float> row_max(n, kOp);
   DeviceArray<double> floor(n, kOp), cut(n, kOp);
-  launch(code_tiles_kernel<Pass::row_max>, blocks, kThreads, 0, nullptr, tiles, reach_of_support, nullptr,
-         row_max.data(), floor.data(), nullptr, nullptr, nullptr, nullptr);
+  launch(code_tiles_kernel<Pass::row_max>, blocks, kThreads, 0, nullptr, tiles, reach_of_support, nullptr, floor.data(),
+         nullptr, nullptr, nullptr, nullptr);
   check(cudaGetLastError(), kOp);
   // The candidates of each row and their estimates, then the thresholds.
   DeviceArray<std::size_t> candidates(n + 1, kOp);
   check(cudaMemset(candidates.data(), 0, (n + 1) * sizeof(std::size_t)), kOp);
   launch(code_tiles_kernel<Pass::count>, blocks, kThreads, 0, nullptr, tiles, reach_of_support, floor.data(), nullptr,
-         nullptr, candidates.data(), nullptr, nullptr, nullptr);
+         candidates.data(), nullptr, nullptr, nullptr);
   check(cudaGetLastError(), kOp);
   const std::size_t total = scan_counts(candidates, n);
   DeviceArray<float> values(total, kOp);
   DeviceArray<double> scratch(total, kOp);
   if (total > 0) {
     launch(code_tiles_kernel<Pass::fill>, blocks, kThreads, 0, nullptr, tiles, reach_of_support, floor.data(), nullptr,
-           nullptr, nullptr, candidates.data(), nullptr, values.data());
+           nullptr, candidates.data(), nullptr, values.data());
     check(cudaGetLastError(), kOp);
   }
-  launch(thresholds_kernel, detail::grid_for(n, kThreads), kThreads, 0, nullptr, row_max.data(), candidates.data(),
-         values.data(), scratch.data(), n, head.alpha, reach, cut.data());
+  launch(thresholds_kernel, detail::grid_for(n, kThreads), kThreads, 0, nullptr, candidates.data(), values.data(),
+         scratch.data(), n, head.alpha, reach, cut.data());
   check(cudaGetLastError(), kOp);
   // The edges: keys above each row's cut.
   DeviceGraph g;
@@ -355,12 +399,12 @@ Graph lowrank_threshold_pattern(const LowRankThresholdHead& head, ConstMatrix<fl
   g.offsets = DeviceArray<std::size_t>(n + 1, kOp);
   check(cudaMemset(g.offsets.data(), 0, (n + 1) * sizeof(std::size_t)), kOp);
   launch(code_tiles_kernel<Pass::count>, blocks, kThreads, 0, nullptr, tiles, reach_of_support, cut.data(), nullptr,
-         nullptr, g.offsets.data(), nullptr, nullptr, nullptr);
+         g.offsets.data(), nullptr, nullptr, nullptr);
   check(cudaGetLastError(), kOp);
   g.indices = DeviceArray<std::uint32_t>(scan_counts(g.offsets, n), kOp);
   if (g.indices.size() > 0) {
     launch(code_tiles_kernel<Pass::fill>, blocks, kThreads, 0, nullptr, tiles, reach_of_support, cut.data(), nullptr,
-           nullptr, nullptr, g.offsets.data(), g.indices.data(), nullptr);
+           nullptr, g.offsets.data(), g.indices.data(), nullptr);
     check(cudaGetLastError(), kOp);
   }
   return g.download();
