@@ -151,7 +151,7 @@ void BM_kmeans_predict(benchmark::State& state) {
 
 // The whole lowrank-threshold prediction of one head from device Q and K
 // (d = 64, r = 64, 4-bit codes, α = 1.5, causal): projections, codes, the
-// five passes of byte products on tensor cores, the thresholds, the graph
+// three passes (margin 0) of byte products on tensor cores, the thresholds, the graph
 // downloaded to the host. W ~ N(0, 1/d), so the estimates have a standard
 // deviation of about √r = 8 and a row keeps a few dozen keys. Compare with
 // BM_fused/entmax15/d:64 of bench_attention in the same run.

@@ -9,11 +9,12 @@
 //  2. D on tensor cores (mma.sync m16n8k32, bytes in, int32 sums: exact),
 //     and every decision the exact estimate's (a float approximation
 //     decides where it is far from the bound, approximate() below). The
-//     products are recomputed by each of five passes over the code tiles
+//     products are recomputed by each of up to five passes over the code tiles
 //     rather than stored (n m floats): the rows' maxima, then the count and
 //     the values of each row's candidates (the keys within 1 / (α − 1) of the
 //     maximum, in key order), then, after the thresholds, the count and the
-//     indices of the edges;
+//     indices of the edges (with margin <= 0 every edge is a candidate, and
+//     the edges are picked from the candidates' list instead);
 //  3. θ̂ per row by predictors/theta_steps.hpp, the CPU's own steps.
 // The graph equals the CPU's for α = 1.5 and 2; elsewhere θ̂'s last bits may
 // differ (pow is not correctly rounded, and where the steps stall the CPU
@@ -292,6 +293,24 @@ __global__ void thresholds_kernel(const std::size_t* offsets, const float* value
   }
 }
 
+// One thread per row: of the row's candidates (keys and exact values in key
+// order), those above the cut. With counts set, counts[i] = how many; else
+// their keys from offsets[i] into indices.
+__global__ void candidate_edges_kernel(const std::size_t* candidates, const std::uint32_t* keys, const float* values,
+                                       const double* cut, std::size_t n, std::size_t* counts,
+                                       const std::size_t* offsets, std::uint32_t* indices) {
+  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
+    std::size_t found = 0;
+    for (std::size_t c = candidates[i]; c < candidates[i + 1]; ++c)
+      if (static_cast<double>(values[c]) > cut[i]) {
+        if (indices) indices[offsets[i] + found] = keys[c];
+        ++found;
+      }
+    if (counts) counts[i] = found;
+  }
+}
+
 // 32-bit words of codes per row: r rounded up to whole mma chunks.
 std::size_t code_words(std::size_t r) { return (r + kChunk - 1) / kChunk * (kChunk / 4); }
 
@@ -382,11 +401,15 @@ Graph lowrank_threshold_pattern(const LowRankThresholdHead& head, ConstMatrix<fl
          candidates.data(), nullptr, nullptr, nullptr);
   check(cudaGetLastError(), kOp);
   const std::size_t total = scan_counts(candidates, n);
+  // With margin <= 0 the cut is at or above θ̂, above every candidate's
+  // floor: the edges are candidates, selected from their list.
+  const bool edges_are_candidates = head.margin <= 0.0;
   DeviceArray<float> values(total, kOp);
+  DeviceArray<std::uint32_t> keys(edges_are_candidates ? total : 0, kOp);
   DeviceArray<double> scratch(total, kOp);
   if (total > 0) {
     launch(code_tiles_kernel<Pass::fill>, blocks, kThreads, 0, nullptr, tiles, reach_of_support, floor.data(), nullptr,
-           nullptr, candidates.data(), nullptr, values.data());
+           nullptr, candidates.data(), edges_are_candidates ? keys.data() : nullptr, values.data());
     check(cudaGetLastError(), kOp);
   }
   launch(thresholds_kernel, detail::grid_for(n, kThreads), kThreads, 0, nullptr, candidates.data(), values.data(),
@@ -398,13 +421,22 @@ Graph lowrank_threshold_pattern(const LowRankThresholdHead& head, ConstMatrix<fl
   g.keys = m;
   g.offsets = DeviceArray<std::size_t>(n + 1, kOp);
   check(cudaMemset(g.offsets.data(), 0, (n + 1) * sizeof(std::size_t)), kOp);
-  launch(code_tiles_kernel<Pass::count>, blocks, kThreads, 0, nullptr, tiles, reach_of_support, cut.data(), nullptr,
-         g.offsets.data(), nullptr, nullptr, nullptr);
+  const unsigned row_blocks = detail::grid_for(n, kThreads);
+  if (edges_are_candidates)
+    launch(candidate_edges_kernel, row_blocks, kThreads, 0, nullptr, candidates.data(), keys.data(), values.data(),
+           cut.data(), n, g.offsets.data(), nullptr, nullptr);
+  else
+    launch(code_tiles_kernel<Pass::count>, blocks, kThreads, 0, nullptr, tiles, reach_of_support, cut.data(), nullptr,
+           g.offsets.data(), nullptr, nullptr, nullptr);
   check(cudaGetLastError(), kOp);
   g.indices = DeviceArray<std::uint32_t>(scan_counts(g.offsets, n), kOp);
   if (g.indices.size() > 0) {
-    launch(code_tiles_kernel<Pass::fill>, blocks, kThreads, 0, nullptr, tiles, reach_of_support, cut.data(), nullptr,
-           nullptr, g.offsets.data(), g.indices.data(), nullptr);
+    if (edges_are_candidates)
+      launch(candidate_edges_kernel, row_blocks, kThreads, 0, nullptr, candidates.data(), keys.data(), values.data(),
+             cut.data(), n, nullptr, g.offsets.data(), g.indices.data());
+    else
+      launch(code_tiles_kernel<Pass::fill>, blocks, kThreads, 0, nullptr, tiles, reach_of_support, cut.data(), nullptr,
+             nullptr, g.offsets.data(), g.indices.data(), nullptr);
     check(cudaGetLastError(), kOp);
   }
   return g.download();
