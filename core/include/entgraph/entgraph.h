@@ -582,7 +582,8 @@ eg_status eg_predictor_predict(eg_device device, const eg_predictor* predictor, 
 
 /* eg_predictor_predict on DLPack tensors (float32, 2-D): on EG_DL_CUDA q and
  * k are read in place on the GPU (contiguous rows; the Sparsefinder methods
- * only); the graph is a handle in host memory either way. */
+ * and lowrank-threshold only); the graph is a handle in host memory either
+ * way. */
 eg_status eg_predictor_predict_dlpack(const eg_predictor* predictor, const eg_dl_tensor* q, const eg_dl_tensor* k,
                                       size_t layer, size_t head, int causal, eg_graph** out);
 

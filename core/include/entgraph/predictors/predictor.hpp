@@ -97,7 +97,7 @@ class Predictor {
   // there from this predictor's parameters in memory (the extra_window /
   // extra_global edges are added on the host). Methods the device has no
   // kernel for throw entgraph::Error naming the method and the device; on
-  // cuda these are the Sparsefinder methods.
+  // cuda the Sparsefinder methods and lowrank-threshold (bits >= 2) run.
   Graph predict(Device device, MatrixView<const float> q, MatrixView<const float> k, std::size_t layer,
                 std::size_t head, bool causal) const;
   // The same with q and k in `memory` (entgraph/device.hpp). Memory::device:

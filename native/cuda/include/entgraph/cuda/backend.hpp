@@ -7,7 +7,8 @@
 // After register_backend(), the core's Device-taking calls run here on host
 // memory (upload, kernels, download): transform_forward/backward,
 // attention_forward (fused), graph_attention_forward (GraphAttentionMode::fast),
-// compare_graphs, and Predictor::predict for the Sparsefinder methods. The
+// compare_graphs, and Predictor::predict for the Sparsefinder methods and
+// lowrank-threshold. The
 // core checks their arguments first, with the CPU's messages; this library
 // adds only what the GPU cannot do (head dimensions other than 32, 64 and
 // 128; transforms with extra inputs). Without a usable GPU,
