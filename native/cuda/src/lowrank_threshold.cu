@@ -356,16 +356,9 @@ Graph lowrank_threshold_pattern(const LowRankThresholdHead& head, ConstMatrix<fl
         kOp, std::string(kMethod) + ": r = " + std::to_string(head.wq.cols) + " is above the GPU kernel's 256");
   const std::size_t n = q.rows, m = k.rows, d = q.cols;
   if (n == 0 || m == 0) return Graph::empty(n, m);
-  DeviceArray<float> dq, dk;
-  if (on_device) {
-    detail::check_contiguous(kOp, "q", q);
-    detail::check_contiguous(kOp, "k", k);
-  } else {
-    dq = detail::upload(q, kOp);
-    dk = detail::upload(k, kOp);
-    q = ConstMatrix<float>(dq.data(), n, d);
-    k = ConstMatrix<float>(dk.data(), m, d);
-  }
+  const detail::DeviceInputs in = detail::device_inputs(q, k, on_device, kOp);
+  q = in.q;
+  k = in.k;
   // A NaN or infinity has no code: the CPU's message (k is scanned twice,
   // standing in for the scan's v).
   const std::vector<HeadScan> scans =

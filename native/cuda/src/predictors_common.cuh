@@ -74,6 +74,28 @@ inline void check_bin_edges(MatrixView<const float> edges, std::size_t r, const 
       argument_error(op, "edges row " + std::to_string(c) + " is not ascending");
 }
 
+// A predictor's q and k on the device: the caller's own (on_device:
+// contiguous rows, read in place) or copies of host views.
+struct DeviceInputs {
+  DeviceArray<float> q_copy, k_copy;  // empty when read in place
+  ConstMatrix<float> q, k;            // device memory, contiguous rows
+};
+inline DeviceInputs device_inputs(ConstMatrix<float> q, ConstMatrix<float> k, bool on_device, const char* op) {
+  DeviceInputs in;
+  if (on_device) {
+    check_contiguous(op, "q", q);
+    check_contiguous(op, "k", k);
+    in.q = q;
+    in.k = k;
+  } else {
+    in.q_copy = upload(q, op);
+    in.k_copy = upload(k, op);
+    in.q = ConstMatrix<float>(in.q_copy.data(), q.rows, q.cols);
+    in.k = ConstMatrix<float>(in.k_copy.data(), k.rows, k.cols);
+  }
+  return in;
+}
+
 template <class T>
 std::vector<T> download_vector(const DeviceArray<T>& a) {
   std::vector<T> out(a.size());

@@ -29,17 +29,8 @@ Projected project_both(MatrixView<const float> q, MatrixView<const float> k, con
   p.n = q.rows;
   p.m = k.rows;
   p.r = head.wq.cols;
-  DeviceArray<float> dq, dk;
-  const float *q_data = q.data, *k_data = k.data;
-  if (on_device) {
-    detail::check_contiguous(kOp, "q", q);
-    detail::check_contiguous(kOp, "k", k);
-  } else {
-    dq = detail::upload(q, kOp);
-    dk = detail::upload(k, kOp);
-    q_data = dq.data();
-    k_data = dk.data();
-  }
+  const detail::DeviceInputs in = detail::device_inputs(q, k, on_device, kOp);
+  const float *q_data = in.q.data, *k_data = in.k.data;
   const DeviceArray<float> dwq = detail::upload(head.wq, kOp), dwk = detail::upload(head.wk, kOp);
   p.qp = DeviceArray<float>(p.n * p.r, kOp);
   p.kp = DeviceArray<float>(p.m * p.r, kOp);
