@@ -29,6 +29,7 @@
 
 #include "backend_kernels.hpp"
 #include "checks.cuh"
+#include "code_tiles.cuh"
 #include "csr_rows.cuh"
 #include "entgraph/cuda/predictors.hpp"
 #include "entgraph/error.hpp"
@@ -48,52 +49,7 @@ namespace theta_steps = ::entgraph::detail::theta_steps;
 
 constexpr const char* kOp = "predict";
 constexpr const char* kMethod = "lowrank-threshold";
-constexpr unsigned kWarps = 4, kThreads = kWarps * kWarpSize;
-constexpr std::size_t kTileQueries = 16 * kWarps;  // a block's query rows: 16 per warp
-constexpr std::size_t kTileKeys = 64;              // keys per step: eight 8-key mma tiles
-constexpr std::size_t kChunk = 32;                 // codes per mma (k = 32)
-constexpr std::size_t kMaxChunks = 8;              // r <= 256 (kMaxRank of the predictor)
-
-// The codes of one side: rows padded with zero codes to a whole tile, each
-// row `words` 32-bit words of four codes (r rounded up to 32 codes).
-struct Codes {
-  DeviceArray<std::uint32_t> words;
-  DeviceArray<double> steps;  // per row (0 on padding rows)
-  DeviceArray<float> scales;  // the steps in float where that is a normal float, else NaN
-};
-
-// round(x) half away from zero, as the CPU's round_half_away.
-__device__ double round_half_away(double x) {
-  const double t = static_cast<double>(static_cast<std::int32_t>(x));
-  return t + copysign(static_cast<double>(fabs(x - t) >= 0.5), x);
-}
-
-// One warp per row of x (rows x r): step = max |x| / levels, codes
-// round(x / step), as the CPU's quantize_rows.
-__global__ void quantize_rows_kernel(const float* x, std::size_t rows, std::size_t r, std::size_t words, double levels,
-                                     std::uint32_t* codes, double* steps, float* scales) {
-  const unsigned lane = threadIdx.x % kWarpSize;
-  for (std::size_t i = detail::first_warp_row(); i < rows; i += detail::warp_row_stride()) {
-    const float* row = x + i * r;
-    double top = 0.0;
-    for (std::size_t c = lane; c < r; c += kWarpSize) top = fmax(top, fabs(static_cast<double>(row[c])));
-    top = detail::warp_max(top);
-    const double step = top / levels;
-    for (std::size_t w = lane; w < words; w += kWarpSize) {
-      std::uint32_t word = 0;
-      for (std::size_t b = 0; b < 4; ++b) {
-        const std::size_t c = 4 * w + b;
-        const double code = c < r && top > 0.0 ? round_half_away(static_cast<double>(row[c]) / step) : 0.0;
-        word |= static_cast<std::uint32_t>(static_cast<std::uint8_t>(static_cast<std::int8_t>(code))) << (8 * b);
-      }
-      codes[i * words + w] = word;
-    }
-    if (lane == 0) {
-      steps[i] = step;
-      scales[i] = step >= 0x1p-126 && step <= 0x1.fffffep127 ? __double2float_rn(step) : NAN;
-    }
-  }
-}
+using namespace detail::code_tiles;
 
 enum class Pass { row_max, count, fill };
 
@@ -143,23 +99,14 @@ template <Pass kPass>
 __global__ void __launch_bounds__(kThreads)
     code_tiles_kernel(Tiles t, double reach_of_support, const double* above, double* floor, std::size_t* counts,
                       const std::size_t* offsets, std::uint32_t* indices, float* values) {
-  const unsigned lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
-  const unsigned group = lane / 4, thread = lane % 4;
-  const std::size_t chunks = t.words * 4 / kChunk;
   for (std::size_t tile = blockIdx.x; tile * kTileQueries < t.n; tile += gridDim.x) {
-    const std::size_t row0 = tile * kTileQueries;
-    const std::size_t rows[2] = {row0 + 16 * warp + group, row0 + 16 * warp + group + 8};
+    const TileRows tr = tile_rows(tile);
+    const std::size_t(&rows)[2] = tr.row;
     const std::size_t limit[2] = {visible_keys(t, rows[0]), visible_keys(t, rows[1])};
+    const std::size_t row0 = tile * kTileQueries;
     const std::size_t last = row0 + kTileQueries - 1 < t.n ? row0 + kTileQueries - 1 : t.n - 1;
-    const std::size_t keys = visible_keys(t, last);  // the most any row of the tile sees
     const double q_step[2] = {t.q_step[rows[0]], t.q_step[rows[1]]};
     const float q_scale[2] = {t.q_scale[rows[0]], t.q_scale[rows[1]]};
-    std::uint32_t a[kMaxChunks][4];
-#pragma unroll
-    for (std::size_t c = 0; c < kMaxChunks; ++c)
-      if (c < chunks)
-        for (int reg = 0; reg < 4; ++reg)
-          a[c][reg] = t.q[rows[reg % 2] * t.words + c * (kChunk / 4) + thread + (reg / 2) * 4];
     float best[2] = {-INFINITY, -INFINITY};
     std::size_t found[2] = {0, 0};
     double bound[2] = {0.0, 0.0};
@@ -168,62 +115,46 @@ __global__ void __launch_bounds__(kThreads)
     std::size_t next[2] = {0, 0};
     if (kPass == Pass::fill)
       for (int h = 0; h < 2; ++h) next[h] = rows[h] < t.n ? offsets[rows[h]] : 0;
-    for (std::size_t key0 = 0; key0 < keys; key0 += kTileKeys) {
-      for (std::size_t sub = 0; sub < kTileKeys / 8; ++sub) {
-        const std::size_t column = key0 + sub * 8;  // the mma tile's first key
-        int d[4] = {0, 0, 0, 0};
-#pragma unroll
-        for (std::size_t c = 0; c < kMaxChunks; ++c)
-          if (c < chunks) {
-            const std::uint32_t* key = t.k + (column + group) * t.words + c * (kChunk / 4) + thread;
-            detail::mma::mma_s8(d, a[c], key[0], key[4]);
-          }
-        int hits[2] = {0, 0};
-        bool keep[4] = {false, false, false, false};
-        float value[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        for (int e = 0; e < 4; ++e) {
-          const int h = e / 2;
-          const std::size_t j = column + 2 * thread + e % 2;
-          if (j >= limit[h]) continue;
-          // The approximation decides where it is far from the decision
-          // (the maxima: an approximate maximum is enough, see below).
-          const float approx = approximate(d[e], q_scale[h], t.k_scale[j]);
-          if (kPass == Pass::row_max) {
-            best[h] = fmaxf(best[h], approx == approx ? approx : estimate(d[e], q_step[h], t.k_step[j]));
-            continue;
-          }
-          const float slack = slack_of(approx);
-          if (approx - slack > bound[h]) {
-            keep[e] = true;
-          } else if (!(approx + slack <= bound[h])) {  // near, or NaN: the exact estimate
-            value[e] = estimate(d[e], q_step[h], t.k_step[j]);
-            keep[e] = static_cast<double>(value[e]) > bound[h];
-          }
-          if (kPass == Pass::fill && keep[e] && values) value[e] = estimate(d[e], q_step[h], t.k_step[j]);
-          hits[h] += keep[e] ? 1 : 0;
+    // Up to the keys the tile's last row sees, the most any of its rows see.
+    walk_keys(t.q, t.k, t.words, tr, visible_keys(t, last), [&](std::size_t column, const int(&d)[4]) {
+      int hits[2] = {0, 0};
+      bool keep[4] = {false, false, false, false};
+      float value[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      for (int e = 0; e < 4; ++e) {
+        const int h = e / 2;
+        const std::size_t j = column + 2 * tr.thread + e % 2;
+        if (j >= limit[h]) continue;
+        // The approximation decides where it is far from the decision
+        // (the maxima: an approximate maximum is enough, see below).
+        const float approx = approximate(d[e], q_scale[h], t.k_scale[j]);
+        if (kPass == Pass::row_max) {
+          best[h] = fmaxf(best[h], approx == approx ? approx : estimate(d[e], q_step[h], t.k_step[j]));
+          continue;
         }
-        if (kPass == Pass::count) found[0] += hits[0], found[1] += hits[1];
-        if (kPass == Pass::fill)
-          for (int h = 0; h < 2; ++h) {
-            // The quad's four threads hold the 8 keys in order: each writes
-            // after the hits of the threads before it.
-            int before = 0, total = 0;
-            for (unsigned other = 0; other < 4; ++other) {
-              const int theirs = __shfl_sync(kFullWarp, hits[h], static_cast<int>((lane & ~3u) + other));
-              before += other < thread ? theirs : 0;
-              total += theirs;
-            }
-            std::size_t at = next[h] + static_cast<std::size_t>(before);
-            for (int e = 2 * h; e < 2 * h + 2; ++e)
-              if (keep[e]) {
-                if (indices) indices[at] = static_cast<std::uint32_t>(column + 2 * thread + e % 2);
-                if (values) values[at] = value[e];
-                ++at;
-              }
-            next[h] += static_cast<std::size_t>(total);
-          }
+        const float slack = slack_of(approx);
+        if (approx - slack > bound[h]) {
+          keep[e] = true;
+        } else if (!(approx + slack <= bound[h])) {  // near, or NaN: the exact estimate
+          value[e] = estimate(d[e], q_step[h], t.k_step[j]);
+          keep[e] = static_cast<double>(value[e]) > bound[h];
+        }
+        if (kPass == Pass::fill && keep[e] && values) value[e] = estimate(d[e], q_step[h], t.k_step[j]);
+        hits[h] += keep[e] ? 1 : 0;
       }
-    }
+      if (kPass == Pass::count) found[0] += hits[0], found[1] += hits[1];
+      if (kPass == Pass::fill)
+        for (int h = 0; h < 2; ++h) {
+          int total = 0;
+          std::size_t at = next[h] + static_cast<std::size_t>(hits_before(hits[h], tr, total));
+          for (int e = 2 * h; e < 2 * h + 2; ++e)
+            if (keep[e]) {
+              if (indices) indices[at] = static_cast<std::uint32_t>(column + 2 * tr.thread + e % 2);
+              if (values) values[at] = value[e];
+              ++at;
+            }
+          next[h] += static_cast<std::size_t>(total);
+        }
+    });
     for (int h = 0; h < 2; ++h) {
       if (kPass == Pass::row_max) {
         best[h] = fmaxf(best[h], __shfl_xor_sync(kFullWarp, best[h], 1));
@@ -232,7 +163,7 @@ __global__ void __launch_bounds__(kThreads)
         found[h] += __shfl_xor_sync(kFullWarp, found[h], 1);
         found[h] += __shfl_xor_sync(kFullWarp, found[h], 2);
       }
-      if (thread != 0 || rows[h] >= t.n) continue;
+      if (tr.thread != 0 || rows[h] >= t.n) continue;
       if (kPass == Pass::row_max) {
         // best is within 2^-21 of the row's largest exact estimate: the
         // floor below sits under every key with (α − 1)(e − max) > −1 (the
@@ -311,28 +242,14 @@ __global__ void candidate_edges_kernel(const std::size_t* candidates, const std:
   }
 }
 
-// 32-bit words of codes per row: r rounded up to whole mma chunks.
-std::size_t code_words(std::size_t r) { return (r + kChunk - 1) / kChunk * (kChunk / 4); }
-
-// q or k (rows x d, device memory) projected and quantized: its codes, rows
-// padded to a multiple of `tile`.
-Codes quantize(const float* x, std::size_t rows, std::size_t d, ConstMatrix<float> w, int bits, std::size_t tile) {
-  const std::size_t r = w.cols, words = code_words(r);
-  const std::size_t padded = (rows + tile - 1) / tile * tile;
+// q or k (rows x d, device memory) projected by w and quantized, as the
+// CPU's predict does.
+Codes project_and_quantize(const float* x, std::size_t rows, std::size_t d, ConstMatrix<float> w, int bits,
+                           std::size_t tile) {
   const DeviceArray<float> dw = detail::upload(w, kOp);
-  DeviceArray<float> projected(rows * r, kOp);
-  project(x, rows, d, dw.data(), r, projected.data());
-  Codes codes{DeviceArray<std::uint32_t>(padded * words, kOp), DeviceArray<double>(padded, kOp),
-              DeviceArray<float>(padded, kOp)};
-  check(cudaMemset(codes.words.data(), 0, padded * words * sizeof(std::uint32_t)), kOp);
-  check(cudaMemset(codes.steps.data(), 0, padded * sizeof(double)), kOp);
-  check(cudaMemset(codes.scales.data(), 0, padded * sizeof(float)), kOp);
-  const double levels = static_cast<double>((1 << (bits - 1)) - 1);
-  launch(quantize_rows_kernel, detail::grid_for(rows, detail::kRowsPerBlock), detail::kRowsPerBlock * kWarpSize, 0,
-         nullptr, projected.data(), rows, r, words, levels, codes.words.data(), codes.steps.data(),
-         codes.scales.data());
-  check(cudaGetLastError(), kOp);
-  return codes;
+  DeviceArray<float> projected(rows * w.cols, kOp);
+  project(x, rows, d, dw.data(), w.cols, projected.data());
+  return quantize_codes(projected.data(), rows, w.cols, bits, tile, 1.0, false, kOp);
 }
 
 // The exclusive scan of counts[0..n) (counts[n] = 0) into offsets; returns the total.
@@ -368,8 +285,8 @@ Graph lowrank_threshold_pattern(const LowRankThresholdHead& head, ConstMatrix<fl
       throw Error(std::string(kMethod) + ": predict: " + (s == 0 ? "q" : "k") + " has a NaN or infinite value (row " +
                       std::to_string(scans[s].bad_row) + ", column " + std::to_string(scans[s].bad_col) + ")",
                   ErrorCode::bad_value);
-  const Codes qc = quantize(q.data, n, d, head.wq, head.bits, kTileQueries);
-  const Codes kc = quantize(k.data, m, d, head.wk, head.bits, kTileKeys);
+  const Codes qc = project_and_quantize(q.data, n, d, head.wq, head.bits, kTileQueries);
+  const Codes kc = project_and_quantize(k.data, m, d, head.wk, head.bits, kTileKeys);
   const Tiles tiles{qc.words.data(),
                     kc.words.data(),
                     qc.steps.data(),

@@ -146,6 +146,11 @@ inline float __double2float_rd(double a) {
   const float f = static_cast<float>(a);
   return static_cast<double>(f) > a ? std::nextafter(f, -INFINITY) : f;
 }
+// Towards +infinity: the nearest float, stepped up if it lies below.
+inline float __double2float_ru(double a) {
+  const float f = static_cast<float>(a);
+  return static_cast<double>(f) < a ? std::nextafter(f, INFINITY) : f;
+}
 inline float __uint_as_float(unsigned u) {
   float f;
   std::memcpy(&f, &u, sizeof f);
