@@ -5,8 +5,8 @@
 # the instructions the design rests on (docs/CUDA.md, "The batched
 # tensor-core path"): mma.sync m16n8k16 with bfloat16 and with float16
 # operands (float32 accumulators), ldmatrix.trans for V, and cp.async for the
-# K/V tiles; and lowrank-threshold's code products must run on the byte
-# tensor cores (mma.sync m16n8k32 s8). Machines without a GPU have nvcc but no cuobjdump, so the PTX
+# K/V tiles; and the byte-code products (lowrank-threshold, exact mode's
+# bounds) must run on the byte tensor cores (mma.sync m16n8k32 s8). Machines without a GPU have nvcc but no cuobjdump, so the PTX
 # is what can be checked; a rewrite that loses an instruction fails here.
 #   tests/cuda/ptx_check.sh NVCC SOURCE_DIR WORK_DIR
 set -u
@@ -61,28 +61,31 @@ for d in 64 128; do
     done
   done
 done
-# lowrank-threshold's code products (lowrank_threshold.cu): every kernel that
-# multiplies codes (the three passes over the code tiles) does so on the
-# byte tensor cores.
-for arch in 80 90; do
-  ptx=$work/lowrank_threshold_sm${arch}.ptx
-  if ! "$nvcc" -ptx -arch=compute_$arch -std=c++17 -O3 -DNDEBUG --expt-relaxed-constexpr \
-      -I"$src/native/cuda/include" -I"$src/native/cuda/internal" -I"$src/native/cuda/src" -I"$src/core/include" \
-      -I"$src/core/src" "$src/native/cuda/src/lowrank_threshold.cu" -o "$ptx"; then
-    echo "FAILED: nvcc -ptx of lowrank_threshold.cu for sm_$arch"
-    status=1
-    continue
-  fi
-  # Kernels of the anonymous namespace are plain .entry, not .visible.
-  passes=$(grep -c '^\.entry .*code_tiles_kernel' "$ptx")
-  with_mma=$(awk '/^(\.visible )?\.entry/ { if (tiles && mma) n++; tiles = /code_tiles_kernel/; mma = 0 }
-                  /mma\.sync\.aligned\.m16n8k32\.row\.col\.s32\.s8\.s8\.s32/ { mma = 1 }
-                  END { if (tiles && mma) n++; print n + 0 }' "$ptx")
-  if [ "$passes" -ne 3 ] || [ "$with_mma" -ne 3 ]; then
-    echo "FAILED: lowrank_threshold.cu for sm_$arch: $with_mma of $passes code-tile kernels hold mma.sync.m16n8k32 s8 (expected 3 of 3)"
-    status=1
-  else
-    echo "ok: lowrank_threshold sm_$arch: 3 code-tile kernels with mma.sync.m16n8k32.s8"
-  fi
+# Byte-code products (code_tiles.cuh): lowrank-threshold's three passes over
+# the code tiles and exact mode's two bound passes must each multiply on the
+# byte tensor cores. Kernels of an anonymous namespace are plain .entry.
+for spec in lowrank_threshold:code_tiles_kernel:3 exact_graph_attention:bounded_keys_kernel:2; do
+  IFS=: read -r file kernel expected <<< "$spec"
+  for arch in 80 90; do
+    ptx=$work/${file}_sm${arch}.ptx
+    if ! "$nvcc" -ptx -arch=compute_$arch -std=c++17 -O3 -DNDEBUG --expt-relaxed-constexpr \
+        -I"$src/native/cuda/include" -I"$src/native/cuda/internal" -I"$src/native/cuda/src" -I"$src/core/include" \
+        -I"$src/core/src" "$src/native/cuda/src/$file.cu" -o "$ptx"; then
+      echo "FAILED: nvcc -ptx of $file.cu for sm_$arch"
+      status=1
+      continue
+    fi
+    kernels=$(grep -c "^\.entry .*$kernel" "$ptx")
+    with_mma=$(awk -v kernel="$kernel" '
+      /^(\.visible )?\.entry/ { if (mine && mma) n++; mine = index($0, kernel) > 0; mma = 0 }
+      /mma\.sync\.aligned\.m16n8k32\.row\.col\.s32\.s8\.s8\.s32/ { mma = 1 }
+      END { if (mine && mma) n++; print n + 0 }' "$ptx")
+    if [ "$kernels" -ne "$expected" ] || [ "$with_mma" -ne "$expected" ]; then
+      echo "FAILED: $file.cu for sm_$arch: $with_mma of $kernels $kernel kernels hold mma.sync.m16n8k32 s8 (expected $expected of $expected)"
+      status=1
+    else
+      echo "ok: $file sm_$arch: $expected $kernel kernels with mma.sync.m16n8k32.s8"
+    fi
+  done
 done
 exit $status

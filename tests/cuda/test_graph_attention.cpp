@@ -3,7 +3,11 @@
 // on the true entmax support.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <fstream>
+#include <iterator>
 #include <limits>
 #include <string>
 #include <utility>
@@ -18,6 +22,7 @@
 #include "entgraph/error.hpp"
 #include "entgraph/graph.hpp"
 #include "entgraph/graph_attention.hpp"
+#include "entgraph/model.hpp"
 #include "support.hpp"
 
 namespace entgraph::cuda {
@@ -88,9 +93,172 @@ Matrix<double> gpu_graph_attention(const Matrix<float>& q, const Matrix<float>& 
   return out.cast<double>();
 }
 
+// Exact mode on the GPU: out and the report.
+Matrix<double> gpu_exact(const Matrix<float>& q, const Matrix<float>& k, const Matrix<float>& v, const Graph& g,
+                         const AttentionOptions<float>& o, GraphAttentionReport* report) {
+  GraphAttentionOptions<float> go;
+  go.attention = o;
+  go.mode = GraphAttentionMode::exact;
+  Matrix<float> out(q.rows, v.cols, -7.0f);
+  entgraph::graph_attention_forward(Device::cuda, q.view(), k.view(), v.view(), g, out.view(), go, report);
+  return out.cast<double>();
+}
+
+// A random graph: each allowed pair with probability `share`.
+Graph random_graph(std::size_t n, std::size_t m, double share, std::uint64_t seed) {
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> pairs;
+  std::uint64_t x = seed;
+  for (std::uint32_t i = 0; i < n; ++i)
+    for (std::uint32_t j = 0; j < m; ++j) {
+      x = x * 6364136223846793005ull + 1442695040888963407ull;
+      if (static_cast<double>(x >> 11) * 0x1p-53 < share) pairs.emplace_back(i, j);
+    }
+  return Graph::from_pairs(n, m, std::move(pairs));
+}
+
 }  // namespace
 
 TEST_SUITE("cuda") {
+  // Exact mode on the GPU (exact_graph_attention.cu): whatever the graph,
+  // every row is dense attention's (float64 reference on the same inputs),
+  // and the report accounts for every row.
+  TEST_CASE("exact mode: every row equals dense attention, whatever the graph") {
+    struct Shape {
+      std::size_t n, m, d, dv;
+    };
+    double worst = 0.0;
+    std::size_t scored = 0, allowed = 0;
+    for (const Shape& s : {Shape{1, 1, 32, 32}, Shape{70, 70, 64, 64}, Shape{150, 200, 32, 48},
+                           Shape{130, 130, 128, 64}, Shape{40, 260, 16, 16}})
+      for (const Transform& t : {Transform::entmax15(), Transform::sparsemax(), Transform::entmax(1.25),
+                                 Transform::entmax(3.0)})
+        for (bool causal : {false, true})
+          for (bool padded : {false, true}) {
+            const Matrix<float> q = random_matrix<float>(s.n, s.d, 2.5, 11 + s.n);
+            const Matrix<float> k = random_matrix<float>(s.m, s.d, 1.0, 12 + s.m);
+            const Matrix<float> v = random_matrix<float>(s.m, s.dv, 1.0, 13 + s.m);
+            std::vector<std::uint8_t> padding(s.m, 1);
+            for (std::size_t j = 3; j < s.m; j += 7) padding[j] = 0;
+            AttentionOptions<float> o;
+            o.transform = t;
+            o.causal = causal;
+            if (padded) o.key_padding = padding.data();
+            Matrix<double> probs(s.n, s.m);
+            const Matrix<double> dense = cpu_dense(q, k, v, o, &probs);
+            Matrix<std::uint8_t> support(s.n, s.m);
+            for (std::size_t i = 0; i < probs.data.size(); ++i) support.data[i] = probs.data[i] > 0.0;
+            double v_scale = 0.0;  // the outputs' scale: the largest |v|
+            for (float x : v.data) v_scale = std::max(v_scale, std::fabs(static_cast<double>(x)));
+            const std::vector<std::pair<std::string, Graph>> graphs = {
+                {"empty", Graph::empty(s.n, s.m)},
+                {"window 3", window_graph(s.n, s.m, 3)},
+                {"random 0.1", random_graph(s.n, s.m, 0.1, 7)},
+                {"full", Graph::full(s.n, s.m, false)},
+                {"support", Graph::from_mask(support.view())}};
+            for (const auto& [name, g] : graphs) {
+              CAPTURE(s.n);
+              CAPTURE(s.m);
+              CAPTURE(s.d);
+              CAPTURE(test::describe(t));
+              CAPTURE(causal);
+              CAPTURE(padded);
+              CAPTURE(name);
+              GraphAttentionReport report;
+              const Matrix<double> got = gpu_exact(q, k, v, g, o, &report);
+              // float32 attention's own rounding: as the fast kernel on the
+              // full graph (dense attention on this device) has it.
+              const double err = test::max_abs_diff(got, dense) / v_scale;
+              worst = std::max(worst, err);
+              CHECK(err <= 1e-5);
+              REQUIRE(report.settled.size() == s.n);
+              CHECK(report.exact_rows() == s.n);
+              CHECK(report.bound_kernel == BoundKernel::int8_mma);
+              CHECK(report.bounded_rows == s.n);
+              if (name == "empty") CHECK(report.dense_rows == s.n);
+              if (name == "support") {
+                CHECK(report.dense_rows <= s.n);  // rows without an allowed key only
+                CHECK(report.graph_rows > 0);
+              }
+              scored += report.graph_pairs + report.repair_pairs;
+              allowed += report.bound_pairs;
+            }
+          }
+    MESSAGE("exact mode: largest |out - dense| / max |v| " << worst << "; keys scored " << scored << " of " << allowed
+                                                  << " allowed");
+    CHECK(scored < allowed / 2);  // the bounds exclude keys
+  }
+
+  // The long teacher (rotary heads, where the CPU's low-rank bounds exclude
+  // almost nothing) on 1000 bytes of held-out text, every head, a causal
+  // window of 64 keys as the graph: every row dense attention's, and how many
+  // keys the byte-code bounds leave to score.
+  TEST_CASE("exact mode: the long teacher's heads with a window graph") {
+    std::ifstream file(std::string(ENTGRAPH_SOURCE_DIR) + "/data/heldout-long.txt", std::ios::binary);
+    REQUIRE(file.good());
+    const std::string text((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+    const Teacher teacher = Teacher::load(std::string(ENTGRAPH_SOURCE_DIR) + "/data/teacher-long");
+    const Capture c = teacher.capture({text.substr(0, 1000)});
+    const std::size_t n = c.lengths[0], d = c.head_dim;
+    const Graph window = window_graph(n, n, 64);  // the causal mask keeps the 65 keys up to the query
+    std::size_t scored = 0, allowed = 0, graph_rows = 0;
+    double worst = 0.0;
+    for (std::size_t layer = 0; layer < c.layers; ++layer)
+      for (std::size_t h = 0; h < c.heads; ++h) {
+        CAPTURE(layer);
+        CAPTURE(h);
+        const auto copy = [](MatrixView<const float> x) {
+          Matrix<float> m(x.rows, x.cols);
+          for (std::size_t i = 0; i < x.rows; ++i)
+            for (std::size_t j = 0; j < x.cols; ++j) m(i, j) = x(i, j);
+          return m;
+        };
+        const Matrix<float> q = copy(c.queries_of(layer, h, 0)), k = copy(c.keys_of(layer, h, 0)),
+                            v = copy(c.values_of(layer, h, 0));
+        AttentionOptions<float> o;
+        o.transform = Transform::for_alpha(c.head(layer, h).alpha);
+        o.scale = c.head(layer, h).scale;
+        o.causal = true;
+        GraphAttentionReport report;
+        const Matrix<double> got = gpu_exact(q, k, v, window, o, &report);
+        double v_scale = 0.0;
+        for (float x : v.data) v_scale = std::max(v_scale, std::fabs(static_cast<double>(x)));
+        const double err = test::max_abs_diff(got, cpu_dense(q, k, v, o)) / v_scale;
+        worst = std::max(worst, err);
+        CHECK(err <= 1e-5);
+        CHECK(report.exact_rows() == n);
+        scored += report.graph_pairs + report.repair_pairs;
+        allowed += report.bound_pairs;
+        graph_rows += report.graph_rows;
+      }
+    MESSAGE("long teacher, window 64, " << n << " bytes, " << c.layers * c.heads << " heads: keys scored " << scored
+                                        << " of " << allowed << " allowed (" << 100.0 * scored / allowed
+                                        << " %), rows settled by the window " << graph_rows << ", largest error "
+                                        << worst << " of max |v|; d = " << d);
+    CHECK(scored < allowed);
+  }
+
+  TEST_CASE("exact mode on device cuda: what it refuses, naming it") {
+    const std::size_t n = 8, d = 32;
+    const Matrix<float> x = random_matrix<float>(n, d, 1.0, 5);
+    Matrix<float> out(n, d, 7.0f);
+    GraphAttentionOptions<float> go;
+    go.mode = GraphAttentionMode::exact;
+    go.attention.transform = Transform::softmax();
+    CHECK_THROWS_AS(entgraph::graph_attention_forward(Device::cuda, x.view(), x.view(), x.view(), Graph::empty(n, n),
+                                                      out.view(), go),
+                    Error);
+    go.attention.transform = Transform::topk_softmax(2);
+    CHECK_THROWS_WITH_AS(entgraph::graph_attention_forward(Device::cuda, x.view(), x.view(), x.view(),
+                                                           Graph::empty(n, n), out.view(), go),
+                         doctest::Contains("not supported on device cuda"), Error);
+    go.attention.transform = Transform::entmax15();
+    CHECK_THROWS_WITH_AS(entgraph::graph_attention_forward(Device::cuda, Memory::device, x.view(), x.view(), x.view(),
+                                                           Graph::empty(n, n), out.view(), go),
+                         doctest::Contains("pass host memory"), Error);
+    for (float o : out.data) CHECK(o == 7.0f);
+  }
+
+
   TEST_CASE("graph attention: a window graph gives the CPU's graph attention") {
     struct Shape {
       std::size_t n, m, d, dv;

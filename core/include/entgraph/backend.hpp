@@ -28,6 +28,7 @@
 #include "entgraph/block_graph.hpp"
 #include "entgraph/device.hpp"
 #include "entgraph/graph.hpp"
+#include "entgraph/graph_attention.hpp"
 #include "entgraph/matrix_view.hpp"
 #include "entgraph/transforms.hpp"
 #include "entgraph/view_checks.hpp"
@@ -71,6 +72,7 @@ enum class BackendOp {
   block_sparse_attention_forward,
   block_sparse_attention_backward,
   graph_attention_forward,
+  graph_attention_exact,
   compare_graphs,
   sparsefinder_pattern,
   lowrank_threshold_pattern,
@@ -163,6 +165,14 @@ struct BackendKernels {
   void (*graph_attention_forward_on_device)(ConstMatrix<float> q, ConstMatrix<float> k, ConstMatrix<float> v,
                                             const Graph& graph, MatrixView<float> out,
                                             const AttentionOptions<float>& options) = nullptr;
+  // Exact mode (GraphAttentionMode::exact) on host memory: out equals dense
+  // attention, the graph only a first guess. The core has checked the
+  // arguments (the transform has a threshold); the kernel refuses, as such,
+  // transforms it has none for. report, if not null, is overwritten as the
+  // CPU's exact mode writes it.
+  void (*graph_attention_exact)(ConstMatrix<float> q, ConstMatrix<float> k, ConstMatrix<float> v, const Graph& graph,
+                                MatrixView<float> out, const AttentionOptions<float>& options,
+                                GraphAttentionReport* report) = nullptr;
   GraphMetrics (*compare_graphs)(const Graph& predicted, const Graph& gold, bool causal) = nullptr;
   // A Sparsefinder head's graph before the union with extra_window /
   // extra_global edges: q is n x d, k is m x d.

@@ -129,10 +129,13 @@ void graph_attention_forward(ConstMatrix<T> q, ConstMatrix<T> k, ConstMatrix<T> 
                              GraphAttentionReport* report = nullptr);
 
 // The same on `device` (entgraph/device.hpp), float32, checked in the core
-// as above. Devices other than cpu compute GraphAttentionMode::fast only
-// (certify and exact need the CPU's score bounds) and give no report.
+// as above. Devices other than cpu run fast mode and, where the device has
+// a kernel for it (cuda: host memory, docs/CUDA.md "Exact mode on the GPU"),
+// exact mode, whose report they fill as the CPU does; certify runs on cpu
+// only, and so does a report in fast mode (an error on other devices).
 void graph_attention_forward(Device device, ConstMatrix<float> q, ConstMatrix<float> k, ConstMatrix<float> v,
-                             const Graph& graph, MatrixView<float> out, const GraphAttentionOptions<float>& options);
+                             const Graph& graph, MatrixView<float> out, const GraphAttentionOptions<float>& options,
+                             GraphAttentionReport* report = nullptr);
 // The same with q, k, v, out and options.attention.key_padding in `memory`
 // (device.hpp; the graph is host memory, CSR arrays the device copies).
 // Memory::device: nothing but the graph is copied; the core checks shapes,
@@ -140,7 +143,7 @@ void graph_attention_forward(Device device, ConstMatrix<float> q, ConstMatrix<fl
 // messages). Device::cpu takes host memory either way.
 void graph_attention_forward(Device device, Memory memory, ConstMatrix<float> q, ConstMatrix<float> k,
                              ConstMatrix<float> v, const Graph& graph, MatrixView<float> out,
-                             const GraphAttentionOptions<float>& options);
+                             const GraphAttentionOptions<float>& options, GraphAttentionReport* report = nullptr);
 
 // The backward of graph_attention_forward with the same arguments: given
 // dL/dO (n x dv), writes dL/dQ (n x d), dL/dK (m x d), dL/dV (m x dv) of the

@@ -54,11 +54,13 @@ inline constexpr double kAutoRankVariance = 0.9;
 // else int16 from rank kMinAutoInt16BoundRank on (below, the float GEMM of
 // r + 2 columns is as fast, measured, and has no quantization margin), else
 // float32.
-enum class BoundKernel { automatic, float32, float64, bf16, int16 };
+// int8_mma: the CUDA backend's exact mode (byte codes on tensor cores,
+// docs/CUDA.md); reported only, never a CPU preference.
+enum class BoundKernel { automatic, float32, float64, bf16, int16, int8_mma };
 inline constexpr std::size_t kMaxInt16BoundRank = 4096;
 inline constexpr std::size_t kMinAutoInt16BoundRank = 16;
 
-// "auto", "float32", "float64", "bf16", "int16".
+// "auto", "float32", "float64", "bf16", "int16", "int8-mma".
 const char* bound_kernel_name(BoundKernel kernel);
 // Inverse of bound_kernel_name; throws entgraph::Error for unknown names.
 BoundKernel parse_bound_kernel(const std::string& name);

@@ -568,8 +568,9 @@ void graph_attention_backward(ConstMatrix<T> q, ConstMatrix<T> k, ConstMatrix<T>
 }
 
 void graph_attention_forward(Device device, ConstMatrix<float> q, ConstMatrix<float> k, ConstMatrix<float> v,
-                             const Graph& graph, MatrixView<float> out, const GraphAttentionOptions<float>& options) {
-  graph_attention_forward(device, Memory::host, q, k, v, graph, out, options);
+                             const Graph& graph, MatrixView<float> out, const GraphAttentionOptions<float>& options,
+                             GraphAttentionReport* report) {
+  graph_attention_forward(device, Memory::host, q, k, v, graph, out, options, report);
 }
 
 void check_graph_attention_values(const char* op, ConstMatrix<float> q, ConstMatrix<float> k, ConstMatrix<float> v,
@@ -581,17 +582,28 @@ void check_graph_attention_values(const char* op, ConstMatrix<float> q, ConstMat
 
 void graph_attention_forward(Device device, Memory memory, ConstMatrix<float> q, ConstMatrix<float> k,
                              ConstMatrix<float> v, const Graph& graph, MatrixView<float> out,
-                             const GraphAttentionOptions<float>& options) {
-  if (device == Device::cpu) return graph_attention_forward<float>(q, k, v, graph, out, options);
+                             const GraphAttentionOptions<float>& options, GraphAttentionReport* report) {
+  if (device == Device::cpu) return graph_attention_forward<float>(q, k, v, graph, out, options, report);
+  if (options.mode == GraphAttentionMode::exact) {
+    const auto kernel = detail::backend_kernel(device, kOp, &BackendKernels::graph_attention_exact);
+    if (memory == Memory::device) detail::throw_no_kernel(device, kOp, /*host_kernel_exists=*/true);
+    validate<float>(kOp, q, k, v, graph, options, /*values=*/true);
+    detail::check_shape(kOp, "out", out, q.rows, v.cols);
+    validate_mode<float>(kOp, options);
+    return kernel(q, k, v, graph, out, options.attention, report);
+  }
   const auto kernel = detail::backend_kernel(device, kOp, memory, &BackendKernels::graph_attention_forward,
                                              &BackendKernels::graph_attention_forward_on_device);
   validate<float>(kOp, q, k, v, graph, options, /*values=*/memory == Memory::host);
   detail::check_shape(kOp, "out", out, q.rows, v.cols);
   validate_mode<float>(kOp, options);
-  if (options.mode != GraphAttentionMode::fast)
-    fail(cpp_name("options.mode") + " is " + (options.mode == GraphAttentionMode::exact ? "exact" : "certify") +
-             " but device " + device_name(device) +
-             " computes the graph's rows only (GraphAttentionMode::fast); certify and exact run on cpu",
+  if (options.mode == GraphAttentionMode::certify)
+    fail(cpp_name("options.mode") + " is certify but device " + device_name(device) +
+             " runs fast and exact mode only; certify runs on cpu",
+         kOp);
+  if (report != nullptr)
+    fail(std::string("report is not null but device ") + device_name(device) +
+             " reports exact mode only (fast mode's report comes from cpu or certify)",
          kOp);
   kernel(q, k, v, graph, out, options.attention);
 }

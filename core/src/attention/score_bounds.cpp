@@ -181,6 +181,8 @@ const char* bound_kernel_name(BoundKernel kernel) {
       return "bf16";
     case BoundKernel::int16:
       return "int16";
+    case BoundKernel::int8_mma:
+      return "int8-mma";
   }
   return "unknown";
 }

@@ -121,6 +121,36 @@ ENTGRAPH_THETA_STEPS_HD inline Result steps(double* x, std::size_t count, double
   return {false, tau, count};
 }
 
+// Where the steps end without a closed form: the threshold by bisection
+// on the mass of x[0 .. count) above it, from tau (below the threshold) and
+// 0 (at or above it, x <= 0); returns the lower end of the last bracket,
+// so a threshold never above the true one, to rounding of the mass. The
+// CUDA kernels use it; the CPU ends with its float64 transform instead.
+ENTGRAPH_THETA_STEPS_HD inline double bisect(const double* x, std::size_t count, double alpha, double tau) {
+  const double beta = 1.0 / (alpha - 1.0);
+  double low = tau, high = 0.0;
+  for (int it = 0; it < 200 && low < high; ++it) {
+    const double mid = 0.5 * (low + high);
+    if (!(mid > low && mid < high)) break;
+    double mass = 0.0;
+    for (std::size_t j = 0; j < count; ++j)
+      if (x[j] > mid) mass += power(x[j] - mid, beta);
+    (mass >= 1.0 ? low : high) = mid;
+  }
+  return low;
+}
+
+// The threshold of x[0 .. count) (x = (α − 1)(e − max e), so the largest
+// is 0), in x units: the steps' closed form or, failing that, bisection.
+// x is reordered.
+ENTGRAPH_THETA_STEPS_HD inline double solve(double* x, std::size_t count, double alpha) {
+  if (alpha <= 2.0) {
+    const Result r = steps(x, count, alpha, -1.0);
+    return r.solved ? r.tau : bisect(x, r.count, alpha, r.tau);
+  }
+  return bisect(x, count, alpha, -1.0);
+}
+
 }  // namespace entgraph::detail::theta_steps
 
 #undef ENTGRAPH_THETA_STEPS_HD

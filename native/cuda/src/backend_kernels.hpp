@@ -69,6 +69,10 @@ void host_graph_attention_forward(ConstMatrix<float> q, ConstMatrix<float> k, Co
 // there, rows contiguous; the graph is copied, the values scanned here.
 void device_graph_attention_forward(ConstMatrix<float> q, ConstMatrix<float> k, ConstMatrix<float> v,
                                     const Graph& graph, MatrixView<float> out, const AttentionOptions<float>& options);
+// Exact mode on host memory (exact_graph_attention.cu).
+void host_graph_attention_exact(ConstMatrix<float> q, ConstMatrix<float> k, ConstMatrix<float> v, const Graph& graph,
+                                MatrixView<float> out, const AttentionOptions<float>& options,
+                                GraphAttentionReport* report);
 GraphMetrics host_compare_graphs(const Graph& predicted, const Graph& gold, bool causal);
 Graph host_sparsefinder_pattern(const SparsefinderHead& head, ConstMatrix<float> q, ConstMatrix<float> k,
                                 bool causal);

@@ -38,7 +38,7 @@ inline std::size_t code_words(std::size_t r) { return (r + kChunk - 1) / kChunk 
 struct Codes {
   DeviceArray<std::uint32_t> words;
   DeviceArray<double> steps;  // the row's step: max |x| / levels
-  DeviceArray<float> scales;  // step * factor in float where that is a normal float, else NaN
+  DeviceArray<float> scales;  // step * factor in float where its magnitude is a normal float, else NaN
   DeviceArray<float> l1;      // with norms: the sum of |code| (an integer, exact)
   DeviceArray<float> l2;      // with norms: ‖x‖₂, rounded up
 };
@@ -82,7 +82,7 @@ static __global__ void quantize_rows_kernel(const float* x, std::size_t rows, st
     if (lane == 0) {
       steps[i] = step;
       const double scaled = step * factor;
-      scales[i] = scaled >= 0x1p-126 && scaled <= 0x1.fffffep127 ? __double2float_rn(scaled) : NAN;
+      scales[i] = fabs(scaled) >= 0x1p-126 && fabs(scaled) <= 0x1.fffffep127 ? __double2float_rn(scaled) : NAN;
       if (l1) l1[i] = static_cast<float>(magnitude);
       // sqrt of a sum with relative error below 2^-40, rounded to float and up by 2^-20.
       if (l2) l2[i] = __fmul_rn(__double2float_ru(sqrt(squares)), 1.0f + 0x1p-20f);

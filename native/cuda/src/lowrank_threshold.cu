@@ -178,22 +178,6 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// θ̂ by bisection on the mass of the keys above tau (x units, tau < θ̂ <= 0):
-// where the steps end without a closed form.
-__device__ double bisect_theta(const double* x, std::size_t count, double alpha, double tau) {
-  const double beta = 1.0 / (alpha - 1.0);
-  double low = tau, high = 0.0;
-  for (int it = 0; it < 200 && low < high; ++it) {
-    const double mid = 0.5 * (low + high);
-    if (!(mid > low && mid < high)) break;
-    double mass = 0.0;
-    for (std::size_t j = 0; j < count; ++j)
-      if (x[j] > mid) mass += pow(x[j] - mid, beta);
-    (mass >= 1.0 ? low : high) = mid;
-  }
-  return low;
-}
-
 // One thread per row: θ̂ from the row's candidates (values, in key order;
 // x is scratch of the same size), the cut θ̂ − reach into cut[i] (+inf for a
 // row without keys).
@@ -213,13 +197,7 @@ __global__ void thresholds_kernel(const std::size_t* offsets, const float* value
     double* xi = x + begin;
     for (std::size_t j = 0; j < count; ++j)
       xi[j] = __dmul_rn(am1, __dsub_rn(static_cast<double>(values[begin + j]), top));
-    double theta_x = -1.0;
-    if (alpha <= 2.0) {
-      const theta_steps::Result r = theta_steps::steps(xi, count, alpha, -1.0);
-      theta_x = r.solved ? r.tau : bisect_theta(xi, r.count, alpha, r.tau);
-    } else {
-      theta_x = bisect_theta(xi, count, alpha, -1.0);
-    }
+    const double theta_x = theta_steps::solve(xi, count, alpha);
     cut[i] = __dsub_rn(__dadd_rn(top, __ddiv_rn(theta_x, am1)), reach);
   }
 }
