@@ -252,10 +252,70 @@ TEST_SUITE("cuda") {
                                                            Graph::empty(n, n), out.view(), go),
                          doctest::Contains("not supported on device cuda"), Error);
     go.attention.transform = Transform::entmax15();
-    CHECK_THROWS_WITH_AS(entgraph::graph_attention_forward(Device::cuda, Memory::device, x.view(), x.view(), x.view(),
+    go.mode = GraphAttentionMode::certify;
+    CHECK_THROWS_WITH_AS(entgraph::graph_attention_forward(Device::cuda, x.view(), x.view(), x.view(),
                                                            Graph::empty(n, n), out.view(), go),
-                         doctest::Contains("pass host memory"), Error);
+                         doctest::Contains("certify runs on cpu"), Error);
     for (float o : out.data) CHECK(o == 7.0f);
+  }
+
+  TEST_CASE("exact mode on device memory: the host call's output and report; NaN refused before writing") {
+    const std::size_t n = 90, m = 120, d = 64, dv = 48;
+    const Matrix<float> q = random_matrix<float>(n, d, 2.5, 41), k = random_matrix<float>(m, d, 1.0, 42),
+                        v = random_matrix<float>(m, dv, 1.0, 43);
+    std::vector<std::uint8_t> padding(m, 1);
+    for (std::size_t j = 5; j < m; j += 9) padding[j] = 0;
+    const Graph g = window_graph(n, m, 4);
+    for (bool causal : {false, true}) {
+      CAPTURE(causal);
+      AttentionOptions<float> o;
+      o.transform = Transform::entmax15();
+      o.causal = causal;
+      o.key_padding = padding.data();
+      GraphAttentionReport host_report, device_report;
+      const Matrix<double> want = gpu_exact(q, k, v, g, o, &host_report);
+      const DeviceArray<float> dq(q.data.data(), q.data.size()), dk(k.data.data(), k.data.size()),
+          dv_(v.data.data(), v.data.size());
+      DeviceArray<float> dout(n * dv);
+      const DeviceArray<std::uint8_t> dpad(padding.data(), m);
+      GraphAttentionOptions<float> go;
+      go.attention = o;
+      go.attention.key_padding = dpad.data();
+      go.mode = GraphAttentionMode::exact;
+      entgraph::graph_attention_forward(Device::cuda, Memory::device, {dq.data(), n, d}, {dk.data(), m, d},
+                                        {dv_.data(), m, dv}, g, {dout.data(), n, dv}, go, &device_report);
+      Matrix<float> got(n, dv);
+      dout.download(got.data.data());
+      CHECK(test::max_abs_diff(got.cast<double>(), want) == 0.0);
+      CHECK(device_report.settled == host_report.settled);
+      CHECK(device_report.repair_pairs == host_report.repair_pairs);
+      CHECK(device_report.graph_pairs == host_report.graph_pairs);
+      // A NaN in k: the CPU's message, out untouched.
+      std::vector<float> bad = k.data;
+      bad[7 * d + 3] = std::numeric_limits<float>::quiet_NaN();
+      const DeviceArray<float> dbad(bad.data(), bad.size());
+      DeviceArray<float> untouched(n * dv);
+      const std::vector<float> sevens(n * dv, 7.0f);
+      untouched = DeviceArray<float>(sevens.data(), sevens.size());
+      std::string cpu_message;
+      try {
+        GraphAttentionOptions<float> host_go = go;
+        host_go.attention.key_padding = padding.data();
+        Matrix<float> scratch(n, dv);
+        entgraph::graph_attention_forward(Device::cpu, q.view(), {bad.data(), m, d}, v.view(), g, scratch.view(),
+                                          host_go);
+      } catch (const Error& e) {
+        cpu_message = e.what();
+      }
+      REQUIRE(!cpu_message.empty());
+      CHECK_THROWS_WITH_AS(entgraph::graph_attention_forward(Device::cuda, Memory::device, {dq.data(), n, d},
+                                                             {dbad.data(), m, d}, {dv_.data(), m, dv}, g,
+                                                             {untouched.data(), n, dv}, go),
+                           cpu_message.c_str(), Error);
+      std::vector<float> after(n * dv);
+      untouched.download(after.data());
+      CHECK(after == sevens);
+    }
   }
 
 

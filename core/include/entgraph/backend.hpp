@@ -173,6 +173,13 @@ struct BackendKernels {
   void (*graph_attention_exact)(ConstMatrix<float> q, ConstMatrix<float> k, ConstMatrix<float> v, const Graph& graph,
                                 MatrixView<float> out, const AttentionOptions<float>& options,
                                 GraphAttentionReport* report) = nullptr;
+  // The same on the device's own memory (q, k, v, out, key_padding; the
+  // graph is host memory): the kernel scans q, k and v and hands the scans
+  // to check_graph_attention_values before it writes.
+  void (*graph_attention_exact_on_device)(ConstMatrix<float> q, ConstMatrix<float> k, ConstMatrix<float> v,
+                                          const Graph& graph, MatrixView<float> out,
+                                          const AttentionOptions<float>& options,
+                                          GraphAttentionReport* report) = nullptr;
   GraphMetrics (*compare_graphs)(const Graph& predicted, const Graph& gold, bool causal) = nullptr;
   // A Sparsefinder head's graph before the union with extra_window /
   // extra_global edges: q is n x d, k is m x d.

@@ -130,9 +130,9 @@ void graph_attention_forward(ConstMatrix<T> q, ConstMatrix<T> k, ConstMatrix<T> 
 
 // The same on `device` (entgraph/device.hpp), float32, checked in the core
 // as above. Devices other than cpu run fast mode and, where the device has
-// a kernel for it (cuda: host memory, docs/CUDA.md "Exact mode on the GPU"),
-// exact mode, whose report they fill as the CPU does; certify runs on cpu
-// only, and so does a report in fast mode (an error on other devices).
+// a kernel for it (cuda: docs/CUDA.md "Exact mode on the GPU"), exact mode,
+// whose report they fill as the CPU does; certify runs on cpu only, and so
+// does a report in fast mode (an error on other devices).
 void graph_attention_forward(Device device, ConstMatrix<float> q, ConstMatrix<float> k, ConstMatrix<float> v,
                              const Graph& graph, MatrixView<float> out, const GraphAttentionOptions<float>& options,
                              GraphAttentionReport* report = nullptr);

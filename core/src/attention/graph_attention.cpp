@@ -585,9 +585,9 @@ void graph_attention_forward(Device device, Memory memory, ConstMatrix<float> q,
                              const GraphAttentionOptions<float>& options, GraphAttentionReport* report) {
   if (device == Device::cpu) return graph_attention_forward<float>(q, k, v, graph, out, options, report);
   if (options.mode == GraphAttentionMode::exact) {
-    const auto kernel = detail::backend_kernel(device, kOp, &BackendKernels::graph_attention_exact);
-    if (memory == Memory::device) detail::throw_no_kernel(device, kOp, /*host_kernel_exists=*/true);
-    validate<float>(kOp, q, k, v, graph, options, /*values=*/true);
+    const auto kernel = detail::backend_kernel(device, kOp, memory, &BackendKernels::graph_attention_exact,
+                                               &BackendKernels::graph_attention_exact_on_device);
+    validate<float>(kOp, q, k, v, graph, options, /*values=*/memory == Memory::host);
     detail::check_shape(kOp, "out", out, q.rows, v.cols);
     validate_mode<float>(kOp, options);
     return kernel(q, k, v, graph, out, options.attention, report);

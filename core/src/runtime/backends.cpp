@@ -107,7 +107,8 @@ bool has_kernel(const BackendKernels& t, BackendOp op, Memory memory) {
       return host && t.block_sparse_attention_backward != nullptr;
     case BackendOp::graph_attention_forward:
       return (host ? t.graph_attention_forward : t.graph_attention_forward_on_device) != nullptr;
-    case BackendOp::graph_attention_exact: return host && t.graph_attention_exact != nullptr;
+    case BackendOp::graph_attention_exact:
+      return (host ? t.graph_attention_exact : t.graph_attention_exact_on_device) != nullptr;
     case BackendOp::compare_graphs: return host && t.compare_graphs != nullptr;  // graphs are host objects
     case BackendOp::sparsefinder_pattern:
       return (host ? t.sparsefinder_pattern : t.sparsefinder_pattern_on_device) != nullptr;

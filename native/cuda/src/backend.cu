@@ -74,6 +74,7 @@ void register_backend() {
   table.sparsefinder_pattern = detail::host_sparsefinder_pattern;
   table.sparsefinder_pattern_on_device = detail::device_sparsefinder_pattern;
   table.graph_attention_exact = detail::host_graph_attention_exact;
+  table.graph_attention_exact_on_device = detail::device_graph_attention_exact;
   table.lowrank_threshold_pattern = detail::host_lowrank_threshold_pattern;
   table.lowrank_threshold_pattern_on_device = detail::device_lowrank_threshold_pattern;
   entgraph::register_backend(Device::cuda, table);

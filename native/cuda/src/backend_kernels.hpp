@@ -73,6 +73,11 @@ void device_graph_attention_forward(ConstMatrix<float> q, ConstMatrix<float> k, 
 void host_graph_attention_exact(ConstMatrix<float> q, ConstMatrix<float> k, ConstMatrix<float> v, const Graph& graph,
                                 MatrixView<float> out, const AttentionOptions<float>& options,
                                 GraphAttentionReport* report);
+// The same on device memory: q, k, v, out and key_padding there, rows
+// contiguous; the values are scanned here, the graph copied.
+void device_graph_attention_exact(ConstMatrix<float> q, ConstMatrix<float> k, ConstMatrix<float> v,
+                                  const Graph& graph, MatrixView<float> out, const AttentionOptions<float>& options,
+                                  GraphAttentionReport* report);
 GraphMetrics host_compare_graphs(const Graph& predicted, const Graph& gold, bool causal);
 Graph host_sparsefinder_pattern(const SparsefinderHead& head, ConstMatrix<float> q, ConstMatrix<float> k,
                                 bool causal);

@@ -37,6 +37,7 @@
 #include "entgraph/cuda/graph_attention.hpp"
 #include "entgraph/graph_attention.hpp"
 #include "entgraph/heads.hpp"
+#include "head_scan.hpp"
 #include "kernel_launch.cuh"
 #include "predictors/theta_steps.hpp"
 #include "staging.cuh"
@@ -44,7 +45,14 @@
 namespace entgraph::cuda {
 namespace {
 
+using detail::argument_error;
+using detail::check_graph_size;
+using detail::exclusive_scan;
+using detail::grid_for;
 using detail::kWarpSize;
+using detail::make_weighting;
+using detail::upload_valid;
+using detail::Weighting;
 using namespace detail::code_tiles;
 namespace theta_steps = ::entgraph::detail::theta_steps;
 
@@ -212,32 +220,36 @@ float float_at_least(double x) {
   return static_cast<double>(f) < x ? std::nextafter(f, std::numeric_limits<float>::infinity()) : f;
 }
 
-}  // namespace
-
-void detail::host_graph_attention_exact(ConstMatrix<float> q, ConstMatrix<float> k, ConstMatrix<float> v,
-                                        const Graph& graph, MatrixView<float> out,
-                                        const AttentionOptions<float>& options, GraphAttentionReport* report) {
-  const std::size_t n = q.rows, m = k.rows, d = q.cols, dv = v.cols;
+// The arguments the kernels cannot take (the core has checked the rest):
+// the resolved transform.
+Weighting check_exact_call(std::size_t n, std::size_t m, std::size_t d, const AttentionOptions<float>& options) {
   const Weighting w = make_weighting(options.transform, options.scale, d, kOp, "options.attention.transform");
   if (w.softmax) argument_error(kOp, "exact mode needs a transform with a threshold (got softmax)");
   if (d > kMaxChunks * kChunk)
     argument_error(kOp, "exact mode on device cuda takes d <= 256 (got " + std::to_string(d) + ")");
   check_graph_size(n, m, kOp);
-  StagedAttention staged(q, k, v, options, kOp);
+  return w;
+}
+
+// Exact mode on device memory: q (n x d), k (m x d), v (m x dv) and out
+// (n x dv) contiguous; options.key_padding on the device.
+void exact_attention(const float* q, const float* k, const float* v, float* out, std::size_t n, std::size_t m,
+                     std::size_t d, std::size_t dv, const Graph& graph, const Weighting& w,
+                     const AttentionOptions<float>& host_options, const FusedAttentionOptions& options,
+                     GraphAttentionReport* report) {
   const double f = static_cast<double>(w.factor), alpha = options.transform.tsallis_alpha();
   // The graph kernel's score: four float FMA chains of d / 4 terms, their
   // sum, the product by f: within (d + 4) 2^-24 ‖q‖ ‖k‖ |f| of x, with room.
   const double gamma = fabs(f) * static_cast<double>(d + 4) * 0x1p-23;
-  const Codes qc = quantize_codes(staged.q.data(), n, d, kBits, kTileQueries, f, true, kOp);
-  const Codes kc = quantize_codes(staged.k.data(), m, d, kBits, kTileKeys, 1.0, true, kOp);
-  const Rows rows{n, m, options.causal, staged.options.key_padding};
+  const Codes qc = quantize_codes(q, n, d, kBits, kTileQueries, f, true, kOp);
+  const Codes kc = quantize_codes(k, m, d, kBits, kTileKeys, 1.0, true, kOp);
+  const Rows rows{n, m, options.causal, options.key_padding};
 
   // 1. The graph's lower bounds of the thresholds.
   const DeviceGraph dg = upload_valid(graph, std::string(kOp) + ": uploading graph");
   DeviceArray<double> t_low(n, kOp), scratch(dg.edges() > 0 ? dg.edges() : 1, kOp);
-  launch(graph_thresholds_kernel, grid_for(n, kThreads), kThreads, 0, nullptr, staged.q.data(), staged.k.data(), d,
-         dg.offsets.data(), dg.indices.data(), rows, f, alpha, gamma, qc.l2.data(), kc.l2.data(), scratch.data(),
-         t_low.data());
+  launch(graph_thresholds_kernel, grid_for(n, kThreads), kThreads, 0, nullptr, q, k, d, dg.offsets.data(),
+         dg.indices.data(), rows, f, alpha, gamma, qc.l2.data(), kc.l2.data(), scratch.data(), t_low.data());
   check(cudaGetLastError(), kOp);
 
   // 2 and 3. The keys that may clear them, then attention on those.
@@ -270,16 +282,45 @@ void detail::host_graph_attention_exact(ConstMatrix<float> q, ConstMatrix<float>
            scored.offsets.data(), scored.indices.data());
     check(cudaGetLastError(), kOp);
   }
-  graph_attention_forward(staged.q.data(), staged.k.data(), staged.v.data(), scored, staged.out.data(), d, dv,
-                          staged.options);
+  graph_attention_forward(q, k, v, scored, out, d, dv, options);
   if (report) {
     std::vector<double> lows(n);
     t_low.download(lows.data());
     std::size_t bound_pairs = 0;
-    for (std::size_t i = 0; i < n; ++i) bound_pairs += options.causal ? causal_key_limit(i, n, m) : m;
+    for (std::size_t i = 0; i < n; ++i) bound_pairs += host_options.causal ? causal_key_limit(i, n, m) : m;
     fill_report(graph, scored.download(), lows, bound_pairs, *report);
   }
+  synchronize(nullptr);  // the scored graph's copy is freed below
+}
+
+}  // namespace
+
+void detail::host_graph_attention_exact(ConstMatrix<float> q, ConstMatrix<float> k, ConstMatrix<float> v,
+                                        const Graph& graph, MatrixView<float> out,
+                                        const AttentionOptions<float>& options, GraphAttentionReport* report) {
+  const std::size_t n = q.rows, m = k.rows, d = q.cols, dv = v.cols;
+  const Weighting w = check_exact_call(n, m, d, options);
+  StagedAttention staged(q, k, v, options, kOp);
+  exact_attention(staged.q.data(), staged.k.data(), staged.v.data(), staged.out.data(), n, m, d, dv, graph, w, options,
+                  staged.options, report);
   staged.finish(out, kOp);
+}
+
+// On device memory: the core has checked all but q's, k's and v's values
+// (the graph included); they are scanned here and judged by the core's
+// check_graph_attention_values first. Only the graph is copied.
+void detail::device_graph_attention_exact(ConstMatrix<float> q, ConstMatrix<float> k, ConstMatrix<float> v,
+                                          const Graph& graph, MatrixView<float> out,
+                                          const AttentionOptions<float>& options, GraphAttentionReport* report) {
+  const std::size_t n = q.rows, m = k.rows, d = q.cols, dv = v.cols;
+  const Weighting w = check_exact_call(n, m, d, options);
+  // The kernels here run on the default stream: the caller's stream first.
+  if (const cudaStream_t stream = current_stream()) synchronize(stream);
+  const std::vector<HeadScan> scans =
+      detail::scan_one_head(kOp, kOp, q, k, v, out, options.key_padding, /*aligned=*/false, nullptr);
+  check_graph_attention_values(kOp, q, k, v, options, scans[0], scans[1], scans[2]);
+  exact_attention(q.data, k.data, v.data, out.data, n, m, d, dv, graph, w, options,
+                  fused_options(options, options.key_padding), report);
 }
 
 }  // namespace entgraph::cuda
