@@ -66,7 +66,7 @@ if want tests; then
 fi
 
 if want bench; then
-  timeout 120 "$bench" --benchmark_min_time=0.1 --benchmark_filter=-cuda_batched_attention \
+  timeout 120 "$bench" --benchmark_min_time=0.1 --benchmark_filter='-cuda_batched_attention|cuda_exact' \
     --benchmark_out="$out/cuda_bench.json" --benchmark_out_format=json > "$out/cuda_bench.txt" 2>&1
   echo "cuda benchmarks: exit $?"
   # Batched attention on tensor cores (bench_batched_attention.cpp: bf16, issue
@@ -81,6 +81,12 @@ if want bench; then
     --benchmark_out="$out/cuda_batched_backward_bench.json" --benchmark_out_format=json \
     > "$out/cuda_batched_backward_bench.txt" 2>&1
   echo "cuda batched attention backward benchmarks: exit $?"
+  # Exact mode against dense attention on the long teacher's 16 heads
+  # (bench_exact.cpp; its capture at 8192 bytes runs the teacher on the CPU
+  # first).
+  timeout 120 "$bench" --benchmark_min_time=0.05 --benchmark_filter=^cuda_exact/ \
+    --benchmark_out="$out/cuda_exact_bench.json" --benchmark_out_format=json > "$out/cuda_exact_bench.txt" 2>&1
+  echo "cuda exact-mode benchmarks: exit $?"
   # The CPU path at the GPU transforms' shapes, one thread and every thread.
   threads=$(nproc)
   timeout 60 "$cpu_bench" --benchmark_min_time=0.05 \
