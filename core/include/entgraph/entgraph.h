@@ -503,7 +503,8 @@ typedef struct eg_graph_attention_report {
  * the mode says. options NULL means the defaults. report (optional)
  * receives the counts and, if report->settled or report->missed_mass is
  * set, each row's settlement or missed-mass bound; reports are computed on
- * the CPU only (another device with a report gives EG_ERROR_DEVICE). */
+ * the CPU, and on EG_DEVICE_CUDA in exact mode (another device or mode with
+ * a report gives EG_ERROR_DEVICE). */
 eg_status eg_graph_attention_forward(eg_device device, eg_const_matrix q, eg_const_matrix k, eg_const_matrix v,
                                      const eg_graph* graph, eg_matrix out,
                                      const eg_graph_attention_options* options, eg_graph_attention_report* report);

@@ -89,9 +89,10 @@ eg_status eg_graph_attention_forward(eg_device device, eg_const_matrix q, eg_con
     const MatrixView<const float> qv = to_view(fn, "q", q), kv = to_view(fn, "k", k), vv = to_view(fn, "v", v);
     const MatrixView<float> ov = to_view(fn, "out", out);
     if (report == nullptr) return graph_attention_forward(d, qv, kv, vv, g, ov, o);
-    require_cpu(fn, device);  // only the CPU's call gives a report
+    // Reports come from the CPU, and from other devices in exact mode.
+    if (o.mode != GraphAttentionMode::exact) require_cpu(fn, device);
     GraphAttentionReport r;
-    graph_attention_forward(qv, kv, vv, g, ov, o, &r);
+    graph_attention_forward(d, qv, kv, vv, g, ov, o, &r);
     report->graph_rows = r.graph_rows;
     report->repaired_rows = r.repaired_rows;
     report->dense_rows = r.dense_rows;
