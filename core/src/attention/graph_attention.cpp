@@ -584,19 +584,18 @@ void graph_attention_forward(Device device, Memory memory, ConstMatrix<float> q,
                              ConstMatrix<float> v, const Graph& graph, MatrixView<float> out,
                              const GraphAttentionOptions<float>& options, GraphAttentionReport* report) {
   if (device == Device::cpu) return graph_attention_forward<float>(q, k, v, graph, out, options, report);
-  if (options.mode == GraphAttentionMode::exact) {
-    const auto kernel = detail::backend_kernel(device, kOp, memory, &BackendKernels::graph_attention_exact,
-                                               &BackendKernels::graph_attention_exact_on_device);
-    validate<float>(kOp, q, k, v, graph, options, /*values=*/memory == Memory::host);
-    detail::check_shape(kOp, "out", out, q.rows, v.cols);
-    validate_mode<float>(kOp, options);
-    return kernel(q, k, v, graph, out, options.attention, report);
-  }
-  const auto kernel = detail::backend_kernel(device, kOp, memory, &BackendKernels::graph_attention_forward,
-                                             &BackendKernels::graph_attention_forward_on_device);
+  // The mode's kernel first (a device without one says so before any check).
+  const bool exact = options.mode == GraphAttentionMode::exact;
+  const auto exact_kernel = exact ? detail::backend_kernel(device, kOp, memory, &BackendKernels::graph_attention_exact,
+                                                           &BackendKernels::graph_attention_exact_on_device)
+                                  : nullptr;
+  const auto kernel = exact ? nullptr
+                            : detail::backend_kernel(device, kOp, memory, &BackendKernels::graph_attention_forward,
+                                                     &BackendKernels::graph_attention_forward_on_device);
   validate<float>(kOp, q, k, v, graph, options, /*values=*/memory == Memory::host);
   detail::check_shape(kOp, "out", out, q.rows, v.cols);
   validate_mode<float>(kOp, options);
+  if (exact) return exact_kernel(q, k, v, graph, out, options.attention, report);
   if (options.mode == GraphAttentionMode::certify)
     fail(cpp_name("options.mode") + " is certify but device " + device_name(device) +
              " runs fast and exact mode only; certify runs on cpu",

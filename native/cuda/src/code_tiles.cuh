@@ -17,6 +17,7 @@
 #include <cstdint>
 
 #include "entgraph/cuda/device.hpp"
+#include "entgraph/heads.hpp"
 #include "kernel_launch.cuh"
 #include "mma_ptx.cuh"
 #include "predictors_common.cuh"
@@ -115,6 +116,18 @@ inline Codes quantize_codes(const float* x, std::size_t rows, std::size_t r, int
   return codes;
 }
 
+// The keys query i sees: none past the last query; causal: those up to
+// causal_key_limit.
+__device__ inline std::size_t visible_keys(std::size_t i, std::size_t n, std::size_t m, bool causal) {
+  if (i >= n) return 0;
+  return causal ? causal_key_limit(i, n, m) : m;
+}
+// The last query of a tile (of n), whose keys are the most any of its rows see.
+__device__ inline std::size_t last_tile_row(std::size_t tile, std::size_t n) {
+  const std::size_t last = tile * kTileQueries + kTileQueries - 1;
+  return last < n ? last : n - 1;
+}
+
 // This thread's two rows of a block's query tile.
 struct TileRows {
   std::size_t row[2];
@@ -153,17 +166,30 @@ __device__ void walk_keys(const std::uint32_t* q, const std::uint32_t* k, std::s
   }
 }
 
-// Of a quad's four threads, which hold an 8-key tile's keys in order: how
-// many hits the threads before this one have, and (total) all four.
-__device__ inline int hits_before(int hits, const TileRows& t, int& total) {
-  int before = 0;
-  total = 0;
+// The quad's kept keys of row half h (entries 2h and 2h + 1 of its D
+// fragment; the quad's four threads hold the 8-key tile's keys in order):
+// write(at, e) for each, each thread after the hits of the threads before
+// it, at from next; next then moves past the quad's hits. Every lane of the
+// warp must call it (a shuffle).
+template <class Write>
+__device__ void write_kept(const TileRows& t, int h, const bool (&keep)[4], std::size_t& next, Write&& write) {
+  const int hits = (keep[2 * h] ? 1 : 0) + (keep[2 * h + 1] ? 1 : 0);
+  int before = 0, total = 0;
   for (unsigned other = 0; other < 4; ++other) {
     const int theirs = __shfl_sync(kFullWarp, hits, static_cast<int>((t.lane & ~3u) + other));
     before += other < t.thread ? theirs : 0;
     total += theirs;
   }
-  return before;
+  std::size_t at = next + static_cast<std::size_t>(before);
+  for (int e = 2 * h; e < 2 * h + 2; ++e)
+    if (keep[e]) write(at++, e);
+  next += static_cast<std::size_t>(total);
+}
+
+// The sum of a value over the quad of this thread (lanes 4 g .. 4 g + 3).
+__device__ inline std::size_t quad_sum(std::size_t x) {
+  x += __shfl_xor_sync(kFullWarp, x, 1);
+  return x + __shfl_xor_sync(kFullWarp, x, 2);
 }
 
 }  // namespace entgraph::cuda::detail::code_tiles

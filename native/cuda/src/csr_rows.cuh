@@ -71,6 +71,24 @@ inline void exclusive_scan(std::size_t* data, std::size_t count, cudaStream_t st
   check(cub::DeviceScan::ExclusiveSum(temp.data(), bytes, data, data, count, stream), what);
 }
 
+// n + 1 zeros on `stream`: per-row counts go to [0, n), and [n] stays 0,
+// so that the exclusive scan of all n + 1 is the CSR offsets, total included.
+inline DeviceArray<std::size_t> zeroed_counts(std::size_t n, cudaStream_t stream, const char* what) {
+  DeviceArray<std::size_t> counts(n + 1, what);
+  check(cudaMemsetAsync(counts.data(), 0, (n + 1) * sizeof(std::size_t), stream), what);
+  return counts;
+}
+
+// counts (zeroed_counts, [0, n) filled) become offsets; waits for the stream
+// and returns the total.
+inline std::size_t scan_counts(std::size_t* counts, std::size_t n, cudaStream_t stream, const char* what) {
+  exclusive_scan(counts, n + 1, stream, what);
+  std::size_t total = 0;
+  check(cudaMemcpyAsync(&total, counts + n, sizeof(total), cudaMemcpyDeviceToHost, stream), what);
+  check(cudaStreamSynchronize(stream), what);
+  return total;
+}
+
 // The n x m graph of the pairs (i, j), j < causal_key_limit(i, n, m) when
 // causal, for which rows.row(i)(j) holds. Waits for the stream once, to size
 // the indices; the fill kernel is still running on the stream at return.
@@ -80,19 +98,13 @@ DeviceGraph build_rows(const Rows& rows, std::size_t n, std::size_t m, bool caus
   DeviceGraph g;
   g.queries = n;
   g.keys = m;
-  g.offsets = DeviceArray<std::size_t>(n + 1, what);
-  // Row counts go to offsets[0..n) and offsets[n] stays 0: the exclusive scan
-  // of the n + 1 values is then the offsets, total included.
-  check(cudaMemsetAsync(g.offsets.data(), 0, (n + 1) * sizeof(std::size_t), stream), what);
+  g.offsets = zeroed_counts(n, stream, what);
   const unsigned blocks = grid_for(n, kRowsPerBlock);
   if (n > 0 && m > 0) {
     launch(count_rows_kernel<Rows>, blocks, kRowsPerBlock * kWarpSize, 0, stream, rows, n, m, causal, g.offsets.data());
     check(cudaGetLastError(), what);
-    exclusive_scan(g.offsets.data(), n + 1, stream, what);
   }
-  std::size_t total = 0;
-  check(cudaMemcpyAsync(&total, g.offsets.data() + n, sizeof(total), cudaMemcpyDeviceToHost, stream), what);
-  check(cudaStreamSynchronize(stream), what);
+  const std::size_t total = scan_counts(g.offsets.data(), n, stream, what);
   g.indices = DeviceArray<std::uint32_t>(total, what);
   if (total > 0) {
     launch(fill_rows_kernel<Rows>, blocks, kRowsPerBlock * kWarpSize, 0, stream, rows, n, m, causal, g.offsets.data(),

@@ -47,7 +47,6 @@ namespace {
 
 using detail::argument_error;
 using detail::check_graph_size;
-using detail::exclusive_scan;
 using detail::grid_for;
 using detail::kWarpSize;
 using detail::make_weighting;
@@ -63,10 +62,7 @@ struct Rows {
   std::size_t n, m;
   bool causal;
   const std::uint8_t* key_padding;  // device, may be null
-  __device__ std::size_t limit(std::size_t i) const {
-    if (i >= n) return 0;
-    return causal ? causal_key_limit(i, n, m) : m;
-  }
+  __device__ std::size_t limit(std::size_t i) const { return visible_keys(i, n, m, causal); }
   __device__ bool allowed(std::size_t i, std::size_t j) const {
     return j < limit(i) && (key_padding == nullptr || key_padding[j] != 0);
   }
@@ -88,8 +84,8 @@ __global__ void graph_thresholds_kernel(const float* q, const float* k, std::siz
       if (!rows.allowed(i, j)) continue;
       double dot = 0.0;
       for (std::size_t c = 0; c < d; ++c) dot += static_cast<double>(q[i * d + c]) * static_cast<double>(k[j * d + c]);
-      xi[count++] = f * dot;
-      top = fmax(top, f * dot);
+      xi[count] = f * dot;
+      top = fmax(top, xi[count++]);
       widest = fmax(widest, static_cast<double>(k_norm[j]));
     }
     if (count == 0) {
@@ -143,37 +139,30 @@ __global__ void __launch_bounds__(kThreads)
                         std::uint32_t* indices) {
   for (std::size_t tile = blockIdx.x; tile * kTileQueries < rows.n; tile += gridDim.x) {
     const TileRows tr = tile_rows(tile);
-    const std::size_t row0 = tile * kTileQueries;
-    const std::size_t last = row0 + kTileQueries - 1 < rows.n ? row0 + kTileQueries - 1 : rows.n - 1;
     double t[2];
     std::size_t found[2] = {0, 0}, next[2] = {0, 0};
     for (int h = 0; h < 2; ++h) {
       t[h] = tr.row[h] < rows.n ? t_low[tr.row[h]] : INFINITY;
       if (kFill && tr.row[h] < rows.n) next[h] = offsets[tr.row[h]];
     }
-    walk_keys(b.q, b.k, b.words, tr, rows.limit(last), [&](std::size_t column, const int(&d)[4]) {
-      int hits[2] = {0, 0};
-      bool keep[4];
-      for (int e = 0; e < 4; ++e) {
-        const int h = e / 2;
-        const std::size_t i = tr.row[h], j = column + 2 * tr.thread + e % 2;
-        keep[e] = rows.allowed(i, j) && may_clear(b, i, j, d[e], t[h]);
-        hits[h] += keep[e] ? 1 : 0;
-      }
-      for (int h = 0; h < 2; ++h) {
-        found[h] += static_cast<std::size_t>(hits[h]);
-        if (!kFill) continue;
-        int total = 0;
-        std::size_t at = next[h] + static_cast<std::size_t>(hits_before(hits[h], tr, total));
-        for (int e = 2 * h; e < 2 * h + 2; ++e)
-          if (keep[e]) indices[at++] = static_cast<std::uint32_t>(column + 2 * tr.thread + e % 2);
-        next[h] += static_cast<std::size_t>(total);
-      }
-    });
+    walk_keys(b.q, b.k, b.words, tr, rows.limit(last_tile_row(tile, rows.n)),
+              [&](std::size_t column, const int(&d)[4]) {
+                bool keep[4];
+                for (int e = 0; e < 4; ++e) {
+                  const int h = e / 2;
+                  const std::size_t i = tr.row[h], j = column + 2 * tr.thread + e % 2;
+                  keep[e] = rows.allowed(i, j) && may_clear(b, i, j, d[e], t[h]);
+                  found[h] += keep[e] ? 1 : 0;
+                }
+                if constexpr (kFill)
+                  for (int h = 0; h < 2; ++h)
+                    write_kept(tr, h, keep, next[h], [&](std::size_t at, int e) {
+                      indices[at] = static_cast<std::uint32_t>(column + 2 * tr.thread + e % 2);
+                    });
+              });
     if constexpr (!kFill)
       for (int h = 0; h < 2; ++h) {
-        found[h] += __shfl_xor_sync(detail::kFullWarp, found[h], 1);
-        found[h] += __shfl_xor_sync(detail::kFullWarp, found[h], 2);
+        found[h] = quad_sum(found[h]);
         if (tr.thread == 0 && tr.row[h] < rows.n) counts[tr.row[h]] = found[h];
       }
   }
@@ -267,15 +256,12 @@ void exact_attention(const float* q, const float* k, const float* v, float* out,
   DeviceGraph scored;
   scored.queries = n;
   scored.keys = m;
-  scored.offsets = DeviceArray<std::size_t>(n + 1, kOp);
-  check(cudaMemset(scored.offsets.data(), 0, (n + 1) * sizeof(std::size_t)), kOp);
+  scored.offsets = detail::zeroed_counts(n, nullptr, kOp);
   const unsigned blocks = grid_for(n, kTileQueries);
   launch(bounded_keys_kernel<false>, blocks, kThreads, 0, nullptr, bounds, rows, t_low.data(), scored.offsets.data(),
          nullptr, nullptr);
   check(cudaGetLastError(), kOp);
-  exclusive_scan(scored.offsets.data(), n + 1, nullptr, kOp);
-  std::size_t total = 0;
-  check(cudaMemcpy(&total, scored.offsets.data() + n, sizeof total, cudaMemcpyDeviceToHost), kOp);
+  const std::size_t total = detail::scan_counts(scored.offsets.data(), n, nullptr, kOp);
   scored.indices = DeviceArray<std::uint32_t>(total, kOp);
   if (total > 0) {
     launch(bounded_keys_kernel<true>, blocks, kThreads, 0, nullptr, bounds, rows, t_low.data(), nullptr,
@@ -290,7 +276,7 @@ void exact_attention(const float* q, const float* k, const float* v, float* out,
     for (std::size_t i = 0; i < n; ++i) bound_pairs += host_options.causal ? causal_key_limit(i, n, m) : m;
     fill_report(graph, scored.download(), lows, bound_pairs, *report);
   }
-  synchronize(nullptr);  // the scored graph's copy is freed below
+  synchronize(nullptr);  // out is written when the call returns
 }
 
 }  // namespace

@@ -197,10 +197,6 @@ std::vector<HeadScan> detail::scan_one_head(const char* op, const char* pointer_
   check_contiguous(op, "k", k);
   check_contiguous(op, "v", v);
   check_contiguous(op, "out", out);
-  // A float32 matrix with contiguous rows as a (1, 1, rows, cols) tensor.
-  const auto one_head = [](ConstMatrix<float> x) {
-    return ConstBatchedTensor{x.data, DType::float32, 1, 1, x.rows, x.cols, x.rows * x.cols, x.rows * x.cols, x.cols};
-  };
   return scan_batched_heads(op, one_head(q), one_head(k), one_head(v), nullptr, nullptr, stream);
 }
 

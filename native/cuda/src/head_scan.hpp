@@ -25,6 +25,11 @@ std::vector<HeadScan> scan_batched_heads(const char* op, ConstBatchedTensor q, C
                                          const std::int32_t* key_lengths, cudaStream_t stream,
                                          const ConstBatchedTensor* grad_out = nullptr);
 
+// A float32 matrix with contiguous rows as a (1, 1, rows, cols) tensor.
+inline ConstBatchedTensor one_head(ConstMatrix<float> x) {
+  return ConstBatchedTensor{x.data, DType::float32, 1, 1, x.rows, x.cols, x.rows * x.cols, x.rows * x.cols, x.cols};
+}
+
 // A one-head attention call on device memory (dense or graph attention):
 // throws unless q, k, v, out and key_padding (if set) are the GPU's
 // (`aligned`: 16-byte aligned too; messages name `pointer_op`) and q, k, v

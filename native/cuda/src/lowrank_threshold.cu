@@ -64,11 +64,6 @@ struct Tiles {
   bool causal;
 };
 
-__device__ std::size_t visible_keys(const Tiles& t, std::size_t i) {
-  if (i >= t.n) return 0;
-  return t.causal ? causal_key_limit(i, t.n, t.m) : t.m;
-}
-
 // The exact estimate, as QuantizedEstimate::exact (no fused operations).
 __device__ float estimate(int d, double q_step, double k_step) {
   return __double2float_rn(__dmul_rn(__dmul_rn(static_cast<double>(d), q_step), k_step));
@@ -102,9 +97,7 @@ __global__ void __launch_bounds__(kThreads)
   for (std::size_t tile = blockIdx.x; tile * kTileQueries < t.n; tile += gridDim.x) {
     const TileRows tr = tile_rows(tile);
     const std::size_t(&rows)[2] = tr.row;
-    const std::size_t limit[2] = {visible_keys(t, rows[0]), visible_keys(t, rows[1])};
-    const std::size_t row0 = tile * kTileQueries;
-    const std::size_t last = row0 + kTileQueries - 1 < t.n ? row0 + kTileQueries - 1 : t.n - 1;
+    const std::size_t limit[2] = {visible_keys(rows[0], t.n, t.m, t.causal), visible_keys(rows[1], t.n, t.m, t.causal)};
     const double q_step[2] = {t.q_step[rows[0]], t.q_step[rows[1]]};
     const float q_scale[2] = {t.q_scale[rows[0]], t.q_scale[rows[1]]};
     float best[2] = {-INFINITY, -INFINITY};
@@ -116,8 +109,8 @@ __global__ void __launch_bounds__(kThreads)
     if (kPass == Pass::fill)
       for (int h = 0; h < 2; ++h) next[h] = rows[h] < t.n ? offsets[rows[h]] : 0;
     // Up to the keys the tile's last row sees, the most any of its rows see.
-    walk_keys(t.q, t.k, t.words, tr, visible_keys(t, last), [&](std::size_t column, const int(&d)[4]) {
-      int hits[2] = {0, 0};
+    const std::size_t keys = visible_keys(last_tile_row(tile, t.n), t.n, t.m, t.causal);
+    walk_keys(t.q, t.k, t.words, tr, keys, [&](std::size_t column, const int(&d)[4]) {
       bool keep[4] = {false, false, false, false};
       float value[4] = {0.0f, 0.0f, 0.0f, 0.0f};
       for (int e = 0; e < 4; ++e) {
@@ -139,29 +132,21 @@ __global__ void __launch_bounds__(kThreads)
           keep[e] = static_cast<double>(value[e]) > bound[h];
         }
         if (kPass == Pass::fill && keep[e] && values) value[e] = estimate(d[e], q_step[h], t.k_step[j]);
-        hits[h] += keep[e] ? 1 : 0;
+        if (kPass == Pass::count) found[h] += keep[e] ? 1 : 0;
       }
-      if (kPass == Pass::count) found[0] += hits[0], found[1] += hits[1];
       if (kPass == Pass::fill)
-        for (int h = 0; h < 2; ++h) {
-          int total = 0;
-          std::size_t at = next[h] + static_cast<std::size_t>(hits_before(hits[h], tr, total));
-          for (int e = 2 * h; e < 2 * h + 2; ++e)
-            if (keep[e]) {
-              if (indices) indices[at] = static_cast<std::uint32_t>(column + 2 * tr.thread + e % 2);
-              if (values) values[at] = value[e];
-              ++at;
-            }
-          next[h] += static_cast<std::size_t>(total);
-        }
+        for (int h = 0; h < 2; ++h)
+          write_kept(tr, h, keep, next[h], [&](std::size_t at, int e) {
+            if (indices) indices[at] = static_cast<std::uint32_t>(column + 2 * tr.thread + e % 2);
+            if (values) values[at] = value[e];
+          });
     });
     for (int h = 0; h < 2; ++h) {
       if (kPass == Pass::row_max) {
         best[h] = fmaxf(best[h], __shfl_xor_sync(kFullWarp, best[h], 1));
         best[h] = fmaxf(best[h], __shfl_xor_sync(kFullWarp, best[h], 2));
       } else if (kPass == Pass::count) {
-        found[h] += __shfl_xor_sync(kFullWarp, found[h], 1);
-        found[h] += __shfl_xor_sync(kFullWarp, found[h], 2);
+        found[h] = quad_sum(found[h]);
       }
       if (tr.thread != 0 || rows[h] >= t.n) continue;
       if (kPass == Pass::row_max) {
@@ -230,19 +215,6 @@ Codes project_and_quantize(const float* x, std::size_t rows, std::size_t d, Cons
   return quantize_codes(projected.data(), rows, w.cols, bits, tile, 1.0, false, kOp);
 }
 
-// The exclusive scan of counts[0..n) (counts[n] = 0) into offsets; returns the total.
-std::size_t scan_counts(DeviceArray<std::size_t>& counts, std::size_t n) {
-  detail::exclusive_scan(counts.data(), n + 1, nullptr, kOp);
-  std::size_t total = 0;
-  check(cudaMemcpy(&total, counts.data() + n, sizeof total, cudaMemcpyDeviceToHost), kOp);
-  return total;
-}
-
-// A CUDA view of q or k as a one-head tensor for the value scan.
-ConstBatchedTensor one_head(ConstMatrix<float> x) {
-  return ConstBatchedTensor{x.data, DType::float32, 1, 1, x.rows, x.cols, x.rows * x.cols, x.rows * x.cols, x.cols};
-}
-
 Graph lowrank_threshold_pattern(const LowRankThresholdHead& head, ConstMatrix<float> q, ConstMatrix<float> k,
                                 bool causal, bool on_device) {
   detail::check_graph_size(q.rows, k.rows, kOp);
@@ -256,8 +228,8 @@ Graph lowrank_threshold_pattern(const LowRankThresholdHead& head, ConstMatrix<fl
   k = in.k;
   // A NaN or infinity has no code: the CPU's message (k is scanned twice,
   // standing in for the scan's v).
-  const std::vector<HeadScan> scans =
-      detail::scan_batched_heads(kOp, one_head(q), one_head(k), one_head(k), nullptr, nullptr, nullptr);
+  const std::vector<HeadScan> scans = detail::scan_batched_heads(kOp, detail::one_head(q), detail::one_head(k),
+                                                                 detail::one_head(k), nullptr, nullptr, nullptr);
   for (int s = 0; s < 2; ++s)
     if (scans[s].bad)
       throw Error(std::string(kMethod) + ": predict: " + (s == 0 ? "q" : "k") + " has a NaN or infinite value (row " +
@@ -283,12 +255,11 @@ Graph lowrank_threshold_pattern(const LowRankThresholdHead& head, ConstMatrix<fl
          nullptr, nullptr, nullptr, nullptr);
   check(cudaGetLastError(), kOp);
   // The candidates of each row and their estimates, then the thresholds.
-  DeviceArray<std::size_t> candidates(n + 1, kOp);
-  check(cudaMemset(candidates.data(), 0, (n + 1) * sizeof(std::size_t)), kOp);
+  DeviceArray<std::size_t> candidates = detail::zeroed_counts(n, nullptr, kOp);
   launch(code_tiles_kernel<Pass::count>, blocks, kThreads, 0, nullptr, tiles, reach_of_support, floor.data(), nullptr,
          candidates.data(), nullptr, nullptr, nullptr);
   check(cudaGetLastError(), kOp);
-  const std::size_t total = scan_counts(candidates, n);
+  const std::size_t total = detail::scan_counts(candidates.data(), n, nullptr, kOp);
   // With margin <= 0 the cut is at or above θ̂, above every candidate's
   // floor: the edges are candidates, selected from their list.
   const bool edges_are_candidates = head.margin <= 0.0;
@@ -307,8 +278,7 @@ Graph lowrank_threshold_pattern(const LowRankThresholdHead& head, ConstMatrix<fl
   DeviceGraph g;
   g.queries = n;
   g.keys = m;
-  g.offsets = DeviceArray<std::size_t>(n + 1, kOp);
-  check(cudaMemset(g.offsets.data(), 0, (n + 1) * sizeof(std::size_t)), kOp);
+  g.offsets = detail::zeroed_counts(n, nullptr, kOp);
   const unsigned row_blocks = detail::grid_for(n, kThreads);
   if (edges_are_candidates)
     launch(candidate_edges_kernel, row_blocks, kThreads, 0, nullptr, candidates.data(), keys.data(), values.data(),
@@ -317,7 +287,7 @@ Graph lowrank_threshold_pattern(const LowRankThresholdHead& head, ConstMatrix<fl
     launch(code_tiles_kernel<Pass::count>, blocks, kThreads, 0, nullptr, tiles, reach_of_support, cut.data(), nullptr,
            g.offsets.data(), nullptr, nullptr, nullptr);
   check(cudaGetLastError(), kOp);
-  g.indices = DeviceArray<std::uint32_t>(scan_counts(g.offsets, n), kOp);
+  g.indices = DeviceArray<std::uint32_t>(detail::scan_counts(g.offsets.data(), n, nullptr, kOp), kOp);
   if (g.indices.size() > 0) {
     if (edges_are_candidates)
       launch(candidate_edges_kernel, row_blocks, kThreads, 0, nullptr, candidates.data(), keys.data(), values.data(),
