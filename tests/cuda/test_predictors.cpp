@@ -17,6 +17,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -551,16 +552,17 @@ TEST_SUITE("cuda") {
     }
   }
 
-  // Queries so small that their steps are below float's normal range (and,
-  // in the last pair, keys large enough to bring the estimates back to
-  // O(1)): the kernel's float approximations stand aside for the exact
-  // estimates, and the graph is still the CPU's.
+  // Queries so small that their steps are below float's normal range (and
+  // keys large enough to bring the estimates back to O(1)), or so large that
+  // their scales leave the range where float products are close: the
+  // kernel's float approximations stand aside for the exact estimates, and
+  // the graph is still the CPU's.
   TEST_CASE("lowrank-threshold on Device::cuda: tiny queries (subnormal float steps) give the CPU's graph") {
     const Capture capture = test::clustered_capture(1, 1, 16, {100}, 4, true);
     auto p = make_predictor("lowrank-threshold", {});
     p->fit(capture, {});
     const MatrixView<const float> q0 = capture.queries_of(0, 0, 0), k0 = capture.keys_of(0, 0, 0);
-    for (const auto& [q_factor, k_factor] : {std::pair{1e-38f, 1.0f}, {1e-43f, 1.0f}, {2e-40f, 1e37f}}) {
+    for (const auto& [q_factor, k_factor] : {std::pair{1e-38f, 1.0f}, {1e-43f, 1.0f}, {2e-40f, 1e37f}, {1e30f, 1e-30f}}) {
       CAPTURE(q_factor);
       CAPTURE(k_factor);
       std::vector<float> q(q0.data, q0.data + 100 * 16), k(k0.data, k0.data + 100 * 16);
@@ -590,6 +592,25 @@ TEST_SUITE("cuda") {
     CHECK_THROWS_WITH_AS(p->predict(Device::cuda, bad, k, 0, 0, false), cpu_message.c_str(), Error);
     CHECK_THROWS_WITH_AS(p->predict(Device::cuda, k, bad, 0, 0, false),
                          doctest::Contains("k has a NaN or infinite value (row 7, column 3)"), Error);
+    // Finite q and k whose projections or estimates overflow float32: the CPU's errors.
+    std::vector<float> huge(k.data, k.data + 40 * 16), large(k.data, k.data + 40 * 16);
+    // Rows 9 on of 3e38 with random signs: some row's projection overflows.
+    std::mt19937_64 signs(7);
+    for (std::size_t x = 9 * 16; x < 40 * 16; ++x) huge[x] = signs() % 2 ? 3.0e38f : -3.0e38f;
+    for (float& x : large) x *= 1e20f;
+    const MatrixView<const float> huge_k(huge.data(), 40, 16), large_qk(large.data(), 40, 16);
+    for (const auto& [qx, kx, words] : {std::tuple{k, huge_k, "k's projection overflows float32 at row "},
+                                        std::tuple{large_qk, large_qk, "may overflow float32"}}) {
+      std::string message;
+      try {
+        p->predict(qx, kx, 0, 0, false);
+      } catch (const Error& e) {
+        message = e.what();
+      }
+      CAPTURE(message);
+      CHECK(message.find(words) != std::string::npos);
+      CHECK_THROWS_WITH_AS(p->predict(Device::cuda, qx, kx, 0, 0, false), message.c_str(), Error);
+    }
     auto float_estimate = make_predictor("lowrank-threshold", {{"bits", "0"}});
     float_estimate->fit(capture, {});
     CHECK_THROWS_WITH_AS(float_estimate->predict(Device::cuda, k, k, 0, 0, false), doctest::Contains("run it on cpu"),

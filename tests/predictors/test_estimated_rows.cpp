@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "entgraph/heads.hpp"
@@ -251,6 +252,35 @@ TEST_SUITE("predictors") {
           }
         }
       }
+    }
+  }
+
+  TEST_CASE("cut_estimated_rows: steps far outside float's comfortable range follow the definition too") {
+    // Hostile but finite projections: query steps whose float scales are
+    // subnormal (3e-41) against keys of step 1e38, so that the estimates are
+    // of order 1 and a subnormal scale's rounding would move them far more
+    // than the approximation's slack; steps of 0 (zero rows); huge query
+    // steps against tiny key steps.
+    std::mt19937_64 rng(14);
+    std::uniform_real_distribution<double> spread(0.5, 1.0);
+    const std::size_t n = 50, m = 90, r = 16;
+    const auto q = random_codes(n * r, 7, rng), k = random_codes(m * r, 7, rng);
+    const std::pair<double, double> scales[] = {{3e-41, 1e38}, {1e-44, 1e40}, {1e30, 1e-31}, {2e20, 3e-21}};
+    for (const auto& [q_scale, k_scale] : scales) {
+      std::vector<double> q_steps(n), k_steps(m);
+      for (double& x : q_steps) x = q_scale * spread(rng);
+      for (double& x : k_steps) x = k_scale * spread(rng);
+      q_steps[3] = 0.0;
+      k_steps[5] = 0.0;
+      const QuantizedEstimate estimate(q, k, q_steps, k_steps, r);
+      for (double alpha : {1.5, 2.0, 1.25})
+        for (bool causal : {false, true}) {
+          CAPTURE(q_scale);
+          CAPTURE(alpha);
+          CAPTURE(causal);
+          check_same_graph(detail::cut_estimated_rows(estimate, n, m, causal, alpha, 0.0),
+                           reference_cut(estimate, n, m, causal, alpha, 0.0));
+        }
     }
   }
 

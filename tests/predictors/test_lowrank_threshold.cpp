@@ -217,6 +217,35 @@ TEST_SUITE("predictors") {
     check_error([&] { load_predictor(file.dump()); }, "alpha[0][0]");
   }
 
+  TEST_CASE("lowrank-threshold: finite q and k too large to estimate are errors; tiny and huge ones that fit are not") {
+    const Capture c = clustered_capture(1, 1, 8, {24}, 2, true);
+    for (const char* bits : {"4", "8", "0"}) {
+      CAPTURE(bits);
+      auto p = make_predictor("lowrank-threshold", {{"bits", bits}});
+      p->fit(c, {});
+      auto predict_scaled = [&](float q_factor, float k_factor) {
+        Capture s = c;
+        for (float& x : s.queries) x *= q_factor;
+        for (float& x : s.keys) x *= k_factor;
+        return p->predict(s.queries_of(0, 0, 0), s.keys_of(0, 0, 0), 0, 0, true);
+      };
+      // Entries near float's largest: their projections overflow float32.
+      Capture huge = c;
+      for (std::size_t col = 0; col < 8; ++col) huge.keys[5 * 8 + col] = 3.0e38f;
+      check_error([&] { p->predict(huge.queries_of(0, 0, 0), huge.keys_of(0, 0, 0), 0, 0, true); },
+                  "k's projection overflows float32 at row 5");
+      // Finite projections whose products would overflow: |q|, |k| ~ 1e20.
+      check_error([&] { predict_scaled(1e20f, 1e20f); }, "estimated scores of q and k may overflow float32");
+      // Products of order 1 from a subnormal-scale side and a huge side: a
+      // valid graph, every row with at least its best key.
+      for (const auto& [qf, kf] : {std::pair{1e-36f, 1e36f}, std::pair{1e30f, 1e-30f}}) {
+        const Graph g = predict_scaled(qf, kf);
+        g.validate("predict");
+        for (std::size_t i = 0; i < g.queries; ++i) CHECK(g.degree(i) >= 1);
+      }
+    }
+  }
+
   TEST_CASE("lowrank-threshold: a softmax head (alpha 1) predicts every allowed key") {
     Capture c = clustered_capture(1, 1, 8, {20}, 2, true);
     c.head(0, 0).alpha = 1.0;

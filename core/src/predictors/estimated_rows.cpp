@@ -11,6 +11,7 @@
 #include "entgraph/transforms.hpp"
 #include "kernels/code_scores.hpp"
 #include "kernels/matmul_kernels.hpp"
+#include "predictors/estimate_range.hpp"
 #include "predictors/theta_steps.hpp"
 #include "runtime/parallel.hpp"
 
@@ -34,10 +35,21 @@ QuantizedEstimate::QuantizedEstimate(std::vector<std::int16_t> q, std::vector<st
   q_packed_ = pack_code_queries(q_.data(), n, r_);
   q_scale_.assign(q_steps_.begin(), q_steps_.end());
   k_scale_.assign(k_steps_.begin(), k_steps_.end());
+  scales_in_float_ = std::all_of(q_steps_.begin(), q_steps_.end(), step_scales_in_float) &&
+                     std::all_of(k_steps_.begin(), k_steps_.end(), step_scales_in_float);
 }
 
 void QuantizedEstimate::approximate(std::size_t row0, std::size_t rows, std::size_t keys, float* out,
                                     std::size_t ldo, float* group_max, std::size_t ldg) const {
+  if (!scales_in_float_) {  // steps whose float scales may be subnormal or overflow: the exact estimates
+    for (std::size_t i = 0; i < rows; ++i) {
+      float* o = out + i * ldo;
+      for (std::size_t j = 0; j < keys; ++j) o[j] = exact(row0 + i, j, nullptr);
+      for (std::size_t g = 0, G = kCodeGroupKeys; g * G < keys; ++g)
+        group_max[i * ldg + g] = *std::max_element(o + g * G, o + std::min(keys, (g + 1) * G));
+    }
+    return;
+  }
   const ByteCodeScores bytes = k_bytes_.empty() ? nullptr : byte_code_scores_kernel(cpu_isa());
   if (bytes != nullptr) {
     const std::size_t quads = (r_ + 3) / 4;

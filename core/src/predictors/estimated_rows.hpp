@@ -43,7 +43,10 @@ class EstimatedScores {
 // Quantized codes: ŝ_ij = float((double(D_ij) q_step_i) k_step_j), D_ij the
 // integer dot product of the codes (q n x r, k m x r). The approximation
 // multiplies byte codes where the instruction set can and the codes fit
-// (kernels/code_scores.hpp), else 16-bit codes: the same integers.
+// (kernels/code_scores.hpp), else 16-bit codes: the same integers. Where a
+// step's float scale would not be close (step_scales_in_float,
+// estimate_range.hpp: hostile inputs), the approximation is the exact
+// estimate itself, slow but right.
 class QuantizedEstimate final : public EstimatedScores {
  public:
   QuantizedEstimate(std::vector<std::int16_t> q, std::vector<std::int16_t> k, std::vector<double> q_steps,
@@ -63,6 +66,7 @@ class QuantizedEstimate final : public EstimatedScores {
   std::size_t segment_ = 0;
   std::vector<double> q_steps_, k_steps_;
   std::vector<float> q_scale_, k_scale_;
+  bool scales_in_float_ = true;  // every step's scale approximates within relative_error (estimate_range.hpp)
   std::size_t r_;
 };
 

@@ -44,6 +44,7 @@
 #include "entgraph/training/projection.hpp"
 #include "entgraph/transforms.hpp"
 #include "io/capture_context.hpp"
+#include "predictors/estimate_range.hpp"
 #include "predictors/estimated_rows.hpp"
 #include "predictors/parameter_json.hpp"
 #include "predictors/registry.hpp"
@@ -248,16 +249,41 @@ class LowRankThresholdPredictor final : public Predictor {
     const std::size_t n = q.rows, m = k.rows, r = pr.rank;
     if (alpha == 1.0) return Graph::full(n, m, causal);  // softmax: every allowed key has weight
     std::vector<float> qp = pr.project_queries(q), kp = pr.project_keys(k);
+    // Steps of 1 level for the float estimate: each row's largest |entry|.
+    const double levels = bits_ == 0 ? 1.0 : static_cast<double>((1 << (bits_ - 1)) - 1);
+    std::vector<double> q_steps = row_steps(qp, r, levels), k_steps = row_steps(kp, r, levels);
+    check_estimate_range(kMethod, q_steps.data(), n, k_steps.data(), m, r, levels);
     if (bits_ == 0) return cut_estimated_rows(FloatEstimate(std::move(qp), std::move(kp), r), n, m, causal, alpha, margin_);
-    std::vector<double> q_steps = quantize_rows(qp, r), k_steps = quantize_rows(kp, r);
-    return cut_estimated_rows(QuantizedEstimate(to_codes(qp), to_codes(kp), std::move(q_steps), std::move(k_steps), r),
-                              n, m, causal, alpha, margin_);
+    std::vector<std::int16_t> q_codes = to_codes(qp, q_steps, r), k_codes = to_codes(kp, k_steps, r);
+    return cut_estimated_rows(
+        QuantizedEstimate(std::move(q_codes), std::move(k_codes), std::move(q_steps), std::move(k_steps), r), n, m,
+        causal, alpha, margin_);
   }
 
-  // The integer codes of quantize_rows' output (|code| <= 127).
-  static std::vector<std::int16_t> to_codes(const std::vector<float>& v) {
-    std::vector<std::int16_t> codes(v.size());
-    for (std::size_t c = 0; c < v.size(); ++c) codes[c] = static_cast<std::int16_t>(v[c]);
+  // Each row's step: its largest |entry| / levels (v is rows x r).
+  static std::vector<double> row_steps(const std::vector<float>& v, std::size_t r, double levels) {
+    const std::size_t rows = r == 0 ? 0 : v.size() / r;
+    std::vector<double> steps(rows, 0.0);
+    for (std::size_t i = 0; i < rows; ++i) {
+      double top = 0.0;
+      for (std::size_t c = 0; c < r; ++c) top = std::max(top, std::fabs(static_cast<double>(v[i * r + c])));
+      steps[i] = top / levels;
+    }
+    return steps;
+  }
+
+  // The integer codes round(x / step) of each row x of v (rows x r), finite
+  // steps; rows of step 0 are zeros. Codes of at most 8 bits over r <= 256
+  // columns have dot products below 2^24, exact in float32 whatever the
+  // summation order, so every instruction set finds the same estimate.
+  static std::vector<std::int16_t> to_codes(const std::vector<float>& v, const std::vector<double>& steps,
+                                            std::size_t r) {
+    std::vector<std::int16_t> codes(v.size(), 0);
+    for (std::size_t i = 0; i < steps.size(); ++i)
+      if (steps[i] > 0.0)
+        for (std::size_t c = 0; c < r; ++c)
+          codes[i * r + c] =
+              static_cast<std::int16_t>(round_half_away(static_cast<double>(v[i * r + c]) / steps[i]));
     return codes;
   }
 
@@ -269,31 +295,6 @@ class LowRankThresholdPredictor final : public Predictor {
   static double round_half_away(double x) {
     const double t = static_cast<double>(static_cast<std::int32_t>(x));
     return t + std::copysign(static_cast<double>(std::fabs(x - t) >= 0.5), x);
-  }
-
-  // With bits > 0, replaces each row x of v (rows x r) by its integer codes
-  // round(x / step), step = max|x| / (2^(bits-1) - 1), and returns the steps
-  // (empty for bits = 0). Codes of at most 8 bits over r <= 256 columns have
-  // dot products below 2^24, exact in float32 whatever the summation order,
-  // so every instruction set finds the same estimate.
-  std::vector<double> quantize_rows(std::vector<float>& v, std::size_t r) const {
-    if (bits_ == 0) return {};
-    const double levels = static_cast<double>((1 << (bits_ - 1)) - 1);
-    const std::size_t rows = r == 0 ? 0 : v.size() / r;
-    std::vector<double> steps(rows, 0.0);
-    for (std::size_t i = 0; i < rows; ++i) {
-      float* x = v.data() + i * r;
-      double top = 0.0;
-      for (std::size_t c = 0; c < r; ++c) top = std::max(top, std::fabs(static_cast<double>(x[c])));
-      const double step = top / levels;
-      steps[i] = step;
-      if (top > 0.0) {
-        for (std::size_t c = 0; c < r; ++c) x[c] = static_cast<float>(round_half_away(static_cast<double>(x[c]) / step));
-      } else {
-        std::fill(x, x + r, 0.0f);
-      }
-    }
-    return steps;
   }
 
   std::string parameters_json() const override {

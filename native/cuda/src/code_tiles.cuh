@@ -72,7 +72,9 @@ static __global__ void quantize_rows_kernel(const float* x, std::size_t rows, st
       std::uint32_t word = 0;
       for (std::size_t b = 0; b < 4; ++b) {
         const std::size_t c = 4 * w + b;
-        const double code = c < r && top > 0.0 ? round_half_away(static_cast<double>(row[c]) / step) : 0.0;
+        // A projection that overflowed (step inf) has no codes; the caller refuses it.
+        const double code =
+            c < r && top > 0.0 && isfinite(step) ? round_half_away(static_cast<double>(row[c]) / step) : 0.0;
         magnitude += static_cast<int>(fabs(code));
         word |= static_cast<std::uint32_t>(static_cast<std::uint8_t>(static_cast<std::int8_t>(code))) << (8 * b);
       }

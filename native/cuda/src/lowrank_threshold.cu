@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "backend_kernels.hpp"
 #include "checks.cuh"
@@ -37,6 +38,7 @@
 #include "head_scan.hpp"
 #include "kernel_launch.cuh"
 #include "mma_ptx.cuh"
+#include "predictors/estimate_range.hpp"
 #include "predictors/theta_steps.hpp"
 #include "predictors_common.cuh"
 
@@ -237,6 +239,10 @@ Graph lowrank_threshold_pattern(const LowRankThresholdHead& head, ConstMatrix<fl
                   ErrorCode::bad_value);
   const Codes qc = project_and_quantize(q.data, n, d, head.wq, head.bits, kTileQueries);
   const Codes kc = project_and_quantize(k.data, m, d, head.wk, head.bits, kTileKeys);
+  // Projections too large to estimate: the CPU's errors, from the same steps.
+  const std::vector<double> q_steps = detail::download_vector(qc.steps), k_steps = detail::download_vector(kc.steps);
+  ::entgraph::detail::check_estimate_range(kMethod, q_steps.data(), n, k_steps.data(), m, head.wq.cols,
+                                           static_cast<double>((1 << (head.bits - 1)) - 1));
   const Tiles tiles{qc.words.data(),
                     kc.words.data(),
                     qc.steps.data(),
