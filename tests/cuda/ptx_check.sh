@@ -1,19 +1,26 @@
 #!/bin/bash
 # The batched attention kernels (forward and backward) must run on tensor
-# cores: compile their sources to PTX for sm_80 and sm_90, with the
-# library's flags, and require
-# the instructions the design rests on (docs/CUDA.md, "The batched
-# tensor-core path"): mma.sync m16n8k16 with bfloat16 and with float16
-# operands (float32 accumulators), ldmatrix.trans for V, and cp.async for the
-# K/V tiles; and the byte-code products (lowrank-threshold, exact mode's
-# bounds) must run on the byte tensor cores (mma.sync m16n8k32 s8). Machines without a GPU have nvcc but no cuobjdump, so the PTX
-# is what can be checked; a rewrite that loses an instruction fails here.
-#   tests/cuda/ptx_check.sh NVCC SOURCE_DIR WORK_DIR
+# cores: the PTX the library's build compiled them to for sm_80 and sm_90
+# (kept by nvcc, native/cuda/CMakeLists.txt) must hold the instructions the
+# design rests on (docs/CUDA.md, "The batched tensor-core path"): mma.sync
+# m16n8k16 with bfloat16 and with float16 operands (float32 accumulators),
+# ldmatrix.trans for V, and cp.async for the K/V tiles; and the byte-code
+# products (lowrank-threshold, exact mode's bounds) must run on the byte
+# tensor cores (mma.sync m16n8k32 s8). Machines without a GPU have nvcc but
+# no cuobjdump, so the PTX is what can be checked; a rewrite that loses an
+# instruction fails here.
+#   tests/cuda/ptx_check.sh PTX_DIR
 set -u
-nvcc=$1
-src=$2
-work=$3
-mkdir -p "$work"
+dir=$1
+# The PTX of source NAME.cu for sm_ARCH, or a failure naming it.
+ptx_of() {
+  local file=$dir/$1.compute_$2.ptx
+  if [ ! -s "$file" ]; then
+    echo "FAILED: $file is missing: build the library first (nvcc keeps it there)" >&2
+    return 1
+  fi
+  echo "$file"
+}
 required=(
   'mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32'
   'mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32'
@@ -25,11 +32,7 @@ required=(
 status=0
 for d in 64 128; do
   for arch in 80 90; do
-    ptx=$work/batched_attention_hdim${d}_sm${arch}.ptx
-    if ! "$nvcc" -ptx -arch=compute_$arch -std=c++17 -O3 -DNDEBUG --expt-relaxed-constexpr \
-        -I"$src/native/cuda/include" -I"$src/native/cuda/internal" -I"$src/native/cuda/src" -I"$src/core/include" \
-        "$src/native/cuda/src/batched_attention_hdim$d.cu" -o "$ptx"; then
-      echo "FAILED: nvcc -ptx of batched_attention_hdim$d.cu for sm_$arch"
+    if ! ptx=$(ptx_of batched_attention_hdim$d $arch); then
       status=1
       continue
     fi
@@ -67,11 +70,7 @@ done
 for spec in lowrank_threshold:code_tiles_kernel:3 exact_graph_attention:bounded_keys_kernel:2; do
   IFS=: read -r file kernel expected <<< "$spec"
   for arch in 80 90; do
-    ptx=$work/${file}_sm${arch}.ptx
-    if ! "$nvcc" -ptx -arch=compute_$arch -std=c++17 -O3 -DNDEBUG --expt-relaxed-constexpr \
-        -I"$src/native/cuda/include" -I"$src/native/cuda/internal" -I"$src/native/cuda/src" -I"$src/core/include" \
-        -I"$src/core/src" "$src/native/cuda/src/$file.cu" -o "$ptx"; then
-      echo "FAILED: nvcc -ptx of $file.cu for sm_$arch"
+    if ! ptx=$(ptx_of $file $arch); then
       status=1
       continue
     fi
