@@ -155,23 +155,29 @@ TEST_SUITE("attention") {
 
   TEST_CASE("block-sparse attention: every block kept is batched attention; rows with no block are zeros") {
     const BatchedShape s = shape();
-    for (bool causal : {false, true}) {
-      CAPTURE(causal);
-      Batched dense(s, DType::bfloat16, DType::float32, Layout::bhnd), sparse(s, DType::bfloat16, DType::float32,
-                                                                             Layout::bhnd);
-      dense.o.causal = sparse.o.causal = causal;
-      dense.fill(7);
-      sparse.fill(7);
-      batched_attention_forward(dense.q.cview(), dense.k.cview(), dense.v.cview(), dense.grad_q.view(), dense.o);
-      run_forward(sparse, BlockGraph::full(1, 1, s.n, s.m, 16, 16, causal));
-      double worst = 0.0;
-      for (std::size_t b = 0; b < s.batch; ++b)
-        for (std::size_t h = 0; h < s.hq; ++h)
-          for (std::size_t i = 0; i < s.n; ++i)
-            for (std::size_t c = 0; c < s.d; ++c)
-              worst = std::max(worst, std::abs(dense.grad_q.get(b, h, i, c) - sparse.grad_q.get(b, h, i, c)));
-      CHECK(worst <= 1e-5);
-    }
+    // Blocks of 16, and blocks as large as a size can be (one block; ceil(n /
+    // block) must not overflow).
+    for (const std::size_t block : {std::size_t{16}, std::numeric_limits<std::size_t>::max()})
+      for (bool causal : {false, true}) {
+        CAPTURE(causal);
+        CAPTURE(block);
+        Batched dense(s, DType::bfloat16, DType::float32, Layout::bhnd),
+            sparse(s, DType::bfloat16, DType::float32, Layout::bhnd);
+        dense.o.causal = sparse.o.causal = causal;
+        dense.fill(7);
+        sparse.fill(7);
+        batched_attention_forward(dense.q.cview(), dense.k.cview(), dense.v.cview(), dense.grad_q.view(), dense.o);
+        const BlockGraph all = BlockGraph::full(1, 1, s.n, s.m, block, block, causal);
+        CHECK(all.query_blocks() == (block == 16 ? (s.n + 15) / 16 : 1));
+        run_forward(sparse, all);
+        double worst = 0.0;
+        for (std::size_t b = 0; b < s.batch; ++b)
+          for (std::size_t h = 0; h < s.hq; ++h)
+            for (std::size_t i = 0; i < s.n; ++i)
+              for (std::size_t c = 0; c < s.d; ++c)
+                worst = std::max(worst, std::abs(dense.grad_q.get(b, h, i, c) - sparse.grad_q.get(b, h, i, c)));
+        CHECK(worst <= 1e-5);
+      }
     // A graph without blocks: every row attends to nothing.
     Batched p(s, DType::float32, DType::float32, Layout::bhnd);
     p.fill(8);
