@@ -22,12 +22,15 @@
 #include "batched_attention_traits.cuh"
 #include "head_scan.hpp"
 #include "checks.cuh"
+#include "csr_rows.cuh"
 #include "entgraph/backend.hpp"
 #include "entgraph/batched_attention.hpp"
 #include "entgraph/block_graph.hpp"
+#include "entgraph/block_sparse_attention.hpp"
 #include "entgraph/cuda/attention.hpp"
 #include "entgraph/cuda/batched_attention.hpp"
 #include "entgraph/cuda/device.hpp"
+#include "entgraph/cuda/device_block_graph.hpp"
 #include "mma_ptx.cuh"
 
 namespace entgraph::cuda {
@@ -296,6 +299,94 @@ DeviceBlocks device_blocks(const BlockGraph& g, const char* op) {
   return d;
 }
 
+// The transpose of a device block graph, one thread per (graph, key block)
+// column c: how many block rows list it (counts[c], kFill false) or, from
+// key_offsets[c], their query blocks in ascending order. A binary search per
+// block row: deterministic, without atomics.
+template <bool kFill>
+__global__ void transpose_blocks_kernel(const std::size_t* offsets, const std::uint32_t* blocks, std::size_t graphs,
+                                        std::size_t qb, std::size_t kb, std::size_t* counts,
+                                        const std::size_t* key_offsets, std::int32_t* query_rows) {
+  const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
+  for (std::size_t c = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; c < graphs * kb; c += stride) {
+    const std::size_t x = c / kb;
+    const std::uint32_t j = static_cast<std::uint32_t>(c % kb);
+    std::size_t found = 0, pos = kFill ? key_offsets[c] : 0;
+    for (std::size_t i = 0; i < qb; ++i) {
+      const std::size_t r = x * qb + i, end = offsets[r + 1];
+      std::size_t lo = offsets[r], hi = end;
+      while (lo < hi) {
+        const std::size_t mid = lo + (hi - lo) / 2;
+        if (blocks[mid] < j)
+          lo = mid + 1;
+        else
+          hi = mid;
+      }
+      if (lo < end && blocks[lo] == j) {
+        if (kFill)
+          query_rows[pos++] = static_cast<std::int32_t>(i);
+        else
+          ++found;
+      }
+    }
+    if (!kFill) counts[c] = found;
+  }
+}
+
+// out[i] = in[i] as int32 (the values fit: checked by the caller).
+template <class T>
+__global__ void narrow_kernel(const T* in, std::size_t count, std::int32_t* out) {
+  const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
+  for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += stride)
+    out[i] = static_cast<std::int32_t>(in[i]);
+}
+
+template <class T>
+DeviceArray<std::int32_t> narrowed(const T* in, std::size_t count, cudaStream_t stream, const char* what) {
+  DeviceArray<std::int32_t> out(count > 0 ? count : 1, what);  // never empty: the kernels' arrays are never null
+  if (count > 0) {
+    launch(narrow_kernel<T>, detail::grid_for(count, 256), 256, 0, stream, in, count, out.data());
+    check(cudaGetLastError(), what);
+  }
+  return out;
+}
+
+// The same layout from a block graph in device memory, built on `stream`.
+DeviceBlocks device_blocks(const DeviceBlockGraph& g, const char* op, cudaStream_t stream) {
+  if (g.query_block != static_cast<std::size_t>(kBlockM) || g.key_block != static_cast<std::size_t>(kBlockN))
+    detail::argument_error(op, "graph.query_block and graph.key_block are not supported (got " + num(g.query_block) +
+                                   " and " + num(g.key_block) + ", expected 64 and 64: the kernels' tiles)");
+  if (g.kept() > static_cast<std::size_t>(INT_MAX))
+    detail::argument_error(op, "graph has too many blocks (got " + num(g.kept()) + ", expected at most " +
+                                   num(static_cast<std::size_t>(INT_MAX)) + ")");
+  const std::size_t graphs = g.batch * g.heads, qb = g.query_blocks(), kb = g.key_blocks(), columns = graphs * kb;
+  if (g.offsets.size() != graphs * qb + 1)
+    detail::argument_error(op, "graph.offsets has " + num(g.offsets.size()) +
+                                   " entries, expected batch x heads x query blocks + 1 = " + num(graphs * qb + 1));
+  const char* what = "block_sparse_attention: the graph's layout";
+  DeviceBlocks d;
+  d.offsets = narrowed(g.offsets.data(), g.offsets.size(), stream, what);
+  d.cols = narrowed(g.blocks.data(), g.kept(), stream, what);
+  DeviceArray<std::size_t> key_offsets = detail::zeroed_counts(columns, stream, what);
+  d.query_rows = DeviceArray<std::int32_t>(g.kept() > 0 ? g.kept() : 1, what);
+  if (columns > 0) {
+    const unsigned grid = detail::grid_for(columns, 256);
+    launch(transpose_blocks_kernel<false>, grid, 256, 0, stream, g.offsets.data(), g.blocks.data(), graphs, qb, kb,
+           key_offsets.data(), nullptr, nullptr);
+    check(cudaGetLastError(), what);
+    detail::exclusive_scan(key_offsets.data(), columns + 1, stream, what);
+    launch(transpose_blocks_kernel<true>, grid, 256, 0, stream, g.offsets.data(), g.blocks.data(), graphs, qb, kb,
+           nullptr, key_offsets.data(), d.query_rows.data());
+    check(cudaGetLastError(), what);
+  }
+  d.key_offsets = narrowed(key_offsets.data(), columns + 1, stream, what);
+  // key_offsets (size_t) is freed at return: the narrowing must be done with it.
+  check(cudaStreamSynchronize(stream), what);
+  d.batch = static_cast<int>(g.batch);
+  d.heads = static_cast<int>(g.heads);
+  return d;
+}
+
 // The kernel's view of q, k, v, out (out.data may be null) and the options.
 BatchedParams batched_params(ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor v, BatchedTensor out,
                              const BatchedAttentionOptions& options, const Weighting& w,
@@ -362,17 +453,16 @@ void run_sixteen_bit(ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTen
 // What the GPU adds to the contract's checks: what it cannot run, device
 // pointers, alignment. Returns the resolved transform.
 Weighting check_device_call(ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor v, BatchedTensor out,
-                            const BatchedAttentionOptions& options) {
-  const Weighting w = detail::make_weighting(options.transform, options.scale, q.cols, kOp, "options.transform");
-  check_supported(q.dtype, q.batch, q.heads, q.rows, k.rows, q.cols, v.cols, kOp);
-  check_pointers(kOp, {{"q.data", q.data}, {"k.data", k.data}, {"v.data", v.data}, {"out.data", out.data}},
-                 options);
+                            const BatchedAttentionOptions& options, const char* op = kOp) {
+  const Weighting w = detail::make_weighting(options.transform, options.scale, q.cols, op, "options.transform");
+  check_supported(q.dtype, q.batch, q.heads, q.rows, k.rows, q.cols, v.cols, op);
+  check_pointers(op, {{"q.data", q.data}, {"k.data", k.data}, {"v.data", v.data}, {"out.data", out.data}}, options);
   if (sixteen_bit(q.dtype)) {
     const char* why = "rows are copied 16 bytes at a time";
-    check_strides(q, "q", 8, why);
-    check_strides(k, "k", 8, why);
-    check_strides(v, "v", 8, why);
-    check_strides(as_const(out), "out", 2, "outputs are written two at a time");
+    check_strides(q, "q", 8, why, op);
+    check_strides(k, "k", 8, why, op);
+    check_strides(v, "v", 8, why, op);
+    check_strides(as_const(out), "out", 2, "outputs are written two at a time", op);
   } else {
     for (const auto& [name, t] :
          {std::pair<const char*, ConstBatchedTensor>{"q", q}, {"k", k}, {"v", v}, {"out", as_const(out)}}) {
@@ -627,9 +717,10 @@ void run_backward(ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor
 // check_backward_supported, then device pointers and alignment.
 Weighting check_backward_device_call(ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor v,
                                      ConstBatchedTensor grad_out, BatchedTensor grad_q, BatchedTensor grad_k,
-                                     BatchedTensor grad_v, const BatchedAttentionOptions& options) {
-  const Weighting w = check_backward_supported(q, k, v, grad_out, options);
-  check_pointers(kBackwardOp,
+                                     BatchedTensor grad_v, const BatchedAttentionOptions& options,
+                                     const char* op = kBackwardOp) {
+  const Weighting w = check_backward_supported(q, k, v, grad_out, options, op);
+  check_pointers(op,
                  {{"q.data", q.data},
                   {"k.data", k.data},
                   {"v.data", v.data},
@@ -640,13 +731,13 @@ Weighting check_backward_device_call(ConstBatchedTensor q, ConstBatchedTensor k,
                  options);
   const char* copied = "rows are copied 16 bytes at a time";
   const char* paired = "gradients are written two at a time";
-  check_strides(q, "q", 8, copied, kBackwardOp);
-  check_strides(k, "k", 8, copied, kBackwardOp);
-  check_strides(v, "v", 8, copied, kBackwardOp);
-  check_strides(grad_out, "grad_out", 8, copied, kBackwardOp);
-  check_strides(as_const(grad_q), "grad_q", 2, paired, kBackwardOp);
-  check_strides(as_const(grad_k), "grad_k", 2, paired, kBackwardOp);
-  check_strides(as_const(grad_v), "grad_v", 2, paired, kBackwardOp);
+  check_strides(q, "q", 8, copied, op);
+  check_strides(k, "k", 8, copied, op);
+  check_strides(v, "v", 8, copied, op);
+  check_strides(grad_out, "grad_out", 8, copied, op);
+  check_strides(as_const(grad_q), "grad_q", 2, paired, op);
+  check_strides(as_const(grad_k), "grad_k", 2, paired, op);
+  check_strides(as_const(grad_v), "grad_v", 2, paired, op);
   return w;
 }
 
@@ -739,6 +830,49 @@ void detail::host_block_sparse_attention_backward(ConstBatchedTensor q, ConstBat
   const Weighting w = check_backward_supported(q, k, v, grad_out, options, kBlockBackwardOp);
   const DeviceBlocks blocks = device_blocks(graph, kBlockBackwardOp);
   run_backward_from_host(q, k, v, grad_out, grad_q, grad_k, grad_v, options, w, &blocks);
+}
+
+namespace {
+
+// The shape of a device block graph, for the core's check of it against q
+// and k (which reads no offsets or blocks).
+BlockGraph shape_of(const DeviceBlockGraph& g) {
+  BlockGraph shape;
+  shape.batch = g.batch;
+  shape.heads = g.heads;
+  shape.queries = g.queries;
+  shape.keys = g.keys;
+  shape.query_block = g.query_block;
+  shape.key_block = g.key_block;
+  return shape;
+}
+
+}  // namespace
+
+// Block-sparse attention on device tensors and a device graph: the device
+// entry points' checks, the graph's shape, then its layout and the kernels.
+void block_sparse_attention_forward(ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor v,
+                                    const DeviceBlockGraph& graph, BatchedTensor out,
+                                    const BatchedAttentionOptions& options, cudaStream_t stream) {
+  check_batched_attention(q, k, v, out, options, kBlockForwardOp, false);
+  check_sixteen_bit(q, kBlockForwardOp, "blocks");
+  const Weighting w = check_device_call(q, k, v, out, options, kBlockForwardOp);
+  check_block_graph_shape(shape_of(graph), q, k, kBlockForwardOp);
+  const DeviceBlocks blocks = device_blocks(graph, kBlockForwardOp, stream);
+  run_sixteen_bit(q, k, v, out, options, BatchedAttentionTuning{}, w, nullptr, 0, stream, nullptr, &blocks);
+  check(cudaStreamSynchronize(stream), kBlockForwardOp);  // before the layout is freed
+}
+
+void block_sparse_attention_backward(ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor v,
+                                     const DeviceBlockGraph& graph, ConstBatchedTensor grad_out, BatchedTensor grad_q,
+                                     BatchedTensor grad_k, BatchedTensor grad_v, const BatchedAttentionOptions& options,
+                                     cudaStream_t stream) {
+  check_batched_attention_backward(q, k, v, grad_out, grad_q, grad_k, grad_v, options, kBlockBackwardOp, false);
+  const Weighting w = check_backward_device_call(q, k, v, grad_out, grad_q, grad_k, grad_v, options, kBlockBackwardOp);
+  check_block_graph_shape(shape_of(graph), q, k, kBlockBackwardOp);
+  const DeviceBlocks blocks = device_blocks(graph, kBlockBackwardOp, stream);
+  run_backward(q, k, v, grad_out, grad_q, grad_k, grad_v, options, w, stream, &blocks);
+  check(cudaStreamSynchronize(stream), kBlockBackwardOp);  // before the layout is freed
 }
 
 }  // namespace entgraph::cuda

@@ -217,14 +217,14 @@ Codes project_and_quantize(const float* x, std::size_t rows, std::size_t d, Cons
   return quantize_codes(projected.data(), rows, w.cols, bits, tile, 1.0, false, kOp);
 }
 
-Graph lowrank_threshold_pattern(const LowRankThresholdHead& head, ConstMatrix<float> q, ConstMatrix<float> k,
-                                bool causal, bool on_device) {
+DeviceGraph lowrank_threshold_pattern(const LowRankThresholdHead& head, ConstMatrix<float> q, ConstMatrix<float> k,
+                                      bool causal, bool on_device) {
   detail::check_graph_size(q.rows, k.rows, kOp);
   if (head.wq.cols > kMaxChunks * kChunk)
     detail::argument_error(
         kOp, std::string(kMethod) + ": r = " + std::to_string(head.wq.cols) + " is above the GPU kernel's 256");
   const std::size_t n = q.rows, m = k.rows, d = q.cols;
-  if (n == 0 || m == 0) return Graph::empty(n, m);
+  if (n == 0 || m == 0) return detail::upload_valid(Graph::empty(n, m), kOp);
   const detail::DeviceInputs in = detail::device_inputs(q, k, on_device, kOp);
   q = in.q;
   k = in.k;
@@ -303,19 +303,26 @@ Graph lowrank_threshold_pattern(const LowRankThresholdHead& head, ConstMatrix<fl
              nullptr, g.offsets.data(), g.indices.data(), nullptr);
     check(cudaGetLastError(), kOp);
   }
-  return g.download();
+  check(cudaStreamSynchronize(nullptr), kOp);  // before the candidates' arrays are freed
+  return g;
 }
 
 }  // namespace
 
 Graph lowrank_threshold_graph(const LowRankThresholdHead& head, const float* q, std::size_t n, const float* k,
                               std::size_t m, std::size_t d, bool causal) {
+  return lowrank_threshold_pattern(head, ConstMatrix<float>(q, n, d), ConstMatrix<float>(k, m, d), causal, true)
+      .download();
+}
+
+DeviceGraph lowrank_threshold_device_graph(const LowRankThresholdHead& head, const float* q, std::size_t n,
+                                           const float* k, std::size_t m, std::size_t d, bool causal) {
   return lowrank_threshold_pattern(head, ConstMatrix<float>(q, n, d), ConstMatrix<float>(k, m, d), causal, true);
 }
 
 Graph detail::host_lowrank_threshold_pattern(const LowRankThresholdHead& head, ConstMatrix<float> q,
                                              ConstMatrix<float> k, bool causal) {
-  return lowrank_threshold_pattern(head, q, k, causal, false);
+  return lowrank_threshold_pattern(head, q, k, causal, false).download();
 }
 
 Graph detail::device_lowrank_threshold_pattern(const LowRankThresholdHead& head, ConstMatrix<float> q,
@@ -323,7 +330,7 @@ Graph detail::device_lowrank_threshold_pattern(const LowRankThresholdHead& head,
   // The graph comes back to the host: wait for the caller's stream to have
   // written q and k, then run to the end.
   if (const cudaStream_t stream = current_stream()) synchronize(stream);
-  return lowrank_threshold_pattern(head, q, k, causal, true);
+  return lowrank_threshold_pattern(head, q, k, causal, true).download();
 }
 
 }  // namespace entgraph::cuda

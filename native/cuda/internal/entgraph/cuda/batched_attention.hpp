@@ -35,6 +35,7 @@
 #include <cstddef>
 
 #include "entgraph/batched_attention.hpp"
+#include "entgraph/cuda/device_block_graph.hpp"
 #include "entgraph/cuda/device.hpp"
 
 namespace entgraph::cuda {
@@ -85,5 +86,21 @@ void batched_attention_backward(ConstBatchedTensor q, ConstBatchedTensor k, Cons
                                 ConstBatchedTensor grad_out, BatchedTensor grad_q, BatchedTensor grad_k,
                                 BatchedTensor grad_v, const BatchedAttentionOptions& options,
                                 cudaStream_t stream = nullptr);
+
+// Block-sparse attention (entgraph/block_sparse_attention.hpp) on device
+// tensors and a block graph in device memory (device_block_graph.hpp, for
+// example block_cover of a predictor's device graph), forward and
+// gradients: the batched entry points' contract above, 16-bit q, k and v,
+// and blocks of 64 x 64; graph.batch and graph.heads are B and Hq or 1
+// (shared). The graph's layout for the kernels (its transpose, for the key
+// gradients) is built on `stream`, which these wait for once. Call them
+// qualified, as above.
+void block_sparse_attention_forward(ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor v,
+                                    const DeviceBlockGraph& graph, BatchedTensor out,
+                                    const BatchedAttentionOptions& options, cudaStream_t stream = nullptr);
+void block_sparse_attention_backward(ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor v,
+                                     const DeviceBlockGraph& graph, ConstBatchedTensor grad_out, BatchedTensor grad_q,
+                                     BatchedTensor grad_k, BatchedTensor grad_v,
+                                     const BatchedAttentionOptions& options, cudaStream_t stream = nullptr);
 
 }  // namespace entgraph::cuda

@@ -107,6 +107,10 @@ Graph distance_graph(MatrixView<const float> qp, MatrixView<const float> kp, dou
 // Throws the CPU's message for a NaN or infinity in q or k, and for r > 256.
 Graph lowrank_threshold_graph(const LowRankThresholdHead& head, const float* q, std::size_t n, const float* k,
                               std::size_t m, std::size_t d, bool causal);
+// The same graph left in device memory (for block_cover and block-sparse
+// attention on the GPU without a round trip through the host).
+DeviceGraph lowrank_threshold_device_graph(const LowRankThresholdHead& head, const float* q, std::size_t n,
+                                           const float* k, std::size_t m, std::size_t d, bool causal);
 
 // ---- metrics ----
 
