@@ -265,13 +265,20 @@ struct DeviceBlocks {
   int batch = 1, heads = 1;
 };
 
-DeviceBlocks device_blocks(const BlockGraph& g, const char* op) {
+// What the kernels take of a block graph (host or device): their tiles'
+// block sizes, and int32 block indices.
+template <class Blocks>
+void check_kernel_blocks(const Blocks& g, const char* op) {
   if (g.query_block != static_cast<std::size_t>(kBlockM) || g.key_block != static_cast<std::size_t>(kBlockN))
     detail::argument_error(op, "graph.query_block and graph.key_block are not supported (got " + num(g.query_block) +
                                    " and " + num(g.key_block) + ", expected 64 and 64: the kernels' tiles)");
   if (g.kept() > static_cast<std::size_t>(INT_MAX))
     detail::argument_error(op, "graph has too many blocks (got " + num(g.kept()) + ", expected at most " +
                                    num(static_cast<std::size_t>(INT_MAX)) + ")");
+}
+
+DeviceBlocks device_blocks(const BlockGraph& g, const char* op) {
+  check_kernel_blocks(g, op);
   const std::size_t graphs = g.batch * g.heads, qb = g.query_blocks(), kb = g.key_blocks();
   std::vector<std::int32_t> offsets(g.offsets.begin(), g.offsets.end()), cols(g.blocks.begin(), g.blocks.end());
   std::vector<std::int32_t> key_offsets(graphs * kb + 1, 0), query_rows(g.kept());
@@ -353,12 +360,7 @@ DeviceArray<std::int32_t> narrowed(const T* in, std::size_t count, cudaStream_t 
 
 // The same layout from a block graph in device memory, built on `stream`.
 DeviceBlocks device_blocks(const DeviceBlockGraph& g, const char* op, cudaStream_t stream) {
-  if (g.query_block != static_cast<std::size_t>(kBlockM) || g.key_block != static_cast<std::size_t>(kBlockN))
-    detail::argument_error(op, "graph.query_block and graph.key_block are not supported (got " + num(g.query_block) +
-                                   " and " + num(g.key_block) + ", expected 64 and 64: the kernels' tiles)");
-  if (g.kept() > static_cast<std::size_t>(INT_MAX))
-    detail::argument_error(op, "graph has too many blocks (got " + num(g.kept()) + ", expected at most " +
-                                   num(static_cast<std::size_t>(INT_MAX)) + ")");
+  check_kernel_blocks(g, op);
   const std::size_t graphs = g.batch * g.heads, qb = g.query_blocks(), kb = g.key_blocks(), columns = graphs * kb;
   if (g.offsets.size() != graphs * qb + 1)
     detail::argument_error(op, "graph.offsets has " + num(g.offsets.size()) +
@@ -832,23 +834,6 @@ void detail::host_block_sparse_attention_backward(ConstBatchedTensor q, ConstBat
   run_backward_from_host(q, k, v, grad_out, grad_q, grad_k, grad_v, options, w, &blocks);
 }
 
-namespace {
-
-// The shape of a device block graph, for the core's check of it against q
-// and k (which reads no offsets or blocks).
-BlockGraph shape_of(const DeviceBlockGraph& g) {
-  BlockGraph shape;
-  shape.batch = g.batch;
-  shape.heads = g.heads;
-  shape.queries = g.queries;
-  shape.keys = g.keys;
-  shape.query_block = g.query_block;
-  shape.key_block = g.key_block;
-  return shape;
-}
-
-}  // namespace
-
 // Block-sparse attention on device tensors and a device graph: the device
 // entry points' checks, the graph's shape, then its layout and the kernels.
 void block_sparse_attention_forward(ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor v,
@@ -857,7 +842,7 @@ void block_sparse_attention_forward(ConstBatchedTensor q, ConstBatchedTensor k, 
   check_batched_attention(q, k, v, out, options, kBlockForwardOp, false);
   check_sixteen_bit(q, kBlockForwardOp, "blocks");
   const Weighting w = check_device_call(q, k, v, out, options, kBlockForwardOp);
-  check_block_graph_shape(shape_of(graph), q, k, kBlockForwardOp);
+  check_block_graph_shape(graph.shape(), q, k, kBlockForwardOp);
   const DeviceBlocks blocks = device_blocks(graph, kBlockForwardOp, stream);
   run_sixteen_bit(q, k, v, out, options, BatchedAttentionTuning{}, w, nullptr, 0, stream, nullptr, &blocks);
   check(cudaStreamSynchronize(stream), kBlockForwardOp);  // before the layout is freed
@@ -869,7 +854,7 @@ void block_sparse_attention_backward(ConstBatchedTensor q, ConstBatchedTensor k,
                                      cudaStream_t stream) {
   check_batched_attention_backward(q, k, v, grad_out, grad_q, grad_k, grad_v, options, kBlockBackwardOp, false);
   const Weighting w = check_backward_device_call(q, k, v, grad_out, grad_q, grad_k, grad_v, options, kBlockBackwardOp);
-  check_block_graph_shape(shape_of(graph), q, k, kBlockBackwardOp);
+  check_block_graph_shape(graph.shape(), q, k, kBlockBackwardOp);
   const DeviceBlocks blocks = device_blocks(graph, kBlockBackwardOp, stream);
   run_backward(q, k, v, grad_out, grad_q, grad_k, grad_v, options, w, stream, &blocks);
   check(cudaStreamSynchronize(stream), kBlockBackwardOp);  // before the layout is freed

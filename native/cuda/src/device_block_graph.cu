@@ -104,13 +104,7 @@ DeviceBlockGraph DeviceBlockGraph::upload(const BlockGraph& g) {
 BlockGraph DeviceBlockGraph::download() const {
   // Kernels that filled this graph may still run on another stream.
   check(cudaDeviceSynchronize(), "DeviceBlockGraph::download");
-  BlockGraph g;
-  g.batch = batch;
-  g.heads = heads;
-  g.queries = queries;
-  g.keys = keys;
-  g.query_block = query_block;
-  g.key_block = key_block;
+  BlockGraph g = shape();
   g.offsets.resize(offsets.size());
   g.blocks.resize(blocks.size());
   offsets.download(g.offsets.data());

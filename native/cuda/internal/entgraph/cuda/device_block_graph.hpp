@@ -34,6 +34,9 @@ struct DeviceBlockGraph {
   std::size_t query_blocks() const { return queries == 0 ? 0 : (queries - 1) / query_block + 1; }
   std::size_t key_blocks() const { return keys == 0 ? 0 : (keys - 1) / key_block + 1; }
   std::size_t kept() const { return blocks.size(); }
+  // Its sizes as a BlockGraph without blocks (BlockGraph::empty), for the
+  // core's shape checks; throws for a block size of 0.
+  BlockGraph shape() const { return BlockGraph::empty(batch, heads, queries, keys, query_block, key_block); }
 
   // A copy of g on the device. Throws entgraph::Error (BlockGraph::validate,
   // naming "DeviceBlockGraph::upload") unless g is valid.
