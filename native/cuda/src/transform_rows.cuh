@@ -27,7 +27,13 @@ constexpr unsigned kMaxThreads = 256;
 // Rows up to this many entries are staged in shared memory (32 KiB, under the
 // 48 KiB a block gets without opting in, next to the reductions' slots).
 constexpr unsigned kMaxStagedCols = 8192;
+#if defined(ENTGRAPH_CUDA_EMULATOR)
+// The emulator runs every block on the CPU: a small grid keeps the test of
+// the rows past the grid (the blocks' row loop) cheap there.
+constexpr std::size_t kMaxGrid = 1024;
+#else
 constexpr std::size_t kMaxGrid = 65535;
+#endif
 
 // ---------------------------------------------------------------------------
 // Row access: entry i of the current row, -inf where the mask hides it.
