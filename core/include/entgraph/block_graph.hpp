@@ -26,9 +26,11 @@ struct BlockGraph {
   std::vector<std::size_t> offsets;              // batch x heads x query_blocks() + 1 entries, offsets[0] = 0
   std::vector<std::uint32_t> blocks;             // key block indices, ascending within each block row
 
-  // ceil(n / block) without overflow, whatever the block size (>= 1).
-  std::size_t query_blocks() const { return queries == 0 ? 0 : (queries - 1) / query_block + 1; }
-  std::size_t key_blocks() const { return keys == 0 ? 0 : (keys - 1) / key_block + 1; }
+  // The blocks of `block` that cut `size` rows: ceil(size / block), without
+  // overflow whatever the block size (>= 1).
+  static std::size_t blocks_of(std::size_t size, std::size_t block) { return size == 0 ? 0 : (size - 1) / block + 1; }
+  std::size_t query_blocks() const { return blocks_of(queries, query_block); }
+  std::size_t key_blocks() const { return blocks_of(keys, key_block); }
   // The index of block row I of graph (b, h) in offsets.
   std::size_t row(std::size_t b, std::size_t h, std::size_t block) const {
     return (b * heads + h) * query_blocks() + block;

@@ -81,8 +81,7 @@ class HeadBlocks {
     const double s = o.scale == 0.0 ? 1.0 / std::sqrt(static_cast<double>(q.cols)) : o.scale;
     scale_ = static_cast<float>(s);
   }
-  // ceil(n_ / query_block), for any block size.
-  std::size_t blocks() const { return n_ == 0 ? 0 : (n_ - 1) / g_.query_block + 1; }
+  std::size_t blocks() const { return BlockGraph::blocks_of(n_, g_.query_block); }
   std::size_t first_row(std::size_t blk) const { return blk * g_.query_block; }
   std::size_t rows(std::size_t blk) const { return std::min(n_, first_row(blk) + g_.query_block) - first_row(blk); }
   float scale() const { return scale_; }
@@ -232,7 +231,7 @@ void block_head_backward(const BlockGraph& g, std::size_t b, std::size_t hq, Con
   const auto kernel = detail::row_kernel<float>(o.transform, params, kBackward);
   const auto back = detail::row_backward_kernel<float>(o.transform, back_params, kBackward);
   const detail::MatmulKernels<float>& mk = detail::matmul_kernels_for<float>();
-  const std::size_t key_blocks = k.rows == 0 ? 0 : (k.rows - 1) / g.key_block + 1;  // any block size
+  const std::size_t key_blocks = BlockGraph::blocks_of(k.rows, g.key_block);
   // The group's query blocks keeping each key block, in increasing order:
   // (block, offset of its keys in the block's union, their count).
   struct Use {

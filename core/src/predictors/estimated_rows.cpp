@@ -17,6 +17,21 @@
 
 namespace entgraph::detail {
 
+namespace {
+
+// Each row's largest of every 64 keys of out (rows x keys, stride ldo) into
+// group_max (stride ldg), for the estimates that come without them.
+void store_group_maxima(const float* out, std::size_t rows, std::size_t keys, std::size_t ldo, float* group_max,
+                        std::size_t ldg) {
+  const MatmulKernels<float>& mk = matmul_kernels(cpu_isa());
+  constexpr std::size_t G = kCodeGroupKeys;
+  for (std::size_t i = 0; i < rows; ++i)
+    for (std::size_t g = 0; g * G < keys; ++g)
+      group_max[i * ldg + g] = mk.max_value(out + i * ldo + g * G, std::min(G, keys - g * G));
+}
+
+}  // namespace
+
 QuantizedEstimate::QuantizedEstimate(std::vector<std::int16_t> q, std::vector<std::int16_t> k,
                                      std::vector<double> q_steps, std::vector<double> k_steps, std::size_t r)
     : q_(std::move(q)), k_(std::move(k)), q_steps_(std::move(q_steps)), k_steps_(std::move(k_steps)), r_(r) {
@@ -42,12 +57,9 @@ QuantizedEstimate::QuantizedEstimate(std::vector<std::int16_t> q, std::vector<st
 void QuantizedEstimate::approximate(std::size_t row0, std::size_t rows, std::size_t keys, float* out,
                                     std::size_t ldo, float* group_max, std::size_t ldg) const {
   if (!scales_in_float_) {  // steps whose float scales may be subnormal or overflow: the exact estimates
-    for (std::size_t i = 0; i < rows; ++i) {
-      float* o = out + i * ldo;
-      for (std::size_t j = 0; j < keys; ++j) o[j] = exact(row0 + i, j, nullptr);
-      for (std::size_t g = 0, G = kCodeGroupKeys; g * G < keys; ++g)
-        group_max[i * ldg + g] = *std::max_element(o + g * G, o + std::min(keys, (g + 1) * G));
-    }
+    for (std::size_t i = 0; i < rows; ++i)
+      for (std::size_t j = 0; j < keys; ++j) out[i * ldo + j] = exact(row0 + i, j, nullptr);
+    store_group_maxima(out, rows, keys, ldo, group_max, ldg);
     return;
   }
   const ByteCodeScores bytes = k_bytes_.empty() ? nullptr : byte_code_scores_kernel(cpu_isa());
@@ -84,10 +96,7 @@ void FloatEstimate::approximate(std::size_t row0, std::size_t rows, std::size_t 
                                 std::size_t ldo, float* group_max, std::size_t ldg) const {
   const MatmulKernels<float>& mk = matmul_kernels(cpu_isa());
   mk.gemm_nn(rows, keys, r_, 1.0f, q_.data() + row0 * r_, r_, kt_.data(), m_, out, ldo, false, false);
-  constexpr std::size_t G = kCodeGroupKeys;
-  for (std::size_t i = 0; i < rows; ++i)
-    for (std::size_t g = 0; g * G < keys; ++g)
-      group_max[i * ldg + g] = mk.max_value(out + i * ldo + g * G, std::min(G, keys - g * G));
+  store_group_maxima(out, rows, keys, ldo, group_max, ldg);
 }
 
 namespace {

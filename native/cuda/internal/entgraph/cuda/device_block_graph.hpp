@@ -31,8 +31,8 @@ struct DeviceBlockGraph {
   DeviceArray<std::uint32_t> blocks;             // key block indices
 
   // ceil(n / block) without overflow, whatever the block size (>= 1).
-  std::size_t query_blocks() const { return queries == 0 ? 0 : (queries - 1) / query_block + 1; }
-  std::size_t key_blocks() const { return keys == 0 ? 0 : (keys - 1) / key_block + 1; }
+  std::size_t query_blocks() const { return BlockGraph::blocks_of(queries, query_block); }
+  std::size_t key_blocks() const { return BlockGraph::blocks_of(keys, key_block); }
   std::size_t kept() const { return blocks.size(); }
   // Its sizes as a BlockGraph without blocks (BlockGraph::empty), for the
   // core's shape checks; throws for a block size of 0.
