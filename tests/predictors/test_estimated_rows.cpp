@@ -18,6 +18,8 @@
 #include "entgraph/transforms.hpp"
 #include "kernels/code_scores.hpp"
 #include "predictors/estimated_rows.hpp"
+#include "predictors/theta_lower_bound.hpp"
+#include "predictors/theta_steps.hpp"
 #include "support.hpp"
 
 namespace entgraph::test {
@@ -209,6 +211,55 @@ TEST_SUITE("predictors") {
         }
       }
     }
+  }
+
+  TEST_CASE("theta_lower_bound: below the threshold, close to it, and the exact steps from it prove the same one") {
+    std::mt19937_64 rng(31);
+    std::size_t checked = 0;
+    for (double alpha : {1.5, 2.0}) {
+      for (std::size_t count : {1, 2, 3, 4, 5, 7, 17, 75, 128, 1000, 5000}) {
+        for (int kind = 0; kind < 4; ++kind) {
+          CAPTURE(alpha);
+          CAPTURE(count);
+          CAPTURE(kind);
+          // x = (α − 1)(e − max e): uniform over one reach, spread over many,
+          // a few values repeated (ties at the threshold), a near-flat row.
+          std::vector<double> x(count);
+          std::uniform_real_distribution<double> u(kind == 1 ? -8.0 : -1.0, 0.0);
+          std::uniform_int_distribution<int> level(0, 3);
+          for (double& v : x) v = kind == 2 ? -0.25 * level(rng) : kind == 3 ? -1e-9 * u(rng) : u(rng);
+          x[rng() % count] = 0.0;
+          std::vector<double> reference = x, from_bound = x;
+          const detail::theta_steps::Result want = detail::theta_steps::steps(reference.data(), count, alpha, -1.0);
+          REQUIRE(want.solved);
+          // The float64 definition: the weights above θ sum to 1.
+          long double mass = 0.0L;
+          for (double v : x)
+            if (v > want.tau) mass += alpha == 2.0 ? v - want.tau : (v - want.tau) * (v - want.tau);
+          CHECK(std::fabs(static_cast<double>(mass) - 1.0) < 1e-12 * static_cast<double>(count));
+          for (double start : {-1.0, want.tau - 0.5, want.tau - 1e-7}) {
+            if (start < -1.0) continue;
+            const double bound = detail::theta_lower_bound(x.data(), count, alpha, start);
+            CHECK(bound <= want.tau);
+            // Close: lowered by its margin (count + 1)² 2^-40 and its own rounding,
+            // so the exact steps keep little more than the support.
+            const double terms = static_cast<double>(count) + 1.0;
+            CHECK(want.tau - bound <= 1.01 * terms * terms * 0x1p-40);
+            from_bound = x;
+            const detail::theta_steps::Result got = detail::theta_steps::steps(from_bound.data(), count, alpha, bound);
+            CHECK(got.solved);
+            CHECK(got.tau == want.tau);  // the same closed form on the same keys, bit for bit
+            CHECK(got.count == want.count);
+            ++checked;
+          }
+        }
+      }
+    }
+    CHECK(checked > 100);
+    // Other α: the start comes back unchanged.
+    const double x[] = {0.0, -0.2, -0.7};
+    CHECK(detail::theta_lower_bound(x, 3, 1.25, -0.9) == -0.9);
+    CHECK(detail::theta_lower_bound(x, 3, 3.0, -0.9) == -0.9);
   }
 
   TEST_CASE("cut_estimated_rows: equals the float64 definition, on every instruction set and thread count") {

@@ -12,6 +12,7 @@
 #include "kernels/code_scores.hpp"
 #include "kernels/matmul_kernels.hpp"
 #include "predictors/estimate_range.hpp"
+#include "predictors/theta_lower_bound.hpp"
 #include "predictors/theta_steps.hpp"
 #include "runtime/parallel.hpp"
 
@@ -109,16 +110,19 @@ float float_at_most(double x) {
 }
 
 // θ of α-entmax over the estimates e (score units: p_j = [(α − 1)(e_j − θ)]₊^(1/(α−1))),
-// e holding at least every key within 1 / (α − 1) of the largest; e is
-// reordered and shrunk. floor: a known lower bound of θ (-inf: none), where
-// the steps start.
-double entmax_theta(std::vector<double>& e, double alpha, const Transform& transform, std::vector<double>& x,
-                    std::vector<double>& probs, double floor) {
-  const double top = *std::max_element(e.begin(), e.end()), am1 = alpha - 1.0;
+// e holding at least every key within 1 / (α − 1) of the largest, top;
+// e is reordered and shrunk. floor: a known lower bound of θ (-inf: none), where
+// the steps start. With `exact` false a lower bound of θ will do: for α = 1.5
+// and sparsemax theta_lower_bound's, without the exact steps.
+double entmax_theta(std::vector<double>& e, double top, double alpha, const Transform& transform,
+                    std::vector<double>& x, std::vector<double>& probs, double floor, bool exact) {
+  const double am1 = alpha - 1.0;
   double tau = std::max(-1.0, am1 * (floor - top));
   if (alpha <= 2.0) {  // the steps work on x = (α − 1)(e − max e)
     x.resize(e.size());
     for (std::size_t j = 0; j < e.size(); ++j) x[j] = am1 * (e[j] - top);
+    tau = theta_lower_bound(x.data(), x.size(), alpha, tau);
+    if (!exact && (alpha == 1.5 || alpha == 2.0)) return top + tau / am1;
     const theta_steps::Result r = theta_steps::steps(x.data(), x.size(), alpha, tau);
     if (r.solved) return top + r.tau / am1;
     tau = r.tau;
@@ -176,21 +180,26 @@ Graph cut_estimated_rows(const EstimatedScores& estimate, std::size_t n, std::si
         // row's), lowered again by the approximation's error and the solve's
         // rounding (relative to the largest estimate: θ may be near 0).
         bound_values.resize(group_max.size());
-        double top = 0.0;
+        double top = 0.0, top_bound = -std::numeric_limits<double>::infinity();
         for (std::size_t g = 0; g < group_max.size(); ++g) {
           bound_values[g] = static_cast<double>(group_max[g]) - slack(group_max[g]);
           top = std::max(top, std::fabs(static_cast<double>(group_max[g])));
+          top_bound = std::max(top_bound, bound_values[g]);
         }
-        const double subset_theta = entmax_theta(bound_values, alpha, transform, scaled, probs,
-                                                 -std::numeric_limits<double>::infinity());
+        const double subset_theta = entmax_theta(bound_values, top_bound, alpha, transform, scaled, probs,
+                                                 -std::numeric_limits<double>::infinity(), false);
         const double floor_theta = subset_theta - slack(std::max(std::fabs(subset_theta), top)) - 1e-12 * top;
         const float floor_candidates = float_at_most(floor_theta);
         idx.resize(visible);
         const std::size_t count = mk.select_above(a, group_max.data(), 0, visible, floor_candidates,
                                                   std::numeric_limits<float>::infinity(), idx.data());
         values.resize(count);
-        for (std::size_t c = 0; c < count; ++c) values[c] = estimate.exact(row, idx[c], a);
-        const double theta = entmax_theta(values, alpha, transform, scaled, probs, floor_theta);
+        double top_value = -std::numeric_limits<double>::infinity();
+        for (std::size_t c = 0; c < count; ++c) {
+          values[c] = estimate.exact(row, idx[c], a);
+          top_value = std::max(top_value, values[c]);
+        }
+        const double theta = entmax_theta(values, top_value, alpha, transform, scaled, probs, floor_theta, true);
         const double cut = theta - reach, sure = cut + slack(cut);
         // The keys near or above the cut: among the candidates when the cut is
         // above their floor (margin >= 0), else a new scan.

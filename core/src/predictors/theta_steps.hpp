@@ -77,8 +77,11 @@ ENTGRAPH_THETA_STEPS_HD inline Result steps(double* x, std::size_t count, double
   const double am1 = alpha - 1.0;
   for (int step = 0; step < 200 && alpha <= 2.0; ++step) {
     std::size_t kept = 0;
-    for (std::size_t j = 0; j < count; ++j)
-      if (x[j] > tau) x[kept++] = x[j];
+    for (std::size_t j = 0; j < count; ++j) {  // without a branch: half the keys go either way
+      const double v = x[j];
+      x[kept] = v;
+      kept += v > tau ? 1 : 0;
+    }
     count = kept;
     const double k = static_cast<double>(count);
     double s1 = 0.0, s2 = 0.0, low = 0.0;
