@@ -164,11 +164,20 @@ TEST_SUITE("predictors") {
     CHECK_FALSE(detail::byte_codes_fit(91));  // 4 · 91² > 2^15 - 1: a 16-bit pair sum could saturate
     CHECK(detail::byte_segment_quads(90) == 1);
     CHECK(detail::byte_segment_quads(7) == 167);
+    // The AMX kernel where this CPU and Linux have it (it runs under avx512).
+    detail::ByteCodeScores amx = nullptr;
+    const auto isas = available_cpu_isas();
+    if (std::find(isas.begin(), isas.end(), CpuIsa::avx512) != isas.end()) {
+      IsaScope scope(CpuIsa::avx512);
+      amx = detail::byte_code_scores_amx_kernel();
+    }
+    if (amx == nullptr) MESSAGE("no AMX-INT8 here (or ENTGRAPH_AMX=off): its kernel is not tested");
     // Codes at their largest in magnitude (the worst case of each 16-bit sum),
-    // and random ones; segments of 1 quad (largest 90) to all of them.
+    // and random ones; segments of 1 quad (largest 90) to all of them; for
+    // AMX, tiles of fewer than 16 quads, of 16, and both (r = 100: 25 quads).
     for (int largest : {1, 7, 63, 90}) {
       for (bool extreme : {false, true}) {
-        for (std::size_t r : {1, 3, 4, 5, 32, 61, 256}) {
+        for (std::size_t r : {1, 3, 4, 5, 32, 61, 100, 256}) {
           for (std::size_t rows : {1, 5, 17}) {
             for (std::size_t keys : {1, 16, 63, 64, 65, 200}) {
               CAPTURE(largest);
@@ -194,11 +203,13 @@ TEST_SUITE("predictors") {
                   want[i * ldo + j] = static_cast<float>(detail::code_dot(&q[i * r], &k[j * r], r)) * ks[j] * qs[i];
               const std::vector<float> want_max = group_maxima(want, rows, keys, ldo);
               int kernels = 0;
-              for (CpuIsa isa : available_cpu_isas()) {
-                const detail::ByteCodeScores kernel = detail::byte_code_scores_kernel(isa);
+              std::vector<std::pair<std::string, detail::ByteCodeScores>> under_test;
+              for (CpuIsa isa : isas) under_test.emplace_back(cpu_isa_name(isa), detail::byte_code_scores_kernel(isa));
+              under_test.emplace_back("amx", amx);
+              for (const auto& [name, kernel] : under_test) {
                 if (kernel == nullptr) continue;
                 ++kernels;
-                CAPTURE(cpu_isa_name(isa));
+                CAPTURE(name);
                 std::vector<float> got(rows * ldo, -7.0f), got_max(want_max.size(), -7.0f);
                 kernel(qp.data(), rows, kp.data(), correction.data(), quads, detail::byte_segment_quads(largest), keys,
                        qs.data(), ks.data(), got.data(), ldo, got_max.data(), group_count(keys));

@@ -89,6 +89,14 @@ CodeScores code_scores_kernel(CpuIsa isa);
 // multiply (SSE2, WebAssembly SIMD128): use the 16-bit codes there.
 ByteCodeScores byte_code_scores_kernel(CpuIsa isa);
 
+// The byte kernel on AMX (kernels/simd/code_scores_amx.cpp): the same
+// floats from the tile unit's integer products. Null unless the library
+// runs on avx512 (cpu_isa()), the CPU has AMX-INT8, Linux grants the tile
+// state and the environment variable ENTGRAPH_AMX is not "off" (or "0"),
+// which amx_code_scores_available() reports without the ISA condition.
+ByteCodeScores byte_code_scores_amx_kernel();
+bool amx_code_scores_available();
+
 // ScoreBounds' integer bounds, for rows i < rows and keys j < keys:
 //   out(i, j) = float(D_ij + row.add[i] + key.add[j]) * (row.scale[i] * key.scale[j])
 //               + row.resid[i] * key.resid[j] + row.round[i] * key.round[j]

@@ -16,26 +16,41 @@
 namespace entgraph {
 namespace {
 
+// The rows of x times w (dim x rank) into acc-then-float rows of out.
+// Vectorised over the rank; each value still sums over t in order, and
+// each product of two floats is exact in double, so a fused multiply-add
+// rounds as the separate add does: the result does not depend on the
+// instruction set, and x86 builds may run it on AVX-512 or AVX2 clones
+// (target_clones: the CPU's, whatever --isa says).
+#if defined(__x86_64__) && defined(__linux__) && defined(__GNUC__) && !defined(__clang__)
+#define ENTGRAPH_PROJECT_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define ENTGRAPH_PROJECT_CLONES
+#endif
+ENTGRAPH_PROJECT_CLONES void project_rows(const float* __restrict x, std::size_t rows, std::size_t ldx,
+                                          const double* __restrict w, std::size_t dim, std::size_t rank,
+                                          double* __restrict acc, float* __restrict out) {
+  for (std::size_t i = 0; i < rows; ++i) {
+    std::fill(acc, acc + rank, 0.0);
+    const float* row = x + i * ldx;
+    for (std::size_t t = 0; t < dim; ++t) {
+      const double v = row[t];
+      const double* __restrict wr = w + t * rank;
+      for (std::size_t c = 0; c < rank; ++c) acc[c] += v * wr[c];
+    }
+    for (std::size_t c = 0; c < rank; ++c) out[i * rank + c] = static_cast<float>(acc[c]);
+  }
+}
+#undef ENTGRAPH_PROJECT_CLONES
+
 std::vector<float> project(MatrixView<const float> x, const std::vector<float>& w, std::size_t dim, std::size_t rank,
                            const char* what) {
   if (x.cols != dim)
     throw Error(at_op(std::string("Projection::") + what) + "rows have " + std::to_string(x.cols) +
                 " columns, expected " + std::to_string(dim));
   std::vector<float> out(x.rows * rank);
-  std::vector<double> acc_storage(rank);
-  // Vectorised over the rank; each value still sums over t in order, so the
-  // result does not depend on the instruction set.
-  double* __restrict acc = acc_storage.data();
-  for (std::size_t i = 0; i < x.rows; ++i) {
-    std::fill(acc, acc + rank, 0.0);
-    const float* row = x.row(i);
-    for (std::size_t t = 0; t < dim; ++t) {
-      const double v = row[t];
-      const float* __restrict wr = w.data() + t * rank;
-      for (std::size_t c = 0; c < rank; ++c) acc[c] += v * static_cast<double>(wr[c]);
-    }
-    for (std::size_t c = 0; c < rank; ++c) out[i * rank + c] = static_cast<float>(acc[c]);
-  }
+  std::vector<double> wd(w.begin(), w.end()), acc(rank);
+  if (x.rows > 0) project_rows(x.row(0), x.rows, x.stride, wd.data(), dim, rank, acc.data(), out.data());
   return out;
 }
 

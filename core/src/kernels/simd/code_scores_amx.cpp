@@ -1,0 +1,177 @@
+// The AMX kernel of byte_code_scores (kernels/code_scores.hpp): the integer
+// products of byte codes on the tile unit (tdpbusd: a 16 x 16 block of
+// 32-bit sums of unsigned x signed byte products per instruction, 16 times
+// the multiply-adds of an AVX-512 vpmaddubsw), then the same float epilogue
+// as the vector kernels, so the same floats. Its functions carry their own
+// target attribute, so this file builds with the default flags; the kernel
+// is only handed out where the CPU has AMX-INT8 and Linux grants the tile
+// state (arch_prctl), and ENTGRAPH_AMX is not "off".
+//
+// The byte layout is already the tiles': a block of 16 keys is, per quad of
+// dimensions, 64 bytes (16 keys x 4), i.e. B's rows; the query rows' quads
+// are A's rows. Each 64-key group is 4 C tiles, so its largest score is
+// taken in registers.
+#include <cstdlib>
+#include <cstring>
+
+#include "entgraph/runtime.hpp"
+#include "kernels/code_scores.hpp"
+
+#if defined(ENTGRAPH_HAVE_X86) && defined(__linux__) && defined(__GNUC__)
+#define ENTGRAPH_HAVE_AMX 1
+#include <cpuid.h>
+#include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <limits>
+#include <vector>
+#define ENTGRAPH_AMX_TARGET __attribute__((target("amx-tile,amx-int8,avx512f,avx512bw")))
+#endif
+
+namespace entgraph::detail {
+
+#if defined(ENTGRAPH_HAVE_AMX)
+namespace {
+
+constexpr std::size_t kTileRows = 16;    // query rows per tile
+constexpr std::size_t kChunkQuads = 16;  // quads per tile product (64 bytes)
+constexpr std::size_t kGroupBlocks = kCodeGroupKeys / kCodeBlockKeys;
+static_assert(kCodeBlockKeys == 16 && kGroupBlocks == 4);
+
+// The tile configuration (palette 1): colsb bytes per row, rows per tile.
+struct alignas(64) TileConfig {
+  std::uint8_t palette = 1, start_row = 0, reserved[14] = {};
+  std::uint16_t colsb[16] = {};
+  std::uint8_t rows[16] = {};
+};
+
+// Tiles 0-3: the group's 4 C blocks. 4 and 5: A and B of a whole chunk of
+// 16 quads; 6 and 7: of the last, shorter chunk.
+ENTGRAPH_AMX_TARGET void configure(std::size_t tail_quads) {
+  TileConfig c;
+  for (int t = 0; t < 4; ++t) {
+    c.rows[t] = kTileRows;
+    c.colsb[t] = 64;
+  }
+  c.rows[4] = kTileRows;
+  c.colsb[4] = 64;
+  c.rows[5] = kChunkQuads;
+  c.colsb[5] = 64;
+  if (tail_quads > 0) {
+    c.rows[6] = kTileRows;
+    c.colsb[6] = static_cast<std::uint16_t>(4 * tail_quads);
+    c.rows[7] = static_cast<std::uint8_t>(tail_quads);
+    c.colsb[7] = 64;
+  }
+  _tile_loadconfig(&c);
+}
+
+// C tile T += A x B (b: 64-byte rows); `whole`: a chunk of 16 quads (tiles
+// 4 and 5), else the last chunk (6 and 7). A macro: the tile intrinsics
+// take their tile numbers as literal text.
+#define ENTGRAPH_AMX_PRODUCT(T, b, whole) \
+  do {                                    \
+    if (whole) {                          \
+      _tile_loadd(5, b, 64);              \
+      _tile_dpbusd(T, 4, 5);              \
+    } else {                              \
+      _tile_loadd(7, b, 64);              \
+      _tile_dpbusd(T, 6, 7);              \
+    }                                     \
+  } while (false)
+
+ENTGRAPH_AMX_TARGET void byte_code_scores_amx(const std::uint32_t* q, std::size_t rows, const std::int8_t* k,
+                                              const std::int32_t* k_correction, std::size_t quads, std::size_t,
+                                              std::size_t keys, const float* q_scale, const float* k_scale, float* out,
+                                              std::size_t ldo, float* group_max, std::size_t ldg) {
+  if (rows == 0 || keys == 0) return;
+  const std::size_t chunks = (quads + kChunkQuads - 1) / kChunkQuads, tail_quads = quads % kChunkQuads;
+  const std::size_t blocks = (keys + kCodeBlockKeys - 1) / kCodeBlockKeys, block_bytes = quads * 4 * kCodeBlockKeys;
+  configure(tail_quads);
+  // A: the tile's query rows, padded with zero rows (their sums are not used).
+  const std::size_t a_stride = chunks * kChunkQuads;  // words
+  std::vector<std::uint32_t> a_rows(kTileRows * a_stride);
+  std::uint32_t* a = a_rows.data();
+  alignas(64) std::int32_t c[kGroupBlocks][kTileRows][kCodeBlockKeys];
+  constexpr float kLowest = -std::numeric_limits<float>::infinity();
+  for (std::size_t i0 = 0; i0 < rows; i0 += kTileRows) {
+    const std::size_t nr = std::min(kTileRows, rows - i0);
+    std::memset(a, 0, kTileRows * a_stride * 4);
+    for (std::size_t r = 0; r < nr; ++r) std::memcpy(a + r * a_stride, q + (i0 + r) * quads, quads * 4);
+    for (std::size_t b0 = 0; b0 < blocks; b0 += kGroupBlocks) {
+      const std::size_t nb = std::min(kGroupBlocks, blocks - b0);
+      _tile_zero(0);
+      _tile_zero(1);
+      _tile_zero(2);
+      _tile_zero(3);
+      for (std::size_t ch = 0; ch < chunks; ++ch) {
+        const bool whole = ch + 1 < chunks || tail_quads == 0;
+        if (whole) {
+          _tile_loadd(4, a + ch * kChunkQuads, a_stride * 4);
+        } else {
+          _tile_loadd(6, a + ch * kChunkQuads, a_stride * 4);
+        }
+        const std::int8_t* kb = k + b0 * block_bytes + ch * kChunkQuads * 64;
+        ENTGRAPH_AMX_PRODUCT(0, kb, whole);
+        if (nb > 1) ENTGRAPH_AMX_PRODUCT(1, kb + block_bytes, whole);
+        if (nb > 2) ENTGRAPH_AMX_PRODUCT(2, kb + 2 * block_bytes, whole);
+        if (nb > 3) ENTGRAPH_AMX_PRODUCT(3, kb + 3 * block_bytes, whole);
+      }
+      _tile_stored(0, c[0], 64);
+      _tile_stored(1, c[1], 64);
+      _tile_stored(2, c[2], 64);
+      _tile_stored(3, c[3], 64);
+      // The epilogue of the vector kernels: (float(D) * k_scale) * q_scale.
+      for (std::size_t r = 0; r < nr; ++r) {
+        const std::size_t i = i0 + r;
+        const __m512 qs = _mm512_set1_ps(q_scale[i]);
+        __m512 top = _mm512_set1_ps(kLowest);
+        for (std::size_t t = 0; t < nb; ++t) {
+          const std::size_t jb = (b0 + t) * kCodeBlockKeys, valid = std::min(kCodeBlockKeys, keys - jb);
+          const __mmask16 lanes = static_cast<__mmask16>((1u << valid) - 1u);
+          const __m512i d = _mm512_sub_epi32(_mm512_load_si512(c[t][r]), _mm512_loadu_si512(k_correction + jb));
+          const __m512 score =
+              _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(d), _mm512_maskz_loadu_ps(lanes, k_scale + jb)), qs);
+          _mm512_mask_storeu_ps(out + i * ldo + jb, lanes, score);
+          top = _mm512_mask_max_ps(top, lanes, top, score);
+        }
+        group_max[i * ldg + b0 / kGroupBlocks] = _mm512_reduce_max_ps(top);
+      }
+    }
+  }
+  _tile_release();
+}
+#undef ENTGRAPH_AMX_PRODUCT
+
+// AMX-INT8 on the CPU (CPUID.7.0:EDX bits 24 and 25) and the tile state
+// granted to this process by Linux.
+bool amx_granted() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
+  if (!((edx >> 24) & 1u) || !((edx >> 25) & 1u)) return false;
+  constexpr long kReqXcompPerm = 0x1023, kXfeatureTileData = 18;
+  return syscall(SYS_arch_prctl, kReqXcompPerm, kXfeatureTileData) == 0;
+}
+
+}  // namespace
+
+bool amx_code_scores_available() {
+  static const bool available = [] {
+    const char* env = std::getenv("ENTGRAPH_AMX");
+    if (env != nullptr && (std::strcmp(env, "off") == 0 || std::strcmp(env, "0") == 0)) return false;
+    return amx_granted();
+  }();
+  return available;
+}
+
+ByteCodeScores byte_code_scores_amx_kernel() {
+  return cpu_isa() == CpuIsa::avx512 && amx_code_scores_available() ? &byte_code_scores_amx : nullptr;
+}
+#else
+bool amx_code_scores_available() { return false; }
+ByteCodeScores byte_code_scores_amx_kernel() { return nullptr; }
+#endif
+
+}  // namespace entgraph::detail
