@@ -84,6 +84,16 @@ float QuantizedEstimate::exact(std::size_t i, std::size_t j, const float*) const
   return static_cast<float>(static_cast<double>(d) * q_steps_[i] * k_steps_[j]);
 }
 
+double QuantizedEstimate::exact_many(std::size_t i, const std::uint32_t* idx, std::size_t count, const float*,
+                                     double* out) const {
+  double top = -std::numeric_limits<double>::infinity();
+  for (std::size_t c = 0; c < count; ++c) {
+    out[c] = QuantizedEstimate::exact(i, idx[c], nullptr);  // not virtual: inlined
+    top = std::max(top, out[c]);
+  }
+  return top;
+}
+
 // float(D) is exact (|D| < 2^24); the approximation then rounds the two
 // steps to float and multiplies twice in float (4 roundings of 2^-24), the
 // exact value rounds once: within 5 · 2^-24 of each other, relative. 2^-20
@@ -113,18 +123,19 @@ float float_at_most(double x) {
   return f;
 }
 
-// θ of α-entmax over the estimates e (score units: p_j = [(α − 1)(e_j − θ)]₊^(1/(α−1))),
-// e holding at least every key within 1 / (α − 1) of the largest, top;
-// e is reordered and shrunk. floor: a known lower bound of θ (-inf: none), where
-// the steps start. With `exact` false a lower bound of θ will do: for α = 1.5
+// θ of α-entmax over the estimates `values` (score units: p_j = [(α − 1)(e_j − θ)]₊^(1/(α−1))),
+// holding at least every key within 1 / (α − 1) of the largest, top; x and
+// e are scratch. floor: a known lower bound of θ (-inf: none), where the
+// steps start. With `exact` false a lower bound of θ will do: for α = 1.5
 // and sparsemax theta_lower_bound's, without the exact steps.
-double entmax_theta(std::vector<double>& e, double top, double alpha, const Transform& transform,
-                    std::vector<double>& x, std::vector<double>& probs, double floor, bool exact) {
+double entmax_theta(const std::vector<double>& values, double top, double alpha, const Transform& transform,
+                    std::vector<double>& x, std::vector<double>& e, std::vector<double>& probs, double floor,
+                    bool exact) {
   const double am1 = alpha - 1.0;
   double tau = std::max(-1.0, am1 * (floor - top));
   if (alpha <= 2.0) {  // the steps work on x = (α − 1)(e − max e)
-    x.resize(e.size());
-    for (std::size_t j = 0; j < e.size(); ++j) x[j] = am1 * (e[j] - top);
+    x.resize(values.size());
+    for (std::size_t j = 0; j < values.size(); ++j) x[j] = am1 * (values[j] - top);
     tau = theta_lower_bound(x.data(), x.size(), alpha, tau);
     if (!exact && (alpha == 1.5 || alpha == 2.0)) return top + tau / am1;
     const theta_steps::Result r = theta_steps::steps(x.data(), x.size(), alpha, tau);
@@ -133,7 +144,9 @@ double entmax_theta(std::vector<double>& e, double top, double alpha, const Tran
   }
   // Other α: the keys above the last bound through the float64 transform,
   // θ from the largest weight (p = ((α − 1)(e − θ))^(1/(α−1))).
-  e.erase(std::remove_if(e.begin(), e.end(), [&](double v) { return !(am1 * (v - top) > tau); }), e.end());
+  e.clear();
+  for (double v : values)
+    if (am1 * (v - top) > tau) e.push_back(v);
   probs.resize(e.size());
   transform_forward<double>(transform, {e.data(), 1, e.size()}, {probs.data(), 1, e.size()});
   const std::size_t best = static_cast<std::size_t>(std::max_element(probs.begin(), probs.end()) - probs.begin());
@@ -159,7 +172,7 @@ Graph cut_estimated_rows(const EstimatedScores& estimate, std::size_t n, std::si
   parallel_for(blocks, 1, [&](std::size_t b0, std::size_t b1) {
     std::vector<float> approx, block_max, group_max;
     std::vector<std::uint32_t> idx;
-    std::vector<double> values, scaled, probs, bound_values;
+    std::vector<double> values, scaled, kept, probs, bound_values;
     for (std::size_t b = b0; b < b1; ++b) {
       const std::size_t r0 = b * kBlock, rows = std::min(kBlock, n - r0);
       const std::size_t keys = causal ? causal_key_limit(r0 + rows - 1, n, m) : m;
@@ -172,6 +185,7 @@ Graph cut_estimated_rows(const EstimatedScores& estimate, std::size_t n, std::si
       for (std::size_t i = 0; i < rows; ++i) {
         const std::size_t row = r0 + i, visible = causal ? causal_key_limit(row, n, m) : m;
         if (visible == 0) continue;
+        const std::size_t row_start = edges.size();
         const float* a = approx.data() + i * keys;
         // The groups of the row's visible keys; a causal row may end inside
         // its last group.
@@ -190,7 +204,7 @@ Graph cut_estimated_rows(const EstimatedScores& estimate, std::size_t n, std::si
           top = std::max(top, std::fabs(static_cast<double>(group_max[g])));
           top_bound = std::max(top_bound, bound_values[g]);
         }
-        const double subset_theta = entmax_theta(bound_values, top_bound, alpha, transform, scaled, probs,
+        const double subset_theta = entmax_theta(bound_values, top_bound, alpha, transform, scaled, kept, probs,
                                                  -std::numeric_limits<double>::infinity(), false);
         const double floor_theta = subset_theta - slack(std::max(std::fabs(subset_theta), top)) - 1e-12 * top;
         const float floor_candidates = float_at_most(floor_theta);
@@ -198,31 +212,29 @@ Graph cut_estimated_rows(const EstimatedScores& estimate, std::size_t n, std::si
         const std::size_t count = mk.select_above(a, group_max.data(), 0, visible, floor_candidates,
                                                   std::numeric_limits<float>::infinity(), idx.data());
         values.resize(count);
-        double top_value = -std::numeric_limits<double>::infinity();
-        for (std::size_t c = 0; c < count; ++c) {
-          values[c] = estimate.exact(row, idx[c], a);
-          top_value = std::max(top_value, values[c]);
-        }
-        const double theta = entmax_theta(values, top_value, alpha, transform, scaled, probs, floor_theta, true);
+        const double top_value = estimate.exact_many(row, idx.data(), count, a, values.data());
+        const double theta = entmax_theta(values, top_value, alpha, transform, scaled, kept, probs, floor_theta, true);
         const double cut = theta - reach, sure = cut + slack(cut);
         // The keys near or above the cut: among the candidates when the cut is
         // above their floor (margin >= 0), else a new scan.
         const float floor_cut = float_at_most(cut - slack(cut));
-        std::size_t near = 0;
+        // The approximation decides far from the cut, the exact estimate near
+        // it (the candidates' are in values).
         if (floor_cut >= floor_candidates) {
-          for (std::size_t c = 0; c < count; ++c)
-            if (a[idx[c]] > floor_cut) idx[near++] = idx[c];
+          for (std::size_t c = 0; c < count; ++c) {
+            const std::uint32_t j = idx[c];
+            if (a[j] > floor_cut && (static_cast<double>(a[j]) > sure || values[c] > cut)) edges.push_back(j);
+          }
         } else {
-          near = mk.select_above(a, group_max.data(), 0, visible, floor_cut, std::numeric_limits<float>::infinity(),
-                                 idx.data());
-        }
-        for (std::size_t c = 0; c < near; ++c) {
-          const std::uint32_t j = idx[c];
-          if (static_cast<double>(a[j]) > sure || static_cast<double>(estimate.exact(row, j, a)) > cut) {
-            edges.push_back(j);
-            ++degree[row];
+          const std::size_t near = mk.select_above(a, group_max.data(), 0, visible, floor_cut,
+                                                   std::numeric_limits<float>::infinity(), idx.data());
+          for (std::size_t c = 0; c < near; ++c) {
+            const std::uint32_t j = idx[c];
+            if (static_cast<double>(a[j]) > sure || static_cast<double>(estimate.exact(row, j, a)) > cut)
+              edges.push_back(j);
           }
         }
+        degree[row] = edges.size() - row_start;
       }
     }
   });

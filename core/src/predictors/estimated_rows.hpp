@@ -19,6 +19,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "entgraph/graph.hpp"
@@ -36,6 +37,17 @@ class EstimatedScores {
                            float* group_max, std::size_t ldg) const = 0;
   // The exact estimate of (i, j); `approx_row` is row i of approximate().
   virtual float exact(std::size_t i, std::size_t j, const float* approx_row) const = 0;
+  // exact(i, idx[c], approx_row) for c < count into out, and their largest
+  // (-inf for none): one call a row.
+  virtual double exact_many(std::size_t i, const std::uint32_t* idx, std::size_t count, const float* approx_row,
+                            double* out) const {
+    double top = -std::numeric_limits<double>::infinity();
+    for (std::size_t c = 0; c < count; ++c) {
+      out[c] = exact(i, idx[c], approx_row);
+      top = out[c] > top ? out[c] : top;
+    }
+    return top;
+  }
   // A bound on |approximate - exact| relative to |exact| (0: they are equal).
   virtual double relative_error() const = 0;
 };
@@ -54,6 +66,8 @@ class QuantizedEstimate final : public EstimatedScores {
   void approximate(std::size_t row0, std::size_t rows, std::size_t keys, float* out, std::size_t ldo,
                    float* group_max, std::size_t ldg) const override;
   float exact(std::size_t i, std::size_t j, const float* approx_row) const override;
+  double exact_many(std::size_t i, const std::uint32_t* idx, std::size_t count, const float* approx_row,
+                    double* out) const override;
   double relative_error() const override;
 
  private:

@@ -31,6 +31,8 @@
 // vectors, ordered by their share of the scores.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <limits>
 #include <memory>
 #include <string>
@@ -239,12 +241,14 @@ class LowRankThresholdPredictor final : public Predictor {
     // The codes are integers: a NaN or infinity has none (and would be
     // undefined behaviour to convert).
     for (const auto& [x, name] : {std::pair{q, "q"}, std::pair{k, "k"}})
-      for (std::size_t i = 0; i < x.rows; ++i)
+      for (std::size_t i = 0; i < x.rows; ++i) {
+        if (row_finite(x.row(i), x.cols)) continue;
         for (std::size_t c = 0; c < x.cols; ++c)
           if (!std::isfinite(x(i, c)))
             throw Error(std::string(kMethod) + ": predict: " + name + " has a NaN or infinite value (row " +
                             std::to_string(i) + ", column " + std::to_string(c) + ")",
                         ErrorCode::bad_value);
+      }
     const double alpha = alphas_[layer * heads_ + head];
     const std::size_t n = q.rows, m = k.rows, r = pr.rank;
     if (alpha == 1.0) return Graph::full(n, m, causal);  // softmax: every allowed key has weight
@@ -260,14 +264,36 @@ class LowRankThresholdPredictor final : public Predictor {
         causal, alpha, margin_);
   }
 
-  // Each row's step: its largest |entry| / levels (v is rows x r).
+  // Whether x[0, n) is finite: its exponent bits are not all ones, in one
+  // integer reduction without a branch (vectorised; the caller looks for the
+  // culprit only when there is one).
+  static bool row_finite(const float* x, std::size_t n) {
+    std::uint32_t worst = 0;
+    for (std::size_t c = 0; c < n; ++c) {
+      std::uint32_t bits;
+      std::memcpy(&bits, x + c, sizeof bits);
+      worst |= (bits & 0x7f800000u) == 0x7f800000u ? 1u : 0u;
+    }
+    return worst == 0;
+  }
+
+  // Each row's step: its largest |entry| / levels (v is rows x r, finite).
+  // The largest magnitude of floats is the largest of their bits without
+  // the sign (an integer maximum, vectorised), exact as a double.
   static std::vector<double> row_steps(const std::vector<float>& v, std::size_t r, double levels) {
     const std::size_t rows = r == 0 ? 0 : v.size() / r;
     std::vector<double> steps(rows, 0.0);
     for (std::size_t i = 0; i < rows; ++i) {
-      double top = 0.0;
-      for (std::size_t c = 0; c < r; ++c) top = std::max(top, std::fabs(static_cast<double>(v[i * r + c])));
-      steps[i] = top / levels;
+      std::uint32_t top = 0;
+      for (std::size_t c = 0; c < r; ++c) {
+        std::uint32_t bits;
+        std::memcpy(&bits, &v[i * r + c], sizeof bits);
+        bits &= 0x7fffffffu;
+        top = bits > top ? bits : top;
+      }
+      float largest;
+      std::memcpy(&largest, &top, sizeof largest);
+      steps[i] = static_cast<double>(largest) / levels;
     }
     return steps;
   }
