@@ -8,7 +8,7 @@
 // else Michelot's mean rule or Newton from below) over the whole list
 // without compacting it, two vectors of two keys at a time without a
 // branch (a compiler vector: SSE2 on the baseline target, f64x2 in
-// WebAssembly). Its sums run in another order, so its closed form is not
+// WebAssembly; its ?: is a blend, or maxpd and minpd). Its sums run in another order, so its closed form is not
 // bit for bit the one steps() proves: it only says where steps() starts,
 // lowered by far more than its rounding, so that no key of the support is
 // dropped. steps() then proves its closed form on the same keys in one step,
@@ -19,7 +19,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
-#include <cstdint>
 #include <cstring>
 #include <limits>
 
@@ -33,7 +32,6 @@ namespace entgraph::detail {
 inline double theta_lower_bound(const double* x, std::size_t count, double alpha, double tau) {
   if (!(alpha == 1.5 || alpha == 2.0) || count == 0 || !(tau >= -1.0)) return tau;
   using Doubles = double __attribute__((vector_size(16)));
-  using Bits = std::int64_t __attribute__((vector_size(16)));
   constexpr std::size_t W = 4;  // keys a pass: two vectors, each with its own sums
   const double terms = static_cast<double>(count) + 1.0, margin = terms * terms * 0x1p-40;
   // The last keys, padded with -inf (never above tau) to a whole pass.
@@ -51,14 +49,13 @@ inline double theta_lower_bound(const double* x, std::size_t count, double alpha
         Doubles v;
         std::memcpy(&v, p + 2 * h, sizeof v);
         const Doubles gap = v - t;
-        const Bits on = (Bits)(gap > zero);
-        const Doubles g = (Doubles)(on & (Bits)gap);
-        kept[h] += (Doubles)(on & (Bits)one);
+        const auto on = gap > zero;
+        const Doubles g = on ? gap : zero;  // maxpd
+        kept[h] += on ? one : zero;
         s1[h] += g;
         s2[h] += g * g;
-        const Doubles above = (Doubles)((Bits)g | (~on & (Bits)one));  // the gap where above tau, else 1
-        const Bits lower = (Bits)(above < low[h]);
-        low[h] = (Doubles)((lower & (Bits)above) | (~lower & (Bits)low[h]));
+        const Doubles above = on ? gap : one;
+        low[h] = above < low[h] ? above : low[h];  // minpd
       }
     }
     const Doubles k2 = kept[0] + kept[1], sum2 = s1[0] + s1[1], squares2 = s2[0] + s2[1];
