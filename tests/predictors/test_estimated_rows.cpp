@@ -164,14 +164,17 @@ TEST_SUITE("predictors") {
     CHECK_FALSE(detail::byte_codes_fit(91));  // 4 · 91² > 2^15 - 1: a 16-bit pair sum could saturate
     CHECK(detail::byte_segment_quads(90) == 1);
     CHECK(detail::byte_segment_quads(7) == 167);
-    // The AMX kernel where this CPU and Linux have it (it runs under avx512).
-    detail::ByteCodeScores amx = nullptr;
+    // The AMX and VNNI kernels where this CPU (and for AMX, Linux) has them;
+    // they run under avx512.
+    detail::ByteCodeScores amx = nullptr, vnni = nullptr;
     const auto isas = available_cpu_isas();
     if (std::find(isas.begin(), isas.end(), CpuIsa::avx512) != isas.end()) {
       IsaScope scope(CpuIsa::avx512);
       amx = detail::byte_code_scores_amx_kernel();
+      vnni = detail::byte_code_scores_vnni_kernel();
     }
     if (amx == nullptr) MESSAGE("no AMX-INT8 here (or ENTGRAPH_AMX=off): its kernel is not tested");
+    if (vnni == nullptr) MESSAGE("no AVX-512 VNNI here: its kernel is not tested");
     // Codes at their largest in magnitude (the worst case of each 16-bit sum),
     // and random ones; segments of 1 quad (largest 90) to all of them; for
     // AMX, tiles of fewer than 16 quads, of 16, and both (r = 100: 25 quads).
@@ -206,6 +209,7 @@ TEST_SUITE("predictors") {
               std::vector<std::pair<std::string, detail::ByteCodeScores>> under_test;
               for (CpuIsa isa : isas) under_test.emplace_back(cpu_isa_name(isa), detail::byte_code_scores_kernel(isa));
               under_test.emplace_back("amx", amx);
+              under_test.emplace_back("vnni", vnni);
               for (const auto& [name, kernel] : under_test) {
                 if (kernel == nullptr) continue;
                 ++kernels;

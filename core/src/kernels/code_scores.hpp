@@ -96,6 +96,10 @@ ByteCodeScores byte_code_scores_kernel(CpuIsa isa);
 // which amx_code_scores_available() reports without the ISA condition.
 ByteCodeScores byte_code_scores_amx_kernel();
 bool amx_code_scores_available();
+// The byte kernel on AVX-512 VNNI (kernels/simd/code_scores_vnni.cpp): the
+// same floats. Null unless the library runs on avx512 and the CPU has
+// AVX-512 VNNI.
+ByteCodeScores byte_code_scores_vnni_kernel();
 
 // ScoreBounds' integer bounds, for rows i < rows and keys j < keys:
 //   out(i, j) = float(D_ij + row.add[i] + key.add[j]) * (row.scale[i] * key.scale[j])

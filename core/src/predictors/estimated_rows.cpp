@@ -65,8 +65,9 @@ void QuantizedEstimate::approximate(std::size_t row0, std::size_t rows, std::siz
   }
   ByteCodeScores bytes = nullptr;
   if (!k_bytes_.empty()) {
-    bytes = byte_code_scores_amx_kernel();
-    if (bytes == nullptr) bytes = byte_code_scores_kernel(cpu_isa());
+    for (const ByteCodeScores fastest :
+         {byte_code_scores_amx_kernel(), byte_code_scores_vnni_kernel(), byte_code_scores_kernel(cpu_isa())})
+      if (bytes == nullptr) bytes = fastest;
   }
   if (bytes != nullptr) {
     const std::size_t quads = (r_ + 3) / 4;

@@ -25,8 +25,9 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <limits>
 #include <vector>
+
+#include "kernels/simd/byte_group_scores_avx512.hpp"
 #define ENTGRAPH_AMX_TARGET __attribute__((target("amx-tile,amx-int8,avx512f,avx512bw")))
 #endif
 
@@ -95,7 +96,6 @@ ENTGRAPH_AMX_TARGET void byte_code_scores_amx(const std::uint32_t* q, std::size_
   std::vector<std::uint32_t> a_rows(kTileRows * a_stride);
   std::uint32_t* a = a_rows.data();
   alignas(64) std::int32_t c[kGroupBlocks][kTileRows][kCodeBlockKeys];
-  constexpr float kLowest = -std::numeric_limits<float>::infinity();
   for (std::size_t i0 = 0; i0 < rows; i0 += kTileRows) {
     const std::size_t nr = std::min(kTileRows, rows - i0);
     std::memset(a, 0, kTileRows * a_stride * 4);
@@ -127,15 +127,11 @@ ENTGRAPH_AMX_TARGET void byte_code_scores_amx(const std::uint32_t* q, std::size_
       for (std::size_t r = 0; r < nr; ++r) {
         const std::size_t i = i0 + r;
         const __m512 qs = _mm512_set1_ps(q_scale[i]);
-        __m512 top = _mm512_set1_ps(kLowest);
+        __m512 top = _mm512_set1_ps(-__builtin_inff());
         for (std::size_t t = 0; t < nb; ++t) {
-          const std::size_t jb = (b0 + t) * kCodeBlockKeys, valid = std::min(kCodeBlockKeys, keys - jb);
-          const __mmask16 lanes = static_cast<__mmask16>((1u << valid) - 1u);
-          const __m512i d = _mm512_sub_epi32(_mm512_load_si512(c[t][r]), _mm512_loadu_si512(k_correction + jb));
-          const __m512 score =
-              _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(d), _mm512_maskz_loadu_ps(lanes, k_scale + jb)), qs);
-          _mm512_mask_storeu_ps(out + i * ldo + jb, lanes, score);
-          top = _mm512_mask_max_ps(top, lanes, top, score);
+          const std::size_t j = (b0 + t) * kCodeBlockKeys;
+          const __m512i d = _mm512_sub_epi32(_mm512_load_si512(c[t][r]), _mm512_loadu_si512(k_correction + j));
+          top = byte_group::store_block(d, j, keys, k_scale, qs, out + i * ldo, top);
         }
         group_max[i * ldg + b0 / kGroupBlocks] = _mm512_reduce_max_ps(top);
       }
