@@ -221,11 +221,17 @@ Graph cut_estimated_rows(const EstimatedScores& estimate, std::size_t n, std::si
         const float floor_cut = float_at_most(cut - slack(cut));
         // The approximation decides far from the cut, the exact estimate near
         // it (the candidates' are in values).
-        if (floor_cut >= floor_candidates) {
+        if (floor_cut >= floor_candidates) {  // without a branch: a candidate is an edge or not at random
+          edges.resize(row_start + count);
+          std::uint32_t* kept = edges.data() + row_start;
+          std::size_t n_kept = 0;
           for (std::size_t c = 0; c < count; ++c) {
             const std::uint32_t j = idx[c];
-            if (a[j] > floor_cut && (static_cast<double>(a[j]) > sure || values[c] > cut)) edges.push_back(j);
+            const bool edge = (a[j] > floor_cut) & ((static_cast<double>(a[j]) > sure) | (values[c] > cut));
+            kept[n_kept] = j;
+            n_kept += edge ? 1 : 0;
           }
+          edges.resize(row_start + n_kept);
         } else {
           const std::size_t near = mk.select_above(a, group_max.data(), 0, visible, floor_cut,
                                                    std::numeric_limits<float>::infinity(), idx.data());
