@@ -173,7 +173,7 @@ Graph cut_estimated_rows(const EstimatedScores& estimate, std::size_t n, std::si
   parallel_for(blocks, 1, [&](std::size_t b0, std::size_t b1) {
     std::vector<float> approx, block_max, group_max;
     std::vector<std::uint32_t> idx;
-    std::vector<double> values, scaled, kept, probs, bound_values;
+    std::vector<double> values, scaled, transform_in, probs, bound_values;
     for (std::size_t b = b0; b < b1; ++b) {
       const std::size_t r0 = b * kBlock, rows = std::min(kBlock, n - r0);
       const std::size_t keys = causal ? causal_key_limit(r0 + rows - 1, n, m) : m;
@@ -205,7 +205,7 @@ Graph cut_estimated_rows(const EstimatedScores& estimate, std::size_t n, std::si
           top = std::max(top, std::fabs(static_cast<double>(group_max[g])));
           top_bound = std::max(top_bound, bound_values[g]);
         }
-        const double subset_theta = entmax_theta(bound_values, top_bound, alpha, transform, scaled, kept, probs,
+        const double subset_theta = entmax_theta(bound_values, top_bound, alpha, transform, scaled, transform_in, probs,
                                                  -std::numeric_limits<double>::infinity(), false);
         const double floor_theta = subset_theta - slack(std::max(std::fabs(subset_theta), top)) - 1e-12 * top;
         const float floor_candidates = float_at_most(floor_theta);
@@ -214,7 +214,8 @@ Graph cut_estimated_rows(const EstimatedScores& estimate, std::size_t n, std::si
                                                   std::numeric_limits<float>::infinity(), idx.data());
         values.resize(count);
         const double top_value = estimate.exact_many(row, idx.data(), count, a, values.data());
-        const double theta = entmax_theta(values, top_value, alpha, transform, scaled, kept, probs, floor_theta, true);
+        const double theta =
+            entmax_theta(values, top_value, alpha, transform, scaled, transform_in, probs, floor_theta, true);
         const double cut = theta - reach, sure = cut + slack(cut);
         // The keys near or above the cut: among the candidates when the cut is
         // above their floor (margin >= 0), else a new scan.
