@@ -92,10 +92,8 @@ ByteCodeScores byte_code_scores_kernel(CpuIsa isa);
 // The byte kernel on AMX (kernels/simd/code_scores_amx.cpp): the same
 // floats from the tile unit's integer products. Null unless the library
 // runs on avx512 (cpu_isa()), the CPU has AMX-INT8, Linux grants the tile
-// state and the environment variable ENTGRAPH_AMX is not "off" (or "0"),
-// which amx_code_scores_available() reports without the ISA condition.
+// state and the environment variable ENTGRAPH_AMX is not "off" (or "0").
 ByteCodeScores byte_code_scores_amx_kernel();
-bool amx_code_scores_available();
 // The byte kernel on AVX-512 VNNI (kernels/simd/code_scores_vnni.cpp): the
 // same floats. Null unless the library runs on avx512 and the CPU has
 // AVX-512 VNNI.

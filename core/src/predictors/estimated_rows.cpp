@@ -138,7 +138,7 @@ double entmax_theta(const std::vector<double>& values, double top, double alpha,
     x.resize(values.size());
     for (std::size_t j = 0; j < values.size(); ++j) x[j] = am1 * (values[j] - top);
     tau = theta_lower_bound(x.data(), x.size(), alpha, tau);
-    if (!exact && (alpha == 1.5 || alpha == 2.0)) return top + tau / am1;
+    if (!exact && theta_lower_bound_applies(alpha)) return top + tau / am1;
     const theta_steps::Result r = theta_steps::steps(x.data(), x.size(), alpha, tau);
     if (r.solved) return top + r.tau / am1;
     tau = r.tau;

@@ -24,13 +24,16 @@
 
 namespace entgraph::detail {
 
+// The α the bound solves for (1.5-entmax and sparsemax have closed forms).
+inline bool theta_lower_bound_applies(double alpha) { return alpha == 1.5 || alpha == 2.0; }
+
 // A lower bound of the threshold of x[0 .. count) (x = (α − 1)(e − max e),
 // so the largest is 0; see theta_steps.hpp) close to it, from a lower bound
 // tau >= -1, for α = 1.5 and sparsemax (other α get tau back). Each sum has
 // at most count terms in [0, 1] (x <= 0 and tau >= -1): its rounding is
 // far below the margin (count + 1)² 2^-40 taken off the closed form.
 inline double theta_lower_bound(const double* x, std::size_t count, double alpha, double tau) {
-  if (!(alpha == 1.5 || alpha == 2.0) || count == 0 || !(tau >= -1.0)) return tau;
+  if (!theta_lower_bound_applies(alpha) || count == 0 || !(tau >= -1.0)) return tau;
   using Doubles = double __attribute__((vector_size(16)));
   constexpr std::size_t W = 4;  // keys a pass: two vectors, each with its own sums
   const double terms = static_cast<double>(count) + 1.0, margin = terms * terms * 0x1p-40;

@@ -16,6 +16,10 @@
 namespace entgraph {
 namespace {
 
+// Rows a pass of project_rows: four independent sums per column hide the
+// latency of the adds.
+constexpr std::size_t kProjectRows = 4;
+
 // The rows of x times w (dim x rank) into acc-then-float rows of out.
 // Vectorised over the rank; each value still sums over t in order, and
 // each product of two floats is exact in double, so a fused multiply-add
@@ -30,9 +34,8 @@ namespace {
 ENTGRAPH_PROJECT_CLONES void project_rows(const float* __restrict x, std::size_t rows, std::size_t ldx,
                                           const double* __restrict w, std::size_t dim, std::size_t rank,
                                           double* __restrict acc, float* __restrict out) {
-  // Four rows a pass: four independent sums per column hide the latency of
-  // the adds (acc holds 4 x rank).
-  constexpr std::size_t R = 4;
+  constexpr std::size_t R = kProjectRows;  // acc holds R x rank
+  static_assert(R == 4, "the loop below names each row's sum");
   for (std::size_t i0 = 0; i0 < rows; i0 += R) {
     const std::size_t nr = std::min(R, rows - i0);
     std::fill(acc, acc + R * rank, 0.0);
@@ -60,7 +63,7 @@ std::vector<float> project(MatrixView<const float> x, const std::vector<float>& 
     throw Error(at_op(std::string("Projection::") + what) + "rows have " + std::to_string(x.cols) +
                 " columns, expected " + std::to_string(dim));
   std::vector<float> out(x.rows * rank);
-  std::vector<double> wd(w.begin(), w.end()), acc(4 * rank);
+  std::vector<double> wd(w.begin(), w.end()), acc(kProjectRows * rank);
   if (x.rows > 0) project_rows(x.row(0), x.rows, x.stride, wd.data(), dim, rank, acc.data(), out.data());
   return out;
 }

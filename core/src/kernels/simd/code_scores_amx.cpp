@@ -151,9 +151,8 @@ bool amx_granted() {
   return syscall(SYS_arch_prctl, kReqXcompPerm, kXfeatureTileData) == 0;
 }
 
-}  // namespace
-
-bool amx_code_scores_available() {
+// Checked once: ENTGRAPH_AMX, then the CPU and Linux.
+bool amx_available() {
   static const bool available = [] {
     const char* env = std::getenv("ENTGRAPH_AMX");
     if (env != nullptr && (std::strcmp(env, "off") == 0 || std::strcmp(env, "0") == 0)) return false;
@@ -162,11 +161,12 @@ bool amx_code_scores_available() {
   return available;
 }
 
+}  // namespace
+
 ByteCodeScores byte_code_scores_amx_kernel() {
-  return cpu_isa() == CpuIsa::avx512 && amx_code_scores_available() ? &byte_code_scores_amx : nullptr;
+  return cpu_isa() == CpuIsa::avx512 && amx_available() ? &byte_code_scores_amx : nullptr;
 }
 #else
-bool amx_code_scores_available() { return false; }
 ByteCodeScores byte_code_scores_amx_kernel() { return nullptr; }
 #endif
 
