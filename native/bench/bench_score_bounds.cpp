@@ -17,7 +17,7 @@
 namespace entgraph::bench {
 namespace {
 
-constexpr std::size_t kKeys = 8192, kRows = 256, kSlab = 4;
+constexpr std::size_t kKeys = 8192, kRows = 256, kSlab = 16;
 
 void run_bounds(benchmark::State& state, BoundKernel kernel, std::size_t rank, std::size_t d) {
   const ScopedRuntime runtime(1, default_isa());
@@ -50,7 +50,7 @@ void run_bounds(benchmark::State& state, BoundKernel kernel, std::size_t rank, s
 }  // namespace
 
 void register_score_bound_benchmarks() {
-  for (BoundKernel kernel : {BoundKernel::float32, BoundKernel::int16, BoundKernel::bf16})
+  for (BoundKernel kernel : {BoundKernel::float32, BoundKernel::int16, BoundKernel::int8, BoundKernel::bf16})
     for (auto [rank, d] : {std::pair<std::size_t, std::size_t>{32, 32}, {64, 64}, {8, 64}, {16, 64}})
       benchmark::RegisterBenchmark((std::string("BM_score_bounds/") + bound_kernel_name(kernel) + "/r:" +
                                     std::to_string(rank) + "/d:" + std::to_string(d) + "/m:8192/threads:1")

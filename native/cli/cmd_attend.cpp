@@ -53,7 +53,7 @@ constexpr const char* kUsage =
     "                     sparsemax, entmax15, entmax (--alpha A), topk (--k K)\n"
     "  --exact            bound and repair: every row equals dense attention; says\n"
     "                     which bound kernel ran ($ENTGRAPH_BOUND_KERNEL: auto,\n"
-    "                     float32, bf16, int16)\n"
+    "                     float32, bf16, int16, int8)\n"
     "  --rank R           rank of the score bounds, or auto (default: per head, 8 or\n"
     "                     16 when the keys are nearly that low-rank, else d)\n"
     "  --repeat N         time each run N times, keep the fastest (default 1)\n"

@@ -34,10 +34,10 @@ class BoundKernelScope {
   BoundKernel saved_;
 };
 
-// The float bound kernels this machine can force: float32, int16, and bf16
-// where the CPU and the ISA in use have it.
+// The float bound kernels this machine can force: float32, int16, int8, and
+// bf16 where the CPU and the ISA in use have it.
 inline std::vector<BoundKernel> forcible_bound_kernels() {
-  std::vector<BoundKernel> kernels{BoundKernel::float32, BoundKernel::int16};
+  std::vector<BoundKernel> kernels{BoundKernel::float32, BoundKernel::int16, BoundKernel::int8};
   try {
     BoundKernelScope probe(BoundKernel::bf16);
     kernels.push_back(BoundKernel::bf16);

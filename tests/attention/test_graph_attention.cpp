@@ -728,7 +728,7 @@ TEST_SUITE("attention") {
   }
 
   TEST_CASE("graph attention: exact mode equals dense attention with every bound kernel on every instruction set") {
-    // float32, int16 and (where the CPU has it) bf16 bounds, ranks 1, 8 and d;
+    // float32, int16, int8 and (where the CPU has it) bf16 bounds, ranks 1, 8 and d;
     // the report names the kernel that ran (float64 for double bounds).
     for (BoundKernel kernel : forcible_bound_kernels())
       for (CpuIsa isa : available_cpu_isas()) {

@@ -1,6 +1,6 @@
 // ScoreBounds: low-rank upper bounds of scale q . k. Every bound, from
 // bound_all and from bound_block over tiles of queries, on every bound
-// kernel (float32, int16 on every instruction set, bf16 where the CPU has
+// kernel (float32, int16 and int8 on every instruction set, bf16 where the CPU has
 // it), is checked against the exact score (long double from the float
 // inputs) and against the scores that naive float loops and every compiled
 // kernel of the library compute, on random, clustered, low-rank and
@@ -246,8 +246,11 @@ struct Violation {
 BoundKernel expected_kernel(BoundKernel forced, std::size_t rank, std::size_t d) {
   if (forced == BoundKernel::float32) return BoundKernel::float32;
   if (forced == BoundKernel::int16 && rank >= 1) return BoundKernel::int16;
+  if (forced == BoundKernel::int8 && rank >= 1) return BoundKernel::int8;
   if (forced == BoundKernel::bf16 && rank == d) return BoundKernel::bf16;
-  return rank >= kMinAutoInt16BoundRank ? BoundKernel::int16 : BoundKernel::float32;
+  if (rank < kMinAutoInt16BoundRank) return BoundKernel::float32;
+  const bool fast_bytes = detail::byte_amx_kernels().bounds != nullptr || detail::byte_vnni_kernels().bounds != nullptr;
+  return fast_bytes ? BoundKernel::int8 : BoundKernel::int16;
 }
 
 // Checks bound_all and bound_block (tiles of 5 queries, blocks of 7 keys,
@@ -336,7 +339,7 @@ TEST_SUITE("attention") {
       CAPTURE(kernel_name);
       // The integer kernel on every instruction set (bf16 only runs on avx512).
       std::vector<CpuIsa> isas{cpu_isa()};
-      if (kernel == BoundKernel::int16) isas = available_cpu_isas();
+      if (kernel == BoundKernel::int16 || kernel == BoundKernel::int8) isas = available_cpu_isas();
       for (CpuIsa isa : isas) {
         IsaScope isa_scope(isa);
         const std::string isa_name = isa_scope.name();
@@ -436,11 +439,14 @@ TEST_SUITE("attention") {
       // The rounding term is 4 (d + 3r + 16) eps, ~2e-5 here; bfloat16 adds
       // twice its margin of 2^-7 ||q|| max ||k - mu|| at most; int16 twice
       // s_q s_k (A + B) (docs/EXACT.md), at most 4 sqrt(r) / C + 4 (1.5 r +
-      // 2 guard + 4) / C^2 relative, with C = min(32767, sqrt(2^30 / r)).
+      // 2 guard + 4) / C^2 relative, with C = min(32767, sqrt(2^30 / r));
+      // int8 the same with C = 90 and a guard of 4.
       const double r = static_cast<double>(b.rank()), c = std::min(32767.0, std::floor(std::sqrt(0x1p30 / r)));
-      const double allowed = b.kernel() == BoundKernel::bf16    ? 2.0 * std::ldexp(1.0, -7) + 1e-4
-                             : b.kernel() == BoundKernel::int16 ? 4.0 * std::sqrt(r) / c + 4.0 * (1.5 * r + 1028) / (c * c) + 1e-4
-                                                                : 1e-4;
+      const double allowed =
+          b.kernel() == BoundKernel::bf16    ? 2.0 * std::ldexp(1.0, -7) + 1e-4
+          : b.kernel() == BoundKernel::int16 ? 4.0 * std::sqrt(r) / c + 4.0 * (1.5 * r + 1028) / (c * c) + 1e-4
+          : b.kernel() == BoundKernel::int8  ? 4.0 * std::sqrt(r) / 90 + 4.0 * (1.5 * r + 12) / (90 * 90) + 1e-4
+                                             : 1e-4;
       CHECK(worst <= allowed);
     }
     // Rank 0 is looser than rank 3 on rank-3 keys (on average).
@@ -636,6 +642,93 @@ TEST_SUITE("attention") {
     }
   }
 
+  TEST_CASE("byte bound kernels: the floats of code_bounds on the same integers, on every kernel that has them") {
+    // byte_code_bounds (ScoreBounds' int8 kernel) forms the same integer
+    // D + A_i + B_j from byte codes (queries shifted by the offset, which
+    // key.add takes off again) and runs code_bounds' epilogue: the same
+    // floats, bit for bit, as the 16-bit kernel of its instruction set (AMX
+    // and VNNI: of avx512).
+    constexpr std::int32_t kLimit = 90;
+    REQUIRE(detail::byte_codes_fit(kLimit));
+    struct UnderTest {
+      std::string name;
+      detail::ByteCodeBounds bytes;
+      detail::CodeBounds words;
+    };
+    std::vector<UnderTest> kernels;
+    for (CpuIsa isa : available_cpu_isas()) {
+      IsaScope scope(isa);
+      const std::string name = cpu_isa_name(isa);
+      kernels.push_back({name, detail::byte_kernels(isa).bounds, detail::code_bounds_kernel(isa)});
+      if (isa != CpuIsa::avx512) continue;
+      kernels.push_back({"amx", detail::byte_amx_kernels().bounds, detail::code_bounds_kernel(isa)});
+      kernels.push_back({"vnni", detail::byte_vnni_kernels().bounds, detail::code_bounds_kernel(isa)});
+    }
+    std::mt19937_64 rng(78);
+    for (const UnderTest& t : kernels) {
+      CAPTURE(t.name);
+      if (t.bytes == nullptr) {
+        MESSAGE(t.name << ": no byte multiply here (or ENTGRAPH_AMX=off): its byte bound kernel is not tested");
+        continue;
+      }
+      std::size_t wrong = 0, cases = 0;
+      for (std::size_t r : {1u, 4u, 5u, 32u, 61u, 100u})  // AMX: tiles of fewer than 16 quads, of 16, and both
+        for (std::size_t rows : {1u, 4u, 5u, 17u})
+          for (std::size_t m : {1u, 16u, 17u, 64u, 65u, 200u})
+            for (bool resid : {false, true}) {
+              std::uniform_int_distribution<std::int32_t> code(-kLimit, kLimit), add(0, 5000);
+              std::uniform_int_distribution<int> exponent(-30, 4);
+              std::uniform_real_distribution<float> column(0.0f, 2.0f);
+              const std::size_t padded = (m + 15) / 16 * 16;
+              std::vector<std::int16_t> qc(rows * r), kc(m * r);
+              for (auto& c : qc) c = static_cast<std::int16_t>(code(rng));
+              for (auto& c : kc) c = static_cast<std::int16_t>(code(rng));
+              for (std::size_t x = 0; x < r; ++x) {  // the extremes of the byte sums
+                qc[x] = static_cast<std::int16_t>(kLimit);
+                kc[x] = static_cast<std::int16_t>(-kLimit);
+              }
+              std::vector<std::int32_t> qadd(rows), kadd(padded, 0);
+              std::vector<float> qscale(rows), qresid(rows), qround(rows);
+              std::vector<float> kscale(padded, 0.0f), kresid(padded, 0.0f), kround(padded, 0.0f);
+              for (std::size_t i = 0; i < rows; ++i) {
+                qadd[i] = add(rng);
+                qscale[i] = std::ldexp(1.0f, exponent(rng));
+                qresid[i] = column(rng);
+                qround[i] = column(rng) * 1e-3f;
+              }
+              for (std::size_t j = 0; j < m; ++j) {
+                kadd[j] = add(rng);
+                kscale[j] = std::ldexp(1.0f, exponent(rng));
+                kresid[j] = column(rng);
+                kround[j] = column(rng) * 1e-3f;
+              }
+              const std::vector<std::int32_t> correction = detail::byte_key_corrections(kc.data(), m, r, kLimit);
+              std::vector<std::int32_t> kstart(padded);
+              for (std::size_t j = 0; j < padded; ++j) kstart[j] = kadd[j] - correction[j];
+              const detail::CodeBoundSide row{qadd.data(), qscale.data(), qresid.data(), qround.data()};
+              const detail::CodeBoundSide key{kadd.data(), kscale.data(), resid ? kresid.data() : nullptr,
+                                              kround.data()};
+              const detail::CodeBoundSide byte_key{kstart.data(), key.scale, key.resid, key.round};
+              const std::size_t ldo = m + 3, groups = (m + 63) / 64, ldg = groups + 1;
+              std::vector<float> want(rows * ldo, -7.0f), want_max(rows * ldg, -7.0f);
+              std::vector<float> got(rows * ldo, -7.0f), got_max(rows * ldg, -7.0f);
+              t.words(detail::pack_code_queries(qc.data(), rows, r).data(), rows,
+                      detail::pack_code_keys(kc.data(), m, r).data(), (r + 1) / 2, m, row, key, want.data(), ldo,
+                      want_max.data(), ldg);
+              t.bytes(detail::pack_byte_queries(qc.data(), rows, r, kLimit).data(), rows,
+                      detail::pack_byte_keys(kc.data(), m, r).data(), (r + 3) / 4, detail::byte_segment_quads(kLimit),
+                      m, row, byte_key, got.data(), ldo, got_max.data(), ldg);
+              ++cases;
+              for (std::size_t x = 0; x < want.size(); ++x)
+                wrong += std::memcmp(&want[x], &got[x], sizeof(float)) == 0 ? 0 : 1;
+              for (std::size_t x = 0; x < want_max.size(); ++x)
+                wrong += std::memcmp(&want_max[x], &got_max[x], sizeof(float)) == 0 ? 0 : 1;
+            }
+      CHECK(cases > 0);
+      CHECK_MESSAGE(wrong == 0, wrong, " floats differ from code_bounds");
+    }
+  }
+
   TEST_CASE("integer bounds hold with every code on the rounding boundary, where quantization errs the most") {
     // Keys in pairs k, -k (mean exactly 0) and positive queries, scale 1 and
     // rank d (the identity), every coordinate at s (n + 1/2) with n even, for
@@ -643,60 +736,72 @@ TEST_SUITE("attention") {
     // is n, every quantization error is +1/2, so for the
     // positive keys q . k = s_q s_k (D + |c_q|_1 / 2 + |c_k|_1 / 2 + r / 4),
     // exactly the margin. The bound must still hold, above the score by the
-    // guard (512 code units, less at most 321 of rounding, plus under 2 of
-    // the margin's ceilings and the output's own rounding) and the rounding
-    // column: the margin is used up and no more.
+    // guard (int16: 512 code units, less at most 321 of rounding; int8: 4,
+    // less at most 2.0001), plus under 2 of the margin's ceilings and the
+    // output's own rounding, and the rounding column: the margin is used up
+    // and no more.
     const std::size_t d = 16, pairs = 24, m = 2 * pairs;
-    const double limit = std::floor(std::sqrt(0x1p30 / d));  // 8192
-    std::mt19937_64 rng(91);
-    std::uniform_int_distribution<int> half_n(0, static_cast<int>(0.375 * limit) - 1), exponent(-12, 6);
-    // A row at step 2^e: its first value is s (0.75 C + 1/2), so max / C lies in (s / 2, s].
-    auto boundary_row = [&](float* row, int e) {
-      const double s = std::ldexp(1.0, e);
-      row[0] = static_cast<float>(s * (0.75 * limit + 0.5));
-      for (std::size_t x = 1; x < d; ++x) row[x] = static_cast<float>(s * (2 * half_n(rng) + 0.5));
-      return s;
+    struct Kernel {
+      BoundKernel kernel;
+      double limit, guard, rounding;
     };
-    Matrix<float> k(m, d), q(8, d);
-    std::vector<double> kstep(m), qstep(q.rows);
-    for (std::size_t p = 0; p < pairs; ++p) {
-      kstep[2 * p] = kstep[2 * p + 1] = boundary_row(&k(2 * p, 0), exponent(rng));
-      for (std::size_t x = 0; x < d; ++x) k(2 * p + 1, x) = -k(2 * p, x);
-    }
-    for (std::size_t i = 0; i < q.rows; ++i) qstep[i] = boundary_row(&q(i, 0), exponent(rng));
-    const Scores scores = all_scores(q, k, 1.0);
-    for (CpuIsa isa : available_cpu_isas()) {
-      IsaScope isa_scope(isa);
-      const BoundKernelScope scope(BoundKernel::int16);
-      const std::string isa_name = isa_scope.name();
-      CAPTURE(isa_name);
-      const ScoreBounds<float> b(k.view(), 1.0, d);
-      REQUIRE(b.kernel() == BoundKernel::int16);
-      std::vector<float> qt(b.width());
-      double low = std::numeric_limits<double>::infinity(), high = -low;
-      std::size_t below = 0, loose = 0;
-      for (std::size_t i = 0; i < q.rows; ++i) {
-        const double offset = b.prepare_query(&q(i, 0), qt.data());
-        CHECK(offset == 0.0);
-        std::vector<float> out(m), group_max(1);
-        b.bound_block(qt.data(), 1, b.width(), 0, m, out.data(), m, group_max.data(), 1);
-        for (std::size_t j = 0; j < m; ++j) {
-          below += out[j] >= scores.computed_max(i, j) && out[j] >= scores.exact(i, j) ? 0 : 1;
-          if (j % 2 == 1) continue;  // the negative keys' errors partly cancel
-          double kn = 0;
-          for (std::size_t x = 0; x < d; ++x) kn += static_cast<double>(k(j, x)) * k(j, x);
-          const double rounding_column = static_cast<double>(qt[d + 1]) * 2.0 * std::sqrt(kn);
-          const double code_unit = qstep[i] * kstep[j];
-          const double units = (out[j] - scores.exact(i, j) - rounding_column) / code_unit;
-          low = std::min(low, units);
-          high = std::max(high, units);
-          loose += units <= 512.0 + 2.0 + 0x1p-23 * std::abs(out[j]) / code_unit ? 0 : 1;
-        }
+    for (const Kernel& kernel : {Kernel{BoundKernel::int16, std::floor(std::sqrt(0x1p30 / d)), 512.0, 321.0},
+                                 Kernel{BoundKernel::int8, 90.0, 4.0, 2.0001}}) {
+      const std::string kernel_name = bound_kernel_name(kernel.kernel);
+      CAPTURE(kernel_name);
+      const double limit = kernel.limit;  // 8192 or 90
+      const int top_half = static_cast<int>(0.375 * limit);
+      std::mt19937_64 rng(91);
+      std::uniform_int_distribution<int> half_n(0, top_half - 1), exponent(-12, 6);
+      // A row at step 2^e: its first value is s (2 floor(0.375 C) + 1/2), so max / C lies in (s / 2, s].
+      auto boundary_row = [&](float* row, int e) {
+        const double s = std::ldexp(1.0, e);
+        row[0] = static_cast<float>(s * (2 * top_half + 0.5));
+        for (std::size_t x = 1; x < d; ++x) row[x] = static_cast<float>(s * (2 * half_n(rng) + 0.5));
+        return s;
+      };
+      Matrix<float> k(m, d), q(8, d);
+      std::vector<double> kstep(m), qstep(q.rows);
+      for (std::size_t p = 0; p < pairs; ++p) {
+        kstep[2 * p] = kstep[2 * p + 1] = boundary_row(&k(2 * p, 0), exponent(rng));
+        for (std::size_t x = 0; x < d; ++x) k(2 * p + 1, x) = -k(2 * p, x);
       }
-      MESSAGE(isa_name << ": bound - score - rounding column, in code units: " << low << " .. " << high);
-      CHECK(below == 0);
-      CHECK(low >= 512.0 - 322.0);
-      CHECK(loose == 0);
+      for (std::size_t i = 0; i < q.rows; ++i) qstep[i] = boundary_row(&q(i, 0), exponent(rng));
+      const Scores scores = all_scores(q, k, 1.0);
+      for (CpuIsa isa : available_cpu_isas()) {
+        IsaScope isa_scope(isa);
+        const BoundKernelScope scope(kernel.kernel);
+        const std::string isa_name = isa_scope.name();
+        CAPTURE(isa_name);
+        const ScoreBounds<float> b(k.view(), 1.0, d);
+        REQUIRE(b.kernel() == kernel.kernel);
+        std::vector<float> qt(b.width());
+        double low = std::numeric_limits<double>::infinity(), high = -low;
+        std::size_t below = 0, loose = 0;
+        for (std::size_t i = 0; i < q.rows; ++i) {
+          const double offset = b.prepare_query(&q(i, 0), qt.data());
+          CHECK(offset == 0.0);
+          std::vector<float> out(m), group_max(1);
+          b.bound_block(qt.data(), 1, b.width(), 0, m, out.data(), m, group_max.data(), 1);
+          for (std::size_t j = 0; j < m; ++j) {
+            below += out[j] >= scores.computed_max(i, j) && out[j] >= scores.exact(i, j) ? 0 : 1;
+            if (j % 2 == 1) continue;  // the negative keys' errors partly cancel
+            double kn = 0;
+            for (std::size_t x = 0; x < d; ++x) kn += static_cast<double>(k(j, x)) * k(j, x);
+            const double rounding_column = static_cast<double>(qt[d + 1]) * 2.0 * std::sqrt(kn);
+            const double code_unit = qstep[i] * kstep[j];
+            const double units = (out[j] - scores.exact(i, j) - rounding_column) / code_unit;
+            low = std::min(low, units);
+            high = std::max(high, units);
+            loose += units <= kernel.guard + 2.0 + 0x1p-23 * std::abs(out[j]) / code_unit ? 0 : 1;
+          }
+        }
+        MESSAGE(kernel_name << ", " << isa_name << ": bound - score - rounding column, in code units: " << low << " .. "
+                            << high);
+        CHECK(below == 0);
+        CHECK(low >= kernel.guard - kernel.rounding - 1.0);
+        CHECK(loose == 0);
+      }
     }
   }
 

@@ -394,8 +394,8 @@ case "$CASE" in
     # The bound kernels that ran (per head, by rank: the machine's choice) or
     # a forced one; each exact.
     kernels=$(sed -n 's/.*"bound_kernel": "\([^"]*\)".*/\1/p' <<<"${json%%\"heads\"*}")
-    [[ "$kernels" =~ ^(float32|bf16|int16)(\+(float32|bf16|int16))*$ ]] || fail "exact mode: bound_kernel '$kernels': $json"
-    for kernel in float32 int16; do
+    [[ "$kernels" =~ ^(float32|bf16|int16|int8)(\+(float32|bf16|int16|int8))*$ ]] || fail "exact mode: bound_kernel '$kernels': $json"
+    for kernel in float32 int16 int8; do
       ENTGRAPH_BOUND_KERNEL=$kernel expect_ok attend --capture cap --method window --set window=4 --exact --json
       json=$OUT
       contains "${json%%\"heads\"*}" "\"bound_kernel\": \"$kernel\""
@@ -405,7 +405,7 @@ case "$CASE" in
     done
     ENTGRAPH_BOUND_KERNEL=int16 expect_ok attend --capture cap --method window --set window=4 --exact --layer 0 --head 0
     contains "$OUT" "bound kernel: int16"
-    ENTGRAPH_BOUND_KERNEL=int8 expect_fail 1 "unknown bound kernel (got 'int8'" attend --capture cap --method window --exact
+    ENTGRAPH_BOUND_KERNEL=int4 expect_fail 1 "unknown bound kernel (got 'int4'" attend --capture cap --method window --exact
     # Fast mode: the rows the graph alone settles are exact; a window of 4
     # misses true edges, so the output differs from dense attention.
     expect_ok attend --capture cap --method window --set window=4 --json

@@ -170,8 +170,8 @@ TEST_SUITE("predictors") {
     const auto isas = available_cpu_isas();
     if (std::find(isas.begin(), isas.end(), CpuIsa::avx512) != isas.end()) {
       IsaScope scope(CpuIsa::avx512);
-      amx = detail::byte_code_scores_amx_kernel();
-      vnni = detail::byte_code_scores_vnni_kernel();
+      amx = detail::byte_amx_kernels().scores;
+      vnni = detail::byte_vnni_kernels().scores;
     }
     if (amx == nullptr) MESSAGE("no AMX-INT8 here (or ENTGRAPH_AMX=off): its kernel is not tested");
     if (vnni == nullptr) MESSAGE("no AVX-512 VNNI here: its kernel is not tested");
@@ -207,7 +207,7 @@ TEST_SUITE("predictors") {
               const std::vector<float> want_max = group_maxima(want, rows, keys, ldo);
               int kernels = 0;
               std::vector<std::pair<std::string, detail::ByteCodeScores>> under_test;
-              for (CpuIsa isa : isas) under_test.emplace_back(cpu_isa_name(isa), detail::byte_code_scores_kernel(isa));
+              for (CpuIsa isa : isas) under_test.emplace_back(cpu_isa_name(isa), detail::byte_kernels(isa).scores);
               under_test.emplace_back("amx", amx);
               under_test.emplace_back("vnni", vnni);
               for (const auto& [name, kernel] : under_test) {

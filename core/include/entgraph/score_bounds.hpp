@@ -50,17 +50,23 @@ inline constexpr double kAutoRankVariance = 0.9;
 //   power-of-two steps per query and per key, multiplied exactly as integers
 //   (pmaddwd, i32x4.dot_i16x8_s), with a margin per pair that covers the
 //   quantization; 1 <= r <= kMaxInt16BoundRank.
-// `automatic` is the default choice for float bounds: bf16 where it can run,
-// else int16 from rank kMinAutoInt16BoundRank on (below, the float GEMM of
-// r + 2 columns is as fast, measured, and has no quantization margin), else
-// float32.
+// - int8: the same with byte codes (at most 90 in magnitude) and a guard of
+//   a few code units, multiplied on the byte instructions (AMX, AVX-512
+//   VNNI, vpmaddubsw; the 16-bit ones where there are none): several times
+//   cheaper, a margin about 64 times wider; 1 <= r <= kMaxInt8BoundRank.
+// `automatic` is the default choice for float bounds: int8 from rank
+// kMinAutoInt16BoundRank on where AMX or AVX-512 VNNI multiply its bytes
+// (the library on avx512), else bf16 where it can run, else int16 from that
+// rank on (below, the float GEMM of r + 2 columns is as fast, measured, and
+// has no quantization margin), else float32.
 // int8_mma: the CUDA backend's exact mode (byte codes on tensor cores,
 // docs/CUDA.md); reported only, never a CPU preference.
-enum class BoundKernel { automatic, float32, float64, bf16, int16, int8_mma };
+enum class BoundKernel { automatic, float32, float64, bf16, int16, int8, int8_mma };
 inline constexpr std::size_t kMaxInt16BoundRank = 4096;
+inline constexpr std::size_t kMaxInt8BoundRank = 2048;
 inline constexpr std::size_t kMinAutoInt16BoundRank = 16;
 
-// "auto", "float32", "float64", "bf16", "int16", "int8-mma".
+// "auto", "float32", "float64", "bf16", "int16", "int8", "int8-mma".
 const char* bound_kernel_name(BoundKernel kernel);
 // Inverse of bound_kernel_name; throws entgraph::Error for unknown names.
 BoundKernel parse_bound_kernel(const std::string& name);
@@ -113,11 +119,11 @@ class ScoreBounds {
   // the score (minus the offset).
   double slack(const T* qt, std::size_t j) const { return slack(query_slack(qt), j); }
   // The query's share of slack(), computed once for a query whose keys'
-  // slacks are all wanted (the int16 kernel quantizes the query for it).
+  // slacks are all wanted (the integer kernels quantize the query for it).
   struct QuerySlack {
     const T* qt = nullptr;
     double margin = 0.0;                            // bf16: the whole slack
-    double step = 0.0, add = 0.0, resid = 0.0, round = 0.0;  // int16
+    double step = 0.0, add = 0.0, resid = 0.0, round = 0.0;  // int16 and int8
   };
   QuerySlack query_slack(const T* qt) const;
   double slack(const QuerySlack& q, std::size_t j) const;
@@ -146,13 +152,18 @@ class ScoreBounds {
   double kmax_ = 0.0;               // its margin's terms: max_j ||k_j - mu|| of the stored keys,
   double round_max_ = 0.0;          // and the largest rounding column entry
   double bf16_margin(const T* qt) const;
-  // int16 path: the keys' codes (pack_code_keys) and, per key (padded to
-  // whole blocks), the integer margin, the step and the two float columns.
-  std::int32_t code_limit_ = 0;     // the largest |code|, C(r) = min(32767, floor(sqrt(2^30 / r)))
+  // int16 and int8 paths: the keys' codes (pack_code_keys; for int8 also
+  // pack_byte_keys) and, per key (padded to whole blocks), the integer
+  // margin, the step and the two float columns.
+  bool uses_codes() const { return kernel_ == BoundKernel::int16 || kernel_ == BoundKernel::int8; }
+  std::int32_t code_limit_ = 0;  // the largest |code|: C(r) = min(32767, floor(sqrt(2^30 / r))), or 90 for bytes
+  std::int32_t code_guard_ = 0;  // code units added to each query's margin for the kernel's own rounding
   std::vector<std::int16_t> kcode_;
+  std::vector<std::int8_t> kbyte_;  // int8
   std::vector<std::int32_t> kadd_;
+  std::vector<std::int32_t> kstart_;  // int8: kadd_ less the byte kernel's offset correction
   std::vector<float> kscale_, kresid_, kround_;
-  void bound_block_int16(const T* qt, std::size_t rows, std::size_t ldq, std::size_t j0, std::size_t j1, T* bounds,
+  void bound_block_codes(const T* qt, std::size_t rows, std::size_t ldq, std::size_t j0, std::size_t j1, T* bounds,
                          std::size_t ldb, T* group_max, std::size_t ldg) const;
 };
 

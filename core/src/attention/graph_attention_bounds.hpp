@@ -175,9 +175,9 @@ void repair_row(const Shared<T>& c, std::size_t i, Row<T>& r, Row<T>& probe) {
 }
 
 // The rows of a tile whose bounds are computed at once are capped so that
-// their buffer holds at most kBoundValues values (128 KB of floats, in L2),
+// their buffer holds at most kBoundValues values (512 KB of floats, in L2),
 // whatever the number of keys.
-constexpr std::size_t kBoundValues = std::size_t{1} << 15;
+constexpr std::size_t kBoundValues = std::size_t{1} << 17;
 
 // What collect_pending does when the pending list outgrows the row's budget.
 enum class Overflow { tighten, keep };

@@ -98,6 +98,14 @@ T round_up(double x) {
 constexpr std::int32_t kCodeGuard = 512;
 constexpr double kColumnInflation = 1.0 + 0x1p-20;
 constexpr double kMinCodeStep = 0x1p-60;
+// The int8 kernel's: codes of at most kByteCodeLimit (a byte, and a 16-bit
+// pair sum of vpmaddubsw cannot saturate), r <= kMaxInt8BoundRank so that
+// |D + A_i + B_j| < 2^24 (at most 8190.25 r + guard + 1): float(N) is exact
+// and the epilogue rounds t = N s_q s_k by at most 2.0001 u 2^24 = 2.0001
+// code units; kByteCodeGuard covers that and the underflow allowance.
+constexpr std::int32_t kByteCodeLimit = 90;
+constexpr std::int32_t kByteCodeGuard = 4;
+static_assert(8190.25 * static_cast<double>(kMaxInt8BoundRank) + kByteCodeGuard + 1 < 0x1p24);
 
 std::int32_t code_limit(std::size_t r) {
   return static_cast<std::int32_t>(
@@ -117,22 +125,23 @@ float quantize(const float* x, std::size_t r, std::int32_t limit, std::int16_t* 
   // v + 1.5 * 2^52 - 1.5 * 2^52 is an integer next to v (|v| <= 32767); the
   // two corrections make it the nearest whatever the rounding mode.
   constexpr double kRound = 0x1.8p52;
+  // Without branches (comparisons as 0 or 1), so that the loop vectorizes.
   std::int64_t sum = 0;
   for (std::size_t c = 0; c < r; ++c) {
     const double v = static_cast<double>(x[c]) * inverse;
     double code = (v + kRound) - kRound;
-    code += v - code > 0.5 ? 1.0 : code - v > 0.5 ? -1.0 : 0.0;
+    code += static_cast<double>(v - code > 0.5) - static_cast<double>(code - v > 0.5);
     const auto integer = static_cast<std::int32_t>(code);
     if (codes != nullptr) codes[c] = static_cast<std::int16_t>(integer);
-    sum += integer < 0 ? -integer : integer;
+    sum += std::abs(integer);
   }
   l1 = sum;
   return static_cast<float>(step);
 }
 
 // The query's integer margin A = ceil(|c_q|_1 / 2 + r / 4) + guard.
-std::int32_t query_code_add(std::int64_t l1, std::size_t r) {
-  return static_cast<std::int32_t>((2 * l1 + static_cast<std::int64_t>(r) + 3) / 4) + kCodeGuard;
+std::int32_t query_code_add(std::int64_t l1, std::size_t r, std::int32_t guard) {
+  return static_cast<std::int32_t>((2 * l1 + static_cast<std::int64_t>(r) + 3) / 4) + guard;
 }
 
 float inflate(float x) { return static_cast<float>(static_cast<double>(x) * kColumnInflation); }
@@ -146,8 +155,9 @@ std::atomic<BoundKernel>& bound_kernel_preference() {
 
 void check_preference(BoundKernel kernel, const std::string& where) {
   if (kernel == BoundKernel::float64)
-    throw Error(where + ": float64 is the kernel of double bounds, not a choice for float ones (expected auto, "
-                        "float32, bf16 or int16)");
+    throw Error(where +
+                ": float64 is the kernel of double bounds, not a choice for float ones (expected auto, "
+                "float32, bf16, int16 or int8)");
   if (kernel == BoundKernel::bf16 && detail::bf16_scores_kernel() == nullptr)
     throw Error(where + ": bf16 needs AVX-512 BF16 and the avx512 kernels (this CPU or the ISA in use, " +
                 cpu_isa_name(cpu_isa()) + ", has none)");
@@ -161,7 +171,7 @@ BoundKernel initial_bound_kernel() {
     kernel = parse_bound_kernel(env);
   } catch (const Error&) {
     throw Error(std::string("ENTGRAPH_BOUND_KERNEL: unknown bound kernel (got '") + env +
-                "', expected auto, float32, bf16 or int16)");
+                "', expected auto, float32, bf16, int16 or int8)");
   }
   check_preference(kernel, "ENTGRAPH_BOUND_KERNEL");
   return kernel;
@@ -181,6 +191,8 @@ const char* bound_kernel_name(BoundKernel kernel) {
       return "bf16";
     case BoundKernel::int16:
       return "int16";
+    case BoundKernel::int8:
+      return "int8";
     case BoundKernel::int8_mma:
       return "int8-mma";
   }
@@ -189,10 +201,10 @@ const char* bound_kernel_name(BoundKernel kernel) {
 
 BoundKernel parse_bound_kernel(const std::string& name) {
   for (BoundKernel k : {BoundKernel::automatic, BoundKernel::float32, BoundKernel::float64, BoundKernel::bf16,
-                        BoundKernel::int16})
+                        BoundKernel::int16, BoundKernel::int8})
     if (name == bound_kernel_name(k)) return k;
   throw Error(at_op("parse_bound_kernel") + "unknown bound kernel (got '" + name +
-              "', expected auto, float32, float64, bf16 or int16)");
+              "', expected auto, float32, float64, bf16, int16 or int8)");
 }
 
 BoundKernel bound_kernel() { return bound_kernel_preference().load(); }
@@ -313,20 +325,33 @@ ScoreBounds<T>::ScoreBounds(ConstMatrix<T> k, double scale, std::size_t rank, co
     const BoundKernel want = bound_kernel();
     const bool can_bf16 = identity_ && detail::bf16_scores_kernel() != nullptr;
     const bool can_int16 = r >= 1 && r <= kMaxInt16BoundRank;
+    const bool can_int8 = r >= 1 && r <= kMaxInt8BoundRank;
     if (want == BoundKernel::float32) {
       kernel_ = BoundKernel::float32;
     } else if (want == BoundKernel::int16 && can_int16) {
       kernel_ = BoundKernel::int16;
+    } else if (want == BoundKernel::int8 && can_int8) {
+      kernel_ = BoundKernel::int8;
+    } else if (want == BoundKernel::bf16 && can_bf16) {
+      kernel_ = BoundKernel::bf16;
     } else {
-      kernel_ = can_bf16                                     ? BoundKernel::bf16
-                : can_int16 && r >= kMinAutoInt16BoundRank ? BoundKernel::int16
-                                                             : BoundKernel::float32;
+      // Byte products on the tile unit or VNNI are cheaper than bf16's
+      // (measured end to end in exact mode, docs/PERFORMANCE.md); plain
+      // vpmaddubsw is not cheaper than pmaddwd at a byte's code range.
+      const bool fast_bytes =
+          detail::byte_amx_kernels().bounds != nullptr || detail::byte_vnni_kernels().bounds != nullptr;
+      kernel_ = fast_bytes && can_int8 && r >= kMinAutoInt16BoundRank ? BoundKernel::int8
+                : can_bf16                                            ? BoundKernel::bf16
+                : can_int16 && r >= kMinAutoInt16BoundRank            ? BoundKernel::int16
+                                                                      : BoundKernel::float32;
     }
-    if (kernel_ == BoundKernel::int16) {
+    if (uses_codes()) {
       // The keys' codes from the stored projections (the float bound's own
       // terms), B_j = ceil(|c_k|_1 / 2), and the float columns, per block.
       const std::size_t padded = (m_ + detail::kCodeBlockKeys - 1) / detail::kCodeBlockKeys * detail::kCodeBlockKeys;
-      code_limit_ = code_limit(r);
+      const bool bytes = kernel_ == BoundKernel::int8;
+      code_limit_ = bytes ? kByteCodeLimit : code_limit(r);
+      code_guard_ = bytes ? kByteCodeGuard : kCodeGuard;
       std::vector<std::int16_t> codes(m_ * r);
       std::vector<float> column(r);
       kadd_.assign(padded, 0);
@@ -342,6 +367,11 @@ ScoreBounds<T>::ScoreBounds(ConstMatrix<T> k, double scale, std::size_t rank, co
         kround_[j] = kt_[(r + 1) * m_ + j];
       }
       kcode_ = detail::pack_code_keys(codes.data(), m_, r);
+      if (bytes) {  // both forms: the byte multiply is chosen per call
+        kbyte_ = detail::pack_byte_keys(codes.data(), m_, r);
+        kstart_ = detail::byte_key_corrections(codes.data(), m_, r, kByteCodeLimit);
+        for (std::size_t j = 0; j < padded; ++j) kstart_[j] = kadd_[j] - kstart_[j];
+      }
     }
     if (kernel_ == BoundKernel::bf16) {
       std::vector<float> centred(m_ * d);
@@ -399,8 +429,8 @@ template <class T>
 void ScoreBounds<T>::bound_block(const T* qt, std::size_t rows, std::size_t ldq, std::size_t j0, std::size_t j1,
                                  T* bounds, std::size_t ldb, T* group_max, std::size_t ldg) const {
   const std::size_t groups = (j1 - j0 + kGroupKeys - 1) / kGroupKeys;
-  if (kernel_ == BoundKernel::int16) {
-    bound_block_int16(qt, rows, ldq, j0, j1, bounds, ldb, group_max, ldg);
+  if (uses_codes()) {
+    bound_block_codes(qt, rows, ldq, j0, j1, bounds, ldb, group_max, ldg);
     return;
   }
   if constexpr (std::is_same_v<T, float>) {
@@ -441,14 +471,15 @@ void ScoreBounds<T>::bound_block(const T* qt, std::size_t rows, std::size_t ldq,
     }
 }
 
-// The int16 bound (docs/EXACT.md, "Integer bounds"): each row's r
-// projections are quantized like the keys' (A_i = ceil(|c_q|_1 / 2 + r / 4)
-// plus the guard), its residual and rounding terms inflated, and the kernel
-// forms float(D_ij + A_i + B_j) s_q s_k plus the two columns. Blocks that do
-// not start at a multiple of 16 keys (only tests ask for them) go through a
-// buffer from the block before.
+// The int16 and int8 bounds (docs/EXACT.md, "Integer bounds"): each row's
+// r projections are quantized like the keys' (A_i = ceil(|c_q|_1 / 2 + r /
+// 4) plus the guard), its residual and rounding terms inflated, and the
+// kernel forms float(D_ij + A_i + B_j) s_q s_k plus the two columns, from
+// byte codes where this machine multiplies bytes (int8), else from 16-bit
+// ones. Blocks that do not start at a multiple of 16 keys (only tests ask
+// for them) go through a buffer from the block before.
 template <class T>
-void ScoreBounds<T>::bound_block_int16(const T* qt, std::size_t rows, std::size_t ldq, std::size_t j0, std::size_t j1,
+void ScoreBounds<T>::bound_block_codes(const T* qt, std::size_t rows, std::size_t ldq, std::size_t j0, std::size_t j1,
                                        T* bounds, std::size_t ldb, T* group_max, std::size_t ldg) const {
   if constexpr (std::is_same_v<T, float>) {
     static_assert(kGroupKeys == detail::kCodeGroupKeys);
@@ -460,17 +491,35 @@ void ScoreBounds<T>::bound_block_int16(const T* qt, std::size_t rows, std::size_
       const float* row = qt + i * ldq;
       std::int64_t l1 = 0;
       scale[i] = quantize(row, r, code_limit_, codes.data() + i * r, l1);
-      add[i] = query_code_add(l1, r);
+      add[i] = query_code_add(l1, r, code_guard_);
       resid[i] = inflate(row[r]);
       round[i] = inflate(row[r + 1]);
     }
-    const std::vector<std::int32_t> packed = detail::pack_code_queries(codes.data(), rows, r);
     const std::size_t a = j0 - j0 % detail::kCodeBlockKeys, keys = j1 - a;
     const detail::CodeBoundSide row_side{add.data(), scale.data(), resid.data(), round.data()};
-    const detail::CodeBoundSide key_side{kadd_.data() + a, kscale_.data() + a, identity_ ? nullptr : kresid_.data() + a,
-                                         kround_.data() + a};
-    const std::int16_t* k = kcode_.data() + a / detail::kCodeBlockKeys * pairs * 2 * detail::kCodeBlockKeys;
-    const detail::CodeBounds kernel = detail::code_bounds_kernel(cpu_isa());
+    detail::CodeBoundSide key_side{kadd_.data() + a, kscale_.data() + a, identity_ ? nullptr : kresid_.data() + a,
+                                   kround_.data() + a};
+    const detail::ByteCodeBounds bytes = kbyte_.empty() ? nullptr : detail::fastest_byte_kernels().bounds;
+    std::vector<std::int32_t> packed;
+    std::vector<std::uint32_t> packed_bytes;
+    if (bytes != nullptr) {
+      packed_bytes = detail::pack_byte_queries(codes.data(), rows, r, kByteCodeLimit);
+      key_side.add = kstart_.data() + a;
+    } else {
+      packed = detail::pack_code_queries(codes.data(), rows, r);
+    }
+    const std::size_t quads = (r + 3) / 4;
+    auto kernel = [&](float* out, std::size_t ldo, float* maxima, std::size_t ldm) {
+      if (bytes != nullptr) {
+        bytes(packed_bytes.data(), rows,
+              kbyte_.data() + a / detail::kCodeBlockKeys * quads * 4 * detail::kCodeBlockKeys, quads,
+              detail::byte_segment_quads(kByteCodeLimit), keys, row_side, key_side, out, ldo, maxima, ldm);
+      } else {
+        detail::code_bounds_kernel(cpu_isa())(
+            packed.data(), rows, kcode_.data() + a / detail::kCodeBlockKeys * pairs * 2 * detail::kCodeBlockKeys, pairs,
+            keys, row_side, key_side, out, ldo, maxima, ldm);
+      }
+    };
     const std::size_t groups = (keys + kGroupKeys - 1) / kGroupKeys;
     std::vector<float> scratch_max;
     if (a == j0) {
@@ -479,12 +528,12 @@ void ScoreBounds<T>::bound_block_int16(const T* qt, std::size_t rows, std::size_
         group_max = scratch_max.data();
         ldg = groups;
       }
-      kernel(packed.data(), rows, k, pairs, keys, row_side, key_side, bounds, ldb, group_max, ldg);
+      kernel(bounds, ldb, group_max, ldg);
       return;
     }
     std::vector<float> buffer(rows * keys);
     scratch_max.resize(rows * groups);
-    kernel(packed.data(), rows, k, pairs, keys, row_side, key_side, buffer.data(), keys, scratch_max.data(), groups);
+    kernel(buffer.data(), keys, scratch_max.data(), groups);
     const detail::MatmulKernels<T>& mk = detail::matmul_kernels_for<T>();
     for (std::size_t i = 0; i < rows; ++i) {
       std::copy_n(buffer.data() + i * keys + (j0 - a), j1 - j0, bounds + i * ldb);
@@ -522,11 +571,11 @@ typename ScoreBounds<T>::QuerySlack ScoreBounds<T>::query_slack(const T* qt) con
     return q;
   }
   if constexpr (std::is_same_v<T, float>) {
-    if (kernel_ == BoundKernel::int16) {
+    if (uses_codes()) {
       const std::size_t r = rank_;
       std::int64_t l1 = 0;
       q.step = static_cast<double>(quantize(qt, r, code_limit_, nullptr, l1));
-      q.add = static_cast<double>(query_code_add(l1, r));
+      q.add = static_cast<double>(query_code_add(l1, r, code_guard_));
       q.resid = identity_ ? 0.0 : static_cast<double>(inflate(qt[r]));
       q.round = static_cast<double>(inflate(qt[r + 1]));
     }
@@ -538,7 +587,7 @@ template <class T>
 double ScoreBounds<T>::slack(const QuerySlack& q, std::size_t j) const {
   if (uses_bf16()) return q.margin;
   if constexpr (std::is_same_v<T, float>) {
-    if (kernel_ == BoundKernel::int16) {
+    if (uses_codes()) {
       // The columns as the kernel multiplies them, plus the quantization
       // margin s_q s_k (A_i + B_j): twice this covers the bound's distance
       // to the score (docs/EXACT.md).

@@ -19,10 +19,10 @@
 // taken off again, so D is the same integer.
 //
 // code_bounds is the same product for ScoreBounds' integer bounds: wider
-// codes, a per-row and a per-key integer added to D (the quantization
-// margin), power-of-two steps, two float columns of margins, and each
-// 64-key group's largest bound (docs/EXACT.md, "Integer bounds", holds the
-// proof).
+// codes (or bytes: byte_code_bounds), a per-row and a per-key integer added
+// to D (the quantization margin), power-of-two steps, two float columns of
+// margins, and each 64-key group's largest bound (docs/EXACT.md, "Integer
+// bounds", holds the proof).
 #pragma once
 
 #include <cstddef>
@@ -85,19 +85,6 @@ using ByteCodeScores = void (*)(const std::uint32_t* q, std::size_t rows, const 
 // The kernel of an instruction set (reference: the scalar loop); throws
 // entgraph::Error if that set is not compiled in.
 CodeScores code_scores_kernel(CpuIsa isa);
-// The byte kernel of an instruction set, or null where it has no byte
-// multiply (SSE2, WebAssembly SIMD128): use the 16-bit codes there.
-ByteCodeScores byte_code_scores_kernel(CpuIsa isa);
-
-// The byte kernel on AMX (kernels/simd/code_scores_amx.cpp): the same
-// floats from the tile unit's integer products. Null unless the library
-// runs on avx512 (cpu_isa()), the CPU has AMX-INT8, Linux grants the tile
-// state and the environment variable ENTGRAPH_AMX is not "off" (or "0").
-ByteCodeScores byte_code_scores_amx_kernel();
-// The byte kernel on AVX-512 VNNI (kernels/simd/code_scores_vnni.cpp): the
-// same floats. Null unless the library runs on avx512 and the CPU has
-// AVX-512 VNNI.
-ByteCodeScores byte_code_scores_vnni_kernel();
 
 // ScoreBounds' integer bounds, for rows i < rows and keys j < keys:
 //   out(i, j) = float(D_ij + row.add[i] + key.add[j]) * (row.scale[i] * key.scale[j])
@@ -122,6 +109,37 @@ using CodeBounds = void (*)(const std::int32_t* q, std::size_t rows, const std::
 // The kernel of an instruction set, as code_scores_kernel.
 CodeBounds code_bounds_kernel(CpuIsa isa);
 
+// code_bounds on byte codes (ScoreBounds' int8 bounds): q and k as
+// pack_byte_queries and pack_byte_keys (queries shifted by the offset), and
+// key.add already less each key's offset correction (byte_key_corrections),
+// so that the integer is again D_ij + row.add[i] + key.add[j]; `segment` as
+// for ByteCodeScores. The same floats as code_bounds on the same integers.
+using ByteCodeBounds = void (*)(const std::uint32_t* q, std::size_t rows, const std::int8_t* k, std::size_t quads,
+                                std::size_t segment, std::size_t keys, const CodeBoundSide& row,
+                                const CodeBoundSide& key, float* out, std::size_t ldo, float* group_max,
+                                std::size_t ldg);
+
+// The byte kernels of one kind of hardware: estimates and bounds, both null
+// where it has no byte multiply.
+struct ByteKernels {
+  ByteCodeScores scores = nullptr;
+  ByteCodeBounds bounds = nullptr;
+};
+// An instruction set's (null on SSE2 and WebAssembly SIMD128: use the 16-bit
+// codes there); throws entgraph::Error if that set is not compiled in.
+ByteKernels byte_kernels(CpuIsa isa);
+// On AMX (kernels/simd/code_scores_amx.cpp): the same floats from the tile
+// unit's integer products. Null unless the library runs on avx512
+// (cpu_isa()), the CPU has AMX-INT8, Linux grants the tile state and the
+// environment variable ENTGRAPH_AMX is not "off" (or "0").
+ByteKernels byte_amx_kernels();
+// On AVX-512 VNNI (kernels/simd/code_scores_vnni.cpp): the same floats. Null
+// unless the library runs on avx512 and the CPU has AVX-512 VNNI.
+ByteKernels byte_vnni_kernels();
+// The fastest of the three that can run here (AMX, VNNI, the instruction
+// set's), or nulls.
+ByteKernels fastest_byte_kernels();
+
 // The exact integer dot product of one query's and one key's codes (r each).
 inline std::int32_t code_dot(const std::int16_t* q, const std::int16_t* k, std::size_t r) {
   std::int32_t s = 0;
@@ -134,6 +152,7 @@ struct CodeKernels {
   CodeScores scores;
   ByteCodeScores byte_scores;  // null: no byte multiply
   CodeBounds bounds;
+  ByteCodeBounds byte_bounds;  // null: no byte multiply
 };
 extern const CodeKernels kSse2CodeKernels;
 extern const CodeKernels kAvx2CodeKernels;

@@ -63,12 +63,7 @@ void QuantizedEstimate::approximate(std::size_t row0, std::size_t rows, std::siz
     store_group_maxima(out, rows, keys, ldo, group_max, ldg);
     return;
   }
-  ByteCodeScores bytes = nullptr;
-  if (!k_bytes_.empty()) {
-    for (const ByteCodeScores fastest :
-         {byte_code_scores_amx_kernel(), byte_code_scores_vnni_kernel(), byte_code_scores_kernel(cpu_isa())})
-      if (bytes == nullptr) bytes = fastest;
-  }
+  const ByteCodeScores bytes = k_bytes_.empty() ? nullptr : fastest_byte_kernels().scores;
   if (bytes != nullptr) {
     const std::size_t quads = (r_ + 3) / 4;
     bytes(q_bytes_.data() + row0 * quads, rows, k_bytes_.data(), k_correction_.data(), quads, segment_, keys,

@@ -93,20 +93,27 @@ void group_maxima(const float* out, std::size_t rows, std::size_t keys, std::siz
     }
 }
 
-void byte_code_scores_reference(const std::uint32_t* q, std::size_t rows, const std::int8_t* k,
-                                const std::int32_t* k_correction, std::size_t quads, std::size_t,
-                                std::size_t keys, const float* q_scale, const float* k_scale, float* out,
-                                std::size_t ldo, float* group_max, std::size_t ldg) {
+// The integer sum of query row i's shifted byte codes and key j's codes
+// (q as pack_byte_queries, k as pack_byte_keys), plus `start`.
+std::int32_t byte_dot(const std::uint32_t* q, const std::int8_t* k, std::size_t quads, std::size_t j,
+                      std::int32_t start) {
   constexpr std::size_t B = kCodeBlockKeys;
+  const std::int8_t* block = k + (j / B) * quads * 4 * B + (j % B) * 4;
+  std::int32_t d = start;
+  for (std::size_t p = 0; p < quads; ++p)
+    for (std::size_t c = 0; c < 4; ++c)
+      d += static_cast<std::int32_t>((q[p] >> (8 * c)) & 0xFFu) * block[p * 4 * B + c];
+  return d;
+}
+
+void byte_code_scores_reference(const std::uint32_t* q, std::size_t rows, const std::int8_t* k,
+                                const std::int32_t* k_correction, std::size_t quads, std::size_t, std::size_t keys,
+                                const float* q_scale, const float* k_scale, float* out, std::size_t ldo,
+                                float* group_max, std::size_t ldg) {
   for (std::size_t i = 0; i < rows; ++i)
-    for (std::size_t j = 0; j < keys; ++j) {
-      const std::int8_t* block = k + (j / B) * quads * 4 * B + (j % B) * 4;
-      std::int32_t d = -k_correction[j];
-      for (std::size_t p = 0; p < quads; ++p)
-        for (std::size_t c = 0; c < 4; ++c)
-          d += static_cast<std::int32_t>((q[i * quads + p] >> (8 * c)) & 0xFFu) * block[p * 4 * B + c];
-      out[i * ldo + j] = static_cast<float>(d) * k_scale[j] * q_scale[i];
-    }
+    for (std::size_t j = 0; j < keys; ++j)
+      out[i * ldo + j] =
+          static_cast<float>(byte_dot(q + i * quads, k, quads, j, -k_correction[j])) * k_scale[j] * q_scale[i];
   group_maxima(out, rows, keys, ldo, group_max, ldg);
 }
 
@@ -128,6 +135,13 @@ void code_scores_reference(const std::int32_t* q, std::size_t rows, const std::i
   group_maxima(out, rows, keys, ldo, group_max, ldg);
 }
 
+// The bound of the integer sum d (margins included) for row i and key j.
+float bound_of(std::int32_t d, const CodeBoundSide& row, const CodeBoundSide& key, std::size_t i, std::size_t j) {
+  float b = static_cast<float>(d) * (row.scale[i] * key.scale[j]);
+  if (key.resid != nullptr) b += row.resid[i] * key.resid[j];
+  return b + row.round[i] * key.round[j];
+}
+
 void code_bounds_reference(const std::int32_t* q, std::size_t rows, const std::int16_t* k, std::size_t pairs,
                            std::size_t keys, const CodeBoundSide& row, const CodeBoundSide& key, float* out,
                            std::size_t ldo, float* group_max, std::size_t ldg) {
@@ -141,11 +155,18 @@ void code_bounds_reference(const std::int32_t* q, std::size_t rows, const std::i
         d += static_cast<std::int16_t>(w & 0xFFFFu) * block[p * 2 * B] +
              static_cast<std::int16_t>(w >> 16) * block[p * 2 * B + 1];
       }
-      float b = static_cast<float>(d) * (row.scale[i] * key.scale[j]);
-      if (key.resid != nullptr) b += row.resid[i] * key.resid[j];
-      out[i * ldo + j] = b + row.round[i] * key.round[j];
+      out[i * ldo + j] = bound_of(d, row, key, i, j);
     }
   }
+  group_maxima(out, rows, keys, ldo, group_max, ldg);
+}
+
+void byte_code_bounds_reference(const std::uint32_t* q, std::size_t rows, const std::int8_t* k, std::size_t quads,
+                                std::size_t, std::size_t keys, const CodeBoundSide& row, const CodeBoundSide& key,
+                                float* out, std::size_t ldo, float* group_max, std::size_t ldg) {
+  for (std::size_t i = 0; i < rows; ++i)
+    for (std::size_t j = 0; j < keys; ++j)
+      out[i * ldo + j] = bound_of(byte_dot(q + i * quads, k, quads, j, row.add[i] + key.add[j]), row, key, i, j);
   group_maxima(out, rows, keys, ldo, group_max, ldg);
 }
 
@@ -154,7 +175,8 @@ void code_bounds_reference(const std::int32_t* q, std::size_t rows, const std::i
 namespace {
 
 const CodeKernels& code_kernels(CpuIsa isa, const char* op) {
-  static const CodeKernels reference = {&code_scores_reference, &byte_code_scores_reference, &code_bounds_reference};
+  static const CodeKernels reference = {&code_scores_reference, &byte_code_scores_reference, &code_bounds_reference,
+                                        &byte_code_bounds_reference};
   switch (isa) {
 #if defined(ENTGRAPH_HAVE_X86)
     case CpuIsa::sse2:
@@ -178,8 +200,14 @@ const CodeKernels& code_kernels(CpuIsa isa, const char* op) {
 }  // namespace
 
 CodeScores code_scores_kernel(CpuIsa isa) { return code_kernels(isa, "code_scores_kernel").scores; }
-ByteCodeScores byte_code_scores_kernel(CpuIsa isa) {
-  return code_kernels(isa, "byte_code_scores_kernel").byte_scores;
+ByteKernels byte_kernels(CpuIsa isa) {
+  const CodeKernels& kernels = code_kernels(isa, "byte_kernels");
+  return {kernels.byte_scores, kernels.byte_bounds};
+}
+ByteKernels fastest_byte_kernels() {
+  for (const ByteKernels& fastest : {byte_amx_kernels(), byte_vnni_kernels()})
+    if (fastest.scores != nullptr) return fastest;
+  return byte_kernels(cpu_isa());
 }
 CodeBounds code_bounds_kernel(CpuIsa isa) { return code_kernels(isa, "code_bounds_kernel").bounds; }
 

@@ -1,7 +1,8 @@
-// The AMX kernel of byte_code_scores (kernels/code_scores.hpp): the integer
+// The AMX kernels of byte_code_scores and byte_code_bounds
+// (kernels/code_scores.hpp): the integer
 // products of byte codes on the tile unit (tdpbusd: a 16 x 16 block of
 // 32-bit sums of unsigned x signed byte products per instruction, 16 times
-// the multiply-adds of an AVX-512 vpmaddubsw), then the same float epilogue
+// the multiply-adds of an AVX-512 vpmaddubsw), then the same float epilogues
 // as the vector kernels, so the same floats. Its functions carry their own
 // target attribute, so this file builds with the default flags; the kernel
 // is only handed out where the CPU has AMX-INT8 and Linux grants the tile
@@ -83,10 +84,12 @@ ENTGRAPH_AMX_TARGET void configure(std::size_t tail_quads) {
     }                                     \
   } while (false)
 
-ENTGRAPH_AMX_TARGET void byte_code_scores_amx(const std::uint32_t* q, std::size_t rows, const std::int8_t* k,
-                                              const std::int32_t* k_correction, std::size_t quads, std::size_t,
-                                              std::size_t keys, const float* q_scale, const float* k_scale, float* out,
-                                              std::size_t ldo, float* group_max, std::size_t ldg) {
+// The tiles of both kernels: the raw sums of the shifted query bytes times
+// the key bytes, finished by the epilogue (byte_group::Scores or Bounds).
+template <class Epilogue>
+ENTGRAPH_AMX_TARGET void byte_tiles_amx(const std::uint32_t* q, std::size_t rows, const std::int8_t* k,
+                                        std::size_t quads, std::size_t keys, const Epilogue& epilogue, float* out,
+                                        std::size_t ldo, float* group_max, std::size_t ldg) {
   if (rows == 0 || keys == 0) return;
   const std::size_t chunks = (quads + kChunkQuads - 1) / kChunkQuads, tail_quads = quads % kChunkQuads;
   const std::size_t blocks = (keys + kCodeBlockKeys - 1) / kCodeBlockKeys, block_bytes = quads * 4 * kCodeBlockKeys;
@@ -123,16 +126,11 @@ ENTGRAPH_AMX_TARGET void byte_code_scores_amx(const std::uint32_t* q, std::size_
       _tile_stored(1, c[1], 64);
       _tile_stored(2, c[2], 64);
       _tile_stored(3, c[3], 64);
-      // The epilogue of the vector kernels: (float(D) * k_scale) * q_scale.
       for (std::size_t r = 0; r < nr; ++r) {
         const std::size_t i = i0 + r;
-        const __m512 qs = _mm512_set1_ps(q_scale[i]);
         __m512 top = _mm512_set1_ps(-__builtin_inff());
-        for (std::size_t t = 0; t < nb; ++t) {
-          const std::size_t j = (b0 + t) * kCodeBlockKeys;
-          const __m512i d = _mm512_sub_epi32(_mm512_load_si512(c[t][r]), _mm512_loadu_si512(k_correction + j));
-          top = byte_group::store_block(d, j, keys, k_scale, qs, out + i * ldo, top);
-        }
+        for (std::size_t t = 0; t < nb; ++t)
+          top = epilogue.block(_mm512_load_si512(c[t][r]), i, (b0 + t) * kCodeBlockKeys, keys, out + i * ldo, top);
         group_max[i * ldg + b0 / kGroupBlocks] = _mm512_reduce_max_ps(top);
       }
     }
@@ -140,6 +138,20 @@ ENTGRAPH_AMX_TARGET void byte_code_scores_amx(const std::uint32_t* q, std::size_
   _tile_release();
 }
 #undef ENTGRAPH_AMX_PRODUCT
+
+ENTGRAPH_AMX_TARGET void byte_code_scores_amx(const std::uint32_t* q, std::size_t rows, const std::int8_t* k,
+                                              const std::int32_t* k_correction, std::size_t quads, std::size_t,
+                                              std::size_t keys, const float* q_scale, const float* k_scale, float* out,
+                                              std::size_t ldo, float* group_max, std::size_t ldg) {
+  byte_tiles_amx(q, rows, k, quads, keys, byte_group::Scores{k_correction, q_scale, k_scale}, out, ldo, group_max, ldg);
+}
+
+ENTGRAPH_AMX_TARGET void byte_code_bounds_amx(const std::uint32_t* q, std::size_t rows, const std::int8_t* k,
+                                              std::size_t quads, std::size_t, std::size_t keys,
+                                              const CodeBoundSide& row, const CodeBoundSide& key, float* out,
+                                              std::size_t ldo, float* group_max, std::size_t ldg) {
+  byte_tiles_amx(q, rows, k, quads, keys, byte_group::Bounds{row, key}, out, ldo, group_max, ldg);
+}
 
 // AMX-INT8 on the CPU (CPUID.7.0:EDX bits 24 and 25) and the tile state
 // granted to this process by Linux.
@@ -163,11 +175,12 @@ bool amx_available() {
 
 }  // namespace
 
-ByteCodeScores byte_code_scores_amx_kernel() {
-  return cpu_isa() == CpuIsa::avx512 && amx_available() ? &byte_code_scores_amx : nullptr;
+ByteKernels byte_amx_kernels() {
+  if (cpu_isa() != CpuIsa::avx512 || !amx_available()) return {};
+  return {&byte_code_scores_amx, &byte_code_bounds_amx};
 }
 #else
-ByteCodeScores byte_code_scores_amx_kernel() { return nullptr; }
+ByteKernels byte_amx_kernels() { return {}; }
 #endif
 
 }  // namespace entgraph::detail

@@ -2,5 +2,6 @@
 #include "kernels/simd/code_scores_simd.hpp"
 
 namespace entgraph::detail {
-const CodeKernels kAvx512CodeKernels = {&code_simd::code_scores, code_simd::kByteCodeScores, &code_simd::code_bounds};
+const CodeKernels kAvx512CodeKernels = {&code_simd::code_scores, code_simd::kByteCodeScores, &code_simd::code_bounds,
+                                        code_simd::kByteCodeBounds};
 }  // namespace entgraph::detail

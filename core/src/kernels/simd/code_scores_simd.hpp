@@ -188,9 +188,29 @@ inline void code_scores(const std::int32_t* q, std::size_t rows, const std::int1
 }
 
 #if defined(ENTGRAPH_CODE_BYTES)
-// Byte codes: per quad of dimensions, the block's 64 codes against each
-// row's broadcast quad, in 16-bit sums widened every `segment` quads; the
-// 32-bit sums start at minus the keys' corrections.
+// Adds the byte code products of one key block (kb: its packed codes) to
+// the tile's rows qr: per quad of dimensions, the block's 64 codes against
+// each row's broadcast quad, in 16-bit sums widened every `segment` quads.
+inline void add_quad_products(V (&acc)[kRows][kVectors], const std::uint32_t* const* qr, const std::int8_t* kb,
+                              std::size_t quads, std::size_t segment) {
+  for (std::size_t p0 = 0; p0 < quads; p0 += segment) {
+    V sums[kRows][kVectors];
+    for (auto& row : sums)
+      for (V& a : row) a = zero();
+    for (std::size_t p = p0; p < std::min(quads, p0 + segment); ++p) {
+      V kv[kVectors];
+      for (std::size_t v = 0; v < kVectors; ++v) kv[v] = load_bytes(kb + p * 4 * kBlock + v * 4 * kLanes);
+      for (std::size_t r = 0; r < kRows; ++r) {
+        const V qv = broadcast(static_cast<std::int32_t>(qr[r][p]));
+        for (std::size_t v = 0; v < kVectors; ++v) sums[r][v] = maddubs_add(sums[r][v], qv, kv[v]);
+      }
+    }
+    for (std::size_t r = 0; r < kRows; ++r)
+      for (std::size_t v = 0; v < kVectors; ++v) acc[r][v] = widen_add(acc[r][v], sums[r][v]);
+  }
+}
+
+// Byte codes: the 32-bit sums start at minus the keys' corrections.
 inline void byte_code_scores(const std::uint32_t* q, std::size_t rows, const std::int8_t* k,
                              const std::int32_t* k_correction, std::size_t quads, std::size_t segment,
                              std::size_t keys, const float* q_scale, const float* k_scale, float* out,
@@ -203,22 +223,7 @@ inline void byte_code_scores(const std::uint32_t* q, std::size_t rows, const std
                   const V correction = load_i32(k_correction + b * kBlock + v * kLanes);
                   for (std::size_t r = 0; r < kRows; ++r) acc[r][v] = sub_i32(zero(), correction);
                 }
-                const std::int8_t* kb = k + b * quads * 4 * kBlock;
-                for (std::size_t p0 = 0; p0 < quads; p0 += segment) {
-                  V sums[kRows][kVectors];
-                  for (auto& row : sums)
-                    for (V& a : row) a = zero();
-                  for (std::size_t p = p0; p < std::min(quads, p0 + segment); ++p) {
-                    V kv[kVectors];
-                    for (std::size_t v = 0; v < kVectors; ++v) kv[v] = load_bytes(kb + p * 4 * kBlock + v * 4 * kLanes);
-                    for (std::size_t r = 0; r < kRows; ++r) {
-                      const V qv = broadcast(static_cast<std::int32_t>(qr[r][p]));
-                      for (std::size_t v = 0; v < kVectors; ++v) sums[r][v] = maddubs_add(sums[r][v], qv, kv[v]);
-                    }
-                  }
-                  for (std::size_t r = 0; r < kRows; ++r)
-                    for (std::size_t v = 0; v < kVectors; ++v) acc[r][v] = widen_add(acc[r][v], sums[r][v]);
-                }
+                add_quad_products(acc, qr, k + b * quads * 4 * kBlock, quads, segment);
               });
 }
 inline constexpr ByteCodeScores kByteCodeScores = &byte_code_scores;
@@ -226,15 +231,15 @@ inline constexpr ByteCodeScores kByteCodeScores = &byte_code_scores;
 inline constexpr ByteCodeScores kByteCodeScores = nullptr;  // no byte multiply before SSSE3
 #endif
 
-// code_bounds: the same tiles, each accumulator started at its row's and
-// key's integer margins; the epilogue scales by the two power-of-two steps,
-// adds the residual (kResid) and rounding columns, and keeps each row's
-// largest bound of the current 64-key group (chunks start at multiples of
-// 64 keys, so groups never straddle them).
-template <bool kResid>
-inline void code_bounds_impl(const std::int32_t* q, std::size_t rows, const std::int16_t* k, std::size_t pairs,
-                             std::size_t keys, const CodeBoundSide& row, const CodeBoundSide& key, float* out,
-                             std::size_t ldo, float* group_max, std::size_t ldg) {
+// The tiles of code_bounds and byte_code_bounds: each accumulator starts at
+// its row's and key's integer margins and products(b, ir, acc) adds key
+// block b's integer products of the rows ir; the epilogue scales by the two
+// power-of-two steps, adds the residual (kResid) and rounding columns, and
+// keeps each row's largest bound of the current 64-key group (chunks start
+// at multiples of 64 keys, so groups never straddle them).
+template <bool kResid, class Products>
+inline void bound_tiles_with(std::size_t rows, std::size_t keys, const CodeBoundSide& row, const CodeBoundSide& key,
+                             float* out, std::size_t ldo, float* group_max, std::size_t ldg, Products&& products) {
   static_assert(kChunkKeys % kCodeGroupKeys == 0 && kCodeGroupKeys % kBlock == 0);
   constexpr float kLowest = -std::numeric_limits<float>::infinity();
   alignas(64) float tail[kBlock];
@@ -242,12 +247,8 @@ inline void code_bounds_impl(const std::int32_t* q, std::size_t rows, const std:
     const std::size_t j1 = std::min(keys, j0 + kChunkKeys);
     for (std::size_t i0 = 0; i0 < rows; i0 += kRows) {
       const std::size_t nr = std::min(kRows, rows - i0);
-      const std::int32_t* qr[kRows];
       std::size_t ir[kRows];
-      for (std::size_t r = 0; r < kRows; ++r) {
-        ir[r] = i0 + std::min(r, nr - 1);
-        qr[r] = q + ir[r] * pairs;
-      }
+      for (std::size_t r = 0; r < kRows; ++r) ir[r] = i0 + std::min(r, nr - 1);
       F top[kRows];
       float top_tail[kRows];
       for (std::size_t b = j0 / kBlock; b * kBlock < j1; ++b) {
@@ -262,7 +263,7 @@ inline void code_bounds_impl(const std::int32_t* q, std::size_t rows, const std:
           const V key_add = load_i32(key.add + jb + v * kLanes);
           for (std::size_t r = 0; r < kRows; ++r) acc[r][v] = add_i32(broadcast(row.add[ir[r]]), key_add);
         }
-        add_pair_products(acc, qr, k + b * pairs * 2 * kBlock, pairs);
+        products(b, ir, acc);
         for (std::size_t r = 0; r < nr; ++r) {
           const std::size_t i = i0 + r;
           float* o = valid == kBlock ? out + i * ldo + jb : tail;
@@ -287,15 +288,42 @@ inline void code_bounds_impl(const std::int32_t* q, std::size_t rows, const std:
   }
 }
 
+template <class Products>
+inline void bound_tiles(std::size_t rows, std::size_t keys, const CodeBoundSide& row, const CodeBoundSide& key,
+                        float* out, std::size_t ldo, float* group_max, std::size_t ldg, Products&& products) {
+  if (key.resid != nullptr) {
+    bound_tiles_with<true>(rows, keys, row, key, out, ldo, group_max, ldg, products);
+  } else {
+    bound_tiles_with<false>(rows, keys, row, key, out, ldo, group_max, ldg, products);
+  }
+}
+
 inline void code_bounds(const std::int32_t* q, std::size_t rows, const std::int16_t* k, std::size_t pairs,
                         std::size_t keys, const CodeBoundSide& row, const CodeBoundSide& key, float* out,
                         std::size_t ldo, float* group_max, std::size_t ldg) {
-  if (key.resid != nullptr) {
-    code_bounds_impl<true>(q, rows, k, pairs, keys, row, key, out, ldo, group_max, ldg);
-  } else {
-    code_bounds_impl<false>(q, rows, k, pairs, keys, row, key, out, ldo, group_max, ldg);
-  }
+  bound_tiles(rows, keys, row, key, out, ldo, group_max, ldg,
+              [&](std::size_t b, const std::size_t(&ir)[kRows], V(&acc)[kRows][kVectors]) {
+                const std::int32_t* qr[kRows];
+                for (std::size_t r = 0; r < kRows; ++r) qr[r] = q + ir[r] * pairs;
+                add_pair_products(acc, qr, k + b * pairs * 2 * kBlock, pairs);
+              });
 }
+
+#if defined(ENTGRAPH_CODE_BYTES)
+inline void byte_code_bounds(const std::uint32_t* q, std::size_t rows, const std::int8_t* k, std::size_t quads,
+                             std::size_t segment, std::size_t keys, const CodeBoundSide& row, const CodeBoundSide& key,
+                             float* out, std::size_t ldo, float* group_max, std::size_t ldg) {
+  bound_tiles(rows, keys, row, key, out, ldo, group_max, ldg,
+              [&](std::size_t b, const std::size_t(&ir)[kRows], V(&acc)[kRows][kVectors]) {
+                const std::uint32_t* qr[kRows];
+                for (std::size_t r = 0; r < kRows; ++r) qr[r] = q + ir[r] * quads;
+                add_quad_products(acc, qr, k + b * quads * 4 * kBlock, quads, segment);
+              });
+}
+inline constexpr ByteCodeBounds kByteCodeBounds = &byte_code_bounds;
+#else
+inline constexpr ByteCodeBounds kByteCodeBounds = nullptr;
+#endif
 
 }  // namespace
 }  // namespace entgraph::detail::code_simd

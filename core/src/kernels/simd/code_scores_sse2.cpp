@@ -2,5 +2,6 @@
 #include "kernels/simd/code_scores_simd.hpp"
 
 namespace entgraph::detail {
-const CodeKernels kSse2CodeKernels = {&code_simd::code_scores, code_simd::kByteCodeScores, &code_simd::code_bounds};
+const CodeKernels kSse2CodeKernels = {&code_simd::code_scores, code_simd::kByteCodeScores, &code_simd::code_bounds,
+                                      code_simd::kByteCodeBounds};
 }  // namespace entgraph::detail

@@ -1,9 +1,10 @@
-// The AVX-512 VNNI kernel of byte_code_scores (kernels/code_scores.hpp):
+// The AVX-512 VNNI kernels of byte_code_scores and byte_code_bounds
+// (kernels/code_scores.hpp):
 // vpdpbusd adds four unsigned x signed byte products into each 32-bit lane
 // in one instruction, where vpmaddubsw needs a 16-bit sum, an add and a
 // widening every few quads. A tile of 4 query rows x one 64-key group (16
 // accumulators) stays in registers over all quads, and each row's group
-// maximum is taken there. The epilogue is the vector kernels' (the same
+// maximum is taken there. The epilogues are the vector kernels' (the same
 // floats). Its functions carry their own target attribute, so this file
 // builds with the default flags; the kernel is only handed out where the
 // library runs on avx512 and the CPU has AVX-512 VNNI (Cascade Lake, Ice
@@ -30,32 +31,27 @@ constexpr std::size_t kRows = 4;
 constexpr std::size_t kGroupBlocks = kCodeGroupKeys / kCodeBlockKeys;
 static_assert(kCodeBlockKeys == 16 && kGroupBlocks == 4);
 
-ENTGRAPH_VNNI_TARGET void byte_code_scores_vnni(const std::uint32_t* q, std::size_t rows, const std::int8_t* k,
-                                                const std::int32_t* k_correction, std::size_t quads, std::size_t,
-                                                std::size_t keys, const float* q_scale, const float* k_scale,
-                                                float* out, std::size_t ldo, float* group_max, std::size_t ldg) {
+// The tiles of both kernels: the raw sums of the shifted query bytes times
+// the key bytes, finished by the epilogue (byte_group::Scores or Bounds).
+template <class Epilogue>
+ENTGRAPH_VNNI_TARGET void byte_tiles_vnni(const std::uint32_t* q, std::size_t rows, const std::int8_t* k,
+                                          std::size_t quads, std::size_t keys, const Epilogue& epilogue, float* out,
+                                          std::size_t ldo, float* group_max, std::size_t ldg) {
   const std::size_t blocks = (keys + kCodeBlockKeys - 1) / kCodeBlockKeys, block_bytes = quads * 4 * kCodeBlockKeys;
   for (std::size_t b0 = 0; b0 < blocks; b0 += kGroupBlocks) {  // a group's codes stay in L1 over the rows
     const std::size_t nb = std::min(kGroupBlocks, blocks - b0);
     // Blocks past the keys' last repeat it: computed, never stored.
     const std::int8_t* kb[kGroupBlocks];
-    const std::int32_t* kc[kGroupBlocks];
-    for (std::size_t t = 0; t < kGroupBlocks; ++t) {
-      const std::size_t b = b0 + std::min(t, nb - 1);
-      kb[t] = k + b * block_bytes;
-      kc[t] = k_correction + b * kCodeBlockKeys;
-    }
+    for (std::size_t t = 0; t < kGroupBlocks; ++t) kb[t] = k + (b0 + std::min(t, nb - 1)) * block_bytes;
     for (std::size_t i0 = 0; i0 < rows; i0 += kRows) {
       const std::size_t nr = std::min(kRows, rows - i0);
       const std::uint32_t* qr[kRows];  // rows past nr repeat the last one: computed, never stored
       for (std::size_t r = 0; r < kRows; ++r) qr[r] = q + (i0 + std::min(r, nr - 1)) * quads;
       __m512i acc[kRows][kGroupBlocks];
 #pragma GCC unroll 4
-      for (std::size_t t = 0; t < kGroupBlocks; ++t) {
-        const __m512i start = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_loadu_si512(kc[t]));
+      for (std::size_t r = 0; r < kRows; ++r)
 #pragma GCC unroll 4
-        for (std::size_t r = 0; r < kRows; ++r) acc[r][t] = start;
-      }
+        for (std::size_t t = 0; t < kGroupBlocks; ++t) acc[r][t] = _mm512_setzero_si512();
       for (std::size_t p = 0; p < quads; ++p) {
         __m512i kv[kGroupBlocks];
 #pragma GCC unroll 4
@@ -71,26 +67,40 @@ ENTGRAPH_VNNI_TARGET void byte_code_scores_vnni(const std::uint32_t* q, std::siz
       for (std::size_t r = 0; r < kRows; ++r) {  // fixed bounds: the accumulators stay in registers
         if (r >= nr) break;
         const std::size_t i = i0 + r;
-        const __m512 qs = _mm512_set1_ps(q_scale[i]);
         __m512 top = _mm512_set1_ps(-__builtin_inff());
 #pragma GCC unroll 4
         for (std::size_t t = 0; t < kGroupBlocks; ++t)
-          if (t < nb)
-            top = byte_group::store_block(acc[r][t], (b0 + t) * kCodeBlockKeys, keys, k_scale, qs, out + i * ldo, top);
+          if (t < nb) top = epilogue.block(acc[r][t], i, (b0 + t) * kCodeBlockKeys, keys, out + i * ldo, top);
         group_max[i * ldg + b0 / kGroupBlocks] = _mm512_reduce_max_ps(top);
       }
     }
   }
 }
 
+ENTGRAPH_VNNI_TARGET void byte_code_scores_vnni(const std::uint32_t* q, std::size_t rows, const std::int8_t* k,
+                                                const std::int32_t* k_correction, std::size_t quads, std::size_t,
+                                                std::size_t keys, const float* q_scale, const float* k_scale,
+                                                float* out, std::size_t ldo, float* group_max, std::size_t ldg) {
+  byte_tiles_vnni(q, rows, k, quads, keys, byte_group::Scores{k_correction, q_scale, k_scale}, out, ldo, group_max,
+                  ldg);
+}
+
+ENTGRAPH_VNNI_TARGET void byte_code_bounds_vnni(const std::uint32_t* q, std::size_t rows, const std::int8_t* k,
+                                                std::size_t quads, std::size_t, std::size_t keys,
+                                                const CodeBoundSide& row, const CodeBoundSide& key, float* out,
+                                                std::size_t ldo, float* group_max, std::size_t ldg) {
+  byte_tiles_vnni(q, rows, k, quads, keys, byte_group::Bounds{row, key}, out, ldo, group_max, ldg);
+}
+
 }  // namespace
 
-ByteCodeScores byte_code_scores_vnni_kernel() {
+ByteKernels byte_vnni_kernels() {
   static const bool available = __builtin_cpu_supports("avx512vnni");
-  return available && cpu_isa() == CpuIsa::avx512 ? &byte_code_scores_vnni : nullptr;
+  if (!available || cpu_isa() != CpuIsa::avx512) return {};
+  return {&byte_code_scores_vnni, &byte_code_bounds_vnni};
 }
 #else
-ByteCodeScores byte_code_scores_vnni_kernel() { return nullptr; }
+ByteKernels byte_vnni_kernels() { return {}; }
 #endif
 
 }  // namespace entgraph::detail
