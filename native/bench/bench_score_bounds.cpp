@@ -1,6 +1,6 @@
 // entgraph benchmarks: the bound GEMM of exact graph attention on each bound
 // kernel (ScoreBounds::bound_block, score_bounds.hpp), as exact mode calls it:
-// slabs of 4 query rows against every key, with each 64-key group's largest
+// slabs of 16 query rows against every key, with each 64-key group's largest
 // bound. N(0, 1) queries and keys, m = 8192 keys, one thread.
 //   BM_score_bounds/<kernel>/r:<r>/d:<d>/m:8192/threads:1
 // r = d is the identity (the long teacher's rotary heads), r = 8 a low-rank
