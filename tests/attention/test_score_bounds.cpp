@@ -240,6 +240,46 @@ struct Violation {
   }
 };
 
+// Random sides of code_bounds for `rows` rows and m keys (the keys' arrays
+// padded to whole blocks, as the kernels read them): integer margins in
+// [0, add_limit], power-of-two steps 2^-30 ... 2^4, residual columns in
+// [0, 2) and rounding columns in [0, 2e-3).
+struct RandomBoundSides {
+  std::vector<std::int32_t> qadd, kadd;
+  std::vector<float> qscale, qresid, qround, kscale, kresid, kround;
+
+  RandomBoundSides(std::size_t rows, std::size_t m, std::int32_t add_limit, std::mt19937_64& rng)
+      : qadd(rows),
+        kadd(padded(m), 0),
+        qscale(rows),
+        qresid(rows),
+        qround(rows),
+        kscale(padded(m), 0.0f),
+        kresid(padded(m), 0.0f),
+        kround(padded(m), 0.0f) {
+    std::uniform_int_distribution<std::int32_t> add(0, add_limit);
+    std::uniform_int_distribution<int> exponent(-30, 4);
+    std::uniform_real_distribution<float> column(0.0f, 2.0f);
+    for (std::size_t i = 0; i < rows; ++i) {
+      qadd[i] = add(rng);
+      qscale[i] = std::ldexp(1.0f, exponent(rng));
+      qresid[i] = column(rng);
+      qround[i] = column(rng) * 1e-3f;
+    }
+    for (std::size_t j = 0; j < m; ++j) {
+      kadd[j] = add(rng);
+      kscale[j] = std::ldexp(1.0f, exponent(rng));
+      kresid[j] = column(rng);
+      kround[j] = column(rng) * 1e-3f;
+    }
+  }
+  static std::size_t padded(std::size_t m) { return (m + 15) / 16 * 16; }
+  detail::CodeBoundSide row() const { return {qadd.data(), qscale.data(), qresid.data(), qround.data()}; }
+  detail::CodeBoundSide key(bool resid) const {
+    return {kadd.data(), kscale.data(), resid ? kresid.data() : nullptr, kround.data()};
+  }
+};
+
 // The kernel float bounds of rank r (of d) use when `forced` is preferred
 // (score_bounds.hpp): a forced kernel that cannot run gives way to the
 // automatic choice, which never picks bf16 where it could not be forced.
@@ -249,8 +289,7 @@ BoundKernel expected_kernel(BoundKernel forced, std::size_t rank, std::size_t d)
   if (forced == BoundKernel::int8 && rank >= 1) return BoundKernel::int8;
   if (forced == BoundKernel::bf16 && rank == d) return BoundKernel::bf16;
   if (rank < kMinAutoInt16BoundRank) return BoundKernel::float32;
-  const bool fast_bytes = detail::byte_amx_kernels().bounds != nullptr || detail::byte_vnni_kernels().bounds != nullptr;
-  return fast_bytes ? BoundKernel::int8 : BoundKernel::int16;
+  return detail::has_byte_dot_products() ? BoundKernel::int8 : BoundKernel::int16;
 }
 
 // Checks bound_all and bound_block (tiles of 5 queries, blocks of 7 keys,
@@ -576,9 +615,6 @@ TEST_SUITE("attention") {
               const std::int32_t limit =
                   static_cast<std::int32_t>(std::min(32767.0, std::floor(std::sqrt(0x1p30 / static_cast<double>(r)))));
               std::uniform_int_distribution<std::int32_t> code(-limit, limit);
-              std::uniform_int_distribution<int> exponent(-30, 4);
-              std::uniform_real_distribution<float> column(0.0f, 2.0f);
-              const std::size_t padded = (m + 15) / 16 * 16;
               std::vector<std::int16_t> qc(rows * r), kc(m * r);
               for (auto& c : qc) c = static_cast<std::int16_t>(code(rng));
               for (auto& c : kc) c = static_cast<std::int16_t>(code(rng));
@@ -587,28 +623,11 @@ TEST_SUITE("attention") {
                 qc[x] = static_cast<std::int16_t>(-limit);
                 kc[x] = static_cast<std::int16_t>(-limit);
               }
-              std::vector<std::int32_t> qadd(rows), kadd(padded, 0);
-              std::vector<float> qscale(rows), qresid(rows), qround(rows);
-              std::vector<float> kscale(padded, 0.0f), kresid(padded, 0.0f), kround(padded, 0.0f);
-              const std::int32_t add_limit = static_cast<std::int32_t>(r) * limit / 2 + 600;
-              std::uniform_int_distribution<std::int32_t> add(0, add_limit);
-              for (std::size_t i = 0; i < rows; ++i) {
-                qadd[i] = add(rng);
-                qscale[i] = std::ldexp(1.0f, exponent(rng));
-                qresid[i] = column(rng);
-                qround[i] = column(rng) * 1e-3f;
-              }
-              for (std::size_t j = 0; j < m; ++j) {
-                kadd[j] = add(rng);
-                kscale[j] = std::ldexp(1.0f, exponent(rng));
-                kresid[j] = column(rng);
-                kround[j] = column(rng) * 1e-3f;
-              }
+              const RandomBoundSides sides(rows, m, static_cast<std::int32_t>(r) * limit / 2 + 600, rng);
+              const auto& [qadd, kadd, qscale, qresid, qround, kscale, kresid, kround] = sides;
               const std::vector<std::int16_t> packed = detail::pack_code_keys(kc.data(), m, r);
               const std::vector<std::int32_t> qp = detail::pack_code_queries(qc.data(), rows, r);
-              const detail::CodeBoundSide row{qadd.data(), qscale.data(), qresid.data(), qround.data()};
-              const detail::CodeBoundSide key{kadd.data(), kscale.data(), resid ? kresid.data() : nullptr,
-                                              kround.data()};
+              const detail::CodeBoundSide row = sides.row(), key = sides.key(resid);
               const std::size_t ldo = m + 3, groups = (m + 63) / 64, ldg = groups + 1;
               std::vector<float> out(rows * ldo, -7.0f), group_max(rows * ldg, -7.0f);
               kernel(qp.data(), rows, packed.data(), (r + 1) / 2, m, row, key, out.data(), ldo, group_max.data(), ldg);
@@ -647,7 +666,7 @@ TEST_SUITE("attention") {
     // D + A_i + B_j from byte codes (queries shifted by the offset, which
     // key.add takes off again) and runs code_bounds' epilogue: the same
     // floats, bit for bit, as the 16-bit kernel of its instruction set (AMX
-    // and VNNI: of avx512).
+    // and VNNI: of avx512; AVX-VNNI: of avx2).
     constexpr std::int32_t kLimit = 90;
     REQUIRE(detail::byte_codes_fit(kLimit));
     struct UnderTest {
@@ -660,6 +679,8 @@ TEST_SUITE("attention") {
       IsaScope scope(isa);
       const std::string name = cpu_isa_name(isa);
       kernels.push_back({name, detail::byte_kernels(isa).bounds, detail::code_bounds_kernel(isa)});
+      if (isa == CpuIsa::avx2)
+        kernels.push_back({"avx-vnni", detail::byte_avx_vnni_kernels().bounds, detail::code_bounds_kernel(isa)});
       if (isa != CpuIsa::avx512) continue;
       kernels.push_back({"amx", detail::byte_amx_kernels().bounds, detail::code_bounds_kernel(isa)});
       kernels.push_back({"vnni", detail::byte_vnni_kernels().bounds, detail::code_bounds_kernel(isa)});
@@ -676,10 +697,8 @@ TEST_SUITE("attention") {
         for (std::size_t rows : {1u, 4u, 5u, 17u})
           for (std::size_t m : {1u, 16u, 17u, 64u, 65u, 200u})
             for (bool resid : {false, true}) {
-              std::uniform_int_distribution<std::int32_t> code(-kLimit, kLimit), add(0, 5000);
-              std::uniform_int_distribution<int> exponent(-30, 4);
-              std::uniform_real_distribution<float> column(0.0f, 2.0f);
-              const std::size_t padded = (m + 15) / 16 * 16;
+              std::uniform_int_distribution<std::int32_t> code(-kLimit, kLimit);
+              const std::size_t padded = RandomBoundSides::padded(m);
               std::vector<std::int16_t> qc(rows * r), kc(m * r);
               for (auto& c : qc) c = static_cast<std::int16_t>(code(rng));
               for (auto& c : kc) c = static_cast<std::int16_t>(code(rng));
@@ -687,27 +706,11 @@ TEST_SUITE("attention") {
                 qc[x] = static_cast<std::int16_t>(kLimit);
                 kc[x] = static_cast<std::int16_t>(-kLimit);
               }
-              std::vector<std::int32_t> qadd(rows), kadd(padded, 0);
-              std::vector<float> qscale(rows), qresid(rows), qround(rows);
-              std::vector<float> kscale(padded, 0.0f), kresid(padded, 0.0f), kround(padded, 0.0f);
-              for (std::size_t i = 0; i < rows; ++i) {
-                qadd[i] = add(rng);
-                qscale[i] = std::ldexp(1.0f, exponent(rng));
-                qresid[i] = column(rng);
-                qround[i] = column(rng) * 1e-3f;
-              }
-              for (std::size_t j = 0; j < m; ++j) {
-                kadd[j] = add(rng);
-                kscale[j] = std::ldexp(1.0f, exponent(rng));
-                kresid[j] = column(rng);
-                kround[j] = column(rng) * 1e-3f;
-              }
+              const RandomBoundSides sides(rows, m, 5000, rng);
               const std::vector<std::int32_t> correction = detail::byte_key_corrections(kc.data(), m, r, kLimit);
               std::vector<std::int32_t> kstart(padded);
-              for (std::size_t j = 0; j < padded; ++j) kstart[j] = kadd[j] - correction[j];
-              const detail::CodeBoundSide row{qadd.data(), qscale.data(), qresid.data(), qround.data()};
-              const detail::CodeBoundSide key{kadd.data(), kscale.data(), resid ? kresid.data() : nullptr,
-                                              kround.data()};
+              for (std::size_t j = 0; j < padded; ++j) kstart[j] = sides.kadd[j] - correction[j];
+              const detail::CodeBoundSide row = sides.row(), key = sides.key(resid);
               const detail::CodeBoundSide byte_key{kstart.data(), key.scale, key.resid, key.round};
               const std::size_t ldo = m + 3, groups = (m + 63) / 64, ldg = groups + 1;
               std::vector<float> want(rows * ldo, -7.0f), want_max(rows * ldg, -7.0f);

@@ -166,15 +166,20 @@ TEST_SUITE("predictors") {
     CHECK(detail::byte_segment_quads(7) == 167);
     // The AMX and VNNI kernels where this CPU (and for AMX, Linux) has them;
     // they run under avx512.
-    detail::ByteCodeScores amx = nullptr, vnni = nullptr;
+    detail::ByteCodeScores amx = nullptr, vnni = nullptr, avx_vnni = nullptr;
     const auto isas = available_cpu_isas();
     if (std::find(isas.begin(), isas.end(), CpuIsa::avx512) != isas.end()) {
       IsaScope scope(CpuIsa::avx512);
       amx = detail::byte_amx_kernels().scores;
       vnni = detail::byte_vnni_kernels().scores;
     }
+    if (std::find(isas.begin(), isas.end(), CpuIsa::avx2) != isas.end()) {
+      IsaScope scope(CpuIsa::avx2);
+      avx_vnni = detail::byte_avx_vnni_kernels().scores;
+    }
     if (amx == nullptr) MESSAGE("no AMX-INT8 here (or ENTGRAPH_AMX=off): its kernel is not tested");
     if (vnni == nullptr) MESSAGE("no AVX-512 VNNI here: its kernel is not tested");
+    if (avx_vnni == nullptr) MESSAGE("no AVX-VNNI here: its kernel is not tested");
     // Codes at their largest in magnitude (the worst case of each 16-bit sum),
     // and random ones; segments of 1 quad (largest 90) to all of them; for
     // AMX, tiles of fewer than 16 quads, of 16, and both (r = 100: 25 quads).
@@ -210,6 +215,7 @@ TEST_SUITE("predictors") {
               for (CpuIsa isa : isas) under_test.emplace_back(cpu_isa_name(isa), detail::byte_kernels(isa).scores);
               under_test.emplace_back("amx", amx);
               under_test.emplace_back("vnni", vnni);
+              under_test.emplace_back("avx-vnni", avx_vnni);
               for (const auto& [name, kernel] : under_test) {
                 if (kernel == nullptr) continue;
                 ++kernels;

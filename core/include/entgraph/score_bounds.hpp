@@ -55,8 +55,8 @@ inline constexpr double kAutoRankVariance = 0.9;
 //   VNNI, vpmaddubsw; the 16-bit ones where there are none): several times
 //   cheaper, a margin about 64 times wider; 1 <= r <= kMaxInt8BoundRank.
 // `automatic` is the default choice for float bounds: int8 from rank
-// kMinAutoInt16BoundRank on where AMX or AVX-512 VNNI multiply its bytes
-// (the library on avx512), else bf16 where it can run, else int16 from that
+// kMinAutoInt16BoundRank on where AMX, AVX-512 VNNI (the library on avx512)
+// or AVX-VNNI (on avx2) multiply its bytes, else bf16 where it can run, else int16 from that
 // rank on (below, the float GEMM of r + 2 columns is as fast, measured, and
 // has no quantization margin), else float32.
 // int8_mma: the CUDA backend's exact mode (byte codes on tensor cores,

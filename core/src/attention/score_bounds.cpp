@@ -117,23 +117,30 @@ std::int32_t code_limit(std::size_t r) {
 // exactly (x / s and x / s - c_x are exact in double). Returns s; l1 = sum |c_x|. codes
 // may be null (only s and l1 wanted).
 float quantize(const float* x, std::size_t r, std::int32_t limit, std::int16_t* codes, std::int64_t& l1) {
-  double top = 0.0;
-  for (std::size_t c = 0; c < r; ++c) top = std::max(top, std::abs(static_cast<double>(x[c])));
+  // The largest |x| in four independent chains (r is short: the chain's
+  // latency, not its adds, is the cost); exact in float.
+  float tops[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  for (std::size_t c = 0; c < r; ++c) {
+    const float a = std::abs(x[c]);
+    tops[c % 4] = a > tops[c % 4] ? a : tops[c % 4];
+  }
+  const double top = std::max(std::max(tops[0], tops[1]), std::max(tops[2], tops[3]));
   int e = 0;
   std::frexp(top / limit, &e);  // top / limit < 2^e (rounding is monotone: also for the exact quotient)
   const double step = std::max(std::ldexp(1.0, e), kMinCodeStep), inverse = 1.0 / step;
   // v + 1.5 * 2^52 - 1.5 * 2^52 is an integer next to v (|v| <= 32767); the
   // two corrections make it the nearest whatever the rounding mode.
   constexpr double kRound = 0x1.8p52;
-  // Without branches (comparisons as 0 or 1), so that the loop vectorizes.
-  std::int64_t sum = 0;
+  // Without branches (comparisons as 0 or 1), so that the loop vectorizes;
+  // the sum fits 32 bits (|code| <= 32767, r <= kMaxInt16BoundRank).
+  std::int32_t sum = 0;
   for (std::size_t c = 0; c < r; ++c) {
     const double v = static_cast<double>(x[c]) * inverse;
     double code = (v + kRound) - kRound;
     code += static_cast<double>(v - code > 0.5) - static_cast<double>(code - v > 0.5);
     const auto integer = static_cast<std::int32_t>(code);
     if (codes != nullptr) codes[c] = static_cast<std::int16_t>(integer);
-    sum += std::abs(integer);
+    sum += integer < 0 ? -integer : integer;
   }
   l1 = sum;
   return static_cast<float>(step);
@@ -335,15 +342,13 @@ ScoreBounds<T>::ScoreBounds(ConstMatrix<T> k, double scale, std::size_t rank, co
     } else if (want == BoundKernel::bf16 && can_bf16) {
       kernel_ = BoundKernel::bf16;
     } else {
-      // Byte products on the tile unit or VNNI are cheaper than bf16's
-      // (measured end to end in exact mode, docs/PERFORMANCE.md); plain
-      // vpmaddubsw is not cheaper than pmaddwd at a byte's code range.
-      const bool fast_bytes =
-          detail::byte_amx_kernels().bounds != nullptr || detail::byte_vnni_kernels().bounds != nullptr;
-      kernel_ = fast_bytes && can_int8 && r >= kMinAutoInt16BoundRank ? BoundKernel::int8
-                : can_bf16                                            ? BoundKernel::bf16
-                : can_int16 && r >= kMinAutoInt16BoundRank            ? BoundKernel::int16
-                                                                      : BoundKernel::float32;
+      // Byte dot products (AMX, VNNI, AVX-VNNI) are cheaper than bf16's and
+      // int16's (measured end to end in exact mode, docs/PERFORMANCE.md);
+      // plain vpmaddubsw is not cheaper than pmaddwd at a code range of 90.
+      kernel_ = detail::has_byte_dot_products() && can_int8 && r >= kMinAutoInt16BoundRank ? BoundKernel::int8
+                : can_bf16                                                                 ? BoundKernel::bf16
+                : can_int16 && r >= kMinAutoInt16BoundRank                                 ? BoundKernel::int16
+                                                                                           : BoundKernel::float32;
     }
     if (uses_codes()) {
       // The keys' codes from the stored projections (the float bound's own

@@ -136,9 +136,17 @@ ByteKernels byte_amx_kernels();
 // On AVX-512 VNNI (kernels/simd/code_scores_vnni.cpp): the same floats. Null
 // unless the library runs on avx512 and the CPU has AVX-512 VNNI.
 ByteKernels byte_vnni_kernels();
-// The fastest of the three that can run here (AMX, VNNI, the instruction
-// set's), or nulls.
+// On AVX-VNNI (kernels/simd/code_scores_avx_vnni.cpp): the avx2 tiles with
+// vpdpbusd's VEX form, the same floats. Null unless the library runs on
+// avx2 and the CPU has AVX-VNNI.
+ByteKernels byte_avx_vnni_kernels();
+// The fastest of those that can run here (AMX, AVX-512 VNNI, AVX-VNNI, the
+// instruction set's), or nulls.
 ByteKernels fastest_byte_kernels();
+// Whether one of the byte dot-product kernels runs here (AMX, AVX-512 VNNI,
+// AVX-VNNI): four byte products into a 32-bit lane in one instruction, with
+// no 16-bit sum to widen, whatever the codes' range.
+bool has_byte_dot_products();
 
 // The exact integer dot product of one query's and one key's codes (r each).
 inline std::int32_t code_dot(const std::int16_t* q, const std::int16_t* k, std::size_t r) {

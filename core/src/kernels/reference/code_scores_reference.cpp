@@ -204,8 +204,12 @@ ByteKernels byte_kernels(CpuIsa isa) {
   const CodeKernels& kernels = code_kernels(isa, "byte_kernels");
   return {kernels.byte_scores, kernels.byte_bounds};
 }
+bool has_byte_dot_products() {
+  return byte_amx_kernels().bounds != nullptr || byte_vnni_kernels().bounds != nullptr ||
+         byte_avx_vnni_kernels().bounds != nullptr;
+}
 ByteKernels fastest_byte_kernels() {
-  for (const ByteKernels& fastest : {byte_amx_kernels(), byte_vnni_kernels()})
+  for (const ByteKernels& fastest : {byte_amx_kernels(), byte_vnni_kernels(), byte_avx_vnni_kernels()})
     if (fastest.scores != nullptr) return fastest;
   return byte_kernels(cpu_isa());
 }

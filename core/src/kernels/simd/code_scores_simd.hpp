@@ -187,7 +187,23 @@ inline void code_scores(const std::int32_t* q, std::size_t rows, const std::int1
               });
 }
 
-#if defined(ENTGRAPH_CODE_BYTES)
+#if defined(ENTGRAPH_CODE_BYTES) && defined(__AVXVNNI__) && !defined(__AVX512BW__)
+// Adds the byte code products of one key block (kb: its packed codes) to
+// the tile's rows qr: per quad of dimensions, the block's 64 codes against
+// each row's broadcast quad, four products into each 32-bit lane by
+// AVX-VNNI (code_scores_avx_vnni.cpp); no 16-bit sums, so no segments.
+inline void add_quad_products(V (&acc)[kRows][kVectors], const std::uint32_t* const* qr, const std::int8_t* kb,
+                              std::size_t quads, std::size_t) {
+  for (std::size_t p = 0; p < quads; ++p) {
+    V kv[kVectors];
+    for (std::size_t v = 0; v < kVectors; ++v) kv[v] = load_bytes(kb + p * 4 * kBlock + v * 4 * kLanes);
+    for (std::size_t r = 0; r < kRows; ++r) {
+      const V qv = broadcast(static_cast<std::int32_t>(qr[r][p]));
+      for (std::size_t v = 0; v < kVectors; ++v) acc[r][v] = _mm256_dpbusd_avx_epi32(acc[r][v], qv, kv[v]);
+    }
+  }
+}
+#elif defined(ENTGRAPH_CODE_BYTES)
 // Adds the byte code products of one key block (kb: its packed codes) to
 // the tile's rows qr: per quad of dimensions, the block's 64 codes against
 // each row's broadcast quad, in 16-bit sums widened every `segment` quads.
@@ -209,7 +225,9 @@ inline void add_quad_products(V (&acc)[kRows][kVectors], const std::uint32_t* co
       for (std::size_t v = 0; v < kVectors; ++v) acc[r][v] = widen_add(acc[r][v], sums[r][v]);
   }
 }
+#endif
 
+#if defined(ENTGRAPH_CODE_BYTES)
 // Byte codes: the 32-bit sums start at minus the keys' corrections.
 inline void byte_code_scores(const std::uint32_t* q, std::size_t rows, const std::int8_t* k,
                              const std::int32_t* k_correction, std::size_t quads, std::size_t segment,
