@@ -391,6 +391,25 @@ TEST_SUITE("attention") {
     }
   }
 
+  TEST_CASE("score bounds: the automatic choice takes int8 for exclusion only; a report keeps the tighter kernels") {
+    // Certify mode's bounds are its result (rows proven, missed mass): int8's
+    // wider margin would prove less, so it is never the automatic choice
+    // there; exact mode takes it wherever a byte dot product runs.
+    const Matrix<float> k = random_matrix<float>(70, 32, 1.0, 17);
+    for (CpuIsa isa : available_cpu_isas()) {
+      IsaScope isa_scope(isa);
+      const std::string isa_name = isa_scope.name();
+      CAPTURE(isa_name);
+      const BoundKernelScope automatic(BoundKernel::automatic);
+      const ScoreBounds<float> exclusion(k.view(), 1.0, 32, nullptr, BoundPurpose::exclusion);
+      const ScoreBounds<float> report(k.view(), 1.0, 32, nullptr, BoundPurpose::report);
+      CHECK((exclusion.kernel() == BoundKernel::int8) == detail::has_byte_dot_products());
+      CHECK(report.kernel() != BoundKernel::int8);
+      const BoundKernelScope forced(BoundKernel::int8);
+      CHECK(ScoreBounds<float>(k.view(), 1.0, 32, nullptr, BoundPurpose::report).kernel() == BoundKernel::int8);
+    }
+  }
+
   TEST_CASE("score bounds: every bound is at least the exact score in float64") {
     for (const KeySet& ks : key_sets())
       for (std::size_t rank : {std::size_t{0}, std::size_t{2}, ks.k.cols})

@@ -56,7 +56,8 @@ inline constexpr double kAutoRankVariance = 0.9;
 //   cheaper, a margin about 64 times wider; 1 <= r <= kMaxInt8BoundRank.
 // `automatic` is the default choice for float bounds: int8 from rank
 // kMinAutoInt16BoundRank on where AMX, AVX-512 VNNI (the library on avx512)
-// or AVX-VNNI (on avx2) multiply its bytes, else bf16 where it can run, else int16 from that
+// or AVX-VNNI (on avx2) multiply its bytes (for BoundPurpose::exclusion,
+// below), else bf16 where it can run, else int16 from that
 // rank on (below, the float GEMM of r + 2 columns is as fast, measured, and
 // has no quantization margin), else float32.
 // int8_mma: the CUDA backend's exact mode (byte codes on tensor cores,
@@ -81,6 +82,13 @@ BoundKernel bound_kernel();
 // respect to constructing bounds.
 void set_bound_kernel(BoundKernel kernel);
 
+// What bounds are for. `exclusion` (exact mode): a looser bound only costs
+// the time of the keys it lets through, so the automatic choice may trade
+// int8's wider margin for its cheaper products. `report` (certify mode): the
+// bounds are the result (rows proven settled, the missed mass), so the
+// automatic choice keeps the tighter kernels; a forced int8 still applies.
+enum class BoundPurpose { exclusion, report };
+
 template <class T>
 class ScoreBounds {
  public:
@@ -91,7 +99,8 @@ class ScoreBounds {
   // keys flagged 0 do not shape the basis (their bounds stay valid).
   // Throws entgraph::Error on an empty or non-finite k, or a non-finite or
   // zero scale.
-  ScoreBounds(ConstMatrix<T> k, double scale, std::size_t rank, const std::uint8_t* key_padding = nullptr);
+  ScoreBounds(ConstMatrix<T> k, double scale, std::size_t rank, const std::uint8_t* key_padding = nullptr,
+              BoundPurpose purpose = BoundPurpose::exclusion);
 
   std::size_t rank() const { return rank_; }
   std::size_t keys() const { return m_; }

@@ -343,7 +343,9 @@ Shared<T> make_shared_state(ConstMatrix<T> q, ConstMatrix<T> k, ConstMatrix<T> v
   c.prefix_count.assign(c.m + 1, 0);
   for (std::size_t j = 0; j < c.m; ++j) c.prefix_count[j + 1] = c.prefix_count[j] + (c.kept(j) ? 1 : 0);
   if (c.mode != GraphAttentionMode::fast)
-    c.bounds = std::make_unique<ScoreBounds<T>>(k, c.scale, options.bound_rank, options.attention.key_padding);
+    c.bounds = std::make_unique<ScoreBounds<T>>(
+        k, c.scale, options.bound_rank, options.attention.key_padding,
+        c.mode == GraphAttentionMode::certify ? BoundPurpose::report : BoundPurpose::exclusion);
   c.bound_missed = c.mode == GraphAttentionMode::certify && threshold_alpha(options.attention.transform) > 0.0;
   for (std::size_t j = 0; j < c.m && c.bound_missed; ++j) {
     double kk = 0.0;

@@ -222,7 +222,8 @@ void set_bound_kernel(BoundKernel kernel) {
 }
 
 template <class T>
-ScoreBounds<T>::ScoreBounds(ConstMatrix<T> k, double scale, std::size_t rank, const std::uint8_t* key_padding)
+ScoreBounds<T>::ScoreBounds(ConstMatrix<T> k, double scale, std::size_t rank, const std::uint8_t* key_padding,
+                            BoundPurpose purpose)
     : m_(k.rows), d_(k.cols), rank_(std::min(rank, k.cols)), scale_(scale) {
   if (k.rows == 0 || k.cols == 0)
     throw Error(at_op(kOp) + "k is empty (got " + detail::num(k.rows) + " x " + detail::num(k.cols) +
@@ -345,10 +346,11 @@ ScoreBounds<T>::ScoreBounds(ConstMatrix<T> k, double scale, std::size_t rank, co
       // Byte dot products (AMX, VNNI, AVX-VNNI) are cheaper than bf16's and
       // int16's (measured end to end in exact mode, docs/PERFORMANCE.md);
       // plain vpmaddubsw is not cheaper than pmaddwd at a code range of 90.
-      kernel_ = detail::has_byte_dot_products() && can_int8 && r >= kMinAutoInt16BoundRank ? BoundKernel::int8
-                : can_bf16                                                                 ? BoundKernel::bf16
-                : can_int16 && r >= kMinAutoInt16BoundRank                                 ? BoundKernel::int16
-                                                                                           : BoundKernel::float32;
+      const bool bytes_pay = purpose == BoundPurpose::exclusion && detail::has_byte_dot_products();
+      kernel_ = bytes_pay && can_int8 && r >= kMinAutoInt16BoundRank ? BoundKernel::int8
+                : can_bf16                                           ? BoundKernel::bf16
+                : can_int16 && r >= kMinAutoInt16BoundRank           ? BoundKernel::int16
+                                                                     : BoundKernel::float32;
     }
     if (uses_codes()) {
       // The keys' codes from the stored projections (the float bound's own
