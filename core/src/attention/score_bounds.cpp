@@ -100,12 +100,13 @@ constexpr double kColumnInflation = 1.0 + 0x1p-20;
 constexpr double kMinCodeStep = 0x1p-60;
 // The int8 kernel's: codes of at most kByteCodeLimit (a byte, and a 16-bit
 // pair sum of vpmaddubsw cannot saturate), r <= kMaxInt8BoundRank so that
-// |D + A_i + B_j| < 2^24 (at most 8190.25 r + guard + 1): float(N) is exact
+// |D + A_i + B_j| < 2^24 (|D| <= 8100 r, A_i <= 45.25 r + 0.75 + guard,
+// B_j <= 45 r + 0.5: at most 8190.25 r + guard + 2): float(N) is exact
 // and the epilogue rounds t = N s_q s_k by at most 2.0001 u 2^24 = 2.0001
 // code units; kByteCodeGuard covers that and the underflow allowance.
 constexpr std::int32_t kByteCodeLimit = 90;
 constexpr std::int32_t kByteCodeGuard = 4;
-static_assert(8190.25 * static_cast<double>(kMaxInt8BoundRank) + kByteCodeGuard + 1 < 0x1p24);
+static_assert(8190.25 * static_cast<double>(kMaxInt8BoundRank) + kByteCodeGuard + 2 < 0x1p24);
 
 std::int32_t code_limit(std::size_t r) {
   return static_cast<std::int32_t>(
