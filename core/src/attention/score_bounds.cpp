@@ -311,9 +311,10 @@ ScoreBounds<T>::ScoreBounds(ConstMatrix<T> k, double scale, std::size_t rank, co
       norm2 += static_cast<double>(k(j, x)) * static_cast<double>(k(j, x));
       centred2 += c[x] * c[x];
     }
-    if (identity_) {
-      std::copy(c.begin(), c.end(), proj.begin());
-    } else {
+    // The identity's projection is the centred key itself (no copy: a
+    // library call per key).
+    const double* p = identity_ ? c.data() : proj.data();
+    if (!identity_) {
       std::fill(proj.begin(), proj.end(), 0.0);
       for (std::size_t x = 0; x < d; ++x)
         for (std::size_t y = 0; y < r; ++y) proj[y] += basis_[x * r + y] * c[x];
@@ -324,7 +325,7 @@ ScoreBounds<T>::ScoreBounds(ConstMatrix<T> k, double scale, std::size_t rank, co
       for (std::size_t y = 0; y < r; ++y) e -= basis_[x * r + y] * proj[y];
       resid2 += e * e;
     }
-    for (std::size_t y = 0; y < r; ++y) kt_[y * m_ + j] = static_cast<T>(proj[y]);
+    for (std::size_t y = 0; y < r; ++y) kt_[y * m_ + j] = static_cast<T>(p[y]);
     kt_[r * m_ + j] = round_up<T>(std::sqrt(resid2));
     // The rounding term scales with the larger of the score's terms (||k||)
     // and the bound's terms (||k - mu||).
