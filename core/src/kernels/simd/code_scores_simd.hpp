@@ -1,8 +1,9 @@
-// The bodies of code_scores and code_bounds (kernels/code_scores.hpp),
-// compiled once per instruction set with that set's flags; the vector width
-// follows the compiler's target macros (AVX-512BW, AVX2, else SSE2, which
-// Emscripten maps to WebAssembly SIMD128: _mm_madd_epi16 is
-// i32x4.dot_i16x8_s).
+// The bodies of code_scores and code_bounds and of their byte forms
+// (kernels/code_scores.hpp), compiled once per instruction set with that
+// set's flags; the vector width follows the compiler's target macros
+// (AVX-512BW, AVX2, else SSE2, which Emscripten maps to WebAssembly
+// SIMD128: _mm_madd_epi16 is i32x4.dot_i16x8_s). The avx2 build with
+// AVX-VNNI (code_scores_avx_vnni.cpp) multiplies bytes with vpdpbusd.
 //
 // A tile of 4 query rows x 16 keys stays in registers while the dimensions
 // stream through. Keys go in chunks of kChunkKeys so that a chunk's packed
