@@ -204,14 +204,22 @@ ByteKernels byte_kernels(CpuIsa isa) {
   const CodeKernels& kernels = code_kernels(isa, "byte_kernels");
   return {kernels.byte_scores, kernels.byte_bounds};
 }
-bool has_byte_dot_products() {
-  return byte_amx_kernels().bounds != nullptr || byte_vnni_kernels().bounds != nullptr ||
-         byte_avx_vnni_kernels().bounds != nullptr;
-}
-ByteKernels fastest_byte_kernels() {
+namespace {
+
+// The fastest byte dot-product kernels that run here (AMX, AVX-512 VNNI,
+// AVX-VNNI), or nulls.
+ByteKernels dot_product_kernels() {
   for (const ByteKernels& fastest : {byte_amx_kernels(), byte_vnni_kernels(), byte_avx_vnni_kernels()})
     if (fastest.scores != nullptr) return fastest;
-  return byte_kernels(cpu_isa());
+  return {};
+}
+
+}  // namespace
+
+bool has_byte_dot_products() { return dot_product_kernels().scores != nullptr; }
+ByteKernels fastest_byte_kernels() {
+  const ByteKernels dot = dot_product_kernels();
+  return dot.scores != nullptr ? dot : byte_kernels(cpu_isa());
 }
 CodeBounds code_bounds_kernel(CpuIsa isa) { return code_kernels(isa, "code_bounds_kernel").bounds; }
 
