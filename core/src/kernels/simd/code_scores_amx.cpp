@@ -84,8 +84,61 @@ ENTGRAPH_AMX_TARGET void configure(std::size_t tail_quads) {
     }                                     \
   } while (false)
 
+// C tiles 0-3 = the query tile (A, at a) times the nb blocks of keys from
+// kb on, chunk by chunk. A single chunk's A tile stays loaded across groups
+// (reload_a false after the first).
+ENTGRAPH_AMX_TARGET void group_products(const std::uint32_t* a, std::size_t a_stride, const std::int8_t* kb,
+                                        std::size_t block_bytes, std::size_t chunks, std::size_t tail_quads,
+                                        std::size_t nb, bool reload_a) {
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  for (std::size_t ch = 0; ch < chunks; ++ch, kb += kChunkQuads * 64) {
+    const bool whole = ch + 1 < chunks || tail_quads == 0;
+    if (reload_a || chunks > 1) {
+      if (whole) {
+        _tile_loadd(4, a + ch * kChunkQuads, a_stride * 4);
+      } else {
+        _tile_loadd(6, a + ch * kChunkQuads, a_stride * 4);
+      }
+    }
+    ENTGRAPH_AMX_PRODUCT(0, kb, whole);
+    if (nb > 1) ENTGRAPH_AMX_PRODUCT(1, kb + block_bytes, whole);
+    if (nb > 2) ENTGRAPH_AMX_PRODUCT(2, kb + 2 * block_bytes, whole);
+    if (nb > 3) ENTGRAPH_AMX_PRODUCT(3, kb + 3 * block_bytes, whole);
+  }
+}
+
+// The epilogue of one group (c: its stored C tiles) for rows i0 .. i0 + nr:
+// block by block, its key vectors loaded once for the 16 rows; the rows'
+// maxima (fixed bounds: in registers) reduced together.
+template <class Epilogue>
+ENTGRAPH_AMX_TARGET void finish_group(const std::int32_t (&c)[kGroupBlocks][kTileRows][kCodeBlockKeys],
+                                      const Epilogue& epilogue, std::size_t i0, std::size_t nr, std::size_t b0,
+                                      std::size_t nb, std::size_t keys, float* out, std::size_t ldo, float* group_max,
+                                      std::size_t ldg) {
+  __m512 top[kTileRows];
+#pragma GCC unroll 16
+  for (std::size_t r = 0; r < kTileRows; ++r) top[r] = _mm512_set1_ps(-__builtin_inff());
+  decltype(epilogue.keys_at(0, keys)) kv[kGroupBlocks];
+  for (std::size_t t = 0; t < nb; ++t) kv[t] = epilogue.keys_at((b0 + t) * kCodeBlockKeys, keys);
+#pragma GCC unroll 16
+  for (std::size_t r = 0; r < kTileRows; ++r) {
+    if (r >= nr) break;
+    for (std::size_t t = 0; t < nb; ++t)
+      top[r] = epilogue.block(_mm512_load_si512(c[t][r]), kv[t], i0 + r, out + (i0 + r) * ldo, top[r]);
+  }
+  alignas(64) float maxima[kTileRows];
+  _mm512_store_ps(maxima, byte_group::row_maxima(top));
+  for (std::size_t r = 0; r < nr; ++r) group_max[(i0 + r) * ldg + b0 / kGroupBlocks] = maxima[r];
+}
+
 // The tiles of both kernels: the raw sums of the shifted query bytes times
 // the key bytes, finished by the epilogue (byte_group::Scores or Bounds).
+// Software-pipelined: a group's products are issued before the previous
+// group's epilogue runs, so the tile unit works while the vector units
+// finish; its tiles are stored (which waits for them) only after.
 template <class Epilogue>
 ENTGRAPH_AMX_TARGET void byte_tiles_amx(const std::uint32_t* q, std::size_t rows, const std::int8_t* k,
                                         std::size_t quads, std::size_t keys, const Epilogue& epilogue, float* out,
@@ -104,36 +157,16 @@ ENTGRAPH_AMX_TARGET void byte_tiles_amx(const std::uint32_t* q, std::size_t rows
     std::memset(a, 0, kTileRows * a_stride * 4);
     for (std::size_t r = 0; r < nr; ++r) std::memcpy(a + r * a_stride, q + (i0 + r) * quads, quads * 4);
     for (std::size_t b0 = 0; b0 < blocks; b0 += kGroupBlocks) {
-      const std::size_t nb = std::min(kGroupBlocks, blocks - b0);
-      _tile_zero(0);
-      _tile_zero(1);
-      _tile_zero(2);
-      _tile_zero(3);
-      for (std::size_t ch = 0; ch < chunks; ++ch) {
-        const bool whole = ch + 1 < chunks || tail_quads == 0;
-        if (whole) {
-          _tile_loadd(4, a + ch * kChunkQuads, a_stride * 4);
-        } else {
-          _tile_loadd(6, a + ch * kChunkQuads, a_stride * 4);
-        }
-        const std::int8_t* kb = k + b0 * block_bytes + ch * kChunkQuads * 64;
-        ENTGRAPH_AMX_PRODUCT(0, kb, whole);
-        if (nb > 1) ENTGRAPH_AMX_PRODUCT(1, kb + block_bytes, whole);
-        if (nb > 2) ENTGRAPH_AMX_PRODUCT(2, kb + 2 * block_bytes, whole);
-        if (nb > 3) ENTGRAPH_AMX_PRODUCT(3, kb + 3 * block_bytes, whole);
-      }
+      group_products(a, a_stride, k + b0 * block_bytes, block_bytes, chunks, tail_quads,
+                     std::min(kGroupBlocks, blocks - b0), b0 == 0);
+      if (b0 > 0) finish_group(c, epilogue, i0, nr, b0 - kGroupBlocks, kGroupBlocks, keys, out, ldo, group_max, ldg);
       _tile_stored(0, c[0], 64);
       _tile_stored(1, c[1], 64);
       _tile_stored(2, c[2], 64);
       _tile_stored(3, c[3], 64);
-      for (std::size_t r = 0; r < nr; ++r) {
-        const std::size_t i = i0 + r;
-        __m512 top = _mm512_set1_ps(-__builtin_inff());
-        for (std::size_t t = 0; t < nb; ++t)
-          top = epilogue.block(_mm512_load_si512(c[t][r]), i, (b0 + t) * kCodeBlockKeys, keys, out + i * ldo, top);
-        group_max[i * ldg + b0 / kGroupBlocks] = _mm512_reduce_max_ps(top);
-      }
     }
+    const std::size_t last = (blocks - 1) / kGroupBlocks * kGroupBlocks;
+    finish_group(c, epilogue, i0, nr, last, blocks - last, keys, out, ldo, group_max, ldg);
   }
   _tile_release();
 }

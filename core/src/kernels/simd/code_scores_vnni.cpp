@@ -63,15 +63,25 @@ ENTGRAPH_VNNI_TARGET void byte_tiles_vnni(const std::uint32_t* q, std::size_t ro
           for (std::size_t t = 0; t < kGroupBlocks; ++t) acc[r][t] = _mm512_dpbusd_epi32(acc[r][t], qv, kv[t]);
         }
       }
+      // Block by block, its key vectors loaded once for the rows (fixed
+      // bounds: the accumulators stay in registers).
+      __m512 top[kRows];
 #pragma GCC unroll 4
-      for (std::size_t r = 0; r < kRows; ++r) {  // fixed bounds: the accumulators stay in registers
+      for (std::size_t r = 0; r < kRows; ++r) top[r] = _mm512_set1_ps(-__builtin_inff());
+#pragma GCC unroll 4
+      for (std::size_t t = 0; t < kGroupBlocks; ++t) {
+        if (t >= nb) break;
+        const auto kv = epilogue.keys_at((b0 + t) * kCodeBlockKeys, keys);
+#pragma GCC unroll 4
+        for (std::size_t r = 0; r < kRows; ++r) {
+          if (r >= nr) break;
+          top[r] = epilogue.block(acc[r][t], kv, i0 + r, out + (i0 + r) * ldo, top[r]);
+        }
+      }
+#pragma GCC unroll 4
+      for (std::size_t r = 0; r < kRows; ++r) {
         if (r >= nr) break;
-        const std::size_t i = i0 + r;
-        __m512 top = _mm512_set1_ps(-__builtin_inff());
-#pragma GCC unroll 4
-        for (std::size_t t = 0; t < kGroupBlocks; ++t)
-          if (t < nb) top = epilogue.block(acc[r][t], i, (b0 + t) * kCodeBlockKeys, keys, out + i * ldo, top);
-        group_max[i * ldg + b0 / kGroupBlocks] = _mm512_reduce_max_ps(top);
+        group_max[(i0 + r) * ldg + b0 / kGroupBlocks] = _mm512_reduce_max_ps(top[r]);
       }
     }
   }
