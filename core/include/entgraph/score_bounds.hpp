@@ -156,6 +156,8 @@ class ScoreBounds {
   std::vector<double> basis_;       // d x r, column x is the x-th principal direction
   bool identity_ = false;           // r = d with U = I: q^ = scale q, no residual
   std::vector<T> kt_;               // width() x m: k^ rows, then ||k⊥||, then ||k|| + ||k - mu||
+  std::size_t kt_ld_ = 0;           // kt_'s row stride: m padded off a power of two (the
+                                    // per-key loops write a column: rows 2^k apart share a cache set)
   BoundKernel kernel_ = BoundKernel::float32;
   std::vector<std::uint16_t> kbf_;  // bfloat16 path: the centred keys (pack_bf16_keys), else empty
   double kmax_ = 0.0;               // its margin's terms: max_j ||k_j - mu|| of the stored keys,

@@ -12,6 +12,11 @@
 namespace entgraph {
 namespace {
 
+// p^a for a weight p and a = alpha - 1, for the threshold guesses below:
+// a square root for 1.5-entmax, p for sparsemax (std::pow costs as much as
+// the rest of a guess).
+inline double weight_power(double p, double a) { return a == 0.5 ? std::sqrt(p) : a == 1.0 ? p : std::pow(p, a); }
+
 // A guaranteed lower bound on the score threshold theta = tau / (alpha - 1)
 // of the row's alpha-entmax (p_j = [a (s_j - theta)]_+^(1/a), a = alpha - 1,
 // sum p = 1): a key scoring at or below it has weight 0. F(theta) = sum_j
@@ -42,18 +47,32 @@ double entmax_score_threshold(const Row<T>& r, double alpha) {
   const double fallback = std::nextafter(smax - (1.0 + 1e-9) / a, kNegInf);
   if (low == cnt) return fallback;
   const double zk = static_cast<double>(r.scores[low]);
-  auto reaches_one = [&](double d) {  // F(z_k - d) >= 1, from below
+  // F(z_k - d) >= 1, from below. For alpha 2 and 1.5 the brackets are
+  // clamped at 0 without a branch (about half the keys of a repaired row
+  // fall below the threshold, in no order a predictor could learn).
+  auto reaches_one = [&](double d) {
     double f = 0.0;
-    for (std::size_t x = 0; x < cnt; ++x) {
+    auto lower_at = [&](std::size_t x) {
       const double c = a * (static_cast<double>(r.scores[x]) - zk), g = c + a * d;
-      const double lower = g - 8.0 * kEps * (std::abs(c) + a * d);
-      if (lower <= 0.0) continue;
-      f += alpha == 2.0 ? lower : alpha == 1.5 ? lower * lower : std::pow(lower, inv);
+      return g - 8.0 * kEps * (std::abs(c) + a * d);
+    };
+    if (alpha == 2.0) {
+      for (std::size_t x = 0; x < cnt; ++x) f += std::max(lower_at(x), 0.0);
+    } else if (alpha == 1.5) {
+      for (std::size_t x = 0; x < cnt; ++x) {
+        const double lower = std::max(lower_at(x), 0.0);
+        f += lower * lower;
+      }
+    } else {
+      for (std::size_t x = 0; x < cnt; ++x) {
+        const double lower = lower_at(x);
+        if (lower > 0.0) f += std::pow(lower, inv);
+      }
     }
     return f * (1.0 - static_cast<double>(cnt + 8) * kEps) >= 1.0;
   };
   const double p_best = static_cast<double>(r.probs[best]);
-  const double estimate = static_cast<double>(r.scores[best]) - std::pow(p_best, a) / a;
+  const double estimate = static_cast<double>(r.scores[best]) - weight_power(p_best, a) / a;
   double d = std::max(zk - estimate, 0.0);
   const double widen = 16.0 * std::numeric_limits<T>::epsilon() * (std::abs(zk) + 1.0 / a);
   for (int tries = 0; tries < 6; ++tries) {
@@ -258,7 +277,7 @@ double threshold_estimate(const Shared<T>& c, const Row<T>& r) {
   for (std::size_t x = 1; x < r.probs.size(); ++x)
     if (r.probs[x] > r.probs[best]) best = x;
   if (r.probs.empty() || !(r.probs[best] > T(0))) return -std::numeric_limits<double>::infinity();
-  return static_cast<double>(r.scores[best]) - std::pow(static_cast<double>(r.probs[best]), am1) / am1;
+  return static_cast<double>(r.scores[best]) - weight_power(static_cast<double>(r.probs[best]), am1) / am1;
 }
 
 // A guess of the row's threshold (bound minus offset): the transform's
@@ -458,8 +477,9 @@ void settle_by_bounds(const Shared<T>& c, TileScratch<T>& t, const std::uint32_t
   const std::size_t groups = (end + ScoreBounds<T>::kGroupKeys - 1) / ScoreBounds<T>::kGroupKeys;
   for (std::size_t a0 = 0; a0 < active; a0 += slab) {
     const std::size_t a1 = std::min(active, a0 + slab);
-    t.bounds.resize((a1 - a0) * end);
-    t.group_max.resize((a1 - a0) * groups);
+    // Grown, never shrunk: a resize that grows zero-fills, half a MB a slab.
+    if (t.bounds.size() < (a1 - a0) * end) t.bounds.resize((a1 - a0) * end);
+    if (t.group_max.size() < (a1 - a0) * groups) t.group_max.resize((a1 - a0) * groups);
     b.bound_block(t.qb.data() + a0 * w, a1 - a0, w, 0, end, t.bounds.data(), end, t.group_max.data(), groups);
     for (std::size_t a = a0; a < a1; ++a) {
       Row<T>& row = t.rows[scan_rows[a]];

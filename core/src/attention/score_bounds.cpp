@@ -302,7 +302,8 @@ ScoreBounds<T>::ScoreBounds(ConstMatrix<T> k, double scale, std::size_t rank, co
     for (std::size_t y = 0; y < d && identity_; ++y) identity_ = basis_[x * d + y] == (x == y ? 1.0 : 0.0);
   // The keys' side, one row per bound column, so a tile's bounds are qt times it.
   const std::size_t r = rank_;
-  kt_.assign(width() * m_, T(0));
+  kt_ld_ = m_ + 64 / sizeof(T);
+  kt_.assign(width() * kt_ld_, T(0));
   std::vector<double> c(d), proj(r);
   for (std::size_t j = 0; j < m_; ++j) {
     double norm2 = 0.0, centred2 = 0.0;
@@ -325,11 +326,11 @@ ScoreBounds<T>::ScoreBounds(ConstMatrix<T> k, double scale, std::size_t rank, co
       for (std::size_t y = 0; y < r; ++y) e -= basis_[x * r + y] * proj[y];
       resid2 += e * e;
     }
-    for (std::size_t y = 0; y < r; ++y) kt_[y * m_ + j] = static_cast<T>(p[y]);
-    kt_[r * m_ + j] = round_up<T>(std::sqrt(resid2));
+    for (std::size_t y = 0; y < r; ++y) kt_[y * kt_ld_ + j] = static_cast<T>(p[y]);
+    kt_[r * kt_ld_ + j] = round_up<T>(std::sqrt(resid2));
     // The rounding term scales with the larger of the score's terms (||k||)
     // and the bound's terms (||k - mu||).
-    kt_[(r + 1) * m_ + j] = round_up<T>(std::sqrt(norm2) + std::sqrt(centred2));
+    kt_[(r + 1) * kt_ld_ + j] = round_up<T>(std::sqrt(norm2) + std::sqrt(centred2));
   }
   if constexpr (std::is_same_v<T, float>) {
     const BoundKernel want = bound_kernel();
@@ -368,12 +369,12 @@ ScoreBounds<T>::ScoreBounds(ConstMatrix<T> k, double scale, std::size_t rank, co
       kresid_.assign(padded, 0.0f);
       kround_.assign(padded, 0.0f);
       for (std::size_t j = 0; j < m_; ++j) {
-        for (std::size_t y = 0; y < r; ++y) column[y] = kt_[y * m_ + j];
+        for (std::size_t y = 0; y < r; ++y) column[y] = kt_[y * kt_ld_ + j];
         std::int64_t l1 = 0;
         kscale_[j] = quantize(column.data(), r, code_limit_, codes.data() + j * r, l1);
         kadd_[j] = static_cast<std::int32_t>((l1 + 1) / 2);
-        kresid_[j] = kt_[r * m_ + j];
-        kround_[j] = kt_[(r + 1) * m_ + j];
+        kresid_[j] = kt_[r * kt_ld_ + j];
+        kround_[j] = kt_[(r + 1) * kt_ld_ + j];
       }
       kcode_ = detail::pack_code_keys(codes.data(), m_, r);
       if (bytes) {  // both forms: the byte multiply is chosen per call
@@ -387,11 +388,11 @@ ScoreBounds<T>::ScoreBounds(ConstMatrix<T> k, double scale, std::size_t rank, co
       for (std::size_t j = 0; j < m_; ++j) {
         double norm2 = 0.0;
         for (std::size_t x = 0; x < d; ++x) {
-          centred[j * d + x] = kt_[x * m_ + j];
+          centred[j * d + x] = kt_[x * kt_ld_ + j];
           norm2 += static_cast<double>(centred[j * d + x]) * static_cast<double>(centred[j * d + x]);
         }
         kmax_ = std::max(kmax_, std::sqrt(norm2));
-        round_max_ = std::max(round_max_, static_cast<double>(kt_[(d + 1) * m_ + j]));
+        round_max_ = std::max(round_max_, static_cast<double>(kt_[(d + 1) * kt_ld_ + j]));
       }
       kbf_ = detail::pack_bf16_keys(centred.data(), m_, d, d);
     }
@@ -469,9 +470,9 @@ void ScoreBounds<T>::bound_block(const T* qt, std::size_t rows, std::size_t ldq,
       return;
     }
   }
-  // bounds = qt (rows x w) * kt[:, j0:j1] (w x (j1 - j0)), kt's rows m apart.
+  // bounds = qt (rows x w) * kt[:, j0:j1] (w x (j1 - j0)), kt's rows kt_ld_ apart.
   const detail::MatmulKernels<T>& mk = detail::matmul_kernels_for<T>();
-  mk.gemm_nn(rows, j1 - j0, width(), T(1), qt, ldq, kt_.data() + j0, m_, bounds, ldb, false, false);
+  mk.gemm_nn(rows, j1 - j0, width(), T(1), qt, ldq, kt_.data() + j0, kt_ld_, bounds, ldb, false, false);
   if (group_max == nullptr) return;
   for (std::size_t r = 0; r < rows; ++r)
     for (std::size_t g = 0; g < groups; ++g) {
@@ -607,8 +608,8 @@ double ScoreBounds<T>::slack(const QuerySlack& q, std::size_t j) const {
     }
   }
   const T* qt = q.qt;
-  const double s = static_cast<double>(qt[rank_]) * static_cast<double>(kt_[rank_ * m_ + j]) +
-                   static_cast<double>(qt[rank_ + 1]) * static_cast<double>(kt_[(rank_ + 1) * m_ + j]);
+  const double s = static_cast<double>(qt[rank_]) * static_cast<double>(kt_[rank_ * kt_ld_ + j]) +
+                   static_cast<double>(qt[rank_ + 1]) * static_cast<double>(kt_[(rank_ + 1) * kt_ld_ + j]);
   return s * (1.0 + 4.0 * std::numeric_limits<double>::epsilon());
 }
 

@@ -25,14 +25,26 @@
 
 namespace entgraph::detail {
 
-// The largest Euclidean row norm of x, in double without overflow (rows are
-// scaled by their largest entry first), and its row.
+// The largest Euclidean row norm of x, in double without overflow, and its
+// row. A float's square cannot overflow or underflow double (2^256 and
+// 2^-298 are in range), so float rows are summed directly; double rows are
+// scaled by their largest entry first.
 template <class T>
 double largest_row_norm(ConstMatrix<T> x, std::size_t& row) {
   double best = 0.0;
   row = 0;
   for (std::size_t i = 0; i < x.rows; ++i) {
     const T* r = x.row(i);
+    if constexpr (std::is_same_v<T, float>) {
+      double ss = 0.0;
+      for (std::size_t j = 0; j < x.cols; ++j) ss += static_cast<double>(r[j]) * static_cast<double>(r[j]);
+      const double norm = std::sqrt(ss);
+      if (norm > best) {
+        best = norm;
+        row = i;
+      }
+      continue;
+    }
     double big = 0.0;
     for (std::size_t j = 0; j < x.cols; ++j) big = std::max(big, std::abs(static_cast<double>(r[j])));
     if (big == 0.0) continue;

@@ -395,34 +395,49 @@ struct Matmul {
     }
   }
 
+  // out = sum_c w[c] b[idx[c]]. The rows of weight 0 (often half of a
+  // repaired row's keys, in no predictable order) are dropped first without
+  // a branch, a chunk at a time; then up to four vectors of the output stay
+  // in registers while the rows stream by. Each output is the same fma chain
+  // over the rows of non-zero weight, in order, whatever n.
   static void gather_axpy(const float* w, const float* b, std::size_t ldb, const std::uint32_t* idx, std::size_t count,
                           std::size_t n, float* out) {
-    std::size_t j = 0;
-    // Four vectors of the output stay in registers while the rows stream by.
-    for (; j + 4 * W <= n; j += 4 * W) {
-      B acc[4] = {B(0.0f), B(0.0f), B(0.0f), B(0.0f)};
-      for (std::size_t c = 0; c < count; ++c) {
-        if (w[c] == 0.0f) continue;
-        const B x(w[c]);
-        const float* row = b + static_cast<std::size_t>(idx[c]) * ldb + j;
-#pragma GCC unroll 4
-        for (std::size_t t = 0; t < 4; ++t) acc[t] = xsimd::fma(x, B::load_unaligned(row + t * W), acc[t]);
+    constexpr std::size_t kChunk = 256;
+    alignas(64) float cw[kChunk];
+    std::uint32_t ci[kChunk];
+    std::size_t c0 = 0;
+    do {
+      const std::size_t c1 = std::min(count, c0 + kChunk);
+      std::size_t live = 0;
+      for (std::size_t c = c0; c < c1; ++c) {
+        cw[live] = w[c];
+        ci[live] = idx[c];
+        live += w[c] != 0.0f ? 1 : 0;
       }
+      const bool first = c0 == 0;
+      std::size_t j = 0;
+      while (j + W <= n) {
+        const std::size_t nv = std::min<std::size_t>(4, (n - j) / W);
+        B acc[4];
 #pragma GCC unroll 4
-      for (std::size_t t = 0; t < 4; ++t) acc[t].store_unaligned(out + j + t * W);
-    }
-    for (; j + W <= n; j += W) {
-      B acc(0.0f);
-      for (std::size_t c = 0; c < count; ++c)
-        if (w[c] != 0.0f)
-          acc = xsimd::fma(B(w[c]), B::load_unaligned(b + static_cast<std::size_t>(idx[c]) * ldb + j), acc);
-      acc.store_unaligned(out + j);
-    }
-    for (; j < n; ++j) {
-      float acc = 0.0f;
-      for (std::size_t c = 0; c < count; ++c) acc += w[c] * b[static_cast<std::size_t>(idx[c]) * ldb + j];
-      out[j] = acc;
-    }
+        for (std::size_t t = 0; t < 4; ++t) acc[t] = first || t >= nv ? B(0.0f) : B::load_unaligned(out + j + t * W);
+        for (std::size_t c = 0; c < live; ++c) {
+          const B x(cw[c]);
+          const float* row = b + static_cast<std::size_t>(ci[c]) * ldb + j;
+#pragma GCC unroll 4
+          for (std::size_t t = 0; t < 4; ++t)
+            if (t < nv) acc[t] = xsimd::fma(x, B::load_unaligned(row + t * W), acc[t]);
+        }
+        for (std::size_t t = 0; t < nv; ++t) acc[t].store_unaligned(out + j + t * W);
+        j += nv * W;
+      }
+      for (; j < n; ++j) {
+        float acc = first ? 0.0f : out[j];
+        for (std::size_t c = 0; c < live; ++c) acc += cw[c] * b[static_cast<std::size_t>(ci[c]) * ldb + j];
+        out[j] = acc;
+      }
+      c0 = c1;
+    } while (c0 < count);
   }
 
   // The entries of x[0, n) in (threshold, ceiling], as base + j.
