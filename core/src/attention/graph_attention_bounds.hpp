@@ -167,6 +167,10 @@ T pending_lower(const Shared<T>& c, const Row<T>& r, const Pending<T>& e) {
 // threshold, and the transform then runs on a short row. probe is scratch.
 template <class T>
 void tighten(const Shared<T>& c, Row<T>& r, Row<T>& probe) {
+  if (!r.slack_known) {
+    r.slack = c.bounds->query_slack(r.qt);
+    r.slack_known = true;
+  }
   probe.scores.assign(r.scores.begin(), r.scores.end());
   const std::size_t keep = std::min(r.pending.size(), std::max<std::size_t>(32, r.scores.size()));
   if (keep < r.pending.size())
@@ -467,7 +471,7 @@ void settle_by_bounds(const Shared<T>& c, TileScratch<T>& t, const std::uint32_t
     Row<T>& row = t.rows[scan_rows[a]];
     row.qt = t.qb.data() + a * w;
     row.offset = b.prepare_query(c.q.row(ids[scan_rows[a]]), t.qb.data() + a * w);
-    row.slack = b.query_slack(row.qt);
+    row.slack_known = false;  // tighten computes it if the row needs it
     row.lower_offset = b.lower_offset(row.offset);
     row.budget = std::max<std::size_t>(64, 2 * row.candidates);
   }

@@ -66,7 +66,8 @@ struct Row {
   std::size_t graph_keys = 0;            // and their number
   std::size_t repaired = 0;              // keys scored beyond the graph's
   const T* qt = nullptr;       // the query's side of the bounds (ScoreBounds::prepare_query)
-  typename ScoreBounds<T>::QuerySlack slack;  // and its share of every key's slack
+  typename ScoreBounds<T>::QuerySlack slack;  // and its share of every key's slack, once
+  bool slack_known = false;                   // tighten wants it (rarely: it quantizes qt)
   double offset = 0.0;         // and its offset,
   double lower_offset = 0.0;   // lowered (ScoreBounds::lower_offset)
   double threshold = 0.0;      // bound minus offset above which a left-out key must be scored
