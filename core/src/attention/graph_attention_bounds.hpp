@@ -36,17 +36,19 @@ double entmax_score_threshold(const Row<T>& r, double alpha) {
   constexpr double kEps = std::numeric_limits<double>::epsilon(), kNegInf = -std::numeric_limits<double>::infinity();
   const double a = alpha - 1.0, inv = 1.0 / a;
   const std::size_t cnt = r.scores.size();
-  std::size_t best = 0, low = cnt;  // low: the support's smallest score
-  double smax = kNegInf;
+  // The largest score, the first largest weight and its score, and z_k, in
+  // selects rather than branches (whether p > 0 is a coin toss per key).
+  double smax = kNegInf, zk = std::numeric_limits<double>::infinity(), p_best = -1.0, s_best = 0.0;
   for (std::size_t x = 0; x < cnt; ++x) {
-    const double s = static_cast<double>(r.scores[x]);
+    const double s = static_cast<double>(r.scores[x]), p = static_cast<double>(r.probs[x]);
     smax = std::max(smax, s);
-    if (r.probs[x] > r.probs[best]) best = x;
-    if (r.probs[x] > 0 && (low == cnt || s < static_cast<double>(r.scores[low]))) low = x;
+    const bool better = p > p_best;
+    p_best = better ? p : p_best;
+    s_best = better ? s : s_best;
+    zk = std::min(zk, p > 0.0 ? s : std::numeric_limits<double>::infinity());
   }
   const double fallback = std::nextafter(smax - (1.0 + 1e-9) / a, kNegInf);
-  if (low == cnt) return fallback;
-  const double zk = static_cast<double>(r.scores[low]);
+  if (!(p_best > 0.0)) return fallback;  // no support
   // F(z_k - d) >= 1, from below. For alpha 2 and 1.5 the brackets are
   // clamped at 0 without a branch (about half the keys of a repaired row
   // fall below the threshold, in no order a predictor could learn).
@@ -71,8 +73,7 @@ double entmax_score_threshold(const Row<T>& r, double alpha) {
     }
     return f * (1.0 - static_cast<double>(cnt + 8) * kEps) >= 1.0;
   };
-  const double p_best = static_cast<double>(r.probs[best]);
-  const double estimate = static_cast<double>(r.scores[best]) - weight_power(p_best, a) / a;
+  const double estimate = s_best - weight_power(p_best, a) / a;
   double d = std::max(zk - estimate, 0.0);
   const double widen = 16.0 * std::numeric_limits<T>::epsilon() * (std::abs(zk) + 1.0 / a);
   for (int tries = 0; tries < 6; ++tries) {
