@@ -137,8 +137,12 @@ inline void score_tiles(std::size_t rows, std::size_t keys, const float* q_scale
     const std::size_t j1 = std::min(keys, j0 + kChunkKeys);
     for (std::size_t i0 = 0; i0 < rows; i0 += kRows) {
       const std::size_t nr = std::min(kRows, rows - i0);
-      F top[kRows];
+      F top[kRows];  // set at every group's first block; set here too for the compiler's sake
       float top_tail[kRows];
+      for (std::size_t r = 0; r < kRows; ++r) {
+        top[r] = set_f(kLowest);
+        top_tail[r] = kLowest;
+      }
       for (std::size_t b = j0 / kBlock; b * kBlock < j1; ++b) {
         const std::size_t jb = b * kBlock, valid = std::min(kBlock, keys - jb);
         if (jb % kCodeGroupKeys == 0)
@@ -154,7 +158,9 @@ inline void score_tiles(std::size_t rows, std::size_t keys, const float* q_scale
           std::copy(ks, ks + valid, tail_scale);
           ks = tail_scale;
         }
-        for (std::size_t r = 0; r < nr; ++r) {
+#pragma GCC unroll 4
+        for (std::size_t r = 0; r < kRows; ++r) {  // fixed bounds: top stays in registers
+          if (r >= nr) break;
           const std::size_t i = i0 + r;
           float* o = valid == kBlock ? out + i * ldo + jb : tail;
           for (std::size_t v = 0; v < kVectors; ++v) {
@@ -268,8 +274,12 @@ inline void bound_tiles_with(std::size_t rows, std::size_t keys, const CodeBound
       const std::size_t nr = std::min(kRows, rows - i0);
       std::size_t ir[kRows];
       for (std::size_t r = 0; r < kRows; ++r) ir[r] = i0 + std::min(r, nr - 1);
-      F top[kRows];
+      F top[kRows];  // set at every group's first block; set here too for the compiler's sake
       float top_tail[kRows];
+      for (std::size_t r = 0; r < kRows; ++r) {
+        top[r] = set_f(kLowest);
+        top_tail[r] = kLowest;
+      }
       for (std::size_t b = j0 / kBlock; b * kBlock < j1; ++b) {
         const std::size_t jb = b * kBlock, valid = std::min(kBlock, keys - jb);
         if (jb % kCodeGroupKeys == 0)
@@ -283,7 +293,9 @@ inline void bound_tiles_with(std::size_t rows, std::size_t keys, const CodeBound
           for (std::size_t r = 0; r < kRows; ++r) acc[r][v] = add_i32(broadcast(row.add[ir[r]]), key_add);
         }
         products(b, ir, acc);
-        for (std::size_t r = 0; r < nr; ++r) {
+#pragma GCC unroll 4
+        for (std::size_t r = 0; r < kRows; ++r) {  // fixed bounds: top stays in registers
+          if (r >= nr) break;
           const std::size_t i = i0 + r;
           float* o = valid == kBlock ? out + i * ldo + jb : tail;
           for (std::size_t v = 0; v < kVectors; ++v) {
