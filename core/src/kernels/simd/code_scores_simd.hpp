@@ -158,13 +158,15 @@ inline void score_tiles(std::size_t rows, std::size_t keys, const float* q_scale
           std::copy(ks, ks + valid, tail_scale);
           ks = tail_scale;
         }
+        F key_scale[kVectors];  // loaded once for the rows
+        for (std::size_t v = 0; v < kVectors; ++v) key_scale[v] = load_f(ks + v * kLanes);
 #pragma GCC unroll 4
         for (std::size_t r = 0; r < kRows; ++r) {  // fixed bounds: top stays in registers
           if (r >= nr) break;
           const std::size_t i = i0 + r;
           float* o = valid == kBlock ? out + i * ldo + jb : tail;
           for (std::size_t v = 0; v < kVectors; ++v) {
-            const F score = mul_f(mul_f(to_float(acc[r][v]), load_f(ks + v * kLanes)), set_f(q_scale[i]));
+            const F score = mul_f(mul_f(to_float(acc[r][v]), key_scale[v]), set_f(q_scale[i]));
             store_f(o + v * kLanes, score);
             if (valid == kBlock) top[r] = max_f(top[r], score);
           }
@@ -293,16 +295,21 @@ inline void bound_tiles_with(std::size_t rows, std::size_t keys, const CodeBound
           for (std::size_t r = 0; r < kRows; ++r) acc[r][v] = add_i32(broadcast(row.add[ir[r]]), key_add);
         }
         products(b, ir, acc);
+        F key_round[kVectors], key_resid[kVectors], key_scale[kVectors];  // loaded once for the rows
+        for (std::size_t v = 0; v < kVectors; ++v) {
+          key_round[v] = load_f(key.round + jb + v * kLanes);
+          key_resid[v] = kResid ? load_f(key.resid + jb + v * kLanes) : key_round[v];
+          key_scale[v] = load_f(key.scale + jb + v * kLanes);
+        }
 #pragma GCC unroll 4
         for (std::size_t r = 0; r < kRows; ++r) {  // fixed bounds: top stays in registers
           if (r >= nr) break;
           const std::size_t i = i0 + r;
           float* o = valid == kBlock ? out + i * ldo + jb : tail;
           for (std::size_t v = 0; v < kVectors; ++v) {
-            const std::size_t j = jb + v * kLanes;
-            F extra = mul_f(set_f(row.round[i]), load_f(key.round + j));
-            if (kResid) extra = fma_f(set_f(row.resid[i]), load_f(key.resid + j), extra);
-            const F step = mul_f(set_f(row.scale[i]), load_f(key.scale + j));
+            F extra = mul_f(set_f(row.round[i]), key_round[v]);
+            if (kResid) extra = fma_f(set_f(row.resid[i]), key_resid[v], extra);
+            const F step = mul_f(set_f(row.scale[i]), key_scale[v]);
             const F bound = fma_f(to_float(acc[r][v]), step, extra);
             store_f(o + v * kLanes, bound);
             if (valid == kBlock) top[r] = max_f(top[r], bound);
