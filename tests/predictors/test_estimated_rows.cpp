@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 #include <utility>
@@ -281,6 +283,49 @@ TEST_SUITE("predictors") {
     const double x[] = {0.0, -0.2, -0.7};
     CHECK(detail::theta_lower_bound(x, 3, 1.25, -0.9) == -0.9);
     CHECK(detail::theta_lower_bound(x, 3, 3.0, -0.9) == -0.9);
+  }
+
+  TEST_CASE("exact_many: the exact estimates read back from the approximation equal exact()'s, bit for bit") {
+    // exact() forms the code products again; exact_many recovers them from
+    // the approximation where every product is under 2^20 (r = 32 at 8 bits:
+    // 32 * 127^2 = 516,128), and forms them where not (r = 64 at 8 bits).
+    // Codes at the extremes and random ones; steps spread over 2^-30 ... 2^30.
+    std::mt19937_64 rng(23);
+    std::uniform_real_distribution<double> exponent(-30.0, 30.0);
+    for (int limit : {1, 7, 90, 127}) {
+      for (std::size_t r : {1u, 5u, 32u, 64u, 256u}) {
+        CAPTURE(limit);
+        CAPTURE(r);
+        const std::size_t n = 17, m = 150;
+        auto q = random_codes(n * r, limit, rng), k = random_codes(m * r, limit, rng);
+        for (std::size_t x = 0; x < r; ++x) {  // the largest product of the row: every code at the limit
+          q[x] = static_cast<std::int16_t>(limit);
+          k[x] = static_cast<std::int16_t>(limit);
+          k[r + x] = static_cast<std::int16_t>(-limit);
+        }
+        std::vector<double> q_steps(n), k_steps(m);
+        for (double& x : q_steps) x = std::exp2(exponent(rng));
+        for (double& x : k_steps) x = std::exp2(exponent(rng));
+        const QuantizedEstimate estimate(q, k, q_steps, k_steps, r);
+        std::vector<float> approx(n * m), block_max(n * group_count(m));
+        estimate.approximate(0, n, m, approx.data(), m, block_max.data(), group_count(m));
+        std::vector<std::uint32_t> idx(m);
+        for (std::size_t j = 0; j < m; ++j) idx[j] = static_cast<std::uint32_t>(m - 1 - j);  // any order
+        std::size_t wrong = 0;
+        for (std::size_t i = 0; i < n; ++i) {
+          std::vector<double> got(m);
+          const double top = estimate.exact_many(i, idx.data(), m, approx.data() + i * m, got.data());
+          double want_top = -std::numeric_limits<double>::infinity();
+          for (std::size_t c = 0; c < m; ++c) {
+            const double want = estimate.exact(i, idx[c], nullptr);
+            want_top = std::max(want_top, want);
+            wrong += std::memcmp(&want, &got[c], sizeof want) == 0 ? 0 : 1;
+          }
+          wrong += top == want_top ? 0 : 1;
+        }
+        CHECK(wrong == 0);
+      }
+    }
   }
 
   TEST_CASE("cut_estimated_rows: equals the float64 definition, on every instruction set and thread count") {

@@ -53,6 +53,8 @@ QuantizedEstimate::QuantizedEstimate(std::vector<std::int16_t> q, std::vector<st
   k_scale_.assign(k_steps_.begin(), k_steps_.end());
   scales_in_float_ = std::all_of(q_steps_.begin(), q_steps_.end(), step_scales_in_float) &&
                      std::all_of(k_steps_.begin(), k_steps_.end(), step_scales_in_float);
+  const double most = static_cast<double>(largest);
+  integers_from_approximation_ = scales_in_float_ && static_cast<double>(r_) * most * most < 0x1p20;
 }
 
 void QuantizedEstimate::approximate(std::size_t row0, std::size_t rows, std::size_t keys, float* out,
@@ -80,9 +82,25 @@ float QuantizedEstimate::exact(std::size_t i, std::size_t j, const float*) const
   return static_cast<float>(static_cast<double>(d) * q_steps_[i] * k_steps_[j]);
 }
 
-double QuantizedEstimate::exact_many(std::size_t i, const std::uint32_t* idx, std::size_t count, const float*,
-                                     double* out) const {
+double QuantizedEstimate::exact_many(std::size_t i, const std::uint32_t* idx, std::size_t count,
+                                     const float* approx_row, double* out) const {
   double top = -std::numeric_limits<double>::infinity();
+  if (integers_from_approximation_ && approx_row != nullptr) {
+    // The approximation is fl(fl(D k_scale) q_scale), within 2^-22.9 |D| of
+    // D k_scale q_scale; D is an integer under 2^20, so dividing by the
+    // scales' (exact) product and rounding gives D back: the products of
+    // the codes without forming them again (r multiply-adds and a
+    // horizontal sum a key). Then the same double products as exact().
+    const double q_scale = static_cast<double>(q_scale_[i]), q_step = q_steps_[i];
+    for (std::size_t c = 0; c < count; ++c) {
+      const std::uint32_t j = idx[c];
+      const double unit = q_scale * static_cast<double>(k_scale_[j]);
+      const double d = unit > 0.0 ? std::nearbyint(static_cast<double>(approx_row[j]) / unit) + 0.0 : 0.0;
+      out[c] = static_cast<float>(d * q_step * k_steps_[j]);
+      top = std::max(top, out[c]);
+    }
+    return top;
+  }
   for (std::size_t c = 0; c < count; ++c) {
     out[c] = QuantizedEstimate::exact(i, idx[c], nullptr);  // not virtual: inlined
     top = std::max(top, out[c]);
