@@ -76,7 +76,9 @@ ReferenceCut reference_cut(const detail::EstimatedScores& estimate, std::size_t 
     if (visible > 0) {
       const float* row = approx.data() + i * m;
       std::vector<double> e(visible), p(visible);
-      for (std::size_t j = 0; j < visible; ++j) e[j] = estimate.exact(i, j, row);
+      // exact() without the approximation: the code products formed again
+      for (std::size_t j = 0; j < visible; ++j)
+        e[j] = estimate.exact(i, j, dynamic_cast<const QuantizedEstimate*>(&estimate) != nullptr ? nullptr : row);
       transform_forward<double>(t, {e.data(), 1, visible}, {p.data(), 1, visible});
       const std::size_t best = static_cast<std::size_t>(std::max_element(p.begin(), p.end()) - p.begin());
       const double theta = e[best] - std::pow(p[best], alpha - 1.0) / (alpha - 1.0);
@@ -285,9 +287,9 @@ TEST_SUITE("predictors") {
     CHECK(detail::theta_lower_bound(x, 3, 3.0, -0.9) == -0.9);
   }
 
-  TEST_CASE("exact_many: the exact estimates read back from the approximation equal exact()'s, bit for bit") {
-    // exact() forms the code products again; exact_many recovers them from
-    // the approximation where every product is under 2^20 (r = 32 at 8 bits:
+  TEST_CASE("exact estimates read back from the approximation equal the code products' own, bit for bit") {
+    // exact() without an approximation forms the code products again; with
+    // one (and exact_many) it recovers them where every product is under 2^20 (r = 32 at 8 bits:
     // 32 * 127^2 = 516,128), and forms them where not (r = 64 at 8 bits).
     // Codes at the extremes and random ones; steps spread over 2^-30 ... 2^30.
     std::mt19937_64 rng(23);
@@ -320,6 +322,8 @@ TEST_SUITE("predictors") {
             const double want = estimate.exact(i, idx[c], nullptr);
             want_top = std::max(want_top, want);
             wrong += std::memcmp(&want, &got[c], sizeof want) == 0 ? 0 : 1;
+            const double one = estimate.exact(i, idx[c], approx.data() + i * m);
+            wrong += std::memcmp(&want, &one, sizeof want) == 0 ? 0 : 1;
           }
           wrong += top == want_top ? 0 : 1;
         }

@@ -77,32 +77,26 @@ void QuantizedEstimate::approximate(std::size_t row0, std::size_t rows, std::siz
                                 q_scale_.data() + row0, k_scale_.data(), out, ldo, group_max, ldg);
 }
 
-float QuantizedEstimate::exact(std::size_t i, std::size_t j, const float*) const {
-  const std::int32_t d = code_dot(q_.data() + i * r_, k_.data() + j * r_, r_);
-  return static_cast<float>(static_cast<double>(d) * q_steps_[i] * k_steps_[j]);
+float QuantizedEstimate::exact(std::size_t i, std::size_t j, const float* approx_row) const {
+  double d = 0.0;
+  if (integers_from_approximation_ && approx_row != nullptr) {
+    // The approximation is fl(fl(D k_scale) q_scale), within 2^-22.9 |D| of
+    // D k_scale q_scale; D is an integer under 2^20, so dividing by the
+    // scales' (exact) product and rounding gives D back: the code products
+    // without forming them again (r multiply-adds and a horizontal sum).
+    const double unit = static_cast<double>(q_scale_[i]) * static_cast<double>(k_scale_[j]);
+    d = unit > 0.0 ? std::nearbyint(static_cast<double>(approx_row[j]) / unit) + 0.0 : 0.0;
+  } else {
+    d = static_cast<double>(code_dot(q_.data() + i * r_, k_.data() + j * r_, r_));
+  }
+  return static_cast<float>(d * q_steps_[i] * k_steps_[j]);
 }
 
 double QuantizedEstimate::exact_many(std::size_t i, const std::uint32_t* idx, std::size_t count,
                                      const float* approx_row, double* out) const {
   double top = -std::numeric_limits<double>::infinity();
-  if (integers_from_approximation_ && approx_row != nullptr) {
-    // The approximation is fl(fl(D k_scale) q_scale), within 2^-22.9 |D| of
-    // D k_scale q_scale; D is an integer under 2^20, so dividing by the
-    // scales' (exact) product and rounding gives D back: the products of
-    // the codes without forming them again (r multiply-adds and a
-    // horizontal sum a key). Then the same double products as exact().
-    const double q_scale = static_cast<double>(q_scale_[i]), q_step = q_steps_[i];
-    for (std::size_t c = 0; c < count; ++c) {
-      const std::uint32_t j = idx[c];
-      const double unit = q_scale * static_cast<double>(k_scale_[j]);
-      const double d = unit > 0.0 ? std::nearbyint(static_cast<double>(approx_row[j]) / unit) + 0.0 : 0.0;
-      out[c] = static_cast<float>(d * q_step * k_steps_[j]);
-      top = std::max(top, out[c]);
-    }
-    return top;
-  }
   for (std::size_t c = 0; c < count; ++c) {
-    out[c] = QuantizedEstimate::exact(i, idx[c], nullptr);  // not virtual: inlined
+    out[c] = QuantizedEstimate::exact(i, idx[c], approx_row);  // not virtual: inlined
     top = std::max(top, out[c]);
   }
   return top;

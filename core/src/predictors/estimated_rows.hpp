@@ -81,8 +81,8 @@ class QuantizedEstimate final : public EstimatedScores {
   std::vector<double> q_steps_, k_steps_;
   std::vector<float> q_scale_, k_scale_;
   bool scales_in_float_ = true;  // every step's scale approximates within relative_error (estimate_range.hpp)
-  // and every product of codes is under 2^20 in magnitude: exact_many reads
-  // it back from the approximation (estimated_rows.cpp)
+  // and every product of codes is under 2^20 in magnitude: exact() reads it
+  // back from the approximation when given one (estimated_rows.cpp)
   bool integers_from_approximation_ = false;
   std::size_t r_;
 };
