@@ -129,7 +129,8 @@ bool tile_transform(const Transform& t) { return is_entmax_family(t.info()); }
 // Gathers the tile's candidates and their union; computes the union's scores
 // by GEMM when the rows share most keys. Returns whether it did.
 template <class T>
-bool gather_tile(const Shared<T>& c, TileScratch<T>& t, const std::uint32_t* ids, std::size_t rows, std::size_t tile) {
+bool gather_tile(const Shared<T>& c, TileScratch<T>& t, const std::uint32_t* ids, std::size_t rows, std::size_t tile,
+                 bool guessing) {
   t.cand.clear();
   t.start.assign(1, 0);
   std::size_t widest = 0;
@@ -178,6 +179,14 @@ bool gather_tile(const Shared<T>& c, TileScratch<T>& t, const std::uint32_t* ids
       std::sort(t.keys.begin(), t.keys.end());
       t.keys.erase(std::unique(t.keys.begin(), t.keys.end()), t.keys.end());
     }
+  }
+  // Exact mode from a guess scores no graph key up front (settle_tile): the
+  // union is wanted only for a row the graph completes.
+  if (guessing) {
+    bool any_complete = false;
+    for (std::size_t r = 0; r < rows; ++r)
+      any_complete = any_complete || t.start[r + 1] - t.start[r] == c.allowed(ids[r]);
+    if (!any_complete) return false;
   }
   // The tile GEMM pays for |union| scores per row: worth it when the rows
   // share most of their keys. Never for top-k: repaired keys are scored by
@@ -240,33 +249,41 @@ void whole_tile(const Shared<T>& c, TileScratch<T>& t, const std::uint32_t* ids,
 template <class T>
 bool settle_tile(const Shared<T>& c, TileScratch<T>& t, const std::uint32_t* ids, std::size_t rows, std::size_t tile,
                  bool fast_output, MatrixView<T> out, std::vector<RowSettlement>& settled) {
-  const bool tiled = gather_tile<T>(c, t, ids, rows, tile);
+  const bool guessing = c.mode == GraphAttentionMode::exact && c.o->transform.kind != TransformKind::topk_softmax;
+  const bool tiled = gather_tile<T>(c, t, ids, rows, tile, guessing);
   if (tiled && fast_output && c.mode == GraphAttentionMode::fast && tile_transform(c.o->transform)) {
     whole_tile<T>(c, t, ids, rows, out, settled);
     return false;
   }
-  const bool guessing = c.mode == GraphAttentionMode::exact && c.o->transform.kind != TransformKind::topk_softmax;
   if (t.rows.size() < rows) t.rows.resize(rows);
   for (std::size_t r = 0; r < rows; ++r) {
     Row<T>& row = t.rows[r];
-    row.keys.assign(t.cand.begin() + static_cast<std::ptrdiff_t>(t.start[r]),
-                    t.cand.begin() + static_cast<std::ptrdiff_t>(t.start[r + 1]));
-    row.candidates = row.keys.size();
     row.graph = t.cand.data() + t.start[r];
-    row.graph_keys = row.candidates;
+    row.graph_keys = t.start[r + 1] - t.start[r];
     row.repaired = 0;
+    const bool complete = row.graph_keys == c.allowed(ids[r]);
+    row.settled = complete ? RowSettlement::graph : RowSettlement::unsettled;
+    row.missed = std::numeric_limits<double>::quiet_NaN();
+    row.scan = !complete && c.mode != GraphAttentionMode::fast;
+    row.guess = row.scan && guessing;
+    // A guessed row scores its graph's keys only where their bounds clear
+    // the guess, as any other key's: most of a window's do not.
+    row.graph_scored = !row.guess;
+    if (row.guess) {
+      row.keys.clear();
+      row.scores.clear();
+      row.candidates = 0;
+      continue;  // transformed once its keys are known
+    }
+    row.keys.assign(row.graph, row.graph + row.graph_keys);
+    row.candidates = row.graph_keys;
     if (tiled) {
       row.scores.resize(row.keys.size());
       for (std::size_t x = 0; x < row.keys.size(); ++x) row.scores[x] = t.scores[t.pos[row.keys[x]] * rows + r];
     } else {
       score_keys<T>(c, ids[r], row, 0);
     }
-    const bool complete = row.keys.size() == c.allowed(ids[r]);
-    row.settled = complete ? RowSettlement::graph : RowSettlement::unsettled;
-    row.missed = std::numeric_limits<double>::quiet_NaN();
-    row.scan = !complete && c.mode != GraphAttentionMode::fast;
-    row.guess = row.scan && guessing;
-    if (!row.guess) transform_row<T>(c, row);  // a guessed row is transformed once its keys are known
+    transform_row<T>(c, row);
   }
   if (c.mode != GraphAttentionMode::fast) settle_by_bounds<T>(c, t, ids, rows);
   return true;

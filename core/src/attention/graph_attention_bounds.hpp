@@ -191,7 +191,7 @@ void tighten(const Shared<T>& c, Row<T>& r, Row<T>& probe) {
 template <class T>
 void repair_row(const Shared<T>& c, std::size_t i, Row<T>& r, Row<T>& probe) {
   tighten<T>(c, r, probe);
-  std::size_t batch = std::max<std::size_t>(16, r.candidates);
+  std::size_t batch = std::max<std::size_t>(16, std::max(r.candidates, r.graph_keys));
   while (!r.pending.empty()) {
     repair_step<T>(c, i, r, batch);
     batch *= 2;
@@ -229,8 +229,10 @@ void collect_pending(const Shared<T>& c, TileScratch<T>& t, Row<T>& row, const R
                      T ceiling = std::numeric_limits<T>::infinity()) {
   const detail::MatmulKernels<T>& mk = detail::matmul_kernels_for<T>();
   const std::uint8_t* padding = c.o->key_padding;
+  // The graph's keys already scored are skipped; unscored, they are keys
+  // like any other.
   const std::uint32_t* held = row.graph;
-  const std::size_t nheld = row.graph_keys;
+  const std::size_t nheld = row.graph_scored ? row.graph_keys : 0;
   // A graph row that is one run of keys (a window) is left out of the scan
   // as a range; other graph rows are skipped key by key.
   const bool run = nheld > 0 && held[nheld - 1] - held[0] + 1 == nheld;
@@ -301,12 +303,50 @@ double group_guess(const Shared<T>& c, const RowBounds<T>& rb, Row<T>& probe) {
   return threshold_estimate(c, probe);
 }
 
+// Which keys are the row's graph keys: a range for a run of keys (a
+// window), else the keys stamped in a per-thread table (a binary search per
+// key mispredicted half its steps: 10 % of exact mode with a learned graph).
+template <class T>
+class GraphKeys {
+ public:
+  GraphKeys(const Shared<T>& c, TileScratch<T>& t, const Row<T>& r) {
+    if (r.graph_keys == 0) return;
+    lo_ = r.graph[0];
+    hi_ = r.graph[r.graph_keys - 1];
+    if (hi_ - lo_ + 1 == r.graph_keys) return;
+    if (t.graph_mark.size() != c.m) t.graph_mark.assign(c.m, 0);
+    if (++t.graph_mark_id == 0) {  // wrapped: clear the table
+      std::fill(t.graph_mark.begin(), t.graph_mark.end(), 0);
+      t.graph_mark_id = 1;
+    }
+    for (std::size_t x = 0; x < r.graph_keys; ++x) t.graph_mark[r.graph[x]] = t.graph_mark_id;
+    mark_ = t.graph_mark.data();
+    id_ = t.graph_mark_id;
+  }
+  bool has(std::uint32_t j) const { return mark_ != nullptr ? mark_[j] == id_ : lo_ <= j && j <= hi_; }
+
+ private:
+  std::uint32_t lo_ = 1, hi_ = 0;  // empty
+  const std::uint32_t* mark_ = nullptr;
+  std::uint32_t id_ = 0;
+};
+
 // Whether every key of the row with weight is one of the graph's.
 template <class T>
-bool graph_holds_weight(const Row<T>& r) {
+bool graph_holds_weight(const Row<T>& r, const GraphKeys<T>& g) {
   for (std::size_t x = r.candidates; x < r.keys.size(); ++x)
-    if (r.probs[x] > T(0) && !std::binary_search(r.graph, r.graph + r.graph_keys, r.keys[x])) return false;
+    if (r.probs[x] > T(0) && !g.has(r.keys[x])) return false;
   return true;
+}
+
+// The keys scored beyond the graph's: all of them where the graph's keys
+// were scored first, else those outside the graph.
+template <class T>
+std::size_t scored_beyond_graph(const Row<T>& r, const GraphKeys<T>& g) {
+  if (r.graph_scored) return r.repaired;
+  std::size_t beyond = 0;
+  for (std::uint32_t j : r.keys) beyond += g.has(j) ? 0 : 1;
+  return beyond;
 }
 
 // Exact mode from a guessed threshold (bound minus offset). Scores every
@@ -474,7 +514,7 @@ void settle_by_bounds(const Shared<T>& c, TileScratch<T>& t, const std::uint32_t
     row.offset = b.prepare_query(c.q.row(ids[scan_rows[a]]), t.qb.data() + a * w);
     row.slack_known = false;  // tighten computes it if the row needs it
     row.lower_offset = b.lower_offset(row.offset);
-    row.budget = std::max<std::size_t>(64, 2 * row.candidates);
+    row.budget = std::max<std::size_t>(64, 2 * std::max(row.candidates, row.graph_keys));
   }
   const bool exact = c.mode == GraphAttentionMode::exact;
   // Slabs of a multiple of 4 rows: the bfloat16 kernel takes rows 4 at a time.
@@ -503,7 +543,9 @@ void settle_by_bounds(const Shared<T>& c, TileScratch<T>& t, const std::uint32_t
           if (c.bound_missed && !row.pending.empty()) row.missed = missed_mass_bound<T>(c, i, row, t.probe);
         }
       }
-      if (row.pending.empty() && graph_holds_weight(row)) {
+      const GraphKeys<T> graph_keys(c, t, row);
+      row.repaired = scored_beyond_graph(row, graph_keys);
+      if (row.pending.empty() && graph_holds_weight(row, graph_keys)) {
         row.settled = RowSettlement::graph;
       } else if (exact) {
         row.settled = row.graph_keys + row.repaired == c.allowed(i) ? RowSettlement::dense : RowSettlement::repaired;

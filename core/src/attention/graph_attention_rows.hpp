@@ -62,6 +62,9 @@ struct Row {
   std::vector<std::uint32_t> keys;
   std::vector<T> scores, probs;
   std::size_t candidates = 0;  // keys from the graph (exact mode may drop some that cannot count)
+  // Whether the graph's keys were scored first. Exact mode from a guess
+  // leaves them to the bounds like any other key (settle_from_guess).
+  bool graph_scored = true;
   const std::uint32_t* graph = nullptr;  // the graph's keys of the row, sorted
   std::size_t graph_keys = 0;            // and their number
   std::size_t repaired = 0;              // keys scored beyond the graph's
@@ -126,6 +129,8 @@ struct TileScratch {
   Row<T> probe;  // tighten's scratch row
   std::vector<Pending<T>> rest;  // settle_from_guess's keys that wait
   std::vector<std::pair<std::uint32_t, T>> dropped;  // and its graph keys that wait
+  std::vector<std::uint32_t> graph_mark;             // GraphKeys' table: per key, the id of the last row
+  std::uint32_t graph_mark_id = 0;                   // whose graph holds it
 };
 
 }  // namespace
