@@ -129,17 +129,12 @@ float quantize(const float* x, std::size_t r, std::int32_t limit, std::int16_t* 
   int e = 0;
   std::frexp(top / limit, &e);  // top / limit < 2^e (rounding is monotone: also for the exact quotient)
   const double step = std::max(std::ldexp(1.0, e), kMinCodeStep), inverse = 1.0 / step;
-  // v + 1.5 * 2^52 - 1.5 * 2^52 is an integer next to v (|v| <= 32767); the
-  // two corrections make it the nearest whatever the rounding mode.
-  constexpr double kRound = 0x1.8p52;
-  // Without branches (comparisons as 0 or 1), so that the loop vectorizes;
-  // the sum fits 32 bits (|code| <= 32767, r <= kMaxInt16BoundRank).
+  // Without branches (nearest_integer's comparisons are 0 or 1), so that the
+  // loop vectorizes; the sum fits 32 bits (|code| <= 32767, r <=
+  // kMaxInt16BoundRank).
   std::int32_t sum = 0;
   for (std::size_t c = 0; c < r; ++c) {
-    const double v = static_cast<double>(x[c]) * inverse;
-    double code = (v + kRound) - kRound;
-    code += static_cast<double>(v - code > 0.5) - static_cast<double>(code - v > 0.5);
-    const auto integer = static_cast<std::int32_t>(code);
+    const auto integer = static_cast<std::int32_t>(detail::nearest_integer(static_cast<double>(x[c]) * inverse));
     if (codes != nullptr) codes[c] = static_cast<std::int16_t>(integer);
     sum += integer < 0 ? -integer : integer;
   }

@@ -148,6 +148,16 @@ ByteKernels fastest_byte_kernels();
 // no 16-bit sum to widen, whatever the codes' range.
 bool has_byte_dot_products();
 
+// The integer nearest v (|v| < 2^51), whatever the rounding mode: adding
+// and taking away 1.5 * 2^52 leaves an integer next to v, and the two
+// comparisons move it to the nearest. No branch and no library call
+// (std::nearbyint is one on the baseline x86-64 target, without roundsd).
+inline double nearest_integer(double v) {
+  constexpr double kRound = 0x1.8p52;
+  const double n = (v + kRound) - kRound;
+  return n + (static_cast<double>(v - n > 0.5) - static_cast<double>(n - v > 0.5));
+}
+
 // The exact integer dot product of one query's and one key's codes (r each).
 inline std::int32_t code_dot(const std::int16_t* q, const std::int16_t* k, std::size_t r) {
   std::int32_t s = 0;

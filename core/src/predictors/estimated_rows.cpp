@@ -84,12 +84,8 @@ float QuantizedEstimate::exact(std::size_t i, std::size_t j, const float* approx
     // D k_scale q_scale; D is an integer under 2^20, so dividing by the
     // scales' (exact) product and rounding gives D back: the code products
     // without forming them again (r multiply-adds and a horizontal sum).
-    // Rounded to the nearest integer by adding and taking away 1.5 * 2^52
-    // (exact below 2^51; std::nearbyint is a library call on the baseline
-    // x86-64 target, which has no roundsd).
-    constexpr double kRound = 0x1.8p52;
     const double unit = static_cast<double>(q_scale_[i]) * static_cast<double>(k_scale_[j]);
-    d = unit > 0.0 ? (static_cast<double>(approx_row[j]) / unit + kRound) - kRound : 0.0;
+    d = unit > 0.0 ? nearest_integer(static_cast<double>(approx_row[j]) / unit) : 0.0;
   } else {
     d = static_cast<double>(code_dot(q_.data() + i * r_, k_.data() + j * r_, r_));
   }
