@@ -268,7 +268,6 @@ bool settle_tile(const Shared<T>& c, TileScratch<T>& t, const std::uint32_t* ids
     row.guess = row.scan && guessing;
     // A guessed row scores its graph's keys only where their bounds clear
     // the guess, as any other key's: most of a window's do not.
-    row.graph_scored = !row.guess;
     if (row.guess) {
       row.keys.clear();
       row.scores.clear();

@@ -191,7 +191,7 @@ void tighten(const Shared<T>& c, Row<T>& r, Row<T>& probe) {
 template <class T>
 void repair_row(const Shared<T>& c, std::size_t i, Row<T>& r, Row<T>& probe) {
   tighten<T>(c, r, probe);
-  std::size_t batch = std::max<std::size_t>(16, std::max(r.candidates, r.graph_keys));
+  std::size_t batch = std::max<std::size_t>(16, r.graph_keys);
   while (!r.pending.empty()) {
     repair_step<T>(c, i, r, batch);
     batch *= 2;
@@ -232,7 +232,7 @@ void collect_pending(const Shared<T>& c, TileScratch<T>& t, Row<T>& row, const R
   // The graph's keys already scored are skipped; unscored, they are keys
   // like any other.
   const std::uint32_t* held = row.graph;
-  const std::size_t nheld = row.graph_scored ? row.graph_keys : 0;
+  const std::size_t nheld = row.guess ? 0 : row.graph_keys;
   // A graph row that is one run of keys (a window) is left out of the scan
   // as a range; other graph rows are skipped key by key.
   const bool run = nheld > 0 && held[nheld - 1] - held[0] + 1 == nheld;
@@ -343,7 +343,7 @@ bool graph_holds_weight(const Row<T>& r, const GraphKeys<T>& g) {
 // were scored first, else those outside the graph.
 template <class T>
 std::size_t scored_beyond_graph(const Row<T>& r, const GraphKeys<T>& g) {
-  if (r.graph_scored) return r.repaired;
+  if (!r.guess) return r.repaired;
   std::size_t beyond = 0;
   for (std::uint32_t j : r.keys) beyond += g.has(j) ? 0 : 1;
   return beyond;
@@ -514,7 +514,7 @@ void settle_by_bounds(const Shared<T>& c, TileScratch<T>& t, const std::uint32_t
     row.offset = b.prepare_query(c.q.row(ids[scan_rows[a]]), t.qb.data() + a * w);
     row.slack_known = false;  // tighten computes it if the row needs it
     row.lower_offset = b.lower_offset(row.offset);
-    row.budget = std::max<std::size_t>(64, 2 * std::max(row.candidates, row.graph_keys));
+    row.budget = std::max<std::size_t>(64, 2 * row.graph_keys);
   }
   const bool exact = c.mode == GraphAttentionMode::exact;
   // Slabs of a multiple of 4 rows: the bfloat16 kernel takes rows 4 at a time.

@@ -61,10 +61,7 @@ template <class T>
 struct Row {
   std::vector<std::uint32_t> keys;
   std::vector<T> scores, probs;
-  std::size_t candidates = 0;  // keys from the graph (exact mode may drop some that cannot count)
-  // Whether the graph's keys were scored first. Exact mode from a guess
-  // leaves them to the bounds like any other key (settle_from_guess).
-  bool graph_scored = true;
+  std::size_t candidates = 0;  // keys from the graph scored first (none for a guessed row; exact mode may drop some)
   const std::uint32_t* graph = nullptr;  // the graph's keys of the row, sorted
   std::size_t graph_keys = 0;            // and their number
   std::size_t repaired = 0;              // keys scored beyond the graph's
@@ -79,7 +76,8 @@ struct Row {
   std::vector<Pending<T>> pending;
   std::vector<T> scratch;  // the row kernel's
   bool scan = false;       // whether the bounds are still to be checked
-  bool guess = false;      // exact mode starts from a guessed threshold (settle_from_guess)
+  bool guess = false;      // exact mode starts from a guessed threshold (settle_from_guess); its
+                           // graph's keys are then bounded like any other, not scored first
   RowSettlement settled = RowSettlement::unsettled;
   double missed = 0.0;  // certify: the bound on the row's missed mass (NaN: none known)
 };

@@ -35,25 +35,22 @@ double largest_row_norm(ConstMatrix<T> x, std::size_t& row) {
   row = 0;
   for (std::size_t i = 0; i < x.rows; ++i) {
     const T* r = x.row(i);
+    double norm = 0.0;
     if constexpr (std::is_same_v<T, float>) {
       double ss = 0.0;
       for (std::size_t j = 0; j < x.cols; ++j) ss += static_cast<double>(r[j]) * static_cast<double>(r[j]);
-      const double norm = std::sqrt(ss);
-      if (norm > best) {
-        best = norm;
-        row = i;
+      norm = std::sqrt(ss);
+    } else {
+      double big = 0.0;
+      for (std::size_t j = 0; j < x.cols; ++j) big = std::max(big, std::abs(static_cast<double>(r[j])));
+      if (big == 0.0) continue;
+      double ss = 0.0;
+      for (std::size_t j = 0; j < x.cols; ++j) {
+        const double y = static_cast<double>(r[j]) / big;
+        ss += y * y;
       }
-      continue;
+      norm = big * std::sqrt(ss);
     }
-    double big = 0.0;
-    for (std::size_t j = 0; j < x.cols; ++j) big = std::max(big, std::abs(static_cast<double>(r[j])));
-    if (big == 0.0) continue;
-    double ss = 0.0;
-    for (std::size_t j = 0; j < x.cols; ++j) {
-      const double y = static_cast<double>(r[j]) / big;
-      ss += y * y;
-    }
-    const double norm = big * std::sqrt(ss);
     if (norm > best) {
       best = norm;
       row = i;
