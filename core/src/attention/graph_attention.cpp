@@ -141,9 +141,27 @@ bool gather_tile(const Shared<T>& c, TileScratch<T>& t, const std::uint32_t* ids
     t.start.push_back(t.cand.size());
     widest = std::max(widest, t.start[r + 1] - t.start[r]);
   }
+  // Exact mode from a guess scores no graph key up front (settle_tile): the
+  // union is wanted only for a row the graph completes.
+  if (guessing) {
+    bool any_complete = false;
+    for (std::size_t r = 0; r < rows; ++r)
+      any_complete = any_complete || t.start[r + 1] - t.start[r] == c.allowed(ids[r]);
+    if (!any_complete) return false;
+  }
+  // The tile GEMM pays for |union| scores per row: worth it when the rows
+  // share most of their keys (|union| <= 2 widest). Never for top-k: repaired
+  // keys are scored by gather_dot, and a row scored by two kernels can break
+  // a tie that dense attention keeps (top-k keeps every key tied with the
+  // k-th; one ulp apart, it would not); fast and certify modes score the same
+  // way as exact mode.
+  if (!(std::is_same_v<T, float> && c.o->transform.kind != TransformKind::topk_softmax && rows > 1 && widest >= 8))
+    return false;
   // The union: rows that are each one run of consecutive keys (windows) whose
-  // runs overlap or touch give one run; else stamp the candidates and scan
-  // the range they span when it is short, or sort them.
+  // runs overlap or touch give one run; else the candidates are stamped and
+  // counted, and gathered (from the range they span when it is short, else
+  // sorted) only when they are few enough: a learned graph's tile of 16 rows
+  // shares few keys, and sorting its union was 7 % of exact mode.
   t.keys.clear();
   bool runs = !t.cand.empty();
   std::uint32_t run_lo = 0, run_hi = 0;
@@ -162,15 +180,19 @@ bool gather_tile(const Shared<T>& c, TileScratch<T>& t, const std::uint32_t* ids
     }
   }
   if (runs) {
+    if (run_hi - run_lo + 1 > 2 * widest) return false;
     for (std::uint32_t j = run_lo; j <= run_hi; ++j) t.keys.push_back(j);
   } else if (!t.cand.empty()) {
     if (t.stamp.size() != c.m) t.stamp.assign(c.m, 0);
     std::uint32_t lo = t.cand.front(), hi = t.cand.front();
+    std::size_t distinct = 0;
     for (std::uint32_t j : t.cand) {
       lo = std::min(lo, j);
       hi = std::max(hi, j);
+      distinct += t.stamp[j] != tile + 1 ? 1 : 0;
       t.stamp[j] = tile + 1;
     }
+    if (distinct > 2 * widest) return false;
     if (hi - lo <= 4 * t.cand.size()) {
       for (std::uint32_t j = lo; j <= hi; ++j)
         if (t.stamp[j] == tile + 1) t.keys.push_back(j);
@@ -180,22 +202,6 @@ bool gather_tile(const Shared<T>& c, TileScratch<T>& t, const std::uint32_t* ids
       t.keys.erase(std::unique(t.keys.begin(), t.keys.end()), t.keys.end());
     }
   }
-  // Exact mode from a guess scores no graph key up front (settle_tile): the
-  // union is wanted only for a row the graph completes.
-  if (guessing) {
-    bool any_complete = false;
-    for (std::size_t r = 0; r < rows; ++r)
-      any_complete = any_complete || t.start[r + 1] - t.start[r] == c.allowed(ids[r]);
-    if (!any_complete) return false;
-  }
-  // The tile GEMM pays for |union| scores per row: worth it when the rows
-  // share most of their keys. Never for top-k: repaired keys are scored by
-  // gather_dot, and a row scored by two kernels can break a tie that dense
-  // attention keeps (top-k keeps every key tied with the k-th; one ulp apart,
-  // it would not); fast and certify modes score the same way as exact mode.
-  const bool tiled = std::is_same_v<T, float> && c.o->transform.kind != TransformKind::topk_softmax && rows > 1 &&
-                     widest >= 8 && t.keys.size() <= 2 * widest;
-  if (!tiled) return false;
   if (t.pos.size() != c.m) t.pos.assign(c.m, 0);
   for (std::size_t x = 0; x < t.keys.size(); ++x) t.pos[t.keys[x]] = static_cast<std::uint32_t>(x);
   // S^T (|union| x rows) = K_union Q_tile^T: K's rows are copied whole, only
