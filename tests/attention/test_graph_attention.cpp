@@ -828,6 +828,34 @@ TEST_SUITE("attention") {
     CHECK(gold_rows_settled > 0);
   }
 
+  TEST_CASE(
+      "graph attention: exact mode from a predictor's rows, whose own threshold holds or falls back to the guess") {
+    // Rows of several hundred keys, so that a poor graph row's threshold lets
+    // more keys through than the row's budget (64) and exact mode falls back
+    // to the bounds' guess; the gold graph and its noisy supersets hold.
+    Tally held, poor;
+    for (const Transform& t : {Transform::entmax15(), Transform::sparsemax(), Transform::entmax(1.25)})
+      for (bool causal : {false, true}) {
+        CAPTURE(causal);
+        const std::uint64_t seed = 31 + (causal ? 1 : 0);
+        const Case c = random_case("predicted", 40, 700, 8, 5, causal, 0.0, seed);
+        HeadSettings settings;
+        settings.alpha = t.tsallis_alpha();
+        settings.causal = causal;
+        settings.scale = c.scale;
+        const Graph gold = gold_graph(c.q.cast<float>().view(), c.k.cast<float>().view(), settings);
+        check_exact(c, t, held, 8, &gold);
+        const Graph noisy = graph_union(gold, random_graph(c.n(), c.m(), 0.02, seed + 1));
+        check_exact(c, t, held, 8, &noisy);
+        const Graph sparse = random_graph(c.n(), c.m(), 0.01, seed + 2);
+        check_exact(c, t, poor, 8, &sparse);
+      }
+    message_tally("gold and noisy graphs", held);
+    message_tally("random graphs", poor);
+    CHECK(held.graph > 0);
+    CHECK(poor.repaired > 0);
+  }
+
   TEST_CASE("graph attention: exact mode equals dense attention on the causal teacher's heads with local windows") {
     const Teacher teacher = Teacher::load(std::string(ENTGRAPH_SOURCE_DIR) + "/data/teacher-causal");
     const TeacherOutput fwd = teacher.forward(

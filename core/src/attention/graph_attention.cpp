@@ -129,8 +129,7 @@ bool tile_transform(const Transform& t) { return is_entmax_family(t.info()); }
 // Gathers the tile's candidates and their union; computes the union's scores
 // by GEMM when the rows share most keys. Returns whether it did.
 template <class T>
-bool gather_tile(const Shared<T>& c, TileScratch<T>& t, const std::uint32_t* ids, std::size_t rows, std::size_t tile,
-                 bool guessing) {
+bool gather_tile(const Shared<T>& c, TileScratch<T>& t, const std::uint32_t* ids, std::size_t rows, std::size_t tile) {
   t.cand.clear();
   t.start.assign(1, 0);
   std::size_t widest = 0;
@@ -141,9 +140,9 @@ bool gather_tile(const Shared<T>& c, TileScratch<T>& t, const std::uint32_t* ids
     t.start.push_back(t.cand.size());
     widest = std::max(widest, t.start[r + 1] - t.start[r]);
   }
-  // Exact mode from a guess scores no graph key up front (settle_tile): the
-  // union is wanted only for a row the graph completes.
-  if (guessing) {
+  // Exact mode scores no graph key up front (settle_tile): the union is
+  // wanted only for a row the graph completes.
+  if (c.guessing) {
     bool any_complete = false;
     for (std::size_t r = 0; r < rows; ++r)
       any_complete = any_complete || t.start[r + 1] - t.start[r] == c.allowed(ids[r]);
@@ -255,8 +254,7 @@ void whole_tile(const Shared<T>& c, TileScratch<T>& t, const std::uint32_t* ids,
 template <class T>
 bool settle_tile(const Shared<T>& c, TileScratch<T>& t, const std::uint32_t* ids, std::size_t rows, std::size_t tile,
                  bool fast_output, MatrixView<T> out, std::vector<RowSettlement>& settled) {
-  const bool guessing = c.mode == GraphAttentionMode::exact && c.o->transform.kind != TransformKind::topk_softmax;
-  const bool tiled = gather_tile<T>(c, t, ids, rows, tile, guessing);
+  const bool tiled = gather_tile<T>(c, t, ids, rows, tile);
   if (tiled && fast_output && c.mode == GraphAttentionMode::fast && tile_transform(c.o->transform)) {
     whole_tile<T>(c, t, ids, rows, out, settled);
     return false;
@@ -271,9 +269,9 @@ bool settle_tile(const Shared<T>& c, TileScratch<T>& t, const std::uint32_t* ids
     row.settled = complete ? RowSettlement::graph : RowSettlement::unsettled;
     row.missed = std::numeric_limits<double>::quiet_NaN();
     row.scan = !complete && c.mode != GraphAttentionMode::fast;
-    row.guess = row.scan && guessing;
-    // A guessed row scores its graph's keys only where their bounds clear
-    // the guess, as any other key's: most of a window's do not.
+    // Exact mode settles the row from its bounds (settle_by_bounds), where
+    // it decides whether to score the graph's keys first.
+    row.guess = row.scan && c.guessing;
     if (row.guess) {
       row.keys.clear();
       row.scores.clear();
@@ -369,6 +367,7 @@ Shared<T> make_shared_state(ConstMatrix<T> q, ConstMatrix<T> k, ConstMatrix<T> v
         k, c.scale, options.bound_rank, options.attention.key_padding,
         c.mode == GraphAttentionMode::certify ? BoundPurpose::report : BoundPurpose::exclusion);
   c.bound_missed = c.mode == GraphAttentionMode::certify && threshold_alpha(options.attention.transform) > 0.0;
+  c.guessing = c.mode == GraphAttentionMode::exact && options.attention.transform.kind != TransformKind::topk_softmax;
   for (std::size_t j = 0; j < c.m && c.bound_missed; ++j) {
     double kk = 0.0;
     for (std::size_t x = 0; x < c.d; ++x) kk += static_cast<double>(k(j, x)) * static_cast<double>(k(j, x));

@@ -203,8 +203,9 @@ void repair_row(const Shared<T>& c, std::size_t i, Row<T>& r, Row<T>& probe) {
 // whatever the number of keys.
 constexpr std::size_t kBoundValues = std::size_t{1} << 17;
 
-// What collect_pending does when the pending list outgrows the row's budget.
-enum class Overflow { tighten, keep };
+// What collect_pending does when the pending list outgrows the row's budget:
+// raise the threshold, keep every key, or stop (the threshold was poor).
+enum class Overflow { tighten, keep, stop };
 
 // The bounds of one row's allowed keys [0, lim), key j at bounds[j], and
 // the largest bound of each group of ScoreBounds::kGroupKeys keys (the last
@@ -221,11 +222,12 @@ struct RowBounds {
 // the keys whose bound is above the ceiling, and every group whose largest
 // bound does not clear the threshold. When the list outgrows the budget,
 // exact mode either raises the threshold from the pending keys' lower
-// bounds, so that the rest of the scan keeps fewer, or keeps them all;
-// certify mode stops at the first key unless it bounds the missed mass,
-// which takes them all, raising the threshold as exact mode does.
+// bounds, so that the rest of the scan keeps fewer, keeps them all, or stops
+// and returns false; certify mode stops at the first key unless it bounds
+// the missed mass, which takes them all, raising the threshold as exact mode
+// does.
 template <class T>
-void collect_pending(const Shared<T>& c, TileScratch<T>& t, Row<T>& row, const RowBounds<T>& rb, Overflow overflow,
+bool collect_pending(const Shared<T>& c, TileScratch<T>& t, Row<T>& row, const RowBounds<T>& rb, Overflow overflow,
                      T ceiling = std::numeric_limits<T>::infinity()) {
   const detail::MatmulKernels<T>& mk = detail::matmul_kernels_for<T>();
   const std::uint8_t* padding = c.o->key_padding;
@@ -266,12 +268,15 @@ void collect_pending(const Shared<T>& c, TileScratch<T>& t, Row<T>& row, const R
     }
     row.pending.resize(at);
     if (c.mode == GraphAttentionMode::certify && !c.bound_missed) {
-      if (!row.pending.empty()) return;  // one pending key leaves the row unsettled
+      if (!row.pending.empty()) return true;  // one pending key leaves the row unsettled
     } else if (row.pending.size() > row.budget && overflow == Overflow::tighten) {
       tighten<T>(c, row, t.probe);
       row.budget = std::max(row.budget, 2 * row.pending.size());
+    } else if (row.pending.size() > row.budget && overflow == Overflow::stop) {
+      return false;
     }
   }
+  return true;
 }
 
 // The score threshold of a row after its transform, estimated from its
@@ -357,9 +362,14 @@ std::size_t scored_beyond_graph(const Row<T>& r, const GraphKeys<T>& g) {
 // Otherwise the keys between the proven threshold and that level are added
 // too, and the enlarged row holds every key above a threshold it proves (its
 // threshold only grew).
+//
+// from_graph: the guess is the threshold a predictor's row proved. When
+// more keys clear it than the row's budget, the row missed much of the
+// support: the guess from the bounds' group maxima (group_guess) takes over,
+// with the graph's keys kept as scored, and the call returns false.
 template <class T>
-void settle_from_guess(const Shared<T>& c, TileScratch<T>& t, std::uint32_t i, Row<T>& row, const RowBounds<T>& rb,
-                       double guess) {
+bool settle_from_guess(const Shared<T>& c, TileScratch<T>& t, std::uint32_t i, Row<T>& row, const RowBounds<T>& rb,
+                       double guess, bool from_graph = false) {
   row.threshold = guess;
   round_threshold<T>(row);
   const T floor = static_cast<T>(row.threshold);  // every key above it is collected
@@ -384,7 +394,15 @@ void settle_from_guess(const Shared<T>& c, TileScratch<T>& t, std::uint32_t i, R
     row.keys.resize(kept);
     row.scores.resize(kept);
   }
-  collect_pending<T>(c, t, row, rb, Overflow::keep);
+  if (!collect_pending<T>(c, t, row, rb, from_graph ? Overflow::stop : Overflow::keep)) {
+    for (const auto& [key, score] : dropped) {  // the graph's keys as they were scored
+      row.keys.push_back(key);
+      row.scores.push_back(score);
+    }
+    row.candidates = row.keys.size();
+    settle_from_guess<T>(c, t, i, row, rb, std::max(guess, group_guess(c, rb, t.probe)));
+    return false;
+  }
   std::vector<Pending<T>>& p = row.pending;
   std::vector<Pending<T>>& rest = t.rest;  // collected keys at or under the level wait here
   rest.clear();
@@ -403,7 +421,7 @@ void settle_from_guess(const Shared<T>& c, TileScratch<T>& t, std::uint32_t i, R
     transform_row<T>(c, row);
   }
   update_threshold<T>(c, row);
-  if (row.threshold >= static_cast<double>(level)) return;
+  if (row.threshold >= static_cast<double>(level)) return true;
   // The band under the level: the waiting graph keys above the proven
   // threshold (with a little to spare: a key of weight 0 does no harm),
   const double back = row.threshold + row.offset - 1e-6 * (1.0 + std::abs(row.threshold) + std::abs(row.offset));
@@ -423,13 +441,14 @@ void settle_from_guess(const Shared<T>& c, TileScratch<T>& t, std::uint32_t i, R
   }
   if (p.empty()) {
     if (row.keys.size() > before) transform_row<T>(c, row);
-    return;
+    return true;
   }
   if (p.size() <= row.budget) {
     repair_step<T>(c, i, row, p.size());
   } else {
     repair_row<T>(c, i, row, t.probe);
   }
+  return true;
 }
 
 // Pending keys of largest bound that missed_mass_bound's threshold sees (at
@@ -485,6 +504,18 @@ double missed_mass_bound(const Shared<T>& c, std::size_t i, Row<T>& r, Row<T>& p
   return std::min(1.0, sum * (1.0 + 4.0 * static_cast<double>(p.size() + 8) * kEps));
 }
 
+// Whether exact mode scores a row's graph keys first (settle_by_bounds): a
+// predictor's row, not a window's (a window's keys are mostly under the
+// guess), and not in a tile whose rows so far fell back from their graph's
+// threshold more often than it held (a poor predictor then costs one row of
+// each tile; the count is per tile, so the choice does not depend on the
+// threads).
+template <class T>
+bool graph_first(const Row<T>& r, const TileScratch<T>& t) {
+  const bool window = r.graph_keys == 0 || r.graph[r.graph_keys - 1] - r.graph[0] + 1 == r.graph_keys;
+  return !window && t.graph_failed <= t.graph_held;
+}
+
 // Settles the tile's rows that the graph does not: bounds every allowed key
 // (one GEMM per slab of rows over all their keys), collects each row's
 // pending keys, and in exact mode repairs the row.
@@ -507,6 +538,7 @@ void settle_by_bounds(const Shared<T>& c, TileScratch<T>& t, const std::uint32_t
   }
   const std::size_t active = scan_rows.size();
   if (active == 0) return;
+  t.graph_held = t.graph_failed = 0;
   t.qb.resize(active * w);
   for (std::size_t a = 0; a < active; ++a) {
     Row<T>& row = t.rows[scan_rows[a]];
@@ -530,7 +562,17 @@ void settle_by_bounds(const Shared<T>& c, TileScratch<T>& t, const std::uint32_t
       Row<T>& row = t.rows[scan_rows[a]];
       const std::uint32_t i = ids[scan_rows[a]];
       const RowBounds<T> rb{t.bounds.data() + (a - a0) * end, t.group_max.data() + (a - a0) * groups, c.limit(i)};
-      if (row.guess) {
+      if (row.guess && graph_first(row, t)) {
+        // A predictor's row: its keys scored first, and the threshold they
+        // prove is the guess, unless the row proves a poor one.
+        row.guess = false;
+        row.keys.assign(row.graph, row.graph + row.graph_keys);
+        row.candidates = row.graph_keys;
+        score_keys<T>(c, i, row, 0);
+        transform_row<T>(c, row);
+        update_threshold<T>(c, row);
+        ++(settle_from_guess<T>(c, t, i, row, rb, row.threshold, true) ? t.graph_held : t.graph_failed);
+      } else if (row.guess) {
         settle_from_guess<T>(c, t, i, row, rb, group_guess(c, rb, t.probe));
       } else {
         // No guess (top-k, certify): the graph's own threshold, which is

@@ -40,6 +40,7 @@ struct Shared {
   std::vector<std::size_t> prefix_count;  // number of non-padding keys in [0, j)
   std::unique_ptr<ScoreBounds<T>> bounds;  // certify / exact
   bool bound_missed = false;               // certify with an alpha-entmax: bound each unproven row's missed mass
+  bool guessing = false;                   // exact mode with a threshold: rows start from a guess (or their graph)
   double key_norm = 0.0;                   // and then max_j ||k_j||, for the scores' rounding
 
   bool kept(std::size_t j) const { return o->key_padding == nullptr || o->key_padding[j] != 0; }
@@ -127,6 +128,7 @@ struct TileScratch {
   Row<T> probe;  // tighten's scratch row
   std::vector<Pending<T>> rest;  // settle_from_guess's keys that wait
   std::vector<std::pair<std::uint32_t, T>> dropped;  // and its graph keys that wait
+  std::size_t graph_held = 0, graph_failed = 0;      // the tile's rows whose graph's threshold held or not
   std::vector<std::uint32_t> graph_mark;             // GraphKeys' table: per key, the id of the last row
   std::uint32_t graph_mark_id = 0;                   // whose graph holds it
 };
