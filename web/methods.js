@@ -43,7 +43,7 @@ export const METHOD_INFO = {
     slider: "clusters k",
   },
   "lowrank-threshold": {
-    blurb: "entgraph's own: a cheap estimate of every score (queries and keys in a basis fitted in closed form on training text, rounded to 4-bit integers), then each query keeps the keys its estimated row would give weight to (its own entmax threshold), widened or narrowed by a margin.",
+    blurb: "entgraph's own: a cheap estimate of every score (queries and keys in a basis fitted in closed form on training text, rounded to 6-bit integers), then each query keeps the keys its estimated row would give weight to (its own entmax threshold), widened or narrowed by a margin.",
     slider: "threshold margin",
   },
 };

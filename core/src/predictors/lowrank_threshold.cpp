@@ -15,8 +15,10 @@
 // each projected vector rounded to signed integers of that many bits with
 // its own step). Rank alone fails on rotary heads, whose score energy is
 // spread over every dimension (a rank-8 fit holds 40-70 % of it on the long
-// teacher); 4-bit codes of all d dimensions keep it and cost 4d bits per
-// vector. Hence the default: r = d (r = 0), 4 bits, with r at most
+// teacher); low-bit codes of all d dimensions keep it. Hence the default:
+// r = d (r = 0), 6 bits (the byte kernels multiply 6-bit codes at about
+// the cost of 4-bit ones, and find 0.97 of the long teacher's graph at 8192
+// bytes where 4 bits find 0.86: docs/PREDICTORS.md), with r at most
 // kMaxRank = 256 (the largest r the setting takes and a parameter file
 // holds): on a head_dim above 256 the default is r = 256.
 //
@@ -196,7 +198,7 @@ class LowRankThresholdPredictor final : public Predictor {
   LowRankThresholdPredictor(const PredictorSettings& s, SettingsReader& reader) : Predictor(s) {
     rank_ = static_cast<std::size_t>(reader.integer("r", 0, 0, static_cast<long>(kMaxRank)));
     margin_ = reader.number("margin", 0.0, -100.0, 100.0);
-    bits_ = static_cast<int>(reader.integer("bits", 4, 0, 8));
+    bits_ = static_cast<int>(reader.integer("bits", 6, 0, 8));
     if (bits_ == 1)
       throw Error(std::string(kMethod) + ": setting 'bits': expected 0 (float32) or 2 ... 8 bits, got '1'");
   }
@@ -361,7 +363,7 @@ class LowRankThresholdPredictor final : public Predictor {
 
   std::size_t rank_ = 0;  // 0: head_dim
   double margin_ = 0.0;
-  int bits_ = 4;          // 0: float32 estimate
+  int bits_ = 6;  // 0: float32 estimate
   std::size_t layers_ = 0, heads_ = 0, dim_ = 0;
   std::vector<double> alphas_;           // per head, the transform's α at fit time
   std::vector<Projection> projections_;  // layer * heads + head; empty until fitted
