@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """How much of a head's gold graph a sub-quadratic lowrank-threshold could keep
-(issue 31, item 2): the predictor's estimate (4-bit codes of its fitted
+(issue 31, item 2): the predictor's estimate (--bits codes of its fitted
 projections) is cut by each row's threshold, but only keys in the row's kept
 groups are estimated. Groups are 64-key blocks ranked by a block summary
 (the oracle: the block's largest estimate; its centroid's score; centroid +
@@ -12,7 +12,7 @@ maximum), and a query estimates only the keys kept by its m most similar
 representatives (cosine of the codes). Prints recall against the gold graph, sparsity, and the share of
 allowed keys estimated. Causal 1.5-entmax heads, one sequence.
 
-  tools/subquadratic_probe.py CAPTURE_DIR PARAMS.json [--heads 1,1 2,3] [--stride 5]
+  tools/subquadratic_probe.py CAPTURE_DIR PARAMS.json [--heads 1,1 2,3] [--stride 5] [--bits 6]
 
 CAPTURE_DIR from `entgraph capture`, PARAMS.json from `entgraph fit --method
 lowrank-threshold`. Needs numpy; rows are subsampled by --stride."""
@@ -57,6 +57,8 @@ def main():
     ap.add_argument("params")
     ap.add_argument("--heads", nargs="*", default=["1,1", "2,3"])
     ap.add_argument("--stride", type=int, default=5)
+    # The predictor's default since 2026-11-30; the probes in docs/PERFORMANCE.md ran at 4.
+    ap.add_argument("--bits", type=int, default=6)
     a = ap.parse_args()
     cap = json.load(open(f"{a.capture}/capture.json"))
     queries, keys = np.load(f"{a.capture}/queries.npy"), np.load(f"{a.capture}/keys.npy")
@@ -71,8 +73,8 @@ def main():
         q, k = queries[layer, head].astype(np.float64), keys[layer, head].astype(np.float64)
         s = cap["scale"] * (q[rows] @ k.T)
         gold = (s > theta15(s, mask)[:, None]) & mask
-        qp = codes(q @ np.array(params["wq"][layer][head]))
-        kp = codes(k @ np.array(params["wk"][layer][head]))
+        qp = codes(q @ np.array(params["wq"][layer][head]), a.bits)
+        kp = codes(k @ np.array(params["wk"][layer][head]), a.bits)
         est = qp[rows] @ kp.T
 
         def report(name, kept):
@@ -108,6 +110,44 @@ def main():
                 np.put_along_axis(kept, np.argsort(-(qp[rows] @ centres.T), 1)[:, :keep], True, 1)
                 local = np.arange(n)[None, :] > rows[:, None] - 64
                 report(f"k-means {clusters} top {share:.0%} + 64", kept[:, assign] | local)
+        # Fine clusters, ranked by the oracle (a cluster's largest estimate for
+        # the row: do the clusters hold the support?) and by summaries a
+        # sub-quadratic predictor could use (centroid, centroid + radius, box,
+        # centroid + twice the scores' deviation in the cluster).
+        clusters = 1024
+        centres, assign = kmeans(kp, clusters, rng)
+        est_visible = np.where(mask, est, -np.inf)
+        oracle = np.full((len(rows), clusters), -np.inf)
+        lo = np.full((clusters, kp.shape[1]), np.inf)
+        hi = np.full((clusters, kp.shape[1]), -np.inf)
+        radius = np.zeros(clusters)
+        spread = np.zeros((clusters, kp.shape[1], kp.shape[1]))  # each cluster's covariance
+        for c in range(clusters):
+            members = np.where(assign == c)[0]
+            if len(members):
+                oracle[:, c] = est_visible[:, members].max(1)
+                lo[c], hi[c] = kp[members].min(0), kp[members].max(0)
+                radius[c] = np.linalg.norm(kp[members] - centres[c], axis=1).max()
+                centred = kp[members] - centres[c]
+                spread[c] = centred.T @ centred / len(members)
+        qr = qp[rows]
+        # The spread of a cluster's scores along the query, sqrt(q' S q): r^2
+        # multiply-adds a cluster, so not cheap, but it shows what the
+        # centroid misses.
+        deviation = np.sqrt(np.maximum(np.einsum("rd,cde,re->rc", qr, spread, qr), 0.0))
+        rankings = {
+            "oracle": oracle,
+            "centroid": qr @ centres.T,
+            "centroid+radius": qr @ centres.T + np.linalg.norm(qr, axis=1)[:, None] * radius[None, :],
+            "box": np.maximum(qr[:, None, :] * lo[None], qr[:, None, :] * hi[None]).sum(2),
+            "centroid+2 deviations": qr @ centres.T + 2.0 * deviation,
+        }
+        local = np.arange(n)[None, :] > rows[:, None] - 64
+        for name, score in rankings.items():
+            for share in (0.05, 0.1):
+                kept = np.zeros((len(rows), clusters), bool)
+                np.put_along_axis(kept, np.argsort(-score, 1)[:, : int(share * clusters)], True, 1)
+                report(f"k-means {clusters} {name} top {share:.0%} + 64", kept[:, assign] | local)
         unit = qp / np.maximum(np.linalg.norm(qp, axis=1, keepdims=True), 1e-12)
         for every in (8, 32):
             reps = np.arange(0, n, every)
