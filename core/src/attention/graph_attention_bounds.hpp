@@ -207,6 +207,11 @@ constexpr std::size_t kBoundValues = std::size_t{1} << 17;
 // raise the threshold, keep every key, or stop (the threshold was poor).
 enum class Overflow { tighten, keep, stop };
 
+// A predictor's row whose threshold lets more left-out keys through than
+// this missed much of the support (settle_from_guess): whatever the row's
+// size, since a large poor row would otherwise pass with hundreds.
+constexpr std::size_t kGraphMissedKeys = 64;
+
 // The bounds of one row's allowed keys [0, lim), key j at bounds[j], and
 // the largest bound of each group of ScoreBounds::kGroupKeys keys (the last
 // may reach past lim).
@@ -272,7 +277,7 @@ bool collect_pending(const Shared<T>& c, TileScratch<T>& t, Row<T>& row, const R
     } else if (row.pending.size() > row.budget && overflow == Overflow::tighten) {
       tighten<T>(c, row, t.probe);
       row.budget = std::max(row.budget, 2 * row.pending.size());
-    } else if (row.pending.size() > row.budget && overflow == Overflow::stop) {
+    } else if (row.pending.size() > kGraphMissedKeys && overflow == Overflow::stop) {
       return false;
     }
   }
@@ -364,7 +369,7 @@ std::size_t scored_beyond_graph(const Row<T>& r, const GraphKeys<T>& g) {
 // threshold only grew).
 //
 // from_graph: the guess is the threshold a predictor's row proved. When
-// more keys clear it than the row's budget, the row missed much of the
+// more keys clear it than kGraphMissedKeys, the row missed much of the
 // support: the guess from the bounds' group maxima (group_guess) takes over,
 // with the graph's keys kept as scored, and the call returns false.
 template <class T>
@@ -506,14 +511,15 @@ double missed_mass_bound(const Shared<T>& c, std::size_t i, Row<T>& r, Row<T>& p
 
 // Whether exact mode scores a row's graph keys first (settle_by_bounds): a
 // predictor's row, not a window's (a window's keys are mostly under the
-// guess), and not in a tile whose rows so far fell back from their graph's
-// threshold more often than it held (a poor predictor then costs one row of
-// each tile; the count is per tile, so the choice does not depend on the
-// threads).
+// guess), of at most kGraphMissedKeys keys (a wider row costs more to score
+// than the guess's keys, about 40 a row on the long teacher), and not in a
+// tile whose rows so far fell back from their graph's threshold more often
+// than it held (a poor predictor then costs one row of each tile; the count
+// is per tile, so the choice does not depend on the threads).
 template <class T>
 bool graph_first(const Row<T>& r, const TileScratch<T>& t) {
   const bool window = r.graph_keys == 0 || r.graph[r.graph_keys - 1] - r.graph[0] + 1 == r.graph_keys;
-  return !window && t.graph_failed <= t.graph_held;
+  return !window && r.graph_keys <= kGraphMissedKeys && t.graph_failed <= t.graph_held;
 }
 
 // Settles the tile's rows that the graph does not: bounds every allowed key
