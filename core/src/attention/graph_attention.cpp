@@ -168,7 +168,7 @@ bool gather_tile(const Shared<T>& c, TileScratch<T>& t, const std::uint32_t* ids
     const std::size_t a = t.start[r], e = t.start[r + 1];
     if (a == e) continue;
     const std::uint32_t lo = t.cand[a], hi = t.cand[e - 1];
-    runs = hi - lo + 1 == e - a;
+    runs = one_run(t.cand.data() + a, e - a);
     if (a == 0 || run_lo > run_hi) {
       run_lo = lo;
       run_hi = hi;

@@ -242,7 +242,7 @@ bool collect_pending(const Shared<T>& c, TileScratch<T>& t, Row<T>& row, const R
   const std::size_t nheld = row.guess ? 0 : row.graph_keys;
   // A graph row that is one run of keys (a window) is left out of the scan
   // as a range; other graph rows are skipped key by key.
-  const bool run = nheld > 0 && held[nheld - 1] - held[0] + 1 == nheld;
+  const bool run = one_run(held, nheld);
   const std::size_t run_lo = run ? held[0] : rb.lim, run_hi = run ? held[nheld - 1] + 1 : rb.lim;
   std::size_t cursor = 0;
   row.pending.clear();
@@ -323,7 +323,7 @@ class GraphKeys {
     if (r.graph_keys == 0) return;
     lo_ = r.graph[0];
     hi_ = r.graph[r.graph_keys - 1];
-    if (hi_ - lo_ + 1 == r.graph_keys) return;
+    if (one_run(r.graph, r.graph_keys)) return;
     if (t.graph_mark.size() != c.m) t.graph_mark.assign(c.m, 0);
     if (++t.graph_mark_id == 0) {  // wrapped: clear the table
       std::fill(t.graph_mark.begin(), t.graph_mark.end(), 0);
@@ -518,7 +518,7 @@ double missed_mass_bound(const Shared<T>& c, std::size_t i, Row<T>& r, Row<T>& p
 // is per tile, so the choice does not depend on the threads).
 template <class T>
 bool graph_first(const Row<T>& r, const TileScratch<T>& t) {
-  const bool window = r.graph_keys == 0 || r.graph[r.graph_keys - 1] - r.graph[0] + 1 == r.graph_keys;
+  const bool window = r.graph_keys == 0 || one_run(r.graph, r.graph_keys);
   return !window && r.graph_keys <= kGraphMissedKeys && t.graph_failed <= t.graph_held;
 }
 

@@ -26,6 +26,12 @@
 namespace entgraph {
 namespace {
 
+// Whether sorted keys (a graph row) are one run of consecutive keys, as a
+// window's row is; an empty row is not.
+inline bool one_run(const std::uint32_t* keys, std::size_t count) {
+  return count > 0 && keys[count - 1] - keys[0] + 1 == count;
+}
+
 // alpha of the threshold rule p_j = 0 iff (alpha - 1) s_j <= tau; 0 for top-k.
 double threshold_alpha(const Transform& t) { return is_entmax_family(t.info()) ? t.tsallis_alpha() : 0.0; }
 

@@ -96,7 +96,7 @@ double QuantizedEstimate::exact_many(std::size_t i, const std::uint32_t* idx, st
                                      const float* approx_row, double* out) const {
   double top = -std::numeric_limits<double>::infinity();
   for (std::size_t c = 0; c < count; ++c) {
-    out[c] = QuantizedEstimate::exact(i, idx[c], approx_row);  // not virtual: inlined
+    out[c] = QuantizedEstimate::exact(i, idx[c], approx_row);  // a direct call, not a virtual one
     top = std::max(top, out[c]);
   }
   return top;
