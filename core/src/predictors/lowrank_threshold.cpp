@@ -52,6 +52,7 @@
 #include "predictors/estimated_rows.hpp"
 #include "predictors/parameter_json.hpp"
 #include "predictors/registry.hpp"
+#include "runtime/cpu_clones.hpp"
 #include "runtime/parallel.hpp"
 #include "training/symmetric_eigen.hpp"
 
@@ -124,6 +125,76 @@ Projection fit_head(const std::vector<double>& cq, const std::vector<double>& ck
     }
   }
   return p;
+}
+
+// Whether x[0, n) is finite: its exponent bits are not all ones, in one
+// integer reduction without a branch (vectorised; the caller looks for the
+// culprit only when there is one).
+bool row_finite(const float* x, std::size_t n) {
+  std::uint32_t worst = 0;
+  for (std::size_t c = 0; c < n; ++c) {
+    std::uint32_t bits;
+    std::memcpy(&bits, x + c, sizeof bits);
+    worst |= (bits & 0x7f800000u) == 0x7f800000u ? 1u : 0u;
+  }
+  return worst == 0;
+}
+
+// Each row's step: its largest |entry| / levels (v is rows x r, finite).
+// The largest magnitude of floats is the largest of their bits without
+// the sign (an integer maximum, vectorised), exact as a double.
+ENTGRAPH_CPU_CLONES void row_steps(const float* v, std::size_t rows, std::size_t r, double levels, double* steps) {
+  for (std::size_t i = 0; i < rows; ++i) {
+    std::uint32_t top = 0;
+    for (std::size_t c = 0; c < r; ++c) {
+      std::uint32_t bits;
+      std::memcpy(&bits, &v[i * r + c], sizeof bits);
+      bits &= 0x7fffffffu;
+      top = bits > top ? bits : top;
+    }
+    float largest;
+    std::memcpy(&largest, &top, sizeof largest);
+    steps[i] = static_cast<double>(largest) / levels;
+  }
+}
+
+std::vector<double> row_steps(const std::vector<float>& v, std::size_t r, double levels) {
+  const std::size_t rows = r == 0 ? 0 : v.size() / r;
+  std::vector<double> steps(rows, 0.0);
+  row_steps(v.data(), rows, r, levels, steps.data());
+  return steps;
+}
+
+// std::round for |x| < 2^31, inlined (std::round and std::trunc are libm
+// calls on the baseline x86-64 target): the cast truncates exactly, x - t
+// is exact, so the comparison with 0.5 decides as std::round does. Without
+// a branch (a random sign and fraction mispredict half the time: 6x slower
+// per code); t + (-0.0) is t, +0.0 included.
+inline double round_half_away(double x) {
+  const double t = static_cast<double>(static_cast<std::int32_t>(x));
+  return t + std::copysign(static_cast<double>(std::fabs(x - t) >= 0.5), x);
+}
+
+// The integer codes round(x / step) of each row x of v (rows x r), finite
+// steps; rows of step 0 are zeros. Codes of at most 8 bits over r <= 256
+// columns have dot products below 2^24, exact in float32 whatever the
+// summation order, so every instruction set finds the same estimate. The
+// division and rounding are correctly rounded IEEE operations: the same
+// codes from every clone.
+ENTGRAPH_CPU_CLONES void to_codes(const float* v, const double* steps, std::size_t rows, std::size_t r,
+                                  std::int16_t* codes) {
+  for (std::size_t i = 0; i < rows; ++i) {
+    const double step = steps[i];
+    if (!(step > 0.0)) continue;
+    for (std::size_t c = 0; c < r; ++c)
+      codes[i * r + c] = static_cast<std::int16_t>(round_half_away(static_cast<double>(v[i * r + c]) / step));
+  }
+}
+
+std::vector<std::int16_t> to_codes(const std::vector<float>& v, const std::vector<double>& steps, std::size_t r) {
+  std::vector<std::int16_t> codes(v.size(), 0);
+  to_codes(v.data(), steps.data(), steps.size(), r, codes.data());
+  return codes;
 }
 
 class LowRankThresholdPredictor final : public Predictor {
@@ -264,65 +335,6 @@ class LowRankThresholdPredictor final : public Predictor {
     return cut_estimated_rows(
         QuantizedEstimate(std::move(q_codes), std::move(k_codes), std::move(q_steps), std::move(k_steps), r), n, m,
         causal, alpha, margin_);
-  }
-
-  // Whether x[0, n) is finite: its exponent bits are not all ones, in one
-  // integer reduction without a branch (vectorised; the caller looks for the
-  // culprit only when there is one).
-  static bool row_finite(const float* x, std::size_t n) {
-    std::uint32_t worst = 0;
-    for (std::size_t c = 0; c < n; ++c) {
-      std::uint32_t bits;
-      std::memcpy(&bits, x + c, sizeof bits);
-      worst |= (bits & 0x7f800000u) == 0x7f800000u ? 1u : 0u;
-    }
-    return worst == 0;
-  }
-
-  // Each row's step: its largest |entry| / levels (v is rows x r, finite).
-  // The largest magnitude of floats is the largest of their bits without
-  // the sign (an integer maximum, vectorised), exact as a double.
-  static std::vector<double> row_steps(const std::vector<float>& v, std::size_t r, double levels) {
-    const std::size_t rows = r == 0 ? 0 : v.size() / r;
-    std::vector<double> steps(rows, 0.0);
-    for (std::size_t i = 0; i < rows; ++i) {
-      std::uint32_t top = 0;
-      for (std::size_t c = 0; c < r; ++c) {
-        std::uint32_t bits;
-        std::memcpy(&bits, &v[i * r + c], sizeof bits);
-        bits &= 0x7fffffffu;
-        top = bits > top ? bits : top;
-      }
-      float largest;
-      std::memcpy(&largest, &top, sizeof largest);
-      steps[i] = static_cast<double>(largest) / levels;
-    }
-    return steps;
-  }
-
-  // The integer codes round(x / step) of each row x of v (rows x r), finite
-  // steps; rows of step 0 are zeros. Codes of at most 8 bits over r <= 256
-  // columns have dot products below 2^24, exact in float32 whatever the
-  // summation order, so every instruction set finds the same estimate.
-  static std::vector<std::int16_t> to_codes(const std::vector<float>& v, const std::vector<double>& steps,
-                                            std::size_t r) {
-    std::vector<std::int16_t> codes(v.size(), 0);
-    for (std::size_t i = 0; i < steps.size(); ++i)
-      if (steps[i] > 0.0)
-        for (std::size_t c = 0; c < r; ++c)
-          codes[i * r + c] =
-              static_cast<std::int16_t>(round_half_away(static_cast<double>(v[i * r + c]) / steps[i]));
-    return codes;
-  }
-
-  // std::round for |x| < 2^31, inlined (std::round and std::trunc are libm
-  // calls on the baseline x86-64 target): the cast truncates exactly, x - t
-  // is exact, so the comparison with 0.5 decides as std::round does. Without
-  // a branch (a random sign and fraction mispredict half the time: 6x slower
-  // per code); t + (-0.0) is t, +0.0 included.
-  static double round_half_away(double x) {
-    const double t = static_cast<double>(static_cast<std::int32_t>(x));
-    return t + std::copysign(static_cast<double>(std::fabs(x - t) >= 0.5), x);
   }
 
   std::string parameters_json() const override {

@@ -3,12 +3,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <string>
 
 #include "entgraph/error.hpp"
 #include "entgraph/graph.hpp"
 #include "entgraph/training/progress.hpp"
 #include "io/capture_context.hpp"
+#include "runtime/cpu_clones.hpp"
 #include "runtime/numbers.hpp"
 #include "runtime/parallel.hpp"
 #include "runtime/random.hpp"
@@ -16,46 +18,57 @@
 namespace entgraph {
 namespace {
 
-// Rows a pass of project_rows: four independent sums per column hide the
-// latency of the adds.
-constexpr std::size_t kProjectRows = 4;
+// Rows a pass of project_rows, and columns a chunk: 4 rows x 8 columns of
+// double sums stay in registers through the whole sum over t (with the
+// sums in memory, their loads and stores bounded the loop at a third of
+// the multiply-add rate).
+constexpr std::size_t kProjectRows = 4, kProjectColumns = 8;
 
-// The rows of x times w (dim x rank) into acc-then-float rows of out.
+// The rows of x times w (dim x rank) into float rows of out.
 // Vectorised over the rank; each value still sums over t in order, and
 // each product of two floats is exact in double, so a fused multiply-add
 // rounds as the separate add does: the result does not depend on the
-// instruction set, and x86 builds may run it on AVX-512 or AVX2 clones
-// (target_clones: the CPU's, whatever --isa says).
-#if defined(__x86_64__) && defined(__linux__) && defined(__GNUC__) && !defined(__clang__)
-#define ENTGRAPH_PROJECT_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define ENTGRAPH_PROJECT_CLONES
-#endif
-ENTGRAPH_PROJECT_CLONES void project_rows(const float* __restrict x, std::size_t rows, std::size_t ldx,
-                                          const double* __restrict w, std::size_t dim, std::size_t rank,
-                                          double* __restrict acc, float* __restrict out) {
-  constexpr std::size_t R = kProjectRows;  // acc holds R x rank
+// instruction set (runtime/cpu_clones.hpp).
+ENTGRAPH_CPU_CLONES void project_rows(const float* __restrict x, std::size_t rows, std::size_t ldx,
+                                      const double* __restrict w, std::size_t dim, std::size_t rank,
+                                      float* __restrict out) {
+  constexpr std::size_t R = kProjectRows, C = kProjectColumns;
   static_assert(R == 4, "the loop below names each row's sum");
   for (std::size_t i0 = 0; i0 < rows; i0 += R) {
     const std::size_t nr = std::min(R, rows - i0);
-    std::fill(acc, acc + R * rank, 0.0);
     const float* row[R];
     for (std::size_t r = 0; r < R; ++r) row[r] = x + (i0 + std::min(r, nr - 1)) * ldx;  // repeats: never stored
-    for (std::size_t t = 0; t < dim; ++t) {
-      const double v0 = row[0][t], v1 = row[1][t], v2 = row[2][t], v3 = row[3][t];
-      const double* __restrict wr = w + t * rank;
-      for (std::size_t c = 0; c < rank; ++c) {
-        acc[c] += v0 * wr[c];
-        acc[rank + c] += v1 * wr[c];
-        acc[2 * rank + c] += v2 * wr[c];
-        acc[3 * rank + c] += v3 * wr[c];
+    for (std::size_t c0 = 0; c0 < rank; c0 += C) {
+      const std::size_t nc = std::min(C, rank - c0);
+      double acc[R][C] = {};
+      const double* __restrict wc = w + c0;
+      if (nc == C) {  // GCC's vectors: one AVX-512 register a row, two AVX2 ones, four SSE2 ones
+        using Doubles = double __attribute__((vector_size(C * sizeof(double))));
+        Doubles a0 = {}, a1 = {}, a2 = {}, a3 = {};
+        for (std::size_t t = 0; t < dim; ++t) {
+          Doubles wr;
+          std::memcpy(&wr, wc + t * rank, sizeof wr);
+          a0 += static_cast<double>(row[0][t]) * wr;
+          a1 += static_cast<double>(row[1][t]) * wr;
+          a2 += static_cast<double>(row[2][t]) * wr;
+          a3 += static_cast<double>(row[3][t]) * wr;
+        }
+        std::memcpy(acc[0], &a0, sizeof a0);
+        std::memcpy(acc[1], &a1, sizeof a1);
+        std::memcpy(acc[2], &a2, sizeof a2);
+        std::memcpy(acc[3], &a3, sizeof a3);
+      } else {  // the last columns of a rank that is not a multiple of C
+        for (std::size_t t = 0; t < dim; ++t) {
+          const double* __restrict wr = wc + t * rank;
+          for (std::size_t r = 0; r < R; ++r)
+            for (std::size_t c = 0; c < nc; ++c) acc[r][c] += static_cast<double>(row[r][t]) * wr[c];
+        }
       }
+      for (std::size_t r = 0; r < nr; ++r)
+        for (std::size_t c = 0; c < nc; ++c) out[(i0 + r) * rank + c0 + c] = static_cast<float>(acc[r][c]);
     }
-    for (std::size_t r = 0; r < nr; ++r)
-      for (std::size_t c = 0; c < rank; ++c) out[(i0 + r) * rank + c] = static_cast<float>(acc[r * rank + c]);
   }
 }
-#undef ENTGRAPH_PROJECT_CLONES
 
 std::vector<float> project(MatrixView<const float> x, const std::vector<float>& w, std::size_t dim, std::size_t rank,
                            const char* what) {
@@ -63,8 +76,8 @@ std::vector<float> project(MatrixView<const float> x, const std::vector<float>& 
     throw Error(at_op(std::string("Projection::") + what) + "rows have " + std::to_string(x.cols) +
                 " columns, expected " + std::to_string(dim));
   std::vector<float> out(x.rows * rank);
-  std::vector<double> wd(w.begin(), w.end()), acc(kProjectRows * rank);
-  if (x.rows > 0) project_rows(x.row(0), x.rows, x.stride, wd.data(), dim, rank, acc.data(), out.data());
+  const std::vector<double> wd(w.begin(), w.end());
+  if (x.rows > 0) project_rows(x.row(0), x.rows, x.stride, wd.data(), dim, rank, out.data());
   return out;
 }
 
