@@ -21,8 +21,9 @@
 #include "entgraph/training/kmeans.hpp"
 #include "entgraph/training/progress.hpp"
 #include "entgraph/training/projection.hpp"
-#include "predictors/parameter_json.hpp"
 #include "io/capture_context.hpp"
+#include "predictors/distance_rows.hpp"
+#include "predictors/parameter_json.hpp"
 #include "predictors/registry.hpp"
 #include "runtime/parallel.hpp"
 #include "runtime/random.hpp"
@@ -214,53 +215,14 @@ class DistancePredictor final : public SparsefinderBase {
     threshold_ = reader.number("t", 1.0, 0.0, 1e30);
   }
 
-  // Keys sorted by their first projected coordinate; each query scans the keys
-  // whose first coordinate is within t of its own and checks the full distance.
+  // Sparsefinder scans, per query, the keys whose first coordinate lies
+  // within t of its own; distance_rows keeps that window as part of the
+  // definition and finds the same graph with a float pass over the keys.
   Graph predict_pattern(MatrixView<const float> q, MatrixView<const float> k, std::size_t layer, std::size_t head,
                         bool causal) const override {
     const Projection& pr = projection_for(q, k, layer, head);
-    const std::size_t n = q.rows, m = k.rows, r = pr.rank;
     const std::vector<float> qp = pr.project_queries(q), kp = pr.project_keys(k);
-    std::vector<std::uint32_t> order(m);
-    for (std::size_t j = 0; j < m; ++j) order[j] = static_cast<std::uint32_t>(j);
-    std::stable_sort(order.begin(), order.end(),
-                     [&](std::uint32_t a, std::uint32_t b) { return kp[a * r] < kp[b * r]; });
-    std::vector<float> first(m);
-    for (std::size_t j = 0; j < m; ++j) first[j] = kp[order[j] * r];
-    const double t = threshold_, t2 = t * t;
-    std::vector<std::vector<std::uint32_t>> rows(n);
-    parallel_for(n, grain_for(m / 8 + 1), [&](std::size_t begin, std::size_t end) {
-      for (std::size_t i = begin; i < end; ++i) {
-        const float* a = qp.data() + i * r;
-        const double lo = static_cast<double>(a[0]) - t, hi = static_cast<double>(a[0]) + t;
-        auto it = std::lower_bound(first.begin(), first.end(), lo,
-                                   [](float v, double x) { return static_cast<double>(v) < x; });
-        std::vector<std::uint32_t>& row = rows[i];
-        const std::size_t limit = causal ? causal_key_limit(i, n, m) : m;
-        for (std::size_t p = static_cast<std::size_t>(it - first.begin()); p < m; ++p) {
-          if (static_cast<double>(first[p]) > hi) break;
-          const std::uint32_t j = order[p];
-          if (j >= limit) continue;
-          const float* b = kp.data() + static_cast<std::size_t>(j) * r;
-          double d2 = 0;
-          for (std::size_t c = 0; c < r; ++c) {
-            const double x = static_cast<double>(a[c]) - b[c];
-            d2 += x * x;
-          }
-          if (d2 <= t2) row.push_back(j);
-        }
-        std::sort(row.begin(), row.end());
-      }
-    });
-    Graph g = Graph::empty(n, m);
-    std::size_t total = 0;
-    for (std::size_t i = 0; i < n; ++i) {
-      total += rows[i].size();
-      g.offsets[i + 1] = total;
-    }
-    g.indices.reserve(total);
-    for (auto& row : rows) g.indices.insert(g.indices.end(), row.begin(), row.end());
-    return g;
+    return distance_rows(qp.data(), q.rows, kp.data(), k.rows, pr.rank, threshold_, causal);
   }
 
   void method_head(std::size_t, SparsefinderHead& out) const override {
