@@ -83,23 +83,39 @@ TEST_SUITE("graph") {
   }
 
   TEST_CASE("from_buckets links exactly the pairs that share a bucket") {
-    std::mt19937_64 rng(11);
-    const std::size_t n = 40, m = 35, rq = 2, rk = 3, buckets = 7;
-    test::Matrix<std::uint32_t> qb(n, rq), kb(m, rk);
-    for (auto& b : qb.data) b = std::uint32_t(rng() % buckets);
-    for (auto& b : kb.data) b = std::uint32_t(rng() % buckets);
-    Pairs want;
-    for (std::size_t i = 0; i < n; ++i)
-      for (std::size_t j = 0; j < m; ++j) {
-        bool shared = false;
-        for (std::size_t a = 0; a < rq; ++a)
-          for (std::size_t b = 0; b < rk; ++b) shared = shared || qb(i, a) == kb(j, b);
-        if (shared) want.emplace(i, j);
-      }
-    CHECK(pairs_of(Graph::from_buckets(qb.view(), kb.view(), buckets)) == want);
-    kb(3, 1) = std::uint32_t(buckets);
-    CHECK_THROWS_WITH_AS(Graph::from_buckets(qb.view(), kb.view(), buckets), doctest::Contains("key_buckets(3, 1)"),
-                         Error);
+    // One bucket a query (its members' list), coarse buckets (bitmaps), fine
+    // ones (merged lists), and keys that list a bucket twice.
+    struct Case {
+      std::size_t n, m, rq, rk, buckets;
+    };
+    for (const Case c : {Case{40, 35, 2, 3, 7}, Case{30, 70, 1, 2, 5}, Case{40, 35, 3, 2, 300}, Case{60, 500, 3, 2, 20},
+                         Case{50, 300, 2, 2, 40}}) {
+      CAPTURE(c.m);
+      CAPTURE(c.buckets);
+      std::mt19937_64 rng(11 + c.buckets);
+      test::Matrix<std::uint32_t> qb(c.n, c.rq), kb(c.m, c.rk);
+      for (auto& b : qb.data) b = std::uint32_t(rng() % c.buckets);
+      for (auto& b : kb.data) b = std::uint32_t(rng() % c.buckets);
+      for (std::size_t j = 0; j < c.m; j += 3) kb(j, c.rk - 1) = kb(j, 0);
+      Pairs want;
+      for (std::size_t i = 0; i < c.n; ++i)
+        for (std::size_t j = 0; j < c.m; ++j) {
+          bool shared = false;
+          for (std::size_t a = 0; a < c.rq; ++a)
+            for (std::size_t b = 0; b < c.rk; ++b) shared = shared || qb(i, a) == kb(j, b);
+          if (shared) want.emplace(i, j);
+        }
+      CHECK(!want.empty());
+      CHECK(pairs_of(Graph::from_buckets(qb.view(), kb.view(), c.buckets)) == want);  // sorted, no repeats
+      kb(3, 1) = std::uint32_t(c.buckets);
+      CHECK_THROWS_WITH_AS(Graph::from_buckets(qb.view(), kb.view(), c.buckets), doctest::Contains("key_buckets(3, 1)"),
+                           Error);
+      kb(3, 1) = 0;
+      qb(c.n - 1, 0) = std::uint32_t(c.buckets + 4);
+      const std::string culprit = "query_buckets(" + std::to_string(c.n - 1) + ", 0)";
+      CHECK_THROWS_WITH_AS(Graph::from_buckets(qb.view(), kb.view(), c.buckets), doctest::Contains(culprit.c_str()),
+                           Error);
+    }
   }
 
   TEST_CASE("union, intersection and metrics count only allowed pairs") {

@@ -68,40 +68,93 @@ Graph Graph::from_buckets(MatrixView<const std::uint32_t> query_buckets, MatrixV
                           std::size_t num_buckets) {
   const std::size_t n = query_buckets.rows, m = key_buckets.rows;
   Graph g = empty(n, m);
-  // Keys of each bucket (counting sort), then per query the merged key lists
-  // of its buckets, deduplicated with a stamp per key.
+  auto check = [&](const char* side, std::size_t row, std::size_t c, std::uint32_t b) {
+    if (b >= num_buckets)
+      throw Error(at_op("Graph::from_buckets") + side + "(" + std::to_string(row) + ", " + std::to_string(c) +
+                  ") = " + std::to_string(b) + " is not below num_buckets = " + std::to_string(num_buckets));
+  };
+  // Keys of each bucket (counting sort), in key order.
   std::vector<std::size_t> start(num_buckets + 1, 0);
   for (std::size_t j = 0; j < m; ++j)
     for (std::size_t c = 0; c < key_buckets.cols; ++c) {
-      const std::uint32_t b = key_buckets(j, c);
-      if (b >= num_buckets)
-        throw Error(at_op("Graph::from_buckets") + "key_buckets(" + std::to_string(j) + ", " + std::to_string(c) + ") = " +
-                    std::to_string(b) + " is not below num_buckets = " + std::to_string(num_buckets));
-      ++start[b + 1];
+      check("key_buckets", j, c, key_buckets(j, c));
+      ++start[key_buckets(j, c) + 1];
     }
   for (std::size_t b = 0; b < num_buckets; ++b) start[b + 1] += start[b];
   std::vector<std::uint32_t> members(start[num_buckets]);
   std::vector<std::size_t> fill(start.begin(), start.end() - 1);
   for (std::size_t j = 0; j < m; ++j)
     for (std::size_t c = 0; c < key_buckets.cols; ++c) members[fill[key_buckets(j, c)]++] = static_cast<std::uint32_t>(j);
+  // A key that lists a bucket twice is in it twice, side by side: once.
+  std::vector<std::size_t> end(num_buckets);
+  for (std::size_t b = 0; b < num_buckets; ++b)
+    end[b] = static_cast<std::size_t>(std::unique(members.begin() + static_cast<std::ptrdiff_t>(start[b]),
+                                                  members.begin() + static_cast<std::ptrdiff_t>(start[b + 1])) -
+                                      members.begin());
+  // Room for the rows at most (untouched memory costs nothing), so that the
+  // indices are never moved: coarse buckets give graphs of n m / 2 edges.
+  std::size_t most = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    std::size_t listed = 0;
+    for (std::size_t c = 0; c < query_buckets.cols; ++c) {
+      check("query_buckets", i, c, query_buckets(i, c));
+      listed += end[query_buckets(i, c)] - start[query_buckets(i, c)];
+    }
+    most += std::min(m, listed);
+  }
+  if (most <= (std::size_t{1} << 28)) g.indices.reserve(most);
 
+  // Each query's row one of two ways, the same sorted row either way: its
+  // buckets' member lists merged (a stamp per key drops repeats; a sort when
+  // more than one list), or, when those lists are long, the buckets' key
+  // bitmaps OR-ed and read in key order (no sort: coarse buckets, such as
+  // quantization's, give rows of half the keys).
+  const std::size_t words = (m + 63) / 64;
+  constexpr std::size_t kBitmapBytes = std::size_t{64} << 20;
+  const bool bitmaps_fit = words > 0 && num_buckets <= kBitmapBytes / 8 / words;
+  std::vector<std::uint64_t> bitmap, row_bits;
+  if (bitmaps_fit) {
+    bitmap.assign(num_buckets * words, 0);
+    for (std::size_t b = 0; b < num_buckets; ++b)
+      for (std::size_t p = start[b]; p < end[b]; ++p)
+        bitmap[b * words + members[p] / 64] |= std::uint64_t{1} << (members[p] % 64);
+    row_bits.resize(words);
+  }
   std::vector<std::size_t> stamp(m, static_cast<std::size_t>(-1));
   for (std::size_t i = 0; i < n; ++i) {
     const std::size_t row_start = g.indices.size();
-    for (std::size_t c = 0; c < query_buckets.cols; ++c) {
-      const std::uint32_t b = query_buckets(i, c);
-      if (b >= num_buckets)
-        throw Error(at_op("Graph::from_buckets") + "query_buckets(" + std::to_string(i) + ", " + std::to_string(c) + ") = " +
-                    std::to_string(b) + " is not below num_buckets = " + std::to_string(num_buckets));
-      for (std::size_t p = start[b]; p < start[b + 1]; ++p)
-        if (stamp[members[p]] != i) {
-          stamp[members[p]] = i;
-          g.indices.push_back(members[p]);
-        }
+    std::size_t listed = 0;
+    for (std::size_t c = 0; c < query_buckets.cols; ++c)
+      listed += end[query_buckets(i, c)] - start[query_buckets(i, c)];
+    if (query_buckets.cols == 1) {  // one bucket: its members, in order
+      const std::uint32_t b = query_buckets(i, 0);
+      g.indices.insert(g.indices.end(), members.begin() + static_cast<std::ptrdiff_t>(start[b]),
+                       members.begin() + static_cast<std::ptrdiff_t>(end[b]));
+    } else if (bitmaps_fit && listed > 2 * words * query_buckets.cols) {
+      std::fill(row_bits.begin(), row_bits.end(), 0);
+      for (std::size_t c = 0; c < query_buckets.cols; ++c) {
+        const std::uint64_t* bits = bitmap.data() + query_buckets(i, c) * words;
+        for (std::size_t w = 0; w < words; ++w) row_bits[w] |= bits[w];
+      }
+      std::size_t count = 0;
+      for (std::size_t w = 0; w < words; ++w) count += static_cast<std::size_t>(__builtin_popcountll(row_bits[w]));
+      g.indices.resize(row_start + count);
+      std::uint32_t* out = g.indices.data() + row_start;
+      for (std::size_t w = 0; w < words; ++w)
+        for (std::uint64_t x = row_bits[w]; x != 0; x &= x - 1)
+          *out++ = static_cast<std::uint32_t>(w * 64 + static_cast<std::size_t>(__builtin_ctzll(x)));
+    } else {
+      for (std::size_t c = 0; c < query_buckets.cols; ++c) {
+        const std::uint32_t b = query_buckets(i, c);
+        for (std::size_t p = start[b]; p < end[b]; ++p)
+          if (stamp[members[p]] != i) {
+            stamp[members[p]] = i;
+            g.indices.push_back(members[p]);
+          }
+      }
+      const auto row = g.indices.begin() + static_cast<std::ptrdiff_t>(row_start);
+      if (!std::is_sorted(row, g.indices.end())) std::sort(row, g.indices.end());
     }
-    // One bucket's members are already in key order: sort only merged lists.
-    const auto row = g.indices.begin() + static_cast<std::ptrdiff_t>(row_start);
-    if (!std::is_sorted(row, g.indices.end())) std::sort(row, g.indices.end());
     g.offsets[i + 1] = g.indices.size();
   }
   return g;
