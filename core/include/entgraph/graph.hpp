@@ -46,8 +46,10 @@ struct Graph {
   static Graph from_mask(MaskView mask);
   // Queries and keys that share a bucket: query i is linked to every key j
   // with a bucket in common. query_buckets is n x rq, key_buckets m x rk
-  // (each row lists the buckets of one point; repeats are fine). Costs
-  // O(sum over buckets of |queries in it| * |keys in it|) and never builds n x m.
+  // (each row lists the buckets of one point; repeats are fine). Costs, per
+  // query, the smaller of its buckets' key lists (merged) and rq bitmaps of
+  // m bits (OR-ed, where all buckets' bitmaps fit in 64 MiB), plus its edges;
+  // never an n x m mask.
   static Graph from_buckets(MatrixView<const std::uint32_t> query_buckets, MatrixView<const std::uint32_t> key_buckets,
                             std::size_t num_buckets);
   // Rows given as (query, key) pairs in any order, repeats allowed.
