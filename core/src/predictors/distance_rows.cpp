@@ -10,6 +10,7 @@
 
 #include "entgraph/heads.hpp"
 #include "kernels/matmul_kernels.hpp"
+#include "predictors/row_blocks.hpp"
 #include "runtime/cpu_clones.hpp"
 #include "runtime/parallel.hpp"
 
@@ -137,11 +138,7 @@ Graph distance_rows(const float* qp, std::size_t n, const float* kp, std::size_t
       }
     }
   });
-  Graph g = Graph::empty(n, m);
-  for (std::size_t i = 0; i < n; ++i) g.offsets[i + 1] = g.offsets[i] + degree[i];
-  g.indices.reserve(g.offsets[n]);
-  for (const auto& edges : block_edges) g.indices.insert(g.indices.end(), edges.begin(), edges.end());
-  return g;
+  return join_row_blocks(n, m, degree, block_edges);
 }
 
 }  // namespace entgraph::detail

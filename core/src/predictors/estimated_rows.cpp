@@ -12,6 +12,7 @@
 #include "kernels/code_scores.hpp"
 #include "kernels/matmul_kernels.hpp"
 #include "predictors/estimate_range.hpp"
+#include "predictors/row_blocks.hpp"
 #include "predictors/theta_lower_bound.hpp"
 #include "predictors/theta_steps.hpp"
 #include "runtime/parallel.hpp"
@@ -253,11 +254,7 @@ Graph cut_estimated_rows(const EstimatedScores& estimate, std::size_t n, std::si
       }
     }
   });
-  Graph g = Graph::empty(n, m);
-  for (std::size_t i = 0; i < n; ++i) g.offsets[i + 1] = g.offsets[i] + degree[i];
-  g.indices.reserve(g.offsets[n]);
-  for (const auto& edges : block_edges) g.indices.insert(g.indices.end(), edges.begin(), edges.end());
-  return g;
+  return join_row_blocks(n, m, degree, block_edges);
 }
 
 }  // namespace entgraph::detail
