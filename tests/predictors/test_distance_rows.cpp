@@ -3,6 +3,7 @@
 // it can, on every instruction set, and hand the rest to the double sum.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -117,12 +118,20 @@ TEST_CASE("distance rows: keys a few float steps either side of the sphere go to
   CHECK(edges < 2 * m - 20);  // ...and some outside
 }
 
-TEST_CASE("distance rows: large points, tiny and huge t, NaN and infinity take the double sum alone") {
+TEST_CASE("distance rows: large points, t of 0, tiny and huge, NaN and infinity") {
   const std::size_t n = 40, m = 50, r = 2;
   std::size_t edges = 0;
   edges += check_definition(gaussian(n * r, 5, 0x1p42f), n, gaussian(m * r, 6, 0x1p42f), m, r, 0x1p42);
   edges += check_definition(gaussian(n * r, 5, 1e-12f), n, gaussian(m * r, 6, 1e-12f), m, r, 1e-12);
   edges += check_definition(gaussian(n * r, 5), n, gaussian(m * r, 6), m, r, 1e25);
+  edges +=
+      check_definition(gaussian(n * r, 5, 1e-30f), n, gaussian(m * r, 6, 1e-30f), m, r, 1e-30);  // subnormal squares
+  // t = 0: only keys equal to the query (every tenth key copies query 0).
+  std::vector<float> kz = gaussian(m * r, 10);
+  const std::vector<float> qz = gaussian(n * r, 11);
+  for (std::size_t j = 0; j < m; j += 10) std::copy_n(qz.begin(), r, kz.begin() + static_cast<std::ptrdiff_t>(j * r));
+  const std::size_t zero_edges = check_definition(qz, n, kz, m, r, 0.0);
+  CHECK(zero_edges >= m / 10);
   CHECK(edges > 0);
   std::vector<float> qp = gaussian(n * r, 8), kp = gaussian(m * r, 9);
   qp[3 * r + 1] = std::numeric_limits<float>::quiet_NaN();
