@@ -72,8 +72,10 @@ bool all_within(const float* v, std::size_t count, float limit) {
   return within;
 }
 
-// The largest float strictly below x.
+// The largest float strictly below x (x <= 0 here, NaN never).
 float float_below(double x) {
+  // (Past the float range the conversion itself would be undefined.)
+  if (!(x > -static_cast<double>(std::numeric_limits<float>::max()))) return -std::numeric_limits<float>::infinity();
   float f = static_cast<float>(x);
   if (static_cast<double>(f) >= x) f = std::nextafter(f, -std::numeric_limits<float>::infinity());
   return f;
