@@ -93,14 +93,14 @@ Graph Graph::from_buckets(MatrixView<const std::uint32_t> query_buckets, MatrixV
                                       members.begin());
   // Room for the rows at most (untouched memory costs nothing), so that the
   // indices are never moved: coarse buckets give graphs of n m / 2 edges.
+  std::vector<std::size_t> listed(n, 0);  // per query, its buckets' members with repeats
   std::size_t most = 0;
   for (std::size_t i = 0; i < n; ++i) {
-    std::size_t listed = 0;
     for (std::size_t c = 0; c < query_buckets.cols; ++c) {
       check("query_buckets", i, c, query_buckets(i, c));
-      listed += end[query_buckets(i, c)] - start[query_buckets(i, c)];
+      listed[i] += end[query_buckets(i, c)] - start[query_buckets(i, c)];
     }
-    most += std::min(m, listed);
+    most += std::min(m, listed[i]);
   }
   if (most <= (std::size_t{1} << 28)) g.indices.reserve(most);
 
@@ -123,14 +123,11 @@ Graph Graph::from_buckets(MatrixView<const std::uint32_t> query_buckets, MatrixV
   std::vector<std::size_t> stamp(m, static_cast<std::size_t>(-1));
   for (std::size_t i = 0; i < n; ++i) {
     const std::size_t row_start = g.indices.size();
-    std::size_t listed = 0;
-    for (std::size_t c = 0; c < query_buckets.cols; ++c)
-      listed += end[query_buckets(i, c)] - start[query_buckets(i, c)];
     if (query_buckets.cols == 1) {  // one bucket: its members, in order
       const std::uint32_t b = query_buckets(i, 0);
       g.indices.insert(g.indices.end(), members.begin() + static_cast<std::ptrdiff_t>(start[b]),
                        members.begin() + static_cast<std::ptrdiff_t>(end[b]));
-    } else if (bitmaps_fit && listed > 2 * words * query_buckets.cols) {
+    } else if (bitmaps_fit && listed[i] > 2 * words * query_buckets.cols) {
       std::fill(row_bits.begin(), row_bits.end(), 0);
       for (std::size_t c = 0; c < query_buckets.cols; ++c) {
         const std::uint64_t* bits = bitmap.data() + query_buckets(i, c) * words;

@@ -17,16 +17,20 @@
 namespace entgraph::detail {
 namespace {
 
-// The definition, for one pair (compiled for the baseline target: no FMA).
-bool reference_edge(const float* a, const float* b, std::size_t r, double lo, double hi, double t2) {
+// The definition's two conditions for one pair (compiled for the baseline
+// target: no FMA): b's first coordinate in the window [lo, hi], and the
+// double sum of squares in coordinate order.
+bool in_window(const float* b, double lo, double hi) {
   const double b0 = static_cast<double>(b[0]);
-  if (!(b0 >= lo && b0 <= hi)) return false;
+  return b0 >= lo && b0 <= hi;
+}
+double square_sum(const float* a, const float* b, std::size_t r) {
   double d2 = 0.0;
   for (std::size_t c = 0; c < r; ++c) {
     const double x = static_cast<double>(a[c]) - static_cast<double>(b[c]);
     d2 += x * x;
   }
-  return d2 <= t2;
+  return d2;
 }
 
 // out[j] = −Σ_c (a_c − kt[c m + j])² in float for j < count (kt: r x m,
@@ -128,14 +132,15 @@ Graph distance_rows(const float* qp, std::size_t n, const float* kp, std::size_t
                                                     std::numeric_limits<float>::infinity(), idx.data());
           for (std::size_t c = 0; c < count; ++c) {
             const std::uint32_t j = idx[c];
-            const double b0j = static_cast<double>(kp[j * r]);
-            if (!(b0j >= lo && b0j <= hi)) continue;
-            if (-static_cast<double>(squares[j]) <= sure_below || reference_edge(a, kp + j * r, r, lo, hi, t2))
+            const float* b = kp + j * r;
+            if (in_window(b, lo, hi) && (-static_cast<double>(squares[j]) <= sure_below || square_sum(a, b, r) <= t2))
               edges.push_back(j);
           }
         } else {
-          for (std::size_t j = 0; j < visible; ++j)
-            if (reference_edge(a, kp + j * r, r, lo, hi, t2)) edges.push_back(static_cast<std::uint32_t>(j));
+          for (std::size_t j = 0; j < visible; ++j) {
+            const float* b = kp + j * r;
+            if (in_window(b, lo, hi) && square_sum(a, b, r) <= t2) edges.push_back(static_cast<std::uint32_t>(j));
+          }
         }
         degree[i] = edges.size() - row_start;
       }
