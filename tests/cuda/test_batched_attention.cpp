@@ -126,10 +126,13 @@ void check_call(const HostTensor& q, const HostTensor& k, const HostTensor& v, c
   check_close(run_gpu(q, k, v, c), reference(q, k, v, c.transform, c.causal, c.scale, c.lengths), c.lengths);
 }
 
-// Everything the GPU implements; alpha = 1 through the entmax kind too.
+// Everything the GPU implements; alpha = 1 through the entmax kind too;
+// top-k with k within a key tile, across tiles, and past m (softmax).
 std::vector<Transform> gpu_transforms() {
-  return {Transform::softmax(),   Transform::entmax(1.0), Transform::entmax15(), Transform::entmax(1.25),
-          Transform::sparsemax(), Transform::entmax(2.0), Transform::entmax(3.0)};
+  return {Transform::softmax(),        Transform::entmax(1.0),       Transform::entmax15(),
+          Transform::entmax(1.25),     Transform::sparsemax(),       Transform::entmax(2.0),
+          Transform::entmax(3.0),      Transform::topk_softmax(1),   Transform::topk_softmax(5),
+          Transform::topk_softmax(70), Transform::topk_softmax(1000)};
 }
 
 }  // namespace
@@ -166,7 +169,8 @@ TEST_SUITE("cuda") {
       const HostTensor q = random_tensor(t, Layout::bhnd, B, Hq, n, d, 1.0, 11);
       const HostTensor k = random_tensor(t, Layout::bhnd, B, Hkv, m, d, 1.0, 12);
       const HostTensor v = random_tensor(t, Layout::bhnd, B, Hkv, m, d, 1.0, 13);
-      for (const Transform& tr : {Transform::softmax(), Transform::entmax15(), Transform::sparsemax()})
+      for (const Transform& tr :
+           {Transform::softmax(), Transform::entmax15(), Transform::sparsemax(), Transform::topk_softmax(10)})
         for (bool causal : {false, true}) {
           Call c;
           c.transform = tr;
@@ -209,7 +213,7 @@ TEST_SUITE("cuda") {
     for (std::size_t i = 0; i < n; ++i)
       for (std::size_t c = 0; c < d; ++c) q.set(0, 1, i, c, k.get(0, 1, i + (m - n), c));  // head 1: local
     for (const Transform& tr : {Transform::softmax(), Transform::entmax15(), Transform::sparsemax(),
-                                Transform::entmax(1.25), Transform::entmax(3.0)})
+                                Transform::entmax(1.25), Transform::entmax(3.0), Transform::topk_softmax(3)})
       for (bool causal : {false, true})
         for (double scale : {0.0, 0.4, 2.0}) {
           CAPTURE(scale);
@@ -291,8 +295,11 @@ TEST_SUITE("cuda") {
     const HostTensor q = random_tensor(DType::bfloat16, Layout::bhnd, 2, 2, n, d, 1.0, 61);
     const HostTensor k = random_tensor(DType::bfloat16, Layout::bhnd, 2, 1, m, d, 1.0, 62);
     const HostTensor v = random_tensor(DType::bfloat16, Layout::bhnd, 2, 1, m, d, 1.0, 63);
+    // Top-k: k within the capacity (floors raised as the list fills), past
+    // it (the key bracket's sweeps) and past a sequence's keys.
     for (const Transform& tr :
-         {Transform::entmax15(), Transform::entmax(1.25), Transform::sparsemax(), Transform::entmax(3.0)})
+         {Transform::entmax15(), Transform::entmax(1.25), Transform::sparsemax(), Transform::entmax(3.0),
+          Transform::topk_softmax(4), Transform::topk_softmax(40), Transform::topk_softmax(400)})
       for (bool causal : {false, true})
         for (std::size_t capacity : {1, 5, 33, 2000}) {
           Call c;
@@ -310,7 +317,7 @@ TEST_SUITE("cuda") {
       const HostTensor q = random_tensor(DType::float32, Layout::bhnd, B, Hq, n, d, 1.0, 71);
       const HostTensor k = random_tensor(DType::float32, Layout::bhnd, B, Hkv, m, d, 1.0, 72);
       const HostTensor v = random_tensor(DType::float32, Layout::bhnd, B, Hkv, m, 64, 1.0, 73);
-      for (const Transform& tr : {Transform::softmax(), Transform::entmax15()})
+      for (const Transform& tr : {Transform::softmax(), Transform::entmax15(), Transform::topk_softmax(6)})
         for (bool causal : {false, true}) {
           CAPTURE(d);
           Call c;
@@ -505,8 +512,9 @@ TEST_SUITE("cuda") {
     CHECK_THROWS_WITH_AS(cuda::batched_attention_forward(q32.view<const void*>(dq32.data()),
                                                          k32.view<const void*>(dk32.data()), V, O, o),
                          doctest::Contains("q.cols (d) is not supported"), Error);
-    o.transform = Transform::topk_softmax(3);
-    CHECK_THROWS_WITH_AS(cuda::batched_attention_forward(Q, K, V, O, o), doctest::Contains("options.transform"), Error);
+    o.transform = Transform::of(TransformKind::adaptive_span, 1.0, 0);
+    CHECK_THROWS_WITH_AS(cuda::batched_attention_forward(Q, K, V, O, o),
+                         doctest::Contains("options.transform is adaptive_span"), Error);
     o.transform = Transform::entmax15();
     o.scale = std::nan("");
     CHECK_THROWS_WITH_AS(cuda::batched_attention_forward(Q, K, V, O, o), doctest::Contains("scale"), Error);

@@ -156,8 +156,8 @@ void check_call(const HostTensor& q, const HostTensor& k, const HostTensor& v, c
 // The transforms the backward runs (alpha > 2, whose slopes p^(2 - alpha)
 // are unbounded near the threshold, is refused: see the misuse case).
 std::vector<Transform> backward_transforms() {
-  return {Transform::softmax(), Transform::entmax(1.0), Transform::entmax15(), Transform::entmax(1.25),
-          Transform::sparsemax()};
+  return {Transform::softmax(),   Transform::entmax(1.0),     Transform::entmax15(),      Transform::entmax(1.25),
+          Transform::sparsemax(), Transform::topk_softmax(5), Transform::topk_softmax(70)};
 }
 
 struct Inputs {
@@ -198,7 +198,8 @@ TEST_SUITE("cuda") {
     const Lengths lengths{{150, 90, 50, 120, 0}, {140, 0, 139, 64, 30}};
     for (DType t : {DType::bfloat16, DType::float16}) {
       const Inputs x = random_inputs(t, Layout::bhnd, B, Hq, Hkv, n, m, d, 50);
-      for (const Transform& tr : {Transform::softmax(), Transform::entmax15(), Transform::sparsemax()})
+      for (const Transform& tr :
+           {Transform::softmax(), Transform::entmax15(), Transform::sparsemax(), Transform::topk_softmax(10)})
         for (bool causal : {false, true}) {
           Call c;
           c.transform = tr;
@@ -360,11 +361,9 @@ TEST_SUITE("cuda") {
     // grad_out in float32 beside bfloat16 inputs: the kernels read q's format.
     const Inputs x = random_inputs(DType::bfloat16, Layout::bhnd, B, H, H, n, m, d, 81);
     refused(x, x32.go, {}, "grad_out.dtype is not q's (got float32, expected bfloat16");
-    // top-k has no GPU kernel; alpha > 2 has unbounded slopes p^(2 - alpha)
-    // (the CPU's backward pivots on the largest).
+    // alpha > 2 has unbounded slopes p^(2 - alpha) (the CPU's backward
+    // pivots on the largest).
     BatchedAttentionOptions o;
-    o.transform = Transform::topk_softmax(4);
-    refused(x, x.go, o, "options.transform is not supported on device cuda");
     o.transform = Transform::entmax(3.0);
     refused(x, x.go, o, "options.transform is not supported by the gradients on cuda (got entmax");
   }

@@ -127,11 +127,13 @@ void check_case(const Case& c, const BlockGraph& graph, std::uint64_t seed) {
 
 TEST_SUITE("cuda") {
   TEST_CASE("block-sparse attention: tensor cores on 64 x 64 blocks match the CPU, forward and backward") {
+    // Top-k: the k largest scores of the blocks kept (the CPU's contract).
     Case c;
     std::uint64_t seed = 100;
     for (DType t : {DType::bfloat16, DType::float16})
       for (std::size_t d : {64, 128})
-        for (const Transform& tr : {Transform::softmax(), Transform::entmax15(), Transform::sparsemax()})
+        for (const Transform& tr :
+             {Transform::softmax(), Transform::entmax15(), Transform::sparsemax(), Transform::topk_softmax(9)})
           for (bool causal : {false, true}) {
             c.dtype = t;
             c.d = d;

@@ -9,6 +9,10 @@
 // In the entmax scale the threshold satisfies -1 <= tau < 0: at tau = -1 the
 // max alone has weight 1, at tau = 0 every weight is 0. So only keys with
 // x > max - 1 can be in the support, whatever the other scores are.
+// - top-k softmax (batched attention only): softmax's scale and weights on
+//   the scores x >= the row's k-th largest score (every tie of it kept), that
+//   score held as the threshold (tau.hi, absolute; tau.lo = 0). It is found as
+//   entmax's tau is, by the same sweeps (attention_rows.cuh, topk_select.cuh).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -43,6 +47,7 @@ struct Weighting {
   double q_double = 1.0;
   int q_int = 0;        // q when it is an integer in [1, 8] (products instead of powf), else 0
   bool newton = false;  // alpha <= 2: the mass is convex in tau, so Newton from below never overshoots
+  int topk = 0;         // top-k softmax's k (softmax = false: it needs a threshold like entmax), else 0
 };
 
 // The entmax threshold, relative to the row max, as an unevaluated sum of two
@@ -62,20 +67,25 @@ __host__ __device__ inline Tau split_tau(double t) {
 // argument for a transform the fused kernels do not implement (and, for the
 // device-memory entry points, which the core never sees, with the core's
 // checks of alpha and the scale).
-inline Weighting make_weighting(const Transform& t, double scale, std::size_t d, const char* op, const char* name) {
+// `runs` says which kinds the calling kernels implement (has_cuda_attention:
+// dense and graph attention; has_cuda_batched: batched attention, top-k too).
+inline Weighting make_weighting(const Transform& t, double scale, std::size_t d, const char* op, const char* name,
+                                bool (*runs)(const TransformInfo&) = has_cuda_attention) {
   const TransformInfo* row = find_transform_info(t.kind);
-  if (row == nullptr || !has_cuda_attention(*row))
+  if (row == nullptr || !runs(*row))
     throw Error(std::string(op) + ": " + name + " is not supported on device cuda (got " + t.name() + ", expected " +
-                transform_names(has_cuda_attention, " or ") + ")");
+                transform_names(runs, " or ") + ")");
   check_transform_parameters(t, op, name);
   const double alpha = t.tsallis_alpha();
   check_attention_scale(scale, op, "options.scale");
   const double s = scale == 0.0 ? 1.0 / std::sqrt(static_cast<double>(d)) : scale;
   Weighting w;
   w.scale = s;
-  w.softmax = alpha == 1.0;
-  if (w.softmax) {
+  const bool topk = t.kind == TransformKind::topk_softmax;
+  w.softmax = alpha == 1.0 && !topk;
+  if (alpha == 1.0) {
     w.factor = static_cast<float>(s * 1.4426950408889634);  // log2(e)
+    if (topk) w.topk = static_cast<int>(std::min<std::size_t>(t.k, std::numeric_limits<int>::max()));
     return w;
   }
   const double am1 = alpha - 1.0;
@@ -88,6 +98,12 @@ inline Weighting make_weighting(const Transform& t, double scale, std::size_t d,
   w.newton = alpha <= 2.0;
   return w;
 }
+
+// The fused float32 kernel on one head (fused_attention.cu), its arguments
+// checked by the caller (sizes, head dimensions 32, 64 or 128, pointers).
+void launch_fused_attention(const float* q, const float* k, const float* v, float* out, std::size_t n, std::size_t m,
+                            std::size_t d, std::size_t dv, const Weighting& w, const FusedAttentionOptions& options,
+                            cudaStream_t stream);
 
 // w^q for w > 0.
 __device__ inline float entmax_pow(float w, const Weighting& e) {
@@ -110,10 +126,12 @@ __device__ inline double entmax_pow(double w, const Weighting& e) {
 }
 
 // The weight of a score x (in the weighting's scale) in a row with maximum
-// `max` and threshold tau (entmax only); 0 for x = -inf. Unnormalised:
+// `max` and threshold tau (entmax; top-k: its k-th largest score); 0 for
+// x = -inf. Unnormalised:
 // callers divide by the row's sum, which absorbs the last rounding of tau.
 __device__ inline float attention_weight(float x, float max, Tau tau, const Weighting& e) {
   if (e.softmax) return exp2f(x - max);  // exp2(-inf) = 0
+  if (e.topk > 0) return x >= tau.hi ? exp2f(x - max) : 0.0f;  // tau.hi: the k-th largest score, finite
   const float w = ((x - max) - tau.hi) - tau.lo;
   return w > 0.0f ? entmax_pow(w, e) : 0.0f;
 }

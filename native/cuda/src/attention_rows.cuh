@@ -10,7 +10,9 @@
 //   from them (solve_after_collect), overflowed rows narrow tau with more
 //   sweeps (narrow_rows, after_narrowing), and the last sweep turns scores
 //   into weights (entmax_weight_rows). fused_attention_kernel.cuh describes
-//   the algorithm and why it is exact.
+//   the algorithm and why it is exact;
+// - top-k softmax: entmax's sweeps, its threshold the row's k-th largest
+//   score (topk_select.cuh says what differs).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -20,6 +22,7 @@
 
 #include "attention_common.cuh"
 #include "reduce.cuh"
+#include "topk_select.cuh"
 
 namespace entgraph::cuda::detail::fused {
 
@@ -210,6 +213,12 @@ __device__ inline float threshold_floor(float max, detail::Tau tau) {
   return __double2float_rd(t - (1e-4 + 1e-6 * fabs(static_cast<double>(max))));
 }
 
+// Sweep 1 collects the scores at or above this: entmax's running max - 1 (no
+// support key lies below it) or its floor, whichever is higher; top-k's floor.
+__device__ inline float collect_threshold(float max, float floor, const Weighting& w) {
+  return w.topk > 0 ? topk::lowest_candidate(floor) : fmaxf(max - 1.0f, floor);
+}
+
 // How many of this lane's kPer scores the warp holds at or above thr, with
 // the ballots for placing them.
 template <int kPer>
@@ -224,8 +233,9 @@ __device__ inline int count_at_least(const float (&x)[kPer], float thr, unsigned
 }
 
 // Entmax sweep 1 for row r, the whole warp: running max, candidates x >=
-// max(running max - 1, floor), the floor solved again first when the list
-// would exceed tighten_at, compaction when it would exceed the capacity.
+// collect_threshold, the floor solved again first when the list would
+// exceed tighten_at (top-k: the list's k-th largest, once it holds k),
+// compaction when it would exceed the capacity.
 template <int BN, int kLdS>
 __device__ void collect_row_warp(const float* Ss, RowState rs, const RowBlock& p, int r) {
   constexpr int kPer = BN / 32;
@@ -246,17 +256,21 @@ __device__ void collect_row_warp(const float* Ss, RowState rs, const RowBlock& p
   float floor = rs.floor[r];
   int tighten_at = rs.tighten_at[r];
   if (new_max != -INFINITY && status == kCollecting) {
-    float thr = fmaxf(new_max - 1.0f, floor);
+    float thr = collect_threshold(new_max, floor, p.w);
     unsigned bal[kPer];
     int fresh = count_at_least(x, thr, bal);
     float* list = p.list(r);
     if (count + fresh > tighten_at && count > 0) {
-      // The list holds old_max and every seen score above max(floor, old_max - 1), so its mass there is
-      // >= 1 and the solve may start there.
-      const double lo = fmax(-1.0, static_cast<double>(floor) - static_cast<double>(old_max));
-      floor = fmaxf(floor, threshold_floor(old_max, detail::warp_entmax_tau(list, static_cast<std::size_t>(count),
-                                                                            old_max, p.w, lo, 0.0, kTightenSteps)));
-      thr = fmaxf(new_max - 1.0f, floor);
+      if (p.w.topk > 0) {
+        if (count >= p.w.topk) floor = fmaxf(floor, topk::warp_kth_largest(list, count, p.w.topk));
+      } else {
+        // The list holds old_max and every seen score above max(floor, old_max - 1), so its mass there is
+        // >= 1 and the solve may start there.
+        const double lo = fmax(-1.0, static_cast<double>(floor) - static_cast<double>(old_max));
+        floor = fmaxf(floor, threshold_floor(old_max, detail::warp_entmax_tau(list, static_cast<std::size_t>(count),
+                                                                              old_max, p.w, lo, 0.0, kTightenSteps)));
+      }
+      thr = collect_threshold(new_max, floor, p.w);
       count = compact_candidates(list, count, thr);
       fresh = count_at_least(x, thr, bal);
       tighten_at = max(kFirstTighten, 2 * (count + fresh));
@@ -282,14 +296,15 @@ __device__ void collect_row_warp(const float* Ss, RowState rs, const RowBlock& p
   }
 }
 
-// Entmax sweep 1: running max, and candidates x >= max(running max - 1,
-// floor). Each thread appends its half row's candidates; a row whose list
+// Entmax sweep 1: running max, and candidates x >= collect_threshold.
+// Each thread appends its half row's candidates; a row whose list
 // needs its floor solved again or compacting goes to collect_row_warp.
 // Returns whether this tile can hold a key of the row's support: a
 // candidate (tested against the floor before any tightening here, so a
 // superset), or any visible key once the row has overflowed. Every support
 // key is a candidate when its tile is seen (the running max - 1 and the floor
-// are at or below the final threshold), so a tile for which no row of a block
+// are at or below the final threshold; top-k's floor is at or below its k-th
+// largest score), so a tile for which no row of a block
 // returns true has only zero weights there.
 template <int BN, int kLdS>
 __device__ bool collect_running(const float* Ss, RowState rs, const RowBlock& p) {
@@ -300,7 +315,7 @@ __device__ bool collect_running(const float* Ss, RowState rs, const RowBlock& p)
   const float new_max = fmaxf(old_max, tile_max);
   const bool collecting = new_max != -INFINITY && rs.status[hr.r] == kCollecting;
   const int count = rs.count[hr.r];
-  const float thr = fmaxf(new_max - 1.0f, rs.floor[hr.r]);
+  const float thr = collect_threshold(new_max, rs.floor[hr.r], p.w);
   int mine = 0;
   if (collecting) {
 #pragma unroll
@@ -347,8 +362,15 @@ __device__ inline double above_trial(float x, float max, double t) {
   return __dsub_rn(__dsub_rn(static_cast<double>(x), static_cast<double>(max)), t);
 }
 
+// Top-k's threshold from a list that holds every score at or above it:
+// the k-th largest, or the smallest when the row has fewer than k scores
+// (then the list holds them all).
+__device__ inline detail::Tau topk_threshold(const float* list, int count, int k) {
+  return {topk::warp_kth_largest(list, count, min(k, count)), 0.0f};
+}
+
 // After sweep 1: tau for the queries whose candidates fit; the others start
-// narrowing on [-1, 0).
+// narrowing on [-1, 0) (top-k: on the keys from the floor's to the max's).
 __device__ inline void solve_after_collect(RowState rs, double* mass, int* count_above, const RowBlock& p) {
   const int lane = threadIdx.x % kWarpSize;
   for (int rr = 0; rr < kRowsPerWarp; ++rr) {
@@ -356,15 +378,24 @@ __device__ inline void solve_after_collect(RowState rs, double* mass, int* count
     const float mx = rs.max[r];
     int status = rs.status[r];
     detail::Tau tau;
+    double lo = -1.0, hi = 0.0;
     if (r >= p.rows || mx == -INFINITY) {
       status = kEmpty;
     } else if (status == kCollecting) {
       const float* list = p.list(r);
-      // The floor is at or below the threshold, so the mass there is >= 1: a valid, closer start.
-      const double lo = fmax(-1.0, static_cast<double>(rs.floor[r]) - static_cast<double>(mx));
-      tau = detail::warp_entmax_tau(list, static_cast<std::size_t>(rs.count[r]), mx, p.w, lo, 0.0);
+      if (p.w.topk > 0) {
+        tau = topk_threshold(list, rs.count[r], p.w.topk);  // the row's max is listed: count >= 1
+      } else {
+        // The floor is at or below the threshold, so the mass there is >= 1: a valid, closer start.
+        const double from = fmax(-1.0, static_cast<double>(rs.floor[r]) - static_cast<double>(mx));
+        tau = detail::warp_entmax_tau(list, static_cast<std::size_t>(rs.count[r]), mx, p.w, from, 0.0);
+      }
       status = kSolved;
     } else {
+      if (p.w.topk > 0) {
+        lo = topk::order_key(topk::lowest_candidate(rs.floor[r]));
+        hi = static_cast<double>(topk::order_key(mx)) + 1.0;
+      }
       status = kNarrowing;
       if (lane < kTrials) {
         mass[r * kTrials + lane] = 0.0;
@@ -376,8 +407,8 @@ __device__ inline void solve_after_collect(RowState rs, double* mass, int* count
       rs.status[r] = status;
       rs.tau_hi[r] = tau.hi;
       rs.tau_lo[r] = tau.lo;
-      rs.lo[r] = -1.0;
-      rs.hi[r] = 0.0;
+      rs.lo[r] = lo;
+      rs.hi[r] = hi;
     }
   }
 }
@@ -395,14 +426,19 @@ __device__ void narrow_rows(const float* Ss, RowState rs, double* mass, int* cou
       // Lane g (and g + 16, on the other half of the columns) evaluates trial point g.
       const float mx = rs.max[r];
       const int g = lane % kTrials, half = lane / kTrials;
-      const double t = trial_point(rs.lo[r], rs.hi[r], g);
       double f = 0.0;
       int above = 0;
-      for (int c = half; c < BN; c += 2) {
-        const double w = above_trial(row[c], mx, t);
-        if (w > 0.0) {
-          f += detail::entmax_pow(w, p.w);
-          ++above;
+      if (p.w.topk > 0) {  // the scores at or above trial key g
+        const unsigned t = topk::trial_key(rs.lo[r], rs.hi[r], g, kTrials);
+        for (int c = half; c < BN; c += 2) above += topk::order_key(row[c]) >= t ? 1 : 0;
+      } else {
+        const double t = trial_point(rs.lo[r], rs.hi[r], g);
+        for (int c = half; c < BN; c += 2) {
+          const double w = above_trial(row[c], mx, t);
+          if (w > 0.0) {
+            f += detail::entmax_pow(w, p.w);
+            ++above;
+          }
         }
       }
       f += __shfl_xor_sync(kFullWarp, f, kTrials);
@@ -419,7 +455,8 @@ __device__ void narrow_rows(const float* Ss, RowState rs, double* mass, int* cou
 #pragma unroll
       for (int c = 0; c < kPer; ++c) {
         const float x = row[lane + 32 * c];
-        const bool keep = above_trial(x, mx, lo) > 0.0;  // the narrowing sweep's test at t = lo
+        // The narrowing sweep's test at t = lo.
+        const bool keep = p.w.topk > 0 ? topk::order_key(x) >= static_cast<unsigned>(lo) : above_trial(x, mx, lo) > 0.0;
         const unsigned bal = __ballot_sync(kFullWarp, keep);
         const int pos = count + __popc(bal & lanes_below());
         if (keep && pos < p.cap) list[pos] = x;
@@ -441,16 +478,42 @@ __device__ inline void after_narrowing(RowState rs, double* mass, int* count_abo
     if (status == kCollectAbove) {
       const int count = rs.count[r];
       // count > cap cannot happen (the narrowing sweep counted them); lo would still be a valid tau.
-      detail::Tau tau = detail::split_tau(rs.lo[r]);
+      detail::Tau tau = p.w.topk > 0 ? detail::Tau{topk::key_value(static_cast<unsigned>(rs.lo[r])), 0.0f}
+                                     : detail::split_tau(rs.lo[r]);
       if (count <= p.cap) {
         const float* list = p.list(r);
-        tau = detail::warp_entmax_tau(list, static_cast<std::size_t>(count), rs.max[r], p.w, rs.lo[r], rs.hi[r]);
+        tau = p.w.topk > 0 ? topk_threshold(list, count, p.w.topk)
+                           : detail::warp_entmax_tau(list, static_cast<std::size_t>(count), rs.max[r], p.w,
+                                                     rs.lo[r], rs.hi[r]);
       }
       __syncwarp();
       if (lane == 0) {
         rs.tau_hi[r] = tau.hi;
         rs.tau_lo[r] = tau.lo;
         rs.status[r] = kSolved;
+      }
+    } else if (status == kNarrowing && p.w.topk > 0) {
+      // The largest trial key with at least min(k, the row's scores) scores at or above it (lo's
+      // has: count_above[0] counts them all when the row has fewer than k).
+      const double lo = rs.lo[r], hi = rs.hi[r];
+      const int need = min(p.w.topk, count_above[r * kTrials]);
+      int best = 0;
+      for (int g = 1; g < kTrials; ++g)
+        if (count_above[r * kTrials + g] >= need) best = g;
+      const double new_lo = topk::trial_key(lo, hi, best, kTrials);
+      const double new_hi = best + 1 < kTrials ? topk::trial_key(lo, hi, best + 1, kTrials) : hi;
+      // One key left: it is the threshold's (no sweep limit: each sweep divides the bracket by up to 16).
+      const int next =
+          new_hi - new_lo <= 1.0 ? kSolved : (count_above[r * kTrials + best] <= p.cap ? kCollectAbove : kNarrowing);
+      __syncwarp();
+      if (next == kNarrowing && lane < kTrials) count_above[r * kTrials + lane] = 0;
+      if (lane == 0) {
+        rs.lo[r] = new_lo;
+        rs.hi[r] = new_hi;
+        rs.tau_hi[r] = topk::key_value(static_cast<unsigned>(new_lo));
+        rs.tau_lo[r] = 0.0f;
+        rs.count[r] = 0;
+        rs.status[r] = next;
       }
     } else if (status == kNarrowing) {
       const double lo = rs.lo[r], hi = rs.hi[r];

@@ -91,6 +91,17 @@ void check_supported(DType dtype, std::size_t batch, std::size_t heads, std::siz
                                    ", expected at most " + num(kMaxGrid) + " each: one grid dimension each)");
 }
 
+// The transform as the batched kernels run it. Top-k with k at or above the
+// keys is softmax: every row keeps every key it sees.
+Weighting batched_weighting(const BatchedAttentionOptions& options, std::size_t d, std::size_t m, const char* op) {
+  Weighting w = detail::make_weighting(options.transform, options.scale, d, op, "options.transform", has_cuda_batched);
+  if (w.topk > 0 && static_cast<std::size_t>(w.topk) >= m) {
+    w.topk = 0;
+    w.softmax = true;
+  }
+  return w;
+}
+
 std::size_t capacity(std::size_t m, const BatchedAttentionTuning& t) {
   return std::min(t.candidate_capacity == 0 ? detail::batched::kDefaultCapacity : t.candidate_capacity, m);
 }
@@ -198,8 +209,6 @@ void run_float32(ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor 
   const std::size_t bytes = workspace_for(DType::float32, q.batch, q.heads, n, m, d, w, tuning, kOp);
   const detail::AttentionScratch s = scratch(w.softmax ? nullptr : workspace, workspace_bytes, bytes, stream);
   FusedAttentionOptions fo;
-  fo.transform = options.transform;
-  fo.scale = options.scale;
   fo.causal = options.causal;
   fo.candidate_capacity = tuning.candidate_capacity;
   fo.workspace = s.data();
@@ -215,9 +224,10 @@ void run_float32(ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor 
       float* o = static_cast<float*>(out.data) + b * out.batch_stride + h * out.head_stride;
       std::size_t zero_from = 0;
       if (n_b > 0 && m_b > 0) {
-        attention_forward(at<float>(q.data, b * q.batch_stride + h * q.head_stride),
-                          at<float>(k.data, b * k.batch_stride + g * k.head_stride),
-                          at<float>(v.data, b * v.batch_stride + g * v.head_stride), o, n_b, m_b, d, dv, fo, stream);
+        detail::launch_fused_attention(at<float>(q.data, b * q.batch_stride + h * q.head_stride),
+                                       at<float>(k.data, b * k.batch_stride + g * k.head_stride),
+                                       at<float>(v.data, b * v.batch_stride + g * v.head_stride), o, n_b, m_b, d, dv,
+                                       w, fo, stream);
         zero_from = n_b;
       }
       if (zero_from < n)
@@ -456,7 +466,7 @@ void run_sixteen_bit(ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTen
 // pointers, alignment. Returns the resolved transform.
 Weighting check_device_call(ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor v, BatchedTensor out,
                             const BatchedAttentionOptions& options, const char* op = kOp) {
-  const Weighting w = detail::make_weighting(options.transform, options.scale, q.cols, op, "options.transform");
+  const Weighting w = batched_weighting(options, q.cols, k.rows, op);
   check_supported(q.dtype, q.batch, q.heads, q.rows, k.rows, q.cols, v.cols, op);
   check_pointers(op, {{"q.data", q.data}, {"k.data", k.data}, {"v.data", v.data}, {"out.data", out.data}}, options);
   if (sixteen_bit(q.dtype)) {
@@ -494,7 +504,7 @@ std::size_t batched_attention_workspace_bytes(ConstBatchedTensor q, ConstBatched
                                               const BatchedAttentionOptions& options,
                                               const BatchedAttentionTuning& tuning) {
   const Weighting w =
-      detail::make_weighting(options.transform, options.scale, q.cols, kWorkspaceOp, "options.transform");
+      batched_weighting(options, q.cols, k.rows, kWorkspaceOp);
   check_supported(q.dtype, q.batch, q.heads, q.rows, k.rows, q.cols, q.cols, kWorkspaceOp);
   if (q.batch == 0 || q.heads == 0 || q.rows == 0 || k.rows == 0)
     detail::argument_error(kWorkspaceOp, "a size is 0 (got batch " + num(q.batch) + ", heads " + num(q.heads) + ", n " +
@@ -620,7 +630,7 @@ void run_forward_from_host(ConstBatchedTensor q, ConstBatchedTensor k, ConstBatc
 // included); what the GPU cannot run is refused before anything is copied.
 void detail::host_batched_attention_forward(ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor v,
                                             BatchedTensor out, const BatchedAttentionOptions& options) {
-  const Weighting w = detail::make_weighting(options.transform, options.scale, q.cols, kOp, "options.transform");
+  const Weighting w = batched_weighting(options, q.cols, k.rows, kOp);
   check_supported(q.dtype, q.batch, q.heads, q.rows, k.rows, q.cols, v.cols, kOp);
   run_forward_from_host(q, k, v, out, options, w, nullptr, "batched_attention_forward");
 }
@@ -659,7 +669,7 @@ constexpr const char* kBackwardOp = "cuda::batched_attention_backward";
 Weighting check_backward_supported(ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor v,
                                    ConstBatchedTensor grad_out, const BatchedAttentionOptions& options,
                                    const char* op = kBackwardOp) {
-  const Weighting w = detail::make_weighting(options.transform, options.scale, q.cols, op, "options.transform");
+  const Weighting w = batched_weighting(options, q.cols, k.rows, op);
   if (options.transform.tsallis_alpha() > 2.0)
     detail::argument_error(op, "options.transform is not supported by the gradients on cuda (got " +
                                    options.transform.name() +
@@ -818,7 +828,7 @@ void detail::host_block_sparse_attention_forward(ConstBatchedTensor q, ConstBatc
                                                  const BlockGraph& graph, BatchedTensor out,
                                                  const BatchedAttentionOptions& options) {
   const Weighting w =
-      detail::make_weighting(options.transform, options.scale, q.cols, kBlockForwardOp, "options.transform");
+      batched_weighting(options, q.cols, k.rows, kBlockForwardOp);
   check_sixteen_bit(q, kBlockForwardOp, "blocks");
   check_supported(q.dtype, q.batch, q.heads, q.rows, k.rows, q.cols, v.cols, kBlockForwardOp);
   const DeviceBlocks blocks = device_blocks(graph, kBlockForwardOp);

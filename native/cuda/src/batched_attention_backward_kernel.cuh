@@ -2,12 +2,12 @@
 // entgraph/batched_attention.hpp's batched_attention_backward; the host side
 // is in batched_attention.cu).
 //
-// Design. For entmax the forward kernel runs first with out = null and
+// Design. For entmax and top-k the forward kernel runs first with out = null and
 // writes each query row's weighting state (max, sum, tau:
 // BatchedParams::stats); for softmax the query kernel finds max and sum in a
 // sweep of its own (sweep 0 below). A weight is then recomputed from its
 // score alone: p = attention_weight(x) / sum.
-// With g = p^(2 - alpha) (softmax: g = p; sparsemax: g = [p > 0]) the
+// With g = p^(2 - alpha) (softmax and top-k: g = p; sparsemax: g = [p > 0]) the
 // gradient of a score is dS = g (dP - delta), dP = dO V^T, delta =
 // sum_j g_j dP_j / sum_j g_j (entmax's Jacobian is diag(g) - g g^T / sum g).
 // Then two kernels, neither with atomics, so the result does not depend on
@@ -57,7 +57,7 @@ struct WeightAndSlope {
 __device__ inline WeightAndSlope weight_and_slope(float x, float4 st, const Weighting& w) {
   if (!(st.y > 0.0f) || x == -INFINITY) return {0.0f, 0.0f};
   const float p = attention_weight(x, st.x, Tau{st.z, st.w}, w) / st.y;
-  if (w.softmax) return {p, p};
+  if (w.softmax || w.topk > 0) return {p, p};  // top-k: softmax's on the kept keys (the selection is constant)
   if (!(p > 0.0f)) return {0.0f, 0.0f};
   // g = p^(2 - alpha) = p^(1 - 1/q), q = 1/(alpha - 1).
   if (w.q_int == 1) return {p, 1.0f};

@@ -94,11 +94,10 @@ std::size_t attention_workspace_bytes(std::size_t n, std::size_t m, const FusedA
   return n * capacity(m, options) * sizeof(float);
 }
 
-namespace {
-
 // The launch, arguments checked by the caller (sizes, head dimensions,
-// pointers): the public entry below or a backend kernel.
-void launch_attention(const float* q, const float* k, const float* v, float* out, std::size_t n, std::size_t m,
+// pointers): the public entry below, a backend kernel, or batched
+// attention's float32 path (whose weighting may be top-k's).
+void detail::launch_fused_attention(const float* q, const float* k, const float* v, float* out, std::size_t n, std::size_t m,
                       std::size_t d, std::size_t dv, const Weighting& w, const FusedAttentionOptions& options,
                       cudaStream_t stream) {
   FusedParams p{};
@@ -134,8 +133,6 @@ void launch_attention(const float* q, const float* k, const float* v, float* out
   });
 }
 
-}  // namespace
-
 void attention_forward(const float* q, const float* k, const float* v, float* out, std::size_t n, std::size_t m,
                        std::size_t d, std::size_t dv, const FusedAttentionOptions& options, cudaStream_t stream) {
   check_sizes(n, m, d, dv);
@@ -145,7 +142,7 @@ void attention_forward(const float* q, const float* k, const float* v, float* ou
   detail::check_device_pointer(out, kOp, "out");
   if (options.key_padding) detail::check_device_pointer(options.key_padding, kOp, "options.key_padding", false);
   const Weighting w = detail::make_weighting(options.transform, options.scale, d, kOp, "options.transform");
-  launch_attention(q, k, v, out, n, m, d, dv, w, options, stream);
+  detail::launch_fused_attention(q, k, v, out, n, m, d, dv, w, options, stream);
 }
 
 // The backend's kernel: the core has validated the arguments; left to check
@@ -156,7 +153,7 @@ void detail::host_attention_forward(ConstMatrix<float> q, ConstMatrix<float> k, 
   check_sizes(n, m, d, dv);
   const Weighting w = detail::make_weighting(options.transform, options.scale, d, kOp, "options.transform");
   detail::StagedAttention staged(q, k, v, options, "attention_forward");
-  launch_attention(staged.q.data(), staged.k.data(), staged.v.data(), staged.out.data(), n, m, d, dv, w,
+  detail::launch_fused_attention(staged.q.data(), staged.k.data(), staged.v.data(), staged.out.data(), n, m, d, dv, w,
                    staged.options, nullptr);
   staged.finish(out, "attention_forward");
 }
@@ -173,7 +170,7 @@ void detail::device_attention_forward(ConstMatrix<float> q, ConstMatrix<float> k
   const std::vector<HeadScan> scans =
       detail::scan_one_head("attention_forward", kOp, q, k, v, out, options.key_padding, /*aligned=*/true, stream);
   check_attention_values("attention_forward", q, k, v, options, scans[0], scans[1], scans[2]);
-  launch_attention(q.data, k.data, v.data, out.data, n, m, d, dv, w, detail::fused_options(options, options.key_padding),
+  detail::launch_fused_attention(q.data, k.data, v.data, out.data, n, m, d, dv, w, detail::fused_options(options, options.key_padding),
                    stream);
   detail::finish_on_device(stream);
 }

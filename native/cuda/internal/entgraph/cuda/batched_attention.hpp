@@ -20,7 +20,9 @@
 //   data 16-byte aligned and batch and head strides multiples of 4; with
 //   per-sequence lengths it waits for `stream` once to read them;
 // - batch and heads at most 65535 (grid dimensions), n and m below 2^31 - 64;
-// - transforms: softmax, sparsemax, entmax15, entmax(alpha); top-k is refused.
+// - transforms: softmax, sparsemax, entmax15, entmax(alpha), topk_softmax(k)
+//   (its threshold, the k-th largest score, found exactly as entmax's tau is;
+//   k at or above m runs as softmax).
 // Every check happens before anything is launched; errors name the argument.
 //
 // Exactness (docs/CUDA.md, "The batched tensor-core path"): the scores are
