@@ -24,10 +24,19 @@ namespace {
 using test::Matrix;
 using test::random_matrix;
 
-// Everything the fused kernels implement; alpha = 1 through the entmax kind too.
-std::vector<Transform> fused_transforms() {
+// What the one-warp-per-row kernels implement (scores_to_probs); alpha = 1
+// through the entmax kind too.
+std::vector<Transform> row_kernel_transforms() {
   return {Transform::softmax(),  Transform::entmax(1.0), Transform::entmax15(), Transform::entmax(1.25),
           Transform::sparsemax(), Transform::entmax(2.0), Transform::entmax(3.0)};
+}
+
+// Everything the fused kernels implement: those, and top-k with k within a
+// key tile, across tiles, and at or past m (softmax).
+std::vector<Transform> fused_transforms() {
+  std::vector<Transform> t = row_kernel_transforms();
+  for (std::size_t k : {1, 7, 100, 5000}) t.push_back(Transform::topk_softmax(k));
+  return t;
 }
 
 // The oracle: the core's float64 attention on the float inputs.
@@ -147,8 +156,11 @@ TEST_SUITE("cuda") {
     const Matrix<float> q = random_matrix<float>(200, 64, 1.0, 21);
     const Matrix<float> k = random_matrix<float>(700, 64, 1.0, 22);
     const Matrix<float> v = random_matrix<float>(700, 64, 1.0, 23);
+    // Top-k: k within the capacity, past it (the key bracket's sweeps), and
+    // past the keys a causal row sees.
     for (const Transform& t :
-         {Transform::entmax15(), Transform::entmax(1.25), Transform::sparsemax(), Transform::entmax(3.0)})
+         {Transform::entmax15(), Transform::entmax(1.25), Transform::sparsemax(), Transform::entmax(3.0),
+          Transform::topk_softmax(4), Transform::topk_softmax(40), Transform::topk_softmax(600)})
       for (bool causal : {false, true}) {
         AttentionOptions<float> o;
         o.transform = t;
@@ -343,9 +355,6 @@ TEST_SUITE("cuda") {
                          Error);
     const Matrix<float> q32 = random_matrix<float>(8, 32, 1.0, 61);
     const Matrix<float> k32 = random_matrix<float>(9, 32, 1.0, 62);
-    o.transform = Transform::topk_softmax(3);
-    CHECK_THROWS_WITH_AS(entgraph::attention_forward(Device::cuda, q32.view(), k32.view(), v.view(), out.view(), o),
-                         doctest::Contains("options.transform"), Error);
     o.transform = Transform::entmax(0.5);
     CHECK_THROWS_WITH_AS(entgraph::attention_forward(Device::cuda, q32.view(), k32.view(), v.view(), out.view(), o), doctest::Contains("alpha"),
                          Error);
@@ -374,7 +383,7 @@ TEST_SUITE("cuda") {
     const Matrix<float> scores = random_matrix<float>(n, m, 8.0, 71);  // raw q.k products
     std::vector<std::uint8_t> padding(m, 1);
     for (std::size_t j = 5; j < m; j += 7) padding[j] = 0;
-    for (const Transform& t : fused_transforms())
+    for (const Transform& t : row_kernel_transforms())
       for (bool causal : {false, true}) {
         CAPTURE(test::describe(t));
         CAPTURE(causal);

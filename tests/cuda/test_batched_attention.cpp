@@ -127,12 +127,12 @@ void check_call(const HostTensor& q, const HostTensor& k, const HostTensor& v, c
 }
 
 // Everything the GPU implements; alpha = 1 through the entmax kind too;
-// top-k with k within a key tile, across tiles, and past m (softmax).
+// top-k with k within a key tile and across tiles (k = 1 and k >= m: the
+// ties case).
 std::vector<Transform> gpu_transforms() {
-  return {Transform::softmax(),        Transform::entmax(1.0),       Transform::entmax15(),
-          Transform::entmax(1.25),     Transform::sparsemax(),       Transform::entmax(2.0),
-          Transform::entmax(3.0),      Transform::topk_softmax(1),   Transform::topk_softmax(5),
-          Transform::topk_softmax(70), Transform::topk_softmax(1000)};
+  return {Transform::softmax(),    Transform::entmax(1.0),     Transform::entmax15(),
+          Transform::entmax(1.25), Transform::sparsemax(),     Transform::entmax(2.0),
+          Transform::entmax(3.0),  Transform::topk_softmax(5), Transform::topk_softmax(70)};
 }
 
 }  // namespace
@@ -239,7 +239,11 @@ TEST_SUITE("cuda") {
       // Uniform rows: every score equal (q = 0), all keys tie at the max.
       HostTensor flat = q;
       for (std::size_t c = 0; c < d; ++c) flat.set(0, 0, 0, c, 0.0);
-      for (const Transform& tr : gpu_transforms())
+      // Top-k also with k = 1, at a group's end and one past it (k = 8, 9:
+      // the whole next group ties at the threshold), and k >= m (softmax).
+      std::vector<Transform> transforms = gpu_transforms();
+      for (std::size_t kk : {1, 8, 9, 300}) transforms.push_back(Transform::topk_softmax(kk));
+      for (const Transform& tr : transforms)
         for (double scale : {0.0, 3.0}) {
           CAPTURE(scale);
           Call c;

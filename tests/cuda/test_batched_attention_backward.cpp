@@ -156,8 +156,8 @@ void check_call(const HostTensor& q, const HostTensor& k, const HostTensor& v, c
 // The transforms the backward runs (alpha > 2, whose slopes p^(2 - alpha)
 // are unbounded near the threshold, is refused: see the misuse case).
 std::vector<Transform> backward_transforms() {
-  return {Transform::softmax(),   Transform::entmax(1.0),     Transform::entmax15(),      Transform::entmax(1.25),
-          Transform::sparsemax(), Transform::topk_softmax(5), Transform::topk_softmax(70)};
+  return {Transform::softmax(),    Transform::entmax(1.0), Transform::entmax15(),
+          Transform::entmax(1.25), Transform::sparsemax(), Transform::topk_softmax(70)};
 }
 
 struct Inputs {

@@ -68,7 +68,8 @@ __host__ __device__ inline Tau split_tau(double t) {
 // device-memory entry points, which the core never sees, with the core's
 // checks of alpha and the scale).
 // `runs` says which kinds the calling kernels implement (has_cuda_attention:
-// dense and graph attention; has_cuda_batched: batched attention, top-k too).
+// dense attention, fused and batched, top-k included;
+// has_cuda_graph_attention: the one-warp-per-row kernels, no top-k).
 inline Weighting make_weighting(const Transform& t, double scale, std::size_t d, const char* op, const char* name,
                                 bool (*runs)(const TransformInfo&) = has_cuda_attention) {
   const TransformInfo* row = find_transform_info(t.kind);
@@ -96,6 +97,16 @@ inline Weighting make_weighting(const Transform& t, double scale, std::size_t d,
   const double qr = std::round(q);
   w.q_int = (qr >= 1.0 && qr <= 8.0 && std::abs(q - qr) < 1e-12) ? static_cast<int>(qr) : 0;
   w.newton = alpha <= 2.0;
+  return w;
+}
+
+// The weighting for rows of at most m keys: top-k with k >= m keeps every
+// key a row sees, which is softmax (one sweep, no candidate lists).
+inline Weighting for_keys(Weighting w, std::size_t m) {
+  if (w.topk > 0 && static_cast<std::size_t>(w.topk) >= m) {
+    w.topk = 0;
+    w.softmax = true;
+  }
   return w;
 }
 

@@ -91,15 +91,9 @@ void check_supported(DType dtype, std::size_t batch, std::size_t heads, std::siz
                                    ", expected at most " + num(kMaxGrid) + " each: one grid dimension each)");
 }
 
-// The transform as the batched kernels run it. Top-k with k at or above the
-// keys is softmax: every row keeps every key it sees.
+// The transform as the batched kernels run it, for m keys (detail::for_keys).
 Weighting batched_weighting(const BatchedAttentionOptions& options, std::size_t d, std::size_t m, const char* op) {
-  Weighting w = detail::make_weighting(options.transform, options.scale, d, op, "options.transform", has_cuda_batched);
-  if (w.topk > 0 && static_cast<std::size_t>(w.topk) >= m) {
-    w.topk = 0;
-    w.softmax = true;
-  }
-  return w;
+  return detail::for_keys(detail::make_weighting(options.transform, options.scale, d, op, "options.transform"), m);
 }
 
 std::size_t capacity(std::size_t m, const BatchedAttentionTuning& t) {

@@ -212,7 +212,8 @@ float float_at_least(double x) {
 // The arguments the kernels cannot take (the core has checked the rest):
 // the resolved transform.
 Weighting check_exact_call(std::size_t n, std::size_t m, std::size_t d, const AttentionOptions<float>& options) {
-  const Weighting w = make_weighting(options.transform, options.scale, d, kOp, "options.attention.transform");
+  const Weighting w = make_weighting(options.transform, options.scale, d, kOp, "options.attention.transform",
+                                     has_cuda_graph_attention);
   if (w.softmax) argument_error(kOp, "exact mode needs a transform with a threshold (got softmax)");
   if (d > kMaxChunks * kChunk)
     argument_error(kOp, "exact mode on device cuda takes d <= 256 (got " + std::to_string(d) + ")");

@@ -89,17 +89,20 @@ std::size_t capacity(std::size_t m, const FusedAttentionOptions& o) {
 
 std::size_t attention_workspace_bytes(std::size_t n, std::size_t m, const FusedAttentionOptions& options) {
   const Weighting w =
-      detail::make_weighting(options.transform, 1.0, 1, "cuda::attention_workspace_bytes", "options.transform");
+      detail::for_keys(detail::make_weighting(options.transform, 1.0, 1, "cuda::attention_workspace_bytes",
+                                              "options.transform"),
+                       m);
   if (w.softmax) return 0;
   return n * capacity(m, options) * sizeof(float);
 }
 
 // The launch, arguments checked by the caller (sizes, head dimensions,
 // pointers): the public entry below, a backend kernel, or batched
-// attention's float32 path (whose weighting may be top-k's).
-void detail::launch_fused_attention(const float* q, const float* k, const float* v, float* out, std::size_t n, std::size_t m,
-                      std::size_t d, std::size_t dv, const Weighting& w, const FusedAttentionOptions& options,
-                      cudaStream_t stream) {
+// attention's float32 path.
+void detail::launch_fused_attention(const float* q, const float* k, const float* v, float* out, std::size_t n,
+                                    std::size_t m, std::size_t d, std::size_t dv, const Weighting& weighting,
+                                    const FusedAttentionOptions& options, cudaStream_t stream) {
+  const Weighting w = detail::for_keys(weighting, m);
   FusedParams p{};
   p.q = q;
   p.k = k;

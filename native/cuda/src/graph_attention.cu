@@ -229,7 +229,8 @@ void graph_attention_forward(const float* q, const float* k, const float* v, con
   detail::check_device_pointer(offsets, kOp, "offsets", false);
   if (edges > 0) detail::check_device_pointer(indices, kOp, "indices", false);
   if (options.key_padding) detail::check_device_pointer(options.key_padding, kOp, "options.key_padding", false);
-  const Weighting w = detail::make_weighting(options.transform, options.scale, d, kOp, "options.transform");
+  const Weighting w = detail::make_weighting(options.transform, options.scale, d, kOp, "options.transform",
+                                             has_cuda_graph_attention);
   launch_graph_attention(q, k, v, offsets, indices, edges, out, n, m, d, dv, w, options, stream);
 }
 
@@ -250,7 +251,8 @@ namespace {
 Weighting check_backend_call(std::size_t n, std::size_t m, std::size_t d, std::size_t dv,
                              const AttentionOptions<float>& options) {
   check_graph_sizes(n, m, d, dv);
-  return detail::make_weighting(options.transform, options.scale, d, kOp, "options.attention.transform");
+  return detail::make_weighting(options.transform, options.scale, d, kOp, "options.attention.transform",
+                                has_cuda_graph_attention);
 }
 
 }  // namespace

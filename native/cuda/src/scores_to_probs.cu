@@ -64,7 +64,8 @@ void scores_to_probs(float* scores, std::size_t n, std::size_t m, std::size_t d,
     detail::argument_error(op, "n or m is too large (got " + std::to_string(n) + " x " + std::to_string(m) + ")");
   detail::check_device_pointer(scores, op, "scores", false);
   if (options.key_padding) detail::check_device_pointer(options.key_padding, op, "options.key_padding", false);
-  const Weighting w = detail::make_weighting(options.transform, options.scale, d, op, "options.transform");
+  const Weighting w = detail::make_weighting(options.transform, options.scale, d, op, "options.transform",
+                                             has_cuda_graph_attention);
   const unsigned blocks = static_cast<unsigned>((n + kProbWarps - 1) / kProbWarps);
   launch(scores_to_probs_kernel, blocks, kProbWarps * 32, 0, stream, scores, static_cast<int>(n), static_cast<int>(m),
          options.key_padding, options.causal, w);

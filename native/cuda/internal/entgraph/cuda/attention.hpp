@@ -1,11 +1,13 @@
-// entgraph CUDA backend: fused dense attention with softmax, sparsemax and
-// alpha-entmax, in the style of FlashAttention (Dao et al. 2022): the n x m
+// entgraph CUDA backend: fused dense attention with softmax, sparsemax,
+// alpha-entmax and top-k softmax, in the style of FlashAttention (Dao et al. 2022): the n x m
 // score matrix is never stored.
 //
 // One head, as in entgraph/attention.hpp: Q is n x d, K is m x d, V is m x dv,
 //   S = scale Q K^T,   P = pi(S) row by row,   O = P V  (n x dv),
-// with pi one of softmax, sparsemax, entmax15 or entmax(alpha) (alpha-entmax,
-// Peters, Niculae & Martins 2019; alpha = 1 is softmax, 2 is sparsemax).
+// with pi one of softmax, sparsemax, entmax15, entmax(alpha) (alpha-entmax,
+// Peters, Niculae & Martins 2019; alpha = 1 is softmax, 2 is sparsemax) or
+// topk_softmax(k) (its threshold, the k-th largest score, found by entmax's
+// sweeps: attention_rows.cuh, topk_select.cuh; k >= m is softmax).
 // Masks as on the CPU: causal (query i sees keys [0, causal_key_limit(i, n,
 // m)), i.e. the queries are the last n positions of the m keys) and an
 // optional key padding (m flags, 0 = a key no query may see). A query that
@@ -30,8 +32,8 @@
 // Errors (entgraph::Error naming the argument, cuda::CudaError for CUDA
 // failures; all checks happen before anything is launched): n, m = 0, d or dv
 // not 32, 64 or 128, a null or misaligned (not 16-byte) pointer, a
-// non-finite scale, a transform other than the four above (top-k, adaptive
-// span and the constrained transforms are CPU-only), a workspace that is too
+// non-finite scale, a transform other than the five above (adaptive span
+// and the constrained transforms are CPU-only), a workspace that is too
 // small.
 #pragma once
 
@@ -82,7 +84,8 @@ void attention_forward(const float* q, const float* k, const float* v, float* ou
 // entries exactly 0; a row with nothing visible is all 0). d is the head
 // dimension, for the default scale 1 / sqrt(d). One warp per row; the
 // threshold is solved on the whole row. options.candidate_capacity and
-// workspace are unused. The scores are not checked for NaN or inf.
+// workspace are unused. The scores are not checked for NaN or inf. Top-k is
+// refused (run transform_forward on the scaled scores instead).
 void scores_to_probs(float* scores, std::size_t n, std::size_t m, std::size_t d, const FusedAttentionOptions& options,
                      cudaStream_t stream = nullptr);
 
