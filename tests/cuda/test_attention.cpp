@@ -24,19 +24,14 @@ namespace {
 using test::Matrix;
 using test::random_matrix;
 
-// What the one-warp-per-row kernels implement (scores_to_probs); alpha = 1
-// through the entmax kind too.
-std::vector<Transform> row_kernel_transforms() {
-  return {Transform::softmax(),  Transform::entmax(1.0), Transform::entmax15(), Transform::entmax(1.25),
-          Transform::sparsemax(), Transform::entmax(2.0), Transform::entmax(3.0)};
-}
-
-// Everything the fused kernels implement: those, and top-k with k within a
-// key tile, across tiles, and at or past m (softmax).
+// Everything the fused kernels implement: alpha = 1 through the entmax kind
+// too, and top-k with k within a key tile, across tiles, and at or past m
+// (softmax).
 std::vector<Transform> fused_transforms() {
-  std::vector<Transform> t = row_kernel_transforms();
-  for (std::size_t k : {1, 7, 100, 5000}) t.push_back(Transform::topk_softmax(k));
-  return t;
+  return {Transform::softmax(),         Transform::entmax(1.0),       Transform::entmax15(),
+          Transform::entmax(1.25),      Transform::sparsemax(),       Transform::entmax(2.0),
+          Transform::entmax(3.0),       Transform::topk_softmax(1),   Transform::topk_softmax(7),
+          Transform::topk_softmax(100), Transform::topk_softmax(5000)};
 }
 
 // The oracle: the core's float64 attention on the float inputs.
@@ -383,7 +378,7 @@ TEST_SUITE("cuda") {
     const Matrix<float> scores = random_matrix<float>(n, m, 8.0, 71);  // raw q.k products
     std::vector<std::uint8_t> padding(m, 1);
     for (std::size_t j = 5; j < m; j += 7) padding[j] = 0;
-    for (const Transform& t : row_kernel_transforms())
+    for (const Transform& t : fused_transforms())
       for (bool causal : {false, true}) {
         CAPTURE(test::describe(t));
         CAPTURE(causal);

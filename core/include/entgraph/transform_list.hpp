@@ -23,16 +23,15 @@
 //   alias      a shorter name that parsing accepts and front ends show, or ""
 //   c_value    its eg_transform_kind in entgraph/entgraph.h (a fixed ABI)
 //   cuda       what the CUDA backend runs: kCudaTransform (forward and
-//              backward), kCudaAttention (dense attention: the fused float32
-//              kernel, and batched attention forward and backward),
-//              kCudaGraphAttention (graph attention, its exact mode, and
-//              scores_to_probs: the one-warp-per-row kernels)
-#define ENTGRAPH_TRANSFORMS(X)                                                                  \
-  X(softmax, entmax, none, 1.0, "", 0, kCudaTransform | kCudaAttention | kCudaGraphAttention)   \
-  X(sparsemax, entmax, none, 2.0, "", 1, kCudaTransform | kCudaAttention | kCudaGraphAttention) \
-  X(entmax15, entmax, none, 1.5, "", 2, kCudaTransform | kCudaAttention | kCudaGraphAttention)  \
-  X(entmax, entmax, alpha, 1.5, "", 3, kCudaTransform | kCudaAttention | kCudaGraphAttention)   \
-  X(topk_softmax, top_k, k, 1.0, "topk", 4, kCudaTransform | kCudaAttention)                    \
-  X(adaptive_span, span, none, 1.0, "", 5, 0u)                                                  \
-  X(constrained_softmax, constrained, none, 1.0, "", 6, 0u)                                     \
+//              backward), kCudaAttention (attention: fused dense, batched
+//              forward and backward, graph attention; exact mode takes the
+//              alpha-entmax kinds but softmax)
+#define ENTGRAPH_TRANSFORMS(X)                                               \
+  X(softmax, entmax, none, 1.0, "", 0, kCudaTransform | kCudaAttention)      \
+  X(sparsemax, entmax, none, 2.0, "", 1, kCudaTransform | kCudaAttention)    \
+  X(entmax15, entmax, none, 1.5, "", 2, kCudaTransform | kCudaAttention)     \
+  X(entmax, entmax, alpha, 1.5, "", 3, kCudaTransform | kCudaAttention)      \
+  X(topk_softmax, top_k, k, 1.0, "topk", 4, kCudaTransform | kCudaAttention) \
+  X(adaptive_span, span, none, 1.0, "", 5, 0u)                               \
+  X(constrained_softmax, constrained, none, 1.0, "", 6, 0u)                  \
   X(constrained_sparsemax, constrained, none, 2.0, "", 7, 0u)

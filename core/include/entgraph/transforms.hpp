@@ -201,7 +201,7 @@ enum class TransformKind {
 enum class TransformFamily { entmax, top_k, span, constrained };
 enum class TransformParameter { none, alpha, k };
 // What the CUDA backend runs of a kind (TransformInfo::cuda).
-enum : unsigned { kCudaTransform = 1u, kCudaAttention = 2u, kCudaGraphAttention = 4u };
+enum : unsigned { kCudaTransform = 1u, kCudaAttention = 2u };
 
 // One row of transform_list.hpp (its columns are explained there).
 struct TransformInfo {
@@ -213,7 +213,7 @@ struct TransformInfo {
   double alpha;
   const char* alias;  // "topk", or ""
   int c_value;        // eg_transform_kind
-  unsigned cuda;      // kCudaTransform | kCudaAttention | kCudaGraphAttention
+  unsigned cuda;      // kCudaTransform | kCudaAttention
 
   // The name front ends show and accept: the alias where there is one.
   constexpr const char* shown_name() const { return alias[0] != '\0' ? alias : name; }
@@ -282,7 +282,6 @@ inline bool takes_alpha(const TransformInfo& row) { return row.parameter == Tran
 inline bool takes_k(const TransformInfo& row) { return row.parameter == TransformParameter::k; }
 inline bool has_cuda_transform(const TransformInfo& row) { return (row.cuda & kCudaTransform) != 0; }
 inline bool has_cuda_attention(const TransformInfo& row) { return (row.cuda & kCudaAttention) != 0; }
-inline bool has_cuda_graph_attention(const TransformInfo& row) { return (row.cuda & kCudaGraphAttention) != 0; }
 
 // Forward/backward of the kinds that need no extra inputs (softmax, sparsemax,
 // entmax15, entmax, topk_softmax); throws for the others.

@@ -35,6 +35,7 @@
 #include "predictors_common.cuh"
 #include "reduce.cuh"
 #include "staging.cuh"
+#include "topk_select.cuh"
 
 namespace entgraph::cuda::detail {
 
@@ -67,15 +68,11 @@ __host__ __device__ inline Tau split_tau(double t) {
 // argument for a transform the fused kernels do not implement (and, for the
 // device-memory entry points, which the core never sees, with the core's
 // checks of alpha and the scale).
-// `runs` says which kinds the calling kernels implement (has_cuda_attention:
-// dense attention, fused and batched, top-k included;
-// has_cuda_graph_attention: the one-warp-per-row kernels, no top-k).
-inline Weighting make_weighting(const Transform& t, double scale, std::size_t d, const char* op, const char* name,
-                                bool (*runs)(const TransformInfo&) = has_cuda_attention) {
+inline Weighting make_weighting(const Transform& t, double scale, std::size_t d, const char* op, const char* name) {
   const TransformInfo* row = find_transform_info(t.kind);
-  if (row == nullptr || !runs(*row))
+  if (row == nullptr || !has_cuda_attention(*row))
     throw Error(std::string(op) + ": " + name + " is not supported on device cuda (got " + t.name() + ", expected " +
-                transform_names(runs, " or ") + ")");
+                transform_names(has_cuda_attention, " or ") + ")");
   check_transform_parameters(t, op, name);
   const double alpha = t.tsallis_alpha();
   check_attention_scale(scale, op, "options.scale");
@@ -287,5 +284,18 @@ class AttentionScratch {
   void* owned_ = nullptr;
   float* data_ = nullptr;
 };
+
+// The threshold of a whole row held in memory (count values, -inf where a
+// key is not visible; the row's max is `max` > -inf), whole warp: entmax's
+// tau, or top-k's k-th largest value (the smallest when the row holds fewer
+// than k; -inf entries weigh 0 whatever the threshold). Softmax has none.
+__device__ inline Tau row_threshold(const float* row, std::size_t count, float max, const Weighting& w) {
+  if (w.softmax) return {};
+  if (w.topk > 0) {
+    const int n = static_cast<int>(count);
+    return {topk::warp_kth_largest(row, n, min(w.topk, n)), 0.0f};
+  }
+  return warp_entmax_tau(row, count, max, w, -1.0, 0.0);
+}
 
 }  // namespace entgraph::cuda::detail

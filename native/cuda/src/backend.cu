@@ -36,17 +36,15 @@ bool supports(BackendOp op, const OpArguments& a, std::string* why) {
                                transform_names(has_cuda_transform, " or ") + ")");
       return true;
     case BackendOp::attention_forward:
-    case BackendOp::graph_attention_forward: {
-      const auto runs = op == BackendOp::attention_forward ? has_cuda_attention : has_cuda_graph_attention;
-      if (row == nullptr || !runs(*row))
+    case BackendOp::graph_attention_forward:
+      if (row == nullptr || !has_cuda_attention(*row))
         return refuse(why, a.transform.name() + " has no CUDA attention kernel (expected " +
-                               transform_names(runs, " or ") + ")");
+                               transform_names(has_cuda_attention, " or ") + ")");
       if (op == BackendOp::attention_forward &&
           !(detail::supported_head_dim(a.d) && detail::supported_head_dim(a.dv)))
         return refuse(why, "the fused attention kernels take d and dv of 32, 64 or 128 (got d = " +
                                std::to_string(a.d) + ", dv = " + std::to_string(a.dv) + ")");
       return true;
-    }
     default:
       return true;
   }

@@ -212,9 +212,12 @@ float float_at_least(double x) {
 // The arguments the kernels cannot take (the core has checked the rest):
 // the resolved transform.
 Weighting check_exact_call(std::size_t n, std::size_t m, std::size_t d, const AttentionOptions<float>& options) {
-  const Weighting w = make_weighting(options.transform, options.scale, d, kOp, "options.attention.transform",
-                                     has_cuda_graph_attention);
+  const Weighting w = make_weighting(options.transform, options.scale, d, kOp, "options.attention.transform");
   if (w.softmax) argument_error(kOp, "exact mode needs a transform with a threshold (got softmax)");
+  // Its bound of the threshold is entmax's (a mass); top-k's would be a rank.
+  if (w.topk > 0)
+    argument_error(kOp, "options.attention.transform is not supported on device cuda in exact mode (got " +
+                            options.transform.name() + ", expected sparsemax, entmax15 or entmax: run top-k on cpu)");
   if (d > kMaxChunks * kChunk)
     argument_error(kOp, "exact mode on device cuda takes d <= 256 (got " + std::to_string(d) + ")");
   check_graph_size(n, m, kOp);

@@ -118,7 +118,7 @@ __global__ void __launch_bounds__(kGraphWarps * 32) graph_attention_kernel(const
     for (int c = lane; c < p.dv; c += kWarpSize) o[c] = 0.0f;
     return;
   }
-  const detail::Tau tau = p.w.softmax ? detail::Tau{} : detail::warp_entmax_tau(s, count, mx, p.w, -1.0, 0.0);
+  const detail::Tau tau = detail::row_threshold(s, count, mx, p.w);
   float z = 0.0f;
   for (std::size_t t = lane; t < count; t += kWarpSize) z += detail::attention_weight(s[t], mx, tau, p.w);
   z = detail::warp_sum(z);
@@ -229,8 +229,7 @@ void graph_attention_forward(const float* q, const float* k, const float* v, con
   detail::check_device_pointer(offsets, kOp, "offsets", false);
   if (edges > 0) detail::check_device_pointer(indices, kOp, "indices", false);
   if (options.key_padding) detail::check_device_pointer(options.key_padding, kOp, "options.key_padding", false);
-  const Weighting w = detail::make_weighting(options.transform, options.scale, d, kOp, "options.transform",
-                                             has_cuda_graph_attention);
+  const Weighting w = detail::make_weighting(options.transform, options.scale, d, kOp, "options.transform");
   launch_graph_attention(q, k, v, offsets, indices, edges, out, n, m, d, dv, w, options, stream);
 }
 
@@ -251,8 +250,7 @@ namespace {
 Weighting check_backend_call(std::size_t n, std::size_t m, std::size_t d, std::size_t dv,
                              const AttentionOptions<float>& options) {
   check_graph_sizes(n, m, d, dv);
-  return detail::make_weighting(options.transform, options.scale, d, kOp, "options.attention.transform",
-                                has_cuda_graph_attention);
+  return detail::make_weighting(options.transform, options.scale, d, kOp, "options.attention.transform");
 }
 
 }  // namespace

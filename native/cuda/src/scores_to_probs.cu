@@ -43,8 +43,7 @@ __global__ void __launch_bounds__(kProbWarps * 32)
     for (int j = lane; j < m; j += kWarpSize) row[j] = 0.0f;
     return;
   }
-  const detail::Tau tau =
-      w.softmax ? detail::Tau{} : detail::warp_entmax_tau(row, static_cast<std::size_t>(m), mx, w, -1.0, 0.0);
+  const detail::Tau tau = detail::row_threshold(row, static_cast<std::size_t>(m), mx, w);
   float z = 0.0f;
   for (int j = lane; j < m; j += kWarpSize) z += detail::attention_weight(row[j], mx, tau, w);
   z = detail::warp_sum(z);
@@ -64,8 +63,7 @@ void scores_to_probs(float* scores, std::size_t n, std::size_t m, std::size_t d,
     detail::argument_error(op, "n or m is too large (got " + std::to_string(n) + " x " + std::to_string(m) + ")");
   detail::check_device_pointer(scores, op, "scores", false);
   if (options.key_padding) detail::check_device_pointer(options.key_padding, op, "options.key_padding", false);
-  const Weighting w = detail::make_weighting(options.transform, options.scale, d, op, "options.transform",
-                                             has_cuda_graph_attention);
+  const Weighting w = detail::make_weighting(options.transform, options.scale, d, op, "options.transform");
   const unsigned blocks = static_cast<unsigned>((n + kProbWarps - 1) / kProbWarps);
   launch(scores_to_probs_kernel, blocks, kProbWarps * 32, 0, stream, scores, static_cast<int>(n), static_cast<int>(m),
          options.key_padding, options.causal, w);
