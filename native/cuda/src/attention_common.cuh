@@ -9,10 +9,11 @@
 // In the entmax scale the threshold satisfies -1 <= tau < 0: at tau = -1 the
 // max alone has weight 1, at tau = 0 every weight is 0. So only keys with
 // x > max - 1 can be in the support, whatever the other scores are.
-// - top-k softmax (batched attention only): softmax's scale and weights on
-//   the scores x >= the row's k-th largest score (every tie of it kept), that
-//   score held as the threshold (tau.hi, absolute; tau.lo = 0). It is found as
-//   entmax's tau is, by the same sweeps (attention_rows.cuh, topk_select.cuh).
+// - top-k softmax (all but graph attention's exact mode): softmax's scale
+//   and weights on the scores x >= the row's k-th largest score (every tie
+//   of it kept), that score held as the threshold (tau.hi, absolute; tau.lo
+//   = 0). The fused kernels find it by entmax's sweeps (attention_rows.cuh),
+//   the row kernels on the whole row (row_threshold; topk_select.cuh).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -291,10 +292,7 @@ class AttentionScratch {
 // than k; -inf entries weigh 0 whatever the threshold). Softmax has none.
 __device__ inline Tau row_threshold(const float* row, std::size_t count, float max, const Weighting& w) {
   if (w.softmax) return {};
-  if (w.topk > 0) {
-    const int n = static_cast<int>(count);
-    return {topk::warp_kth_largest(row, n, min(w.topk, n)), 0.0f};
-  }
+  if (w.topk > 0) return {topk::threshold(row, static_cast<int>(count), w.topk), 0.0f};
   return warp_entmax_tau(row, count, max, w, -1.0, 0.0);
 }
 

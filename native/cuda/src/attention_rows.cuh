@@ -362,13 +362,6 @@ __device__ inline double above_trial(float x, float max, double t) {
   return __dsub_rn(__dsub_rn(static_cast<double>(x), static_cast<double>(max)), t);
 }
 
-// Top-k's threshold from a list that holds every score at or above it:
-// the k-th largest, or the smallest when the row has fewer than k scores
-// (then the list holds them all).
-__device__ inline detail::Tau topk_threshold(const float* list, int count, int k) {
-  return {topk::warp_kth_largest(list, count, min(k, count)), 0.0f};
-}
-
 // After sweep 1: tau for the queries whose candidates fit; the others start
 // narrowing on [-1, 0) (top-k: on the keys from the floor's to the max's).
 __device__ inline void solve_after_collect(RowState rs, double* mass, int* count_above, const RowBlock& p) {
@@ -384,7 +377,7 @@ __device__ inline void solve_after_collect(RowState rs, double* mass, int* count
     } else if (status == kCollecting) {
       const float* list = p.list(r);
       if (p.w.topk > 0) {
-        tau = topk_threshold(list, rs.count[r], p.w.topk);  // the row's max is listed: count >= 1
+        tau = {topk::threshold(list, rs.count[r], p.w.topk), 0.0f};  // the row's max is listed: count >= 1
       } else {
         // The floor is at or below the threshold, so the mass there is >= 1: a valid, closer start.
         const double from = fmax(-1.0, static_cast<double>(rs.floor[r]) - static_cast<double>(mx));
@@ -482,9 +475,9 @@ __device__ inline void after_narrowing(RowState rs, double* mass, int* count_abo
                                      : detail::split_tau(rs.lo[r]);
       if (count <= p.cap) {
         const float* list = p.list(r);
-        tau = p.w.topk > 0 ? topk_threshold(list, count, p.w.topk)
-                           : detail::warp_entmax_tau(list, static_cast<std::size_t>(count), rs.max[r], p.w,
-                                                     rs.lo[r], rs.hi[r]);
+        tau = p.w.topk > 0
+                  ? detail::Tau{topk::threshold(list, count, p.w.topk), 0.0f}
+                  : detail::warp_entmax_tau(list, static_cast<std::size_t>(count), rs.max[r], p.w, rs.lo[r], rs.hi[r]);
       }
       __syncwarp();
       if (lane == 0) {

@@ -220,8 +220,8 @@ void run_float32(ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor 
       if (n_b > 0 && m_b > 0) {
         detail::launch_fused_attention(at<float>(q.data, b * q.batch_stride + h * q.head_stride),
                                        at<float>(k.data, b * k.batch_stride + g * k.head_stride),
-                                       at<float>(v.data, b * v.batch_stride + g * v.head_stride), o, n_b, m_b, d, dv,
-                                       w, fo, stream);
+                                       at<float>(v.data, b * v.batch_stride + g * v.head_stride), o, n_b, m_b, d, dv, w,
+                                       fo, stream);
         zero_from = n_b;
       }
       if (zero_from < n)
@@ -497,8 +497,7 @@ Weighting check_call(ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTen
 std::size_t batched_attention_workspace_bytes(ConstBatchedTensor q, ConstBatchedTensor k,
                                               const BatchedAttentionOptions& options,
                                               const BatchedAttentionTuning& tuning) {
-  const Weighting w =
-      batched_weighting(options, q.cols, k.rows, kWorkspaceOp);
+  const Weighting w = batched_weighting(options, q.cols, k.rows, kWorkspaceOp);
   check_supported(q.dtype, q.batch, q.heads, q.rows, k.rows, q.cols, q.cols, kWorkspaceOp);
   if (q.batch == 0 || q.heads == 0 || q.rows == 0 || k.rows == 0)
     detail::argument_error(kWorkspaceOp, "a size is 0 (got batch " + num(q.batch) + ", heads " + num(q.heads) + ", n " +
@@ -821,8 +820,7 @@ void detail::host_batched_attention_backward(ConstBatchedTensor q, ConstBatchedT
 void detail::host_block_sparse_attention_forward(ConstBatchedTensor q, ConstBatchedTensor k, ConstBatchedTensor v,
                                                  const BlockGraph& graph, BatchedTensor out,
                                                  const BatchedAttentionOptions& options) {
-  const Weighting w =
-      batched_weighting(options, q.cols, k.rows, kBlockForwardOp);
+  const Weighting w = batched_weighting(options, q.cols, k.rows, kBlockForwardOp);
   check_sixteen_bit(q, kBlockForwardOp, "blocks");
   check_supported(q.dtype, q.batch, q.heads, q.rows, k.rows, q.cols, v.cols, kBlockForwardOp);
   const DeviceBlocks blocks = device_blocks(graph, kBlockForwardOp);

@@ -88,10 +88,8 @@ std::size_t capacity(std::size_t m, const FusedAttentionOptions& o) {
 }  // namespace
 
 std::size_t attention_workspace_bytes(std::size_t n, std::size_t m, const FusedAttentionOptions& options) {
-  const Weighting w =
-      detail::for_keys(detail::make_weighting(options.transform, 1.0, 1, "cuda::attention_workspace_bytes",
-                                              "options.transform"),
-                       m);
+  const Weighting w = detail::for_keys(
+      detail::make_weighting(options.transform, 1.0, 1, "cuda::attention_workspace_bytes", "options.transform"), m);
   if (w.softmax) return 0;
   return n * capacity(m, options) * sizeof(float);
 }
@@ -157,7 +155,7 @@ void detail::host_attention_forward(ConstMatrix<float> q, ConstMatrix<float> k, 
   const Weighting w = detail::make_weighting(options.transform, options.scale, d, kOp, "options.transform");
   detail::StagedAttention staged(q, k, v, options, "attention_forward");
   detail::launch_fused_attention(staged.q.data(), staged.k.data(), staged.v.data(), staged.out.data(), n, m, d, dv, w,
-                   staged.options, nullptr);
+                                 staged.options, nullptr);
   staged.finish(out, "attention_forward");
 }
 
@@ -173,8 +171,8 @@ void detail::device_attention_forward(ConstMatrix<float> q, ConstMatrix<float> k
   const std::vector<HeadScan> scans =
       detail::scan_one_head("attention_forward", kOp, q, k, v, out, options.key_padding, /*aligned=*/true, stream);
   check_attention_values("attention_forward", q, k, v, options, scans[0], scans[1], scans[2]);
-  detail::launch_fused_attention(q.data, k.data, v.data, out.data, n, m, d, dv, w, detail::fused_options(options, options.key_padding),
-                   stream);
+  detail::launch_fused_attention(q.data, k.data, v.data, out.data, n, m, d, dv, w,
+                                 detail::fused_options(options, options.key_padding), stream);
   detail::finish_on_device(stream);
 }
 

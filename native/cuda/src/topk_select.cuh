@@ -57,7 +57,14 @@ __device__ inline float warp_kth_largest(const float* list, int count, int k) {
   return key_value(t);
 }
 
-// Trial key g of 16 in the bracket [lo, hi) of keys (held as doubles, which
+// The threshold from values that hold every one at or above it: the k-th
+// largest, or the smallest when there are fewer than k (then they are all
+// there). count >= 1.
+__device__ inline float threshold(const float* values, int count, int k) {
+  return warp_kth_largest(values, count, min(k, count));
+}
+
+// Trial key g of `trials` in the bracket [lo, hi) of keys (held as doubles, which
 // hold them exactly): lo + floor((hi - lo) g / 16); g = 0 is lo.
 __device__ inline unsigned trial_key(double lo, double hi, int g, int trials) {
   const auto l = static_cast<unsigned long long>(lo), w = static_cast<unsigned long long>(hi) - l;
